@@ -1,0 +1,91 @@
+//! Who is calling: noauth2 tokens or keystonemiddleware's trusted headers.
+
+use axum::http::{HeaderMap, StatusCode};
+
+use crate::error::ApiError;
+
+/// How callers are identified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Development/test mode: `X-Auth-Token: user[:project]`, `admin` is admin.
+    NoAuth2,
+    /// Production behind keystonemiddleware: trust `X-User-Id`,
+    /// `X-Project-Id`, `X-Roles`, `X-Identity-Status`.
+    TrustedHeaders,
+}
+
+/// The caller's identity as policy sees it.
+#[derive(Debug, Clone, Default)]
+pub struct AuthContext {
+    /// User id.
+    pub user_id: Option<String>,
+    /// Project id (None when system scoped).
+    pub project_id: Option<String>,
+    /// Lower-cased role names.
+    pub roles: Vec<String>,
+    /// True when the token is system scoped (`OpenStack-System-Scope: all`).
+    pub system_scope: bool,
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn split_roles(value: &str) -> Vec<String> {
+    value.split(',').map(|r| r.trim().to_ascii_lowercase()).filter(|r| !r.is_empty()).collect()
+}
+
+/// Identify the caller. Fails with 401 when no identity is present.
+pub fn authenticate(mode: AuthMode, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+    let unauthorized = || {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "This server could not verify that you are authorized to access the document you requested.",
+        )
+    };
+    let mut ctx = match mode {
+        AuthMode::NoAuth2 => {
+            let token = header(headers, "x-auth-token").ok_or_else(unauthorized)?;
+            let (user, project) = match token.split_once(':') {
+                Some((user, project)) => (user, project),
+                None => (token, token),
+            };
+            let roles = match header(headers, "x-roles") {
+                Some(roles) => split_roles(roles),
+                None if user == "admin" => vec!["admin".to_owned()],
+                None => Vec::new(),
+            };
+            AuthContext {
+                user_id: Some(user.to_owned()),
+                project_id: Some(project.to_owned()),
+                roles,
+                system_scope: false,
+            }
+        }
+        AuthMode::TrustedHeaders => {
+            if header(headers, "x-identity-status").is_some_and(|s| !s.eq_ignore_ascii_case("confirmed")) {
+                return Err(unauthorized());
+            }
+            let user = header(headers, "x-user-id").or_else(|| header(headers, "x-user"));
+            if user.is_none() && header(headers, "x-project-id").is_none() {
+                return Err(unauthorized());
+            }
+            AuthContext {
+                user_id: user.map(str::to_owned),
+                project_id: None,
+                roles: header(headers, "x-roles").map(split_roles).unwrap_or_default(),
+                system_scope: false,
+            }
+        }
+    };
+    // oslo.context reads X-Project-Id (then X-Tenant-Id) before anything
+    // the token implies.
+    if let Some(project) = header(headers, "x-project-id").or_else(|| header(headers, "x-tenant-id")) {
+        ctx.project_id = Some(project.to_owned());
+    }
+    if header(headers, "openstack-system-scope").is_some_and(|s| s.eq_ignore_ascii_case("all")) {
+        ctx.system_scope = true;
+        ctx.project_id = None;
+    }
+    Ok(ctx)
+}

@@ -1,0 +1,15 @@
+//! usages handlers.
+
+use crate::error::ApiResult;
+use crate::request::{Req, Resp};
+use crate::App;
+
+/// Not built yet.
+pub fn list_usages(_app: &App, _req: &Req) -> ApiResult<Resp> {
+    Err(super::not_implemented())
+}
+
+/// Not built yet.
+pub fn get_total_usages(_app: &App, _req: &Req) -> ApiResult<Resp> {
+    Err(super::not_implemented())
+}

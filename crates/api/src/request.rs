@@ -1,0 +1,158 @@
+//! The request as handlers see it, and the response they build.
+
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use berth_model::Timestamp;
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::auth::AuthContext;
+use crate::error::{ApiError, ApiResult};
+use crate::microversion::Version;
+use crate::policy::Target;
+use crate::schema;
+use crate::App;
+
+/// A parsed request.
+#[derive(Debug)]
+pub struct Req {
+    /// HTTP method.
+    pub method: Method,
+    /// Path (percent-encoded as received).
+    pub path: String,
+    /// Decoded path parameters in pattern order.
+    pub params: Vec<String>,
+    /// Decoded query pairs in order (repeats kept).
+    pub query: Vec<(String, String)>,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// Body bytes.
+    pub body: Bytes,
+    /// Negotiated microversion.
+    pub version: Version,
+    /// Caller identity.
+    pub auth: AuthContext,
+    /// `req-<uuid>`.
+    pub request_id: String,
+    /// `scheme://host` for absolute `Location` headers.
+    pub base_url: String,
+}
+
+impl Req {
+    /// Path parameter `idx`.
+    pub fn param(&self, idx: usize) -> &str {
+        self.params.get(idx).map(String::as_str).unwrap_or("")
+    }
+
+    /// True when the negotiated version is at least 1.`minor`.
+    pub fn at_least(&self, minor: u16) -> bool {
+        self.version.at_least(minor)
+    }
+
+    /// Enforce a policy rule against the caller's own project.
+    pub fn authorize(&self, app: &App, rule: &str) -> ApiResult<()> {
+        self.authorize_target(app, rule, &Target::for_caller(&self.auth))
+    }
+
+    /// Enforce a policy rule against an explicit target.
+    pub fn authorize_target(&self, app: &App, rule: &str, target: &Target) -> ApiResult<()> {
+        if app.config.policy.allows(rule, &self.auth, target) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!("Policy does not allow {rule} to be performed.")))
+        }
+    }
+
+    /// All values of query parameter `name`.
+    pub fn query_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.query.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The last value of query parameter `name` (webob `GET[name]`).
+    pub fn query_one(&self, name: &str) -> Option<&str> {
+        self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON validated against `schema`, with placement's 415 and
+    /// 400 answers.
+    pub fn json_body(&self, schema: &Value) -> ApiResult<Value> {
+        let content_type = self
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+            .unwrap_or_default();
+        if content_type != "application/json" {
+            let shown = if content_type.is_empty() { "None".to_owned() } else { content_type };
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("The media type {shown} is not supported, use application/json"),
+            ));
+        }
+        let value: Value = serde_json::from_slice(&self.body)
+            .map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
+        schema::validate(schema, &value)
+            .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
+        Ok(value)
+    }
+
+    /// An absolute URL for `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base_url, path)
+    }
+}
+
+/// A handler's response.
+#[derive(Debug)]
+pub struct Resp {
+    /// Status code.
+    pub status: StatusCode,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, HeaderValue)>,
+    /// JSON body, if any.
+    pub body: Option<Value>,
+}
+
+impl Resp {
+    /// A JSON response.
+    pub fn json(status: StatusCode, body: Value) -> Self {
+        Self { status, headers: Vec::new(), body: Some(body) }
+    }
+
+    /// 200 with a JSON body.
+    pub fn ok(body: Value) -> Self {
+        Self::json(StatusCode::OK, body)
+    }
+
+    /// A response without body.
+    pub fn empty(status: StatusCode) -> Self {
+        Self { status, headers: Vec::new(), body: None }
+    }
+
+    /// 204 No Content.
+    pub fn no_content() -> Self {
+        Self::empty(StatusCode::NO_CONTENT)
+    }
+
+    /// Add a header (values that are not valid header text are dropped).
+    pub fn header(mut self, name: &'static str, value: impl AsRef<str>) -> Self {
+        if let Ok(value) = HeaderValue::from_str(value.as_ref()) {
+            self.headers.push((name, value));
+        }
+        self
+    }
+
+    /// Add `Location`.
+    pub fn location(self, url: String) -> Self {
+        self.header("location", url)
+    }
+
+    /// From 1.15, add `Last-Modified` (the given time) and
+    /// `Cache-Control: no-cache`.
+    pub fn last_modified(self, req: &Req, at: Timestamp) -> Self {
+        if !req.at_least(15) {
+            return self;
+        }
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
+        self.header("last-modified", httpdate::fmt_http_date(when)).header("cache-control", "no-cache")
+    }
+}

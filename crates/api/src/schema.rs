@@ -1,0 +1,351 @@
+//! A small JSON Schema (draft 4/7 subset) validator whose messages read
+//! like Python `jsonschema`'s, because placement clients and upstream's
+//! tests match on them ("'name' is a required property", "Failed
+//! validating 'maxLength'"). Supported keywords: type, properties,
+//! required, additionalProperties, patternProperties, minProperties,
+//! maxProperties, items, minItems, maxItems, uniqueItems, minLength,
+//! maxLength, pattern, minimum, maximum, enum, anyOf, oneOf, format(uuid).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use regex::Regex;
+use serde_json::{Map, Value};
+
+/// A validation failure.
+#[derive(Debug, Clone)]
+pub struct SchemaError {
+    /// jsonschema-style message, e.g. `'x' is a required property`.
+    pub message: String,
+    /// The failing keyword.
+    pub keyword: &'static str,
+    /// JSON path of the failing schema node, as `['properties']['name']`.
+    pub schema_path: String,
+    /// Depth of the failing instance (for best-match selection).
+    pub depth: usize,
+}
+
+impl std::fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\n\nFailed validating '{}' in schema{}", self.message, self.keyword, self.schema_path)
+    }
+}
+
+fn regex(pattern: &str) -> Option<Regex> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Regex>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut guard = cache.lock().ok()?;
+    guard.entry(pattern.to_owned()).or_insert_with(|| Regex::new(pattern).ok()).clone()
+}
+
+/// Python `repr` of a JSON value, as jsonschema prints instances.
+pub fn py_repr(value: &Value) -> String {
+    match value {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => py_str(s),
+        Value::Array(items) => format!("[{}]", items.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter().map(|(k, v)| format!("{}: {}", py_str(k), py_repr(v))).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn py_str(s: &str) -> String {
+    if s.contains('\'') && !s.contains('"') {
+        format!("\"{s}\"")
+    } else {
+        format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+    }
+}
+
+fn type_matches(name: &str, value: &Value) -> bool {
+    match name {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => match value {
+            Value::Number(n) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
+            _ => false,
+        },
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        _ => true,
+    }
+}
+
+fn is_uuid_like(s: &str) -> bool {
+    // oslo_utils.uuidutils.is_uuid_like: parses as a UUID and the canonical
+    // form, with dashes removed, equals the input with dashes removed.
+    let stripped: String = s.chars().filter(|c| *c != '-').collect::<String>().to_ascii_lowercase();
+    uuid::Uuid::parse_str(s).is_ok_and(|u| u.simple().to_string() == stripped)
+}
+
+/// Validate `instance` against `schema`; on failure return the error
+/// jsonschema's `best_match` would pick (the shallowest, first found).
+pub fn validate(schema: &Value, instance: &Value) -> Result<(), SchemaError> {
+    let mut errors = Vec::new();
+    check(schema, instance, "", 0, &mut errors);
+    let weak = |e: &SchemaError| e.keyword == "anyOf" || e.keyword == "oneOf";
+    let best = errors.into_iter().min_by_key(|e| (e.depth, weak(e)));
+    match best {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// True when `instance` validates.
+pub fn is_valid(schema: &Value, instance: &Value) -> bool {
+    let mut errors = Vec::new();
+    check(schema, instance, "", 0, &mut errors);
+    errors.is_empty()
+}
+
+fn err(errors: &mut Vec<SchemaError>, keyword: &'static str, path: &str, depth: usize, message: String) {
+    errors.push(SchemaError { message, keyword, schema_path: format!("{path}['{keyword}']"), depth });
+}
+
+fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mut Vec<SchemaError>) {
+    let Some(schema) = schema.as_object() else { return };
+    for (keyword, spec) in schema {
+        match keyword.as_str() {
+            "type" => {
+                let names: Vec<&str> = match spec {
+                    Value::String(s) => vec![s.as_str()],
+                    Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
+                    _ => continue,
+                };
+                if !names.iter().any(|n| type_matches(n, instance)) {
+                    let shown = names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ");
+                    err(errors, "type", path, depth, format!("{} is not of type {shown}", py_repr(instance)));
+                }
+            }
+            "enum" => {
+                if let Some(options) = spec.as_array() {
+                    if !options.contains(instance) {
+                        err(errors, "enum", path, depth, format!("{} is not one of {}", py_repr(instance), py_repr(spec)));
+                    }
+                }
+            }
+            "format" => {
+                if spec == "uuid" {
+                    if let Some(s) = instance.as_str() {
+                        if !is_uuid_like(s) {
+                            err(errors, "format", path, depth, format!("{} is not a 'uuid'", py_repr(instance)));
+                        }
+                    }
+                }
+            }
+            "anyOf" | "oneOf" => {
+                if let Some(options) = spec.as_array() {
+                    let n_valid = options.iter().filter(|s| is_valid(s, instance)).count();
+                    let keyword: &'static str = if keyword == "anyOf" { "anyOf" } else { "oneOf" };
+                    if n_valid == 0 {
+                        err(errors, keyword, path, depth, format!("{} is not valid under any of the given schemas", py_repr(instance)));
+                    } else if keyword == "oneOf" && n_valid > 1 {
+                        err(errors, keyword, path, depth, format!("{} is valid under each of the given schemas", py_repr(instance)));
+                    }
+                }
+            }
+            _ => {}
+        }
+        match instance {
+            Value::Object(map) => check_object(keyword, spec, schema, map, instance, path, depth, errors),
+            Value::Array(items) => match keyword.as_str() {
+                "items" => {
+                    for item in items {
+                        check(spec, item, &format!("{path}['items']"), depth + 1, errors);
+                    }
+                }
+                "minItems" => {
+                    if spec.as_u64().is_some_and(|min| (items.len() as u64) < min) {
+                        let msg = if items.is_empty() { "[] should be non-empty".to_owned() } else { format!("{} is too short", py_repr(instance)) };
+                        err(errors, "minItems", path, depth, msg);
+                    }
+                }
+                "maxItems" => {
+                    if spec.as_u64().is_some_and(|max| (items.len() as u64) > max) {
+                        err(errors, "maxItems", path, depth, format!("{} is too long", py_repr(instance)));
+                    }
+                }
+                "uniqueItems" => {
+                    if spec == &Value::Bool(true) {
+                        let dup = items.iter().enumerate().any(|(i, a)| items[..i].contains(a));
+                        if dup {
+                            err(errors, "uniqueItems", path, depth, format!("{} has non-unique elements", py_repr(instance)));
+                        }
+                    }
+                }
+                _ => {}
+            },
+            Value::String(s) => match keyword.as_str() {
+                "minLength" => {
+                    if spec.as_u64().is_some_and(|min| (s.chars().count() as u64) < min) {
+                        let msg = if s.is_empty() { "'' should be non-empty".to_owned() } else { format!("{} is too short", py_repr(instance)) };
+                        err(errors, "minLength", path, depth, msg);
+                    }
+                }
+                "maxLength" => {
+                    if spec.as_u64().is_some_and(|max| (s.chars().count() as u64) > max) {
+                        err(errors, "maxLength", path, depth, format!("{} is too long", py_repr(instance)));
+                    }
+                }
+                "pattern" => {
+                    if let Some(pattern) = spec.as_str() {
+                        if regex(pattern).is_some_and(|re| !re.is_match(s)) {
+                            err(errors, "pattern", path, depth, format!("{} does not match {}", py_repr(instance), py_str(pattern)));
+                        }
+                    }
+                }
+                _ => {}
+            },
+            Value::Number(n) if type_matches("number", instance) => {
+                let v = n.as_f64().unwrap_or(0.0);
+                match keyword.as_str() {
+                    "minimum" => {
+                        if spec.as_f64().is_some_and(|min| v < min) {
+                            err(errors, "minimum", path, depth, format!("{} is less than the minimum of {}", n, spec));
+                        }
+                    }
+                    "maximum" => {
+                        if spec.as_f64().is_some_and(|max| v > max) {
+                            err(errors, "maximum", path, depth, format!("{} is greater than the maximum of {}", n, spec));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[expect(clippy::too_many_arguments)]
+fn check_object(
+    keyword: &str,
+    spec: &Value,
+    schema: &Map<String, Value>,
+    map: &Map<String, Value>,
+    instance: &Value,
+    path: &str,
+    depth: usize,
+    errors: &mut Vec<SchemaError>,
+) {
+    match keyword {
+        "properties" => {
+            if let Some(props) = spec.as_object() {
+                for (name, sub) in props {
+                    if let Some(value) = map.get(name) {
+                        check(sub, value, &format!("{path}['properties']['{name}']"), depth + 1, errors);
+                    }
+                }
+            }
+        }
+        "patternProperties" => {
+            if let Some(patterns) = spec.as_object() {
+                for (pattern, sub) in patterns {
+                    let Some(re) = regex(pattern) else { continue };
+                    for (name, value) in map {
+                        if re.is_match(name) {
+                            check(sub, value, &format!("{path}['patternProperties']['{pattern}']"), depth + 1, errors);
+                        }
+                    }
+                }
+            }
+        }
+        "required" => {
+            if let Some(required) = spec.as_array() {
+                for name in required.iter().filter_map(Value::as_str) {
+                    if !map.contains_key(name) {
+                        err(errors, "required", path, depth, format!("{} is a required property", py_str(name)));
+                    }
+                }
+            }
+        }
+        "minProperties" => {
+            if spec.as_u64().is_some_and(|min| (map.len() as u64) < min) {
+                let msg = if map.is_empty() { "{} should be non-empty".to_owned() } else { format!("{} does not have enough properties", py_repr(instance)) };
+                err(errors, "minProperties", path, depth, msg);
+            }
+        }
+        "maxProperties" => {
+            if spec.as_u64().is_some_and(|max| (map.len() as u64) > max) {
+                err(errors, "maxProperties", path, depth, format!("{} has too many properties", py_repr(instance)));
+            }
+        }
+        "additionalProperties" => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let patterns: Vec<(String, Regex)> = schema
+                .get("patternProperties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().filter_map(|k| regex(k).map(|re| (k.clone(), re))).collect())
+                .unwrap_or_default();
+            let extras: Vec<&String> = map
+                .keys()
+                .filter(|k| !props.is_some_and(|p| p.contains_key(*k)) && !patterns.iter().any(|(_, re)| re.is_match(k)))
+                .collect();
+            match spec {
+                Value::Bool(false) if !extras.is_empty() => {
+                    if !patterns.is_empty() {
+                        let pats = patterns.iter().map(|(p, _)| py_str(p)).collect::<Vec<_>>().join(", ");
+                        let names = extras.iter().map(|k| py_str(k)).collect::<Vec<_>>().join(", ");
+                        let verb = if extras.len() == 1 { "does" } else { "do" };
+                        err(errors, "additionalProperties", path, depth, format!("{names} {verb} not match any of the regexes: {pats}"));
+                    } else {
+                        let names = extras.iter().map(|k| py_str(k)).collect::<Vec<_>>().join(", ");
+                        let verb = if extras.len() == 1 { "was" } else { "were" };
+                        err(errors, "additionalProperties", path, depth, format!("Additional properties are not allowed ({names} {verb} unexpected)"));
+                    }
+                }
+                Value::Object(_) => {
+                    for name in extras {
+                        if let Some(value) = map.get(name) {
+                            check(spec, value, &format!("{path}['additionalProperties']"), depth + 1, errors);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_match_jsonschema() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 3}, "n": {"type": "integer", "minimum": 1}},
+            "required": ["name"],
+            "additionalProperties": false
+        });
+        let e = validate(&schema, &json!({})).unwrap_err();
+        assert_eq!(e.message, "'name' is a required property");
+        let e = validate(&schema, &json!({"name": "abcd"})).unwrap_err();
+        assert!(e.to_string().contains("Failed validating 'maxLength'"), "{e}");
+        let e = validate(&schema, &json!({"name": "a", "bad_field": 1})).unwrap_err();
+        assert_eq!(e.message, "Additional properties are not allowed ('bad_field' was unexpected)");
+        let e = validate(&schema, &json!({"name": "a", "n": 0})).unwrap_err();
+        assert_eq!(e.message, "0 is less than the minimum of 1");
+        let e = validate(&schema, &json!({"name": 1})).unwrap_err();
+        assert_eq!(e.message, "1 is not of type 'string'");
+        assert!(validate(&schema, &json!({"name": "abc", "n": 2})).is_ok());
+    }
+
+    #[test]
+    fn uuid_format() {
+        let schema = json!({"type": "string", "format": "uuid"});
+        assert!(validate(&schema, &json!("5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11")).is_ok());
+        assert!(validate(&schema, &json!("5a2a8ab454d84a3c9d072e9a1f4c4c11")).is_ok());
+        assert!(validate(&schema, &json!("not-a-uuid")).is_err());
+    }
+}

@@ -1,0 +1,51 @@
+//! The `berth` binary: one subcommand per module. Only this crate reads
+//! arguments, the environment and files.
+
+mod bench;
+mod config;
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+/// berth: cloud capacity control plane (OpenStack Placement compatible).
+#[derive(Debug, Parser)]
+#[command(name = "berth", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the placement API server.
+    Serve(serve::ServeOpts),
+    /// Run database migrations and exit.
+    Migrate(serve::MigrateOpts),
+    /// Run benchmarks against a berth (and optionally the real placement).
+    Bench(bench::BenchOpts),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(opts) => serve::run(opts),
+        Command::Migrate(opts) => serve::migrate(opts),
+        Command::Bench(opts) => bench::run(opts),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("berth: error: {err:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn verify_cli() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,167 @@
+//! `berth serve` and `berth migrate`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use berth_api::{ApiConfig, App, AuthMode, CorsConfig, Policy};
+use berth_store::Store;
+use berth_store_sqlite::SqliteStore;
+
+use crate::config::FileConfig;
+
+/// Default listen address (placement's registered port).
+const DEFAULT_LISTEN: &str = "127.0.0.1:8778";
+/// Default data directory.
+const DEFAULT_DATA_DIR: &str = "berth-data";
+/// Default request body limit: 10 MiB, far above any placement request
+/// (a 1,000-consumer POST /allocations is ~300 KB).
+const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// Options of `berth serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeOpts {
+    /// Address to listen on.
+    #[arg(long, env = "BERTH_LISTEN")]
+    listen: Option<String>,
+    /// Directory for the embedded SQLite database.
+    #[arg(long, env = "BERTH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Database URL; `sqlite://PATH` (default: SQLite in the data dir).
+    #[arg(long, env = "BERTH_DATABASE")]
+    database: Option<String>,
+    /// oslo.policy YAML file overriding the built-in rules.
+    #[arg(long, env = "BERTH_POLICY_FILE")]
+    policy_file: Option<PathBuf>,
+    /// Authentication: `noauth2` (X-Auth-Token user[:project]) or
+    /// `trusted-headers` (keystonemiddleware's X-User-Id/X-Project-Id/X-Roles).
+    #[arg(long, env = "BERTH_AUTH")]
+    auth: Option<String>,
+    /// CORS allowed origin; empty disables CORS.
+    #[arg(long, env = "BERTH_CORS_ALLOWED_ORIGIN")]
+    cors_allowed_origin: Option<String>,
+    /// Extra headers allowed in CORS requests (comma separated).
+    #[arg(long, env = "BERTH_CORS_ALLOW_HEADERS")]
+    cors_allow_headers: Option<String>,
+    /// Largest accepted request body in bytes (413 above).
+    #[arg(long, env = "BERTH_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+    /// YAML config file (lowest precedence).
+    #[arg(long, env = "BERTH_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log filter, e.g. `info` or `berth_api=debug`.
+    #[arg(long, env = "BERTH_LOG")]
+    log: Option<String>,
+}
+
+/// Options of `berth migrate`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct MigrateOpts {
+    /// Directory for the embedded SQLite database.
+    #[arg(long, env = "BERTH_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+}
+
+/// Fully resolved serve settings.
+struct Settings {
+    listen: SocketAddr,
+    data_dir: PathBuf,
+    database: Option<String>,
+    api: ApiConfig,
+    log: String,
+}
+
+fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
+    let file = FileConfig::load(opts.config.as_deref())?;
+    let listen = opts.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let listen: SocketAddr = listen.parse().with_context(|| format!("invalid --listen address {listen:?}"))?;
+    let data_dir = opts.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    let policy = match opts.policy_file.or(file.policy_file) {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading policy {}", path.display()))?;
+            Policy::from_file_text(&text).with_context(|| format!("parsing policy {}", path.display()))?
+        }
+        None => Policy::new(&Default::default())?,
+    };
+    let auth_mode = match opts.auth.or(file.auth).as_deref().unwrap_or("noauth2") {
+        "noauth2" => AuthMode::NoAuth2,
+        "trusted-headers" | "keystone" => AuthMode::TrustedHeaders,
+        other => anyhow::bail!("unknown --auth {other:?}; expected noauth2 or trusted-headers"),
+    };
+    let origin = opts.cors_allowed_origin.or(file.cors_allowed_origin).unwrap_or_default();
+    let cors = if origin.trim().is_empty() {
+        None
+    } else {
+        let headers = opts.cors_allow_headers.or(file.cors_allow_headers).unwrap_or_default();
+        Some(CorsConfig {
+            allowed_origins: origin.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+            allow_headers: headers.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        })
+    };
+    Ok(Settings {
+        listen,
+        data_dir,
+        database: opts.database.or(file.database),
+        api: ApiConfig {
+            auth_mode,
+            policy,
+            cors,
+            max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+        },
+        log: opts.log.or(file.log).unwrap_or_else(|| "info".to_owned()),
+    })
+}
+
+fn open_store(database: Option<&str>, data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn Store>> {
+    match database {
+        None | Some("") => Ok(Arc::new(SqliteStore::open_dir(data_dir)?)),
+        Some(url) if url.starts_with("sqlite://") => {
+            let path = PathBuf::from(&url["sqlite://".len()..]);
+            Ok(Arc::new(SqliteStore::open_path(&path)?))
+        }
+        Some(url) => anyhow::bail!("unsupported --database {url:?}: this build supports sqlite:// (PostgreSQL is not built yet)"),
+    }
+}
+
+pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
+    let settings = resolve(opts)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log))
+        .with_target(false)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let store = open_store(settings.database.as_deref(), &settings.data_dir)?;
+        let app = Arc::new(App::new(store, settings.api)?);
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("binding {}", settings.listen))?;
+        tracing::info!(listen = %listener.local_addr()?, data_dir = %settings.data_dir.display(), "berth serving placement");
+        axum::serve(listener, berth_api::router(app)).with_graceful_shutdown(shutdown_signal()).await?;
+        tracing::info!("berth stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+pub(crate) fn migrate(opts: MigrateOpts) -> anyhow::Result<()> {
+    let mut store = SqliteStore::open_dir(&opts.data_dir)?;
+    let ran = store.migrate()?;
+    eprintln!("berth: {} is at the current schema ({ran} migrations applied now)", opts.data_dir.display());
+    Ok(())
+}

@@ -1,0 +1,469 @@
+//! Embedded SQLite backend for the [`Store`] trait.
+//!
+//! One connection behind a mutex: SQLite has a single writer anyway, and
+//! berth serialises its writes before they reach the store. The database
+//! runs in WAL mode with `synchronous=FULL`, so every committed transaction
+//! is fsync'd before `commit` returns — a 2xx survives `kill -9` and power
+//! loss. An exclusive lock file in the data directory keeps a second berth
+//! process from opening the same database (the in-memory snapshot of each
+//! process would otherwise go stale; use PostgreSQL for several processes).
+#![deny(missing_docs)]
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Mutex;
+
+use berth_model::{
+    AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid,
+};
+use berth_store::{Store, StoreError};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+/// Embedded migrations, applied in order.
+const MIGRATIONS: &[(&str, &str)] = &[("0001_initial", include_str!("../migrations/0001_initial.sql"))];
+
+/// SQLite-backed store.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    _lock: Option<File>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
+    }
+}
+
+fn internal(err: rusqlite::Error) -> StoreError {
+    StoreError::Internal(err.to_string())
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|e| StoreError::Internal(format!("bad uuid {text:?} in database: {e}")))
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) `berth.sqlite` in `data_dir`, take the
+    /// directory lock and run pending migrations.
+    pub fn open_dir(data_dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", data_dir.display())))?;
+        let lock_path = data_dir.join("berth.lock");
+        let lock = File::create(&lock_path)
+            .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", lock_path.display())))?;
+        lock.try_lock().map_err(|_| {
+            StoreError::Unavailable(format!(
+                "{} is locked by another berth process; SQLite serves one process (use PostgreSQL for several)",
+                data_dir.display()
+            ))
+        })?;
+        let mut store = Self::open_path(&data_dir.join("berth.sqlite"))?;
+        store._lock = Some(lock);
+        Ok(store)
+    }
+
+    /// Open a database file without taking a directory lock (tests, tools).
+    pub fn open_path(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(internal)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(internal)?;
+        conn.pragma_update(None, "foreign_keys", "OFF").map_err(internal)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(internal)?;
+        let mut store = Self { conn: Mutex::new(conn), _lock: None };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Apply pending migrations; returns how many ran.
+    pub fn migrate(&mut self) -> Result<usize, StoreError> {
+        let conn = self.conn.get_mut().map_err(|_| StoreError::Internal("poisoned".into()))?;
+        let current: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(internal)?;
+        let mut ran = 0;
+        for (idx, (_name, sql)) in MIGRATIONS.iter().enumerate() {
+            let version = idx as i64 + 1;
+            if version <= current {
+                continue;
+            }
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+            tx.execute_batch(sql).map_err(internal)?;
+            tx.pragma_update(None, "user_version", version).map_err(internal)?;
+            tx.commit().map_err(internal)?;
+            ran += 1;
+        }
+        Ok(ran)
+    }
+}
+
+fn check_one(changed: usize, what: &str) -> Result<(), StoreError> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(what.to_owned()))
+    }
+}
+
+fn is_unique_violation(err: &rusqlite::Error) -> bool {
+    matches!(err, rusqlite::Error::SqliteFailure(e, _)
+        if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+            || e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+fn write_change(tx: &rusqlite::Transaction<'_>, change: &Change) -> Result<(), StoreError> {
+    let unique = |e: rusqlite::Error| {
+        if is_unique_violation(&e) {
+            StoreError::Conflict(e.to_string())
+        } else {
+            internal(e)
+        }
+    };
+    match change {
+        Change::PutProvider { row, expected_generation } => {
+            let ProviderRow { id, uuid, name, generation, parent, root, created_at, updated_at } = row;
+            let parent = parent.map(|p| p.to_string());
+            match expected_generation {
+                None => {
+                    tx.execute(
+                        "INSERT INTO resource_providers (id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                        params![id, uuid.to_string(), name, generation, parent, root.to_string(), created_at, updated_at],
+                    )
+                    .map_err(unique)?;
+                }
+                Some(expected) => {
+                    let changed = tx
+                        .execute(
+                            "UPDATE resource_providers SET name = ?2, generation = ?3, parent_uuid = ?4, root_uuid = ?5,
+                                    updated_at = ?6
+                             WHERE uuid = ?1 AND generation = ?7",
+                            params![uuid.to_string(), name, generation, parent, root.to_string(), updated_at, expected],
+                        )
+                        .map_err(unique)?;
+                    check_one(changed, "resource provider generation changed")?;
+                }
+            }
+        }
+        Change::DeleteProvider { uuid, expected_generation } => {
+            let uuid = uuid.to_string();
+            let changed = tx
+                .execute(
+                    "DELETE FROM resource_providers WHERE uuid = ?1 AND generation = ?2",
+                    params![uuid, expected_generation],
+                )
+                .map_err(internal)?;
+            check_one(changed, "resource provider generation changed")?;
+            for table in ["inventories", "provider_traits", "provider_aggregates"] {
+                tx.execute(&format!("DELETE FROM {table} WHERE provider_uuid = ?1"), params![uuid])
+                    .map_err(internal)?;
+            }
+        }
+        Change::SetInventories { provider, inventories } => {
+            let provider = provider.to_string();
+            tx.execute("DELETE FROM inventories WHERE provider_uuid = ?1", params![provider]).map_err(internal)?;
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO inventories (provider_uuid, resource_class, total, reserved, min_unit, max_unit,
+                                              step_size, allocation_ratio)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )
+                .map_err(internal)?;
+            for (class, inv) in inventories {
+                insert
+                    .execute(params![
+                        provider,
+                        class,
+                        inv.total,
+                        inv.reserved,
+                        inv.min_unit,
+                        inv.max_unit,
+                        inv.step_size,
+                        inv.allocation_ratio
+                    ])
+                    .map_err(internal)?;
+            }
+        }
+        Change::SetProviderTraits { provider, traits } => {
+            let provider = provider.to_string();
+            tx.execute("DELETE FROM provider_traits WHERE provider_uuid = ?1", params![provider])
+                .map_err(internal)?;
+            let mut insert = tx
+                .prepare_cached("INSERT INTO provider_traits (provider_uuid, trait) VALUES (?1, ?2)")
+                .map_err(internal)?;
+            for name in traits {
+                insert.execute(params![provider, name]).map_err(internal)?;
+            }
+        }
+        Change::SetProviderAggregates { provider, aggregates } => {
+            let provider = provider.to_string();
+            tx.execute("DELETE FROM provider_aggregates WHERE provider_uuid = ?1", params![provider])
+                .map_err(internal)?;
+            let mut insert = tx
+                .prepare_cached("INSERT INTO provider_aggregates (provider_uuid, aggregate_uuid) VALUES (?1, ?2)")
+                .map_err(internal)?;
+            for agg in aggregates {
+                insert.execute(params![provider, agg.to_string()]).map_err(internal)?;
+            }
+        }
+        Change::PutConsumer { row, expected_generation, allocations } => {
+            let ConsumerRow { uuid, project_id, user_id, generation, consumer_type, created_at, updated_at } = row;
+            let uuid = uuid.to_string();
+            match expected_generation {
+                None => {
+                    tx.execute(
+                        "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type, created_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![uuid, project_id, user_id, generation, consumer_type, created_at, updated_at],
+                    )
+                    .map_err(unique)?;
+                }
+                Some(expected) => {
+                    let changed = tx
+                        .execute(
+                            "UPDATE consumers SET project_id = ?2, user_id = ?3, generation = ?4, consumer_type = ?5,
+                                    updated_at = ?6
+                             WHERE uuid = ?1 AND generation = ?7",
+                            params![uuid, project_id, user_id, generation, consumer_type, updated_at, expected],
+                        )
+                        .map_err(internal)?;
+                    check_one(changed, "consumer generation changed")?;
+                }
+            }
+            write_allocations(tx, &uuid, allocations)?;
+        }
+        Change::DeleteConsumer { uuid, expected_generation } => {
+            let uuid = uuid.to_string();
+            let changed = tx
+                .execute("DELETE FROM consumers WHERE uuid = ?1 AND generation = ?2", params![uuid, expected_generation])
+                .map_err(internal)?;
+            check_one(changed, "consumer generation changed")?;
+            tx.execute("DELETE FROM allocations WHERE consumer_uuid = ?1", params![uuid]).map_err(internal)?;
+        }
+        Change::PutResourceClass { id, name, created_at, updated_at } => {
+            tx.execute(
+                "INSERT INTO resource_classes (id, name, created_at, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, updated_at = excluded.updated_at",
+                params![id, name, created_at, updated_at],
+            )
+            .map_err(unique)?;
+        }
+        Change::DeleteResourceClass { name } => {
+            tx.execute("DELETE FROM resource_classes WHERE name = ?1", params![name]).map_err(internal)?;
+        }
+        Change::PutTrait { id, name, created_at } => {
+            tx.execute(
+                "INSERT INTO traits (id, name, created_at) VALUES (?1, ?2, ?3)",
+                params![id, name, created_at],
+            )
+            .map_err(unique)?;
+        }
+        Change::DeleteTrait { name } => {
+            tx.execute("DELETE FROM traits WHERE name = ?1", params![name]).map_err(internal)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_allocations(tx: &rusqlite::Transaction<'_>, consumer: &str, allocations: &AllocationMap) -> Result<(), StoreError> {
+    tx.execute("DELETE FROM allocations WHERE consumer_uuid = ?1", params![consumer]).map_err(internal)?;
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .map_err(internal)?;
+    for (provider, amounts) in allocations {
+        let provider = provider.to_string();
+        for (class, used) in amounts {
+            insert.execute(params![consumer, provider, class, used]).map_err(internal)?;
+        }
+    }
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn load(&self) -> Result<State, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
+        load_state(&conn).map_err(|e| match e {
+            LoadError::Sql(e) => internal(e),
+            LoadError::Store(e) => e,
+        })
+    }
+
+    fn commit(&self, changes: &ChangeSet) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+        for change in &changes.changes {
+            write_change(&tx, change)?;
+        }
+        tx.commit().map_err(internal)
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "sqlite"
+    }
+}
+
+enum LoadError {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for LoadError {
+    fn from(e: rusqlite::Error) -> Self {
+        LoadError::Sql(e)
+    }
+}
+
+impl From<StoreError> for LoadError {
+    fn from(e: StoreError) -> Self {
+        LoadError::Store(e)
+    }
+}
+
+fn load_state(conn: &Connection) -> Result<State, LoadError> {
+    let mut set = ChangeSet::new();
+    let mut stmt = conn.prepare("SELECT id, name, created_at, updated_at FROM resource_classes ORDER BY id")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        set.push(Change::PutResourceClass {
+            id: row.get(0)?,
+            name: row.get(1)?,
+            created_at: row.get(2)?,
+            updated_at: row.get(3)?,
+        });
+    }
+    let mut stmt = conn.prepare("SELECT id, name, created_at FROM traits ORDER BY id")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        set.push(Change::PutTrait { id: row.get(0)?, name: row.get(1)?, created_at: row.get(2)? });
+    }
+    // Parents are always created before their children, so id order puts
+    // every parent first and the derived child index builds correctly.
+    let mut stmt = conn.prepare(
+        "SELECT id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at
+         FROM resource_providers ORDER BY id",
+    )?;
+    let mut rows = stmt.query([])?;
+    let mut providers = Vec::new();
+    while let Some(row) = rows.next()? {
+        let parent: Option<String> = row.get(4)?;
+        providers.push(ProviderRow {
+            id: row.get(0)?,
+            uuid: parse_uuid(&row.get::<_, String>(1)?)?,
+            name: row.get(2)?,
+            generation: row.get(3)?,
+            parent: parent.as_deref().map(parse_uuid).transpose()?,
+            root: parse_uuid(&row.get::<_, String>(5)?)?,
+            created_at: row.get(6)?,
+            updated_at: row.get(7)?,
+        });
+    }
+    // Re-parenting (1.37) can give a child a smaller id than its new parent:
+    // insert in an order where parents come first.
+    let order = parents_first(&providers);
+    for idx in order {
+        set.push(Change::PutProvider { row: providers[idx].clone(), expected_generation: None });
+    }
+    let mut inventories: std::collections::BTreeMap<Uuid, std::collections::BTreeMap<String, Inventory>> =
+        Default::default();
+    let mut stmt = conn.prepare(
+        "SELECT provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio
+         FROM inventories",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let provider = parse_uuid(&row.get::<_, String>(0)?)?;
+        inventories.entry(provider).or_default().insert(
+            row.get(1)?,
+            Inventory {
+                total: row.get(2)?,
+                reserved: row.get(3)?,
+                min_unit: row.get(4)?,
+                max_unit: row.get(5)?,
+                step_size: row.get(6)?,
+                allocation_ratio: row.get(7)?,
+            },
+        );
+    }
+    for (provider, inventories) in inventories {
+        set.push(Change::SetInventories { provider, inventories });
+    }
+    let mut traits: std::collections::BTreeMap<Uuid, std::collections::BTreeSet<String>> = Default::default();
+    let mut stmt = conn.prepare("SELECT provider_uuid, trait FROM provider_traits")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        traits.entry(parse_uuid(&row.get::<_, String>(0)?)?).or_default().insert(row.get(1)?);
+    }
+    for (provider, traits) in traits {
+        set.push(Change::SetProviderTraits { provider, traits });
+    }
+    let mut aggregates: std::collections::BTreeMap<Uuid, std::collections::BTreeSet<Uuid>> = Default::default();
+    let mut stmt = conn.prepare("SELECT provider_uuid, aggregate_uuid FROM provider_aggregates")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        aggregates
+            .entry(parse_uuid(&row.get::<_, String>(0)?)?)
+            .or_default()
+            .insert(parse_uuid(&row.get::<_, String>(1)?)?);
+    }
+    for (provider, aggregates) in aggregates {
+        set.push(Change::SetProviderAggregates { provider, aggregates });
+    }
+    let mut allocations: std::collections::HashMap<Uuid, AllocationMap> = Default::default();
+    let mut stmt = conn.prepare("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let consumer = parse_uuid(&row.get::<_, String>(0)?)?;
+        let provider = parse_uuid(&row.get::<_, String>(1)?)?;
+        allocations.entry(consumer).or_default().entry(provider).or_default().insert(row.get(2)?, row.get(3)?);
+    }
+    let mut stmt = conn.prepare(
+        "SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let uuid = parse_uuid(&row.get::<_, String>(0)?)?;
+        set.push(Change::PutConsumer {
+            row: ConsumerRow {
+                uuid,
+                project_id: row.get(1)?,
+                user_id: row.get(2)?,
+                generation: row.get(3)?,
+                consumer_type: row.get(4)?,
+                created_at: row.get(5)?,
+                updated_at: row.get(6)?,
+            },
+            expected_generation: None,
+            allocations: allocations.remove(&uuid).unwrap_or_default(),
+        });
+    }
+    let _ = conn.query_row("SELECT 1", [], |_| Ok(())).optional()?;
+    let mut state = State::default();
+    state.apply(&set);
+    Ok(state)
+}
+
+/// Indexes of `rows` ordered so that every parent precedes its children,
+/// otherwise by id.
+fn parents_first(rows: &[ProviderRow]) -> Vec<usize> {
+    let by_uuid: std::collections::HashMap<Uuid, usize> = rows.iter().enumerate().map(|(i, r)| (r.uuid, i)).collect();
+    let mut placed = vec![false; rows.len()];
+    let mut order = Vec::with_capacity(rows.len());
+    for start in 0..rows.len() {
+        let mut chain = Vec::new();
+        let mut current = Some(start);
+        while let Some(idx) = current {
+            if placed[idx] || chain.contains(&idx) {
+                break;
+            }
+            chain.push(idx);
+            current = rows[idx].parent.and_then(|p| by_uuid.get(&p).copied());
+        }
+        for idx in chain.into_iter().rev() {
+            placed[idx] = true;
+            order.push(idx);
+        }
+    }
+    order
+}
