@@ -262,7 +262,7 @@ pub fn render_error(err: &ApiError, version: Option<Version>, request_id: &str, 
         let mut error = json!({
             "status": err.status.as_u16(),
             "title": err.title(),
-            "detail": format!("{}\n\n {}  ", err.status_line(), err.detail),
+            "detail": err.wire_detail(),
         });
         if version.is_some_and(|v| v >= Version(1, 23)) {
             error["code"] = json!(err.code);
@@ -292,8 +292,22 @@ fn html_escape(s: &str) -> String {
 }
 
 impl ApiError {
-    /// `"404 Not Found"`: webob prefixes the detail with the status line.
-    pub fn status_line(&self) -> String {
-        format!("{} {}", self.status.as_u16(), self.title())
+    /// The `detail` as placement (webob) renders it: the status's standard
+    /// explanation, a blank line, then the message on one line.
+    pub fn wire_detail(&self) -> String {
+        let explanation = match self.status.as_u16() {
+            400 => "The server could not comply with the request since it is either malformed or otherwise incorrect.",
+            401 => "This server could not verify that you are authorized to access the document you requested. Either you supplied the wrong credentials (e.g., bad password), or your browser does not understand how to supply the credentials required.",
+            403 => "Access was denied to this resource.",
+            404 => "The resource could not be found.",
+            405 => return self.detail.clone(),
+            406 => "The resource could not be generated that was acceptable to your browser.",
+            409 => "There was a conflict when trying to complete your request.",
+            413 => "The request is larger than the server is willing or able to process.",
+            415 => "The request media type is not supported by this server.",
+            503 => "The server is currently unavailable. Please try again at a later time.",
+            _ => "The server has either erred or is incapable of performing the requested operation.",
+        };
+        format!("{explanation}\n\n {}  ", self.detail.replace('\n', " "))
     }
 }

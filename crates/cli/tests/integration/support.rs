@@ -1,0 +1,205 @@
+//! `TestServer`: a real `berth serve` child process on 127.0.0.1, and a
+//! small JSON client for it.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh, empty directory under the system temp dir.
+pub(crate) fn fresh_dir(tag: &str) -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("berth-it-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    dir
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// A running berth server.
+pub(crate) struct TestServer {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) base: String,
+    /// Its data directory (kept across restarts).
+    pub(crate) dir: PathBuf,
+    keep_dir: bool,
+}
+
+impl TestServer {
+    /// Start on a fresh data directory.
+    pub(crate) async fn start(tag: &str) -> Self {
+        Self::start_in(fresh_dir(tag)).await
+    }
+
+    /// Start on an existing data directory.
+    pub(crate) async fn start_in(dir: PathBuf) -> Self {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+                .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+                .arg(&dir)
+                .args(["--log", "warn"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn berth");
+            let mut server = TestServer { child: Some(child), base: format!("http://127.0.0.1:{port}"), dir: dir.clone(), keep_dir: false };
+            if server.wait_ready().await {
+                return server;
+            }
+            server.kill9();
+        }
+        panic!("berth did not start");
+    }
+
+    async fn wait_ready(&mut self) -> bool {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return false;
+                }
+            }
+            if let Ok(resp) = client.get(format!("{}/", self.base)).send().await {
+                if resp.status().is_success() {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    }
+
+    /// SIGKILL the process (no graceful shutdown) and reap it.
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Keep the data directory after drop (for a restart).
+    pub(crate) fn keep_dir(mut self) -> PathBuf {
+        self.keep_dir = true;
+        self.kill9();
+        self.dir.clone()
+    }
+
+    /// A client for this server.
+    pub(crate) fn client(&self) -> Client {
+        Client { http: reqwest::Client::new(), base: self.base.clone(), version: "latest".into(), token: "admin".into() }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill9();
+        if !self.keep_dir && !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A response: status and parsed JSON body (Null when empty/not JSON).
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+}
+
+/// Placement JSON client.
+#[derive(Clone)]
+pub(crate) struct Client {
+    http: reqwest::Client,
+    base: String,
+    /// Microversion sent.
+    pub(crate) version: String,
+    /// X-Auth-Token sent.
+    pub(crate) token: String,
+}
+
+impl Client {
+    /// Send a request with an optional JSON body.
+    pub(crate) async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Reply {
+        let mut req = self
+            .http
+            .request(method.parse().expect("method"), format!("{}{}", self.base, path))
+            .header("x-auth-token", &self.token)
+            .header("accept", "application/json")
+            .header("openstack-api-version", format!("placement {}", self.version));
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body.to_string());
+        }
+        Self::finish(req).await
+    }
+
+    /// Send raw bytes with explicit headers.
+    pub(crate) async fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Reply {
+        let mut req = self
+            .http
+            .request(method.parse().expect("method"), format!("{}{}", self.base, path))
+            .header("x-auth-token", &self.token)
+            .header("accept", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        Self::finish(req.body(body)).await
+    }
+
+    async fn finish(req: reqwest::RequestBuilder) -> Reply {
+        let resp = req.send().await.expect("request failed");
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply { status, body }
+    }
+
+    /// The server's base URL.
+    pub(crate) fn base_url(&self) -> String {
+        self.base.clone()
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Reply {
+        self.call("GET", path, None).await
+    }
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> Reply {
+        self.call("POST", path, Some(body)).await
+    }
+    pub(crate) async fn put(&self, path: &str, body: &Value) -> Reply {
+        self.call("PUT", path, Some(body)).await
+    }
+}
+
+/// Assert a reply is a placement error with the given status.
+pub(crate) fn assert_error(reply: &Reply, status: u16, what: &str) {
+    assert_eq!(reply.status, status, "{what}: {:?}", reply.body);
+    let error = &reply.body["errors"][0];
+    assert_eq!(error["status"], status, "{what}: error body {:?}", reply.body);
+    assert!(error["detail"].as_str().is_some_and(|d| !d.is_empty()), "{what}: detail missing {:?}", reply.body);
+    assert!(error["request_id"].as_str().is_some_and(|r| r.starts_with("req-")), "{what}: {:?}", reply.body);
+}
+
+/// Create a provider with one inventory class, returning its uuid.
+pub(crate) async fn provider_with_inventory(client: &Client, name: &str, class: &str, total: i64) -> String {
+    let uuid = uuid::Uuid::new_v4().to_string();
+    let created = client.post("/resource_providers", &serde_json::json!({"name": name, "uuid": uuid})).await;
+    assert_eq!(created.status, 200, "create provider: {:?}", created.body);
+    let inv = client
+        .put(
+            &format!("/resource_providers/{uuid}/inventories"),
+            &serde_json::json!({"resource_provider_generation": 0, "inventories": {class: {"total": total}}}),
+        )
+        .await;
+    assert_eq!(inv.status, 200, "set inventory: {:?}", inv.body);
+    uuid
+}
