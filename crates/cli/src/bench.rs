@@ -1,13 +1,258 @@
-//! `berth bench`: load generators over real HTTP.
+//! `berth bench`: load generators over real HTTP on loopback.
+//!
+//! `berth bench write` starts a fresh berth (this binary, `serve` on a
+//! temporary data directory) and, when `--real-placement DIR` is given, the
+//! real Python Placement through the conformance harness's
+//! `real_placement.py`, then drives both with the same client: N providers,
+//! each created with inventories (VCPU, MEMORY_MB, DISK_GB), traits and an
+//! aggregate — four requests per provider — at a fixed concurrency, and
+//! prints requests/s and the ratio.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::json;
 
 /// Options of `berth bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchOpts {
-    /// Placement endpoint to drive.
-    #[arg(long, default_value = "http://127.0.0.1:8778")]
-    url: String,
+    #[command(subcommand)]
+    which: BenchKind,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BenchKind {
+    /// Create providers with inventories, traits and aggregates (4 requests each).
+    Write(WriteOpts),
+}
+
+#[derive(Debug, clap::Args)]
+struct WriteOpts {
+    /// Number of providers to create.
+    #[arg(long, default_value_t = 1000)]
+    providers: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 10)]
+    concurrency: usize,
+    /// Directory holding the placement-conformance harness
+    /// (`real_placement.py`); when given, the real Placement is measured too.
+    #[arg(long)]
+    real_placement: Option<PathBuf>,
+    /// Python interpreter with openstack-placement installed (the harness venv).
+    #[arg(long, default_value = "/tmp/placement-conformance-venv/bin/python")]
+    python: PathBuf,
+    /// Drive an already running placement at this URL instead of starting berth.
+    #[arg(long)]
+    url: Option<String>,
 }
 
 pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
-    anyhow::bail!("bench against {} is not built yet", opts.url)
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match opts.which {
+        BenchKind::Write(w) => runtime.block_on(write_bench(w)),
+    }
+}
+
+/// A server process started for a benchmark, killed on drop.
+struct Spawned {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn temp_dir(tag: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("berth-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+async fn wait_ready(url: &str, child: &mut Child) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("server exited during start-up: {status}");
+        }
+        if client.get(format!("{url}/")).send().await.is_ok_and(|r| r.status().as_u16() < 500) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("server at {url} did not become ready")
+}
+
+async fn spawn_berth() -> anyhow::Result<Spawned> {
+    let port = free_port()?;
+    let dir = temp_dir("berth")?;
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log", "warn", "--data-dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting berth")?;
+    let url = format!("http://127.0.0.1:{port}");
+    wait_ready(&url, &mut child).await?;
+    Ok(Spawned { child, url, dir })
+}
+
+async fn spawn_real(harness: &std::path::Path, python: &std::path::Path) -> anyhow::Result<Spawned> {
+    let port = free_port()?;
+    let dir = temp_dir("real")?;
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, "{}\n")?;
+    let mut child = Command::new(python)
+        .arg(harness.join("real_placement.py"))
+        .args(["--port", &port.to_string(), "--workdir"])
+        .arg(&dir)
+        .arg("--policy-file")
+        .arg(&policy)
+        .args(["--cors-origin", "", "--cors-allow-headers", ""])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting real placement")?;
+    let url = format!("http://127.0.0.1:{port}");
+    wait_ready(&url, &mut child).await?;
+    Ok(Spawned { child, url, dir })
+}
+
+/// Result of one write run.
+struct WriteResult {
+    requests: usize,
+    elapsed: Duration,
+    failures: usize,
+}
+
+async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyhow::Result<WriteResult> {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency * 2).build()?;
+    let send = |method: reqwest::Method, path: String, body: serde_json::Value| {
+        client
+            .request(method, format!("{url}{path}"))
+            .header("x-auth-token", "admin")
+            .header("accept", "application/json")
+            .header("content-type", "application/json")
+            .header("openstack-api-version", "placement 1.39")
+            .body(body.to_string())
+            .send()
+    };
+    // Shared set-up: one custom trait.
+    let resp = send(reqwest::Method::PUT, "/traits/CUSTOM_BENCH".into(), json!({})).await?;
+    anyhow::ensure!(resp.status().is_success(), "creating CUSTOM_BENCH: {}", resp.status());
+    let next = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let aggregate = uuid::Uuid::new_v4().to_string();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let next = next.clone();
+        let failures = failures.clone();
+        let client = client.clone();
+        let url = url.to_owned();
+        let aggregate = aggregate.clone();
+        workers.push(tokio::spawn(async move {
+            let send = |method: reqwest::Method, path: String, body: serde_json::Value| {
+                client
+                    .request(method, format!("{url}{path}"))
+                    .header("x-auth-token", "admin")
+                    .header("accept", "application/json")
+                    .header("content-type", "application/json")
+                    .header("openstack-api-version", "placement 1.39")
+                    .body(body.to_string())
+                    .send()
+            };
+            loop {
+                let idx = next.fetch_add(1, Ordering::SeqCst);
+                if idx >= n_providers {
+                    break;
+                }
+                let uuid = uuid::Uuid::new_v4().to_string();
+                let steps = [
+                    (reqwest::Method::POST, "/resource_providers".to_owned(), json!({"name": format!("bench-{idx}"), "uuid": uuid})),
+                    (
+                        reqwest::Method::PUT,
+                        format!("/resource_providers/{uuid}/inventories"),
+                        json!({"resource_provider_generation": 0, "inventories": {
+                            "VCPU": {"total": 32, "allocation_ratio": 16.0},
+                            "MEMORY_MB": {"total": 131072, "reserved": 512},
+                            "DISK_GB": {"total": 2048, "min_unit": 1, "max_unit": 2048}}}),
+                    ),
+                    (
+                        reqwest::Method::PUT,
+                        format!("/resource_providers/{uuid}/traits"),
+                        json!({"resource_provider_generation": 1, "traits": ["HW_CPU_X86_AVX2", "CUSTOM_BENCH"]}),
+                    ),
+                    (
+                        reqwest::Method::PUT,
+                        format!("/resource_providers/{uuid}/aggregates"),
+                        json!({"resource_provider_generation": 2, "aggregates": [aggregate]}),
+                    ),
+                ];
+                for (method, path, body) in steps {
+                    match send(method, path, body).await {
+                        Ok(resp) if resp.status().is_success() => {
+                            let _ = resp.bytes().await;
+                        }
+                        _ => {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await?;
+    }
+    Ok(WriteResult { requests: n_providers * 4, elapsed: started.elapsed(), failures: failures.load(Ordering::Relaxed) })
+}
+
+fn report(name: &str, result: &WriteResult) -> f64 {
+    let rps = result.requests as f64 / result.elapsed.as_secs_f64();
+    println!(
+        "{name:<16} {:>6} requests in {:>8.3} s  = {:>9.1} req/s  ({} failed)",
+        result.requests,
+        result.elapsed.as_secs_f64(),
+        rps,
+        result.failures
+    );
+    rps
+}
+
+async fn write_bench(opts: WriteOpts) -> anyhow::Result<()> {
+    println!(
+        "bench write: {} providers x 4 requests (create, inventories, traits, aggregates), concurrency {}",
+        opts.providers, opts.concurrency
+    );
+    let berth_rps = match &opts.url {
+        Some(url) => report("target", &drive_writes(url, opts.providers, opts.concurrency).await?),
+        None => {
+            let berth = spawn_berth().await?;
+            report("berth", &drive_writes(&berth.url, opts.providers, opts.concurrency).await?)
+        }
+    };
+    if let Some(harness) = &opts.real_placement {
+        let real = spawn_real(harness, &opts.python).await?;
+        let real_rps = report("real placement", &drive_writes(&real.url, opts.providers, opts.concurrency).await?);
+        println!("ratio berth / real placement: {:.1}x", berth_rps / real_rps);
+    }
+    Ok(())
 }
