@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use berth_model::{ChangeSet, State, Timestamp};
-use berth_store::Store;
+use berth_store::{Seq, Store};
 
 use crate::auth::AuthMode;
 use crate::error::{ApiError, ApiResult};
@@ -36,13 +36,26 @@ pub struct App {
     /// Settings.
     pub config: ApiConfig,
     state: RwLock<State>,
-    writer: Mutex<()>,
+    /// Serialises writers and change-feed catch-up; holds the last change
+    /// sequence number applied to `state`.
+    writer: Mutex<Seq>,
     store: Arc<dyn Store>,
 }
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App").field("store", &self.store.backend_name()).finish_non_exhaustive()
+    }
+}
+
+/// Run blocking store work: on a multi-threaded runtime, tell tokio so it can
+/// move other tasks off this worker; elsewhere (tests, start-up) just run it.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -58,13 +71,35 @@ impl App {
     /// Load the state from `store` (adding any missing standard traits and
     /// resource classes) and build the app.
     pub fn new(store: Arc<dyn Store>, config: ApiConfig) -> anyhow::Result<Self> {
-        let mut state = store.load()?;
-        let standard = state.standard_data_changes(now());
-        if !standard.is_empty() {
-            store.commit(&standard)?;
-            state.apply(&standard);
+        let loaded = store.load()?;
+        let app = Self { config, state: RwLock::new(loaded.state), writer: Mutex::new(loaded.seq), store };
+        // Upstream syncs standard traits and classes at start-up; several
+        // processes may race here, which the plan-inside-transaction
+        // protocol makes harmless (the loser sees the winner's rows).
+        app.write(|state| Ok((state.standard_data_changes(now()), ())))
+            .map_err(|e| anyhow::anyhow!("syncing standard traits and classes: {}", e.detail))?;
+        Ok(app)
+    }
+
+    /// The store backing this app.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Bring the snapshot up to date with changes other processes committed
+    /// (the change feed). Returns how many change sets were applied.
+    pub fn catch_up(&self) -> Result<usize, berth_store::StoreError> {
+        let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let changes = blocking(|| self.store.changes_since(*seen))?;
+        let n = changes.len();
+        if n > 0 {
+            let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            for (seq, set) in changes {
+                state.apply(&set);
+                *seen = seq;
+            }
         }
-        Ok(Self { config, state: RwLock::new(state), writer: Mutex::new(()), store })
+        Ok(n)
     }
 
     /// Read access to the current snapshot.
@@ -72,19 +107,43 @@ impl App {
         self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The one write path: plan against the current state (writers are
-    /// serialised, so nothing changes between plan and apply), commit the
-    /// change set durably, then apply it to the snapshot so this process
-    /// reads its own write.
+    /// The one write path. Inside the store's write transaction: apply the
+    /// changes other processes committed since we last looked, plan against
+    /// the now-current state, commit the change set durably (generation
+    /// compare-and-swap in the database), then apply it to the snapshot so
+    /// this process reads its own write. Writers in this process are
+    /// serialised, so nothing changes between plan and apply.
     pub fn write<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
-        let _writer = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (changes, out) = plan(&self.read())?;
-        if changes.is_empty() {
-            return Ok(out);
+        let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut plan = Some(plan);
+        let mut outcome: Option<ApiResult<(ChangeSet, T)>> = None;
+        let state_lock = &self.state;
+        let start_seq = *seen;
+        let mut caught_up_to = start_seq;
+        let committed = blocking(|| {
+            self.store.write(start_seq, &mut |catch_up| {
+                if !catch_up.is_empty() {
+                    let mut state = state_lock.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    for (seq, set) in catch_up {
+                        state.apply(&set);
+                        caught_up_to = seq;
+                    }
+                }
+                let plan = plan.take()?;
+                let state = state_lock.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let result = plan(&state);
+                let changes = result.as_ref().ok().map(|(changes, _)| changes.clone());
+                outcome = Some(result);
+                changes
+            })
+        });
+        *seen = caught_up_to;
+        let seq = committed.map_err(ApiError::from)?;
+        let (changes, out) = outcome.unwrap_or_else(|| Err(ApiError::internal()))?;
+        if let Some(seq) = seq {
+            self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
+            *seen = seen.max(seq);
         }
-        let committed = tokio::task::block_in_place(|| self.store.commit(&changes));
-        committed.map_err(ApiError::from)?;
-        self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
         Ok(out)
     }
 }

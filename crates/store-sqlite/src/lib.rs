@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use berth_model::{
     AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid,
 };
-use berth_store::{Store, StoreError};
+use berth_store::{CatchUp, Loaded, PlanFn, Seq, Store, StoreError};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 /// Embedded migrations, applied in order.
@@ -279,28 +279,51 @@ fn write_allocations(tx: &rusqlite::Transaction<'_>, consumer: &str, allocations
 }
 
 impl Store for SqliteStore {
-    fn load(&self) -> Result<State, StoreError> {
+    fn load(&self) -> Result<Loaded, StoreError> {
         let conn = self.conn.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
-        load_state(&conn).map_err(|e| match e {
+        let state = load_state(&conn).map_err(|e| match e {
             LoadError::Sql(e) => internal(e),
             LoadError::Store(e) => e,
-        })
+        })?;
+        Ok(Loaded { state, seq: 0 })
     }
 
-    fn commit(&self, changes: &ChangeSet) -> Result<(), StoreError> {
-        if changes.is_empty() {
-            return Ok(());
-        }
+    /// SQLite serves one process (the directory lock guarantees it), so
+    /// there is never anything to catch up on and the sequence stays 0.
+    fn write(&self, _seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
         let mut conn = self.conn.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+        let Some(changes) = plan(Vec::new()) else { return Ok(None) };
+        if changes.is_empty() {
+            return Ok(None);
+        }
         for change in &changes.changes {
             write_change(&tx, change)?;
         }
-        tx.commit().map_err(internal)
+        tx.commit().map_err(internal)?;
+        Ok(Some(0))
+    }
+
+    fn changes_since(&self, _seen: Seq) -> Result<CatchUp, StoreError> {
+        Ok(Vec::new())
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
+        conn.query_row("SELECT 1", [], |_| Ok(())).map_err(|e| StoreError::Unavailable(e.to_string()))
     }
 
     fn backend_name(&self) -> &'static str {
         "sqlite"
+    }
+}
+
+impl SqliteStore {
+    /// Commit a change set outside the planning protocol (start-up data).
+    pub fn commit(&self, changes: &ChangeSet) -> Result<(), StoreError> {
+        let changes = changes.clone();
+        let mut once = Some(changes);
+        self.write(0, &mut |_| once.take()).map(|_| ())
     }
 }
 

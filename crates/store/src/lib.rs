@@ -1,17 +1,29 @@
 //! The domain-level storage interface.
 //!
-//! A store does two things: [`Store::load`] returns the whole placement
-//! [`State`] (at start-up, or to resynchronise), and [`Store::commit`]
-//! makes a [`ChangeSet`] durable atomically. `commit` enforces every
-//! generation precondition in the change set inside its transaction (a
-//! compare-and-swap on the provider/consumer row); when one fails, nothing
-//! is written and [`StoreError::Conflict`] is returned. A successful return
-//! means the transaction is durable (fsync'd by the database).
+//! A store does three things, all in placement terms (only backends know
+//! SQL):
 //!
-//! Only the backend crates know SQL; this crate knows placement terms.
+//! - [`Store::load`] returns the whole placement [`State`] and the change
+//!   sequence number it reflects (at start-up, or to resynchronise);
+//! - [`Store::write`] runs one write transaction: inside it, the store first
+//!   hands the caller every change committed by *other* processes since the
+//!   sequence number the caller has seen (so the caller can bring its
+//!   in-memory state up to date), then calls the caller's planning closure,
+//!   and commits the [`ChangeSet`] it returns atomically and durably. Every
+//!   generation precondition in the change set is compared-and-swapped
+//!   inside the transaction; if one fails nothing is written and
+//!   [`StoreError::Conflict`] is returned;
+//! - [`Store::changes_since`] lets a process follow the writes of others
+//!   (the change feed that keeps each process's snapshot fresh).
+//!
+//! A successful `write` means the transaction is durable (fsync'd by the
+//! database).
 #![deny(missing_docs)]
 
 use berth_model::{ChangeSet, State};
+
+/// Position in the store's change feed. Strictly increasing in commit order.
+pub type Seq = i64;
 
 /// Errors a store can report.
 #[derive(Debug, thiserror::Error)]
@@ -28,14 +40,38 @@ pub enum StoreError {
     Internal(String),
 }
 
+/// A full snapshot and the change sequence number it reflects.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The state.
+    pub state: State,
+    /// Last change included.
+    pub seq: Seq,
+}
+
+/// Changes committed by other writers, in commit order.
+pub type CatchUp = Vec<(Seq, ChangeSet)>;
+
+/// The planning step run inside a write transaction. It receives the
+/// changes committed by others since the caller's last seen sequence
+/// number and returns the change set to commit, or `None` to roll back.
+pub type PlanFn<'a> = dyn FnMut(CatchUp) -> Option<ChangeSet> + 'a;
+
 /// A placement store backend.
 pub trait Store: Send + Sync {
     /// Read the complete state.
-    fn load(&self) -> Result<State, StoreError>;
+    fn load(&self) -> Result<Loaded, StoreError>;
 
-    /// Commit a change set atomically and durably, checking its generation
-    /// preconditions inside the transaction.
-    fn commit(&self, changes: &ChangeSet) -> Result<(), StoreError>;
+    /// Run one write transaction (see the crate docs). Returns the sequence
+    /// number of the committed change, or `None` when the plan rolled back
+    /// or had nothing to write.
+    fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError>;
+
+    /// Changes committed after `seen`, in commit order.
+    fn changes_since(&self, seen: Seq) -> Result<CatchUp, StoreError>;
+
+    /// Is the database reachable? (health checks)
+    fn ping(&self) -> Result<(), StoreError>;
 
     /// A short name for logs and metrics ("sqlite", "postgres").
     fn backend_name(&self) -> &'static str;
