@@ -18,6 +18,9 @@ const DEFAULT_DATA_DIR: &str = "berth-data";
 /// Default request body limit: 10 MiB, far above any placement request
 /// (a 1,000-consumer POST /allocations is ~300 KB).
 const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+/// Default change-feed poll interval: bounds how stale another process's
+/// writes can look here.
+const DEFAULT_CHANGE_POLL_MS: u64 = 20;
 
 /// Options of `berth serve`.
 #[derive(Debug, clap::Args)]
@@ -28,7 +31,9 @@ pub(crate) struct ServeOpts {
     /// Directory for the embedded SQLite database.
     #[arg(long, env = "BERTH_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Database URL; `sqlite://PATH` (default: SQLite in the data dir).
+    /// Database URL: `sqlite://PATH` or `postgres://USER@HOST:PORT/DB[?schema=NAME]`
+    /// (default: SQLite in the data dir). Several berth processes may share
+    /// one PostgreSQL database.
     #[arg(long, env = "BERTH_DATABASE")]
     database: Option<String>,
     /// oslo.policy YAML file overriding the built-in rules.
@@ -53,6 +58,10 @@ pub(crate) struct ServeOpts {
     /// Log filter, e.g. `info` or `berth_api=debug`.
     #[arg(long, env = "BERTH_LOG")]
     log: Option<String>,
+    /// How often (ms) to poll the shared database's change feed for other
+    /// processes' writes (PostgreSQL only).
+    #[arg(long, env = "BERTH_CHANGE_POLL_MS")]
+    change_poll_ms: Option<u64>,
 }
 
 /// Options of `berth migrate`.
@@ -70,6 +79,7 @@ struct Settings {
     database: Option<String>,
     api: ApiConfig,
     log: String,
+    change_poll: std::time::Duration,
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
@@ -110,6 +120,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
         },
         log: opts.log.or(file.log).unwrap_or_else(|| "info".to_owned()),
+        change_poll: std::time::Duration::from_millis(opts.change_poll_ms.or(file.change_poll_ms).unwrap_or(DEFAULT_CHANGE_POLL_MS)),
     })
 }
 
@@ -120,7 +131,10 @@ fn open_store(database: Option<&str>, data_dir: &std::path::Path) -> anyhow::Res
             let path = PathBuf::from(&url["sqlite://".len()..]);
             Ok(Arc::new(SqliteStore::open_path(&path)?))
         }
-        Some(url) => anyhow::bail!("unsupported --database {url:?}: this build supports sqlite:// (PostgreSQL is not built yet)"),
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Ok(Arc::new(berth_store_postgres::PostgresStore::connect(url)?))
+        }
+        Some(_) => anyhow::bail!("unsupported --database URL: expected sqlite://PATH or postgres://…"),
     }
 }
 
@@ -130,10 +144,16 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log))
         .with_target(false)
         .init();
+    // The store and the initial snapshot are built before the async
+    // runtime starts: the store API is blocking.
+    let store = open_store(settings.database.as_deref(), &settings.data_dir)?;
+    let follows_others = store.backend_name() != "sqlite";
+    let app = Arc::new(App::new(store, settings.api)?);
+    if follows_others {
+        spawn_change_follower(app.clone(), settings.change_poll);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let store = open_store(settings.database.as_deref(), &settings.data_dir)?;
-        let app = Arc::new(App::new(store, settings.api)?);
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
@@ -142,6 +162,21 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         tracing::info!("berth stopped");
         Ok(())
     })
+}
+
+/// Keep this process's snapshot fresh with writes made by other processes
+/// sharing the database. Runs on its own thread: the store API is blocking.
+fn spawn_change_follower(app: Arc<App>, interval: std::time::Duration) {
+    let spawned = std::thread::Builder::new().name("berth-change-feed".into()).spawn(move || loop {
+        std::thread::sleep(interval);
+        if let Err(err) = app.catch_up() {
+            tracing::warn!(error = %err, "change feed poll failed");
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    });
+    if let Err(err) = spawned {
+        tracing::error!(error = %err, "cannot start the change feed follower");
+    }
 }
 
 async fn shutdown_signal() {

@@ -163,3 +163,28 @@ impl ChangeSet {
         self.changes.is_empty()
     }
 }
+
+/// Indexes of `rows` ordered so that every parent precedes its children
+/// (creation order otherwise). Loading must apply providers in this order:
+/// after a re-parent (1.37) a child can have a smaller id than its parent.
+pub fn parents_first(rows: &[ProviderRow]) -> Vec<usize> {
+    let by_uuid: std::collections::HashMap<Uuid, usize> = rows.iter().enumerate().map(|(i, r)| (r.uuid, i)).collect();
+    let mut placed = vec![false; rows.len()];
+    let mut order = Vec::with_capacity(rows.len());
+    for start in 0..rows.len() {
+        let mut chain = Vec::new();
+        let mut current = Some(start);
+        while let Some(idx) = current {
+            if placed[idx] || chain.contains(&idx) {
+                break;
+            }
+            chain.push(idx);
+            current = rows[idx].parent.and_then(|p| by_uuid.get(&p).copied());
+        }
+        for idx in chain.into_iter().rev() {
+            placed[idx] = true;
+            order.push(idx);
+        }
+    }
+    order
+}

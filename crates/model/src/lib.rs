@@ -22,7 +22,7 @@ pub mod query;
 pub mod resource_classes;
 pub mod traits;
 
-pub use change::{Change, ChangeSet, ConsumerRow, ProviderRow};
+pub use change::{parents_first, Change, ChangeSet, ConsumerRow, ProviderRow};
 pub use error::ModelError;
 pub use state::{
     standard_resource_classes, standard_traits, Consumer, Inventory, Provider, ResourceClass,

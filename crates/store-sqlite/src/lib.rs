@@ -384,7 +384,7 @@ fn load_state(conn: &Connection) -> Result<State, LoadError> {
     }
     // Re-parenting (1.37) can give a child a smaller id than its new parent:
     // insert in an order where parents come first.
-    let order = parents_first(&providers);
+    let order = berth_model::parents_first(&providers);
     for idx in order {
         set.push(Change::PutProvider { row: providers[idx].clone(), expected_generation: None });
     }
@@ -467,26 +467,3 @@ fn load_state(conn: &Connection) -> Result<State, LoadError> {
     Ok(state)
 }
 
-/// Indexes of `rows` ordered so that every parent precedes its children,
-/// otherwise by id.
-fn parents_first(rows: &[ProviderRow]) -> Vec<usize> {
-    let by_uuid: std::collections::HashMap<Uuid, usize> = rows.iter().enumerate().map(|(i, r)| (r.uuid, i)).collect();
-    let mut placed = vec![false; rows.len()];
-    let mut order = Vec::with_capacity(rows.len());
-    for start in 0..rows.len() {
-        let mut chain = Vec::new();
-        let mut current = Some(start);
-        while let Some(idx) = current {
-            if placed[idx] || chain.contains(&idx) {
-                break;
-            }
-            chain.push(idx);
-            current = rows[idx].parent.and_then(|p| by_uuid.get(&p).copied());
-        }
-        for idx in chain.into_iter().rev() {
-            placed[idx] = true;
-            order.push(idx);
-        }
-    }
-    order
-}

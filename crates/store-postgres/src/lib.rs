@@ -1,0 +1,518 @@
+//! PostgreSQL backend for the [`Store`] trait.
+//!
+//! Several berth processes may share one database. Correctness across them
+//! rests on two things, both inside each write transaction:
+//!
+//! 1. Every write transaction takes one transaction-scoped advisory lock
+//!    before reading anything. Writes are therefore serialised across all
+//!    processes. There is one lock, so there are no deadlocks. The order in
+//!    which the lock is granted is the commit order.
+//! 2. Under that lock the transaction reads the change feed
+//!    (`berth_changes`) past the caller's last seen sequence number. The
+//!    caller applies those changes to its snapshot and *then* plans, so
+//!    every plan is made on the current committed state. The change set is
+//!    written with generation compare-and-swap (a belt-and-braces check
+//!    that cannot fail while the lock protocol holds) and appended to the
+//!    feed, and the transaction commits. The feed's sequence order is
+//!    commit order, because the sequence value is drawn under the lock.
+//!
+//! Other processes follow the feed with [`Store::changes_since`] to keep
+//! their read snapshots fresh. Connection loss maps to
+//! [`StoreError::Unavailable`] (a 503 at the API). The next call
+//! reconnects, so service recovers without a restart.
+#![deny(missing_docs)]
+
+mod codec;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid};
+use berth_store::{CatchUp, Loaded, PlanFn, Seq, Store, StoreError};
+use postgres::error::SqlState;
+use postgres::{Client, NoTls, Transaction};
+
+/// Advisory lock key serialising berth writers ("berth" in ASCII).
+const WRITE_LOCK_KEY: i64 = 0x6265_7274_68;
+/// Advisory lock key serialising migrations.
+const MIGRATE_LOCK_KEY: i64 = 0x6265_7274_6D;
+
+const MIGRATIONS: &[(&str, &str)] = &[("0001_initial", include_str!("../migrations/0001_initial.sql"))];
+
+/// PostgreSQL-backed store.
+pub struct PostgresStore {
+    config: postgres::Config,
+    schema: Option<String>,
+    write_conn: Mutex<Option<Client>>,
+    read_conn: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the URL: it may hold a password.
+        f.debug_struct("PostgresStore").field("schema", &self.schema).finish_non_exhaustive()
+    }
+}
+
+fn classify(err: postgres::Error) -> StoreError {
+    if let Some(db) = err.as_db_error() {
+        if *db.code() == SqlState::UNIQUE_VIOLATION {
+            return StoreError::Conflict(db.message().to_owned());
+        }
+        if *db.code() == SqlState::T_R_SERIALIZATION_FAILURE || *db.code() == SqlState::T_R_DEADLOCK_DETECTED {
+            return StoreError::Conflict(db.message().to_owned());
+        }
+        if db.code().code().starts_with("57") || db.code().code().starts_with("08") {
+            return StoreError::Unavailable(db.message().to_owned());
+        }
+        return StoreError::Internal(format!("{}: {}", db.code().code(), db.message()));
+    }
+    // No database error: the connection failed or was closed.
+    StoreError::Unavailable(err.to_string())
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|e| StoreError::Internal(format!("bad uuid {text:?} in database: {e}")))
+}
+
+fn check_one(changed: u64, what: &str) -> Result<(), StoreError> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(what.to_owned()))
+    }
+}
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://…`). A berth-specific query parameter
+    /// `schema=NAME` puts berth's tables in that schema (created if
+    /// missing); tests use it for isolation. Runs pending migrations.
+    pub fn connect(url: &str) -> Result<Self, StoreError> {
+        let (url, schema) = split_schema(url);
+        let config: postgres::Config =
+            url.parse().map_err(|e: postgres::Error| StoreError::Unavailable(format!("invalid database URL: {e}")))?;
+        let store = Self { config, schema, write_conn: Mutex::new(None), read_conn: Mutex::new(None) };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn open(&self) -> Result<Client, StoreError> {
+        let mut client = self.config.connect(NoTls).map_err(classify)?;
+        if let Some(schema) = &self.schema {
+            let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+            client
+                .batch_execute(&format!("SET search_path TO {quoted}"))
+                .map_err(classify)?;
+        }
+        Ok(client)
+    }
+
+    /// Run `f` with a healthy connection from `slot`, reconnecting when the
+    /// previous one broke.
+    fn with_conn<R>(
+        &self,
+        slot: &Mutex<Option<Client>>,
+        f: impl FnOnce(&mut Client) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut guard = slot.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(self.open()?);
+        }
+        let client = guard.as_mut().ok_or_else(|| StoreError::Internal("no connection".into()))?;
+        let result = f(client);
+        if matches!(result, Err(StoreError::Unavailable(_))) {
+            *guard = None;
+        }
+        result
+    }
+
+    /// Apply pending migrations under an advisory lock.
+    pub fn migrate(&self) -> Result<usize, StoreError> {
+        self.with_conn(&self.write_conn, |client| {
+            client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK_KEY]).map_err(classify)?;
+            let result = (|| {
+                if let Some(schema) = &self.schema {
+                    let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+                    client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {quoted}")).map_err(classify)?;
+                }
+                client
+                    .batch_execute(
+                        "CREATE TABLE IF NOT EXISTS berth_schema_migrations (
+                             version BIGINT PRIMARY KEY, name TEXT NOT NULL,
+                             applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                    )
+                    .map_err(classify)?;
+                let mut ran = 0;
+                for (idx, (name, sql)) in MIGRATIONS.iter().enumerate() {
+                    let version = idx as i64 + 1;
+                    let done = client
+                        .query_opt("SELECT 1 FROM berth_schema_migrations WHERE version = $1", &[&version])
+                        .map_err(classify)?
+                        .is_some();
+                    if done {
+                        continue;
+                    }
+                    let mut tx = client.transaction().map_err(classify)?;
+                    tx.batch_execute(sql).map_err(classify)?;
+                    tx.execute("INSERT INTO berth_schema_migrations (version, name) VALUES ($1, $2)", &[&version, name])
+                        .map_err(classify)?;
+                    tx.commit().map_err(classify)?;
+                    ran += 1;
+                }
+                Ok(ran)
+            })();
+            let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK_KEY]);
+            result
+        })
+    }
+}
+
+/// Split a berth `schema=NAME` parameter off a postgres URL.
+fn split_schema(url: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else { return (url.to_owned(), None) };
+    let mut schema = None;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.strip_prefix("schema=") {
+            Some(name) => {
+                schema = Some(name.to_owned());
+                false
+            }
+            None => !pair.is_empty(),
+        })
+        .collect();
+    let url = if rest.is_empty() { base.to_owned() } else { format!("{base}?{}", rest.join("&")) };
+    (url, schema.filter(|s| !s.is_empty()))
+}
+
+fn read_changes(tx: &mut impl postgres::GenericClient, seen: Seq) -> Result<CatchUp, StoreError> {
+    let rows = tx
+        .query("SELECT seq, payload FROM berth_changes WHERE seq > $1 ORDER BY seq", &[&seen])
+        .map_err(classify)?;
+    rows.iter()
+        .map(|row| {
+            let seq: i64 = row.get(0);
+            let payload: String = row.get(1);
+            codec::decode(&payload).map(|set| (seq, set)).map_err(|e| StoreError::Internal(e.to_string()))
+        })
+        .collect()
+}
+
+fn write_change(tx: &mut Transaction<'_>, change: &Change) -> Result<(), StoreError> {
+    match change {
+        Change::PutProvider { row, expected_generation } => {
+            let ProviderRow { id, uuid, name, generation, parent, root, created_at, updated_at } = row;
+            let parent = parent.map(|p| p.to_string());
+            match expected_generation {
+                None => {
+                    tx.execute(
+                        "INSERT INTO resource_providers (id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                        &[id, &uuid.to_string(), name, generation, &parent, &root.to_string(), created_at, updated_at],
+                    )
+                    .map_err(classify)?;
+                }
+                Some(expected) => {
+                    let changed = tx
+                        .execute(
+                            "UPDATE resource_providers SET name = $2, generation = $3, parent_uuid = $4, root_uuid = $5,
+                                    updated_at = $6
+                             WHERE uuid = $1 AND generation = $7",
+                            &[&uuid.to_string(), name, generation, &parent, &root.to_string(), updated_at, expected],
+                        )
+                        .map_err(classify)?;
+                    check_one(changed, "resource provider generation changed")?;
+                }
+            }
+        }
+        Change::DeleteProvider { uuid, expected_generation } => {
+            let uuid = uuid.to_string();
+            let changed = tx
+                .execute("DELETE FROM resource_providers WHERE uuid = $1 AND generation = $2", &[&uuid, expected_generation])
+                .map_err(classify)?;
+            check_one(changed, "resource provider generation changed")?;
+            for table in ["inventories", "provider_traits", "provider_aggregates"] {
+                tx.execute(&format!("DELETE FROM {table} WHERE provider_uuid = $1"), &[&uuid]).map_err(classify)?;
+            }
+        }
+        Change::SetInventories { provider, inventories } => {
+            let provider = provider.to_string();
+            tx.execute("DELETE FROM inventories WHERE provider_uuid = $1", &[&provider]).map_err(classify)?;
+            for (class, inv) in inventories {
+                tx.execute(
+                    "INSERT INTO inventories (provider_uuid, resource_class, total, reserved, min_unit, max_unit,
+                                              step_size, allocation_ratio)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[&provider, class, &inv.total, &inv.reserved, &inv.min_unit, &inv.max_unit, &inv.step_size, &inv.allocation_ratio],
+                )
+                .map_err(classify)?;
+            }
+        }
+        Change::SetProviderTraits { provider, traits } => {
+            let provider = provider.to_string();
+            tx.execute("DELETE FROM provider_traits WHERE provider_uuid = $1", &[&provider]).map_err(classify)?;
+            let names: Vec<&str> = traits.iter().map(String::as_str).collect();
+            tx.execute(
+                "INSERT INTO provider_traits (provider_uuid, trait) SELECT $1, unnest($2::text[])",
+                &[&provider, &names],
+            )
+            .map_err(classify)?;
+        }
+        Change::SetProviderAggregates { provider, aggregates } => {
+            let provider = provider.to_string();
+            tx.execute("DELETE FROM provider_aggregates WHERE provider_uuid = $1", &[&provider]).map_err(classify)?;
+            let aggs: Vec<String> = aggregates.iter().map(Uuid::to_string).collect();
+            tx.execute(
+                "INSERT INTO provider_aggregates (provider_uuid, aggregate_uuid) SELECT $1, unnest($2::text[])",
+                &[&provider, &aggs],
+            )
+            .map_err(classify)?;
+        }
+        Change::PutConsumer { row, expected_generation, allocations } => {
+            let ConsumerRow { uuid, project_id, user_id, generation, consumer_type, created_at, updated_at } = row;
+            let uuid = uuid.to_string();
+            match expected_generation {
+                None => {
+                    tx.execute(
+                        "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type, created_at, updated_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        &[&uuid, project_id, user_id, generation, consumer_type, created_at, updated_at],
+                    )
+                    .map_err(classify)?;
+                }
+                Some(expected) => {
+                    let changed = tx
+                        .execute(
+                            "UPDATE consumers SET project_id = $2, user_id = $3, generation = $4, consumer_type = $5,
+                                    updated_at = $6
+                             WHERE uuid = $1 AND generation = $7",
+                            &[&uuid, project_id, user_id, generation, consumer_type, updated_at, expected],
+                        )
+                        .map_err(classify)?;
+                    check_one(changed, "consumer generation changed")?;
+                }
+            }
+            write_allocations(tx, &uuid, allocations)?;
+        }
+        Change::DeleteConsumer { uuid, expected_generation } => {
+            let uuid = uuid.to_string();
+            let changed = tx
+                .execute("DELETE FROM consumers WHERE uuid = $1 AND generation = $2", &[&uuid, expected_generation])
+                .map_err(classify)?;
+            check_one(changed, "consumer generation changed")?;
+            tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&uuid]).map_err(classify)?;
+        }
+        Change::PutResourceClass { id, name, created_at, updated_at } => {
+            tx.execute(
+                "INSERT INTO resource_classes (id, name, created_at, updated_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, updated_at = excluded.updated_at",
+                &[id, name, created_at, updated_at],
+            )
+            .map_err(classify)?;
+        }
+        Change::DeleteResourceClass { name } => {
+            tx.execute("DELETE FROM resource_classes WHERE name = $1", &[name]).map_err(classify)?;
+        }
+        Change::PutTrait { id, name, created_at } => {
+            tx.execute("INSERT INTO traits (id, name, created_at) VALUES ($1, $2, $3)", &[id, name, created_at])
+                .map_err(classify)?;
+        }
+        Change::DeleteTrait { name } => {
+            tx.execute("DELETE FROM traits WHERE name = $1", &[name]).map_err(classify)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_allocations(tx: &mut Transaction<'_>, consumer: &str, allocations: &AllocationMap) -> Result<(), StoreError> {
+    tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&consumer]).map_err(classify)?;
+    let mut providers = Vec::new();
+    let mut classes = Vec::new();
+    let mut amounts = Vec::new();
+    for (provider, per_class) in allocations {
+        for (class, used) in per_class {
+            providers.push(provider.to_string());
+            classes.push(class.as_str());
+            amounts.push(*used);
+        }
+    }
+    if !providers.is_empty() {
+        tx.execute(
+            "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used)
+             SELECT $1, p, c, u FROM unnest($2::text[], $3::text[], $4::bigint[]) AS t(p, c, u)",
+            &[&consumer, &providers, &classes, &amounts],
+        )
+        .map_err(classify)?;
+    }
+    Ok(())
+}
+
+impl Store for PostgresStore {
+    fn load(&self) -> Result<Loaded, StoreError> {
+        self.with_conn(&self.read_conn, |client| {
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .map_err(classify)?;
+            let loaded = load_state(&mut tx)?;
+            tx.commit().map_err(classify)?;
+            Ok(loaded)
+        })
+    }
+
+    fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
+        self.with_conn(&self.write_conn, |client| {
+            let mut tx = client.transaction().map_err(classify)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
+            let catch_up = read_changes(&mut tx, seen)?;
+            let Some(changes) = plan(catch_up) else { return Ok(None) };
+            if changes.is_empty() {
+                return Ok(None);
+            }
+            for change in &changes.changes {
+                write_change(&mut tx, change)?;
+            }
+            let seq: i64 = tx
+                .query_one("INSERT INTO berth_changes (payload) VALUES ($1) RETURNING seq", &[&codec::encode(&changes)])
+                .map_err(classify)?
+                .get(0);
+            tx.execute("SELECT pg_notify('berth_changes', $1)", &[&seq.to_string()]).map_err(classify)?;
+            tx.commit().map_err(classify)?;
+            Ok(Some(seq))
+        })
+    }
+
+    fn changes_since(&self, seen: Seq) -> Result<CatchUp, StoreError> {
+        self.with_conn(&self.read_conn, |client| read_changes(client, seen))
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        self.with_conn(&self.read_conn, |client| client.simple_query("SELECT 1").map(|_| ()).map_err(classify))
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "postgres"
+    }
+}
+
+fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
+    let mut set = ChangeSet::new();
+    let seq: i64 = tx.query_one("SELECT COALESCE(MAX(seq), 0) FROM berth_changes", &[]).map_err(classify)?.get(0);
+    for row in tx.query("SELECT id, name, created_at, updated_at FROM resource_classes ORDER BY id", &[]).map_err(classify)? {
+        set.push(Change::PutResourceClass { id: row.get(0), name: row.get(1), created_at: row.get(2), updated_at: row.get(3) });
+    }
+    for row in tx.query("SELECT id, name, created_at FROM traits ORDER BY id", &[]).map_err(classify)? {
+        set.push(Change::PutTrait { id: row.get(0), name: row.get(1), created_at: row.get(2) });
+    }
+    let mut providers = Vec::new();
+    for row in tx
+        .query(
+            "SELECT id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at
+             FROM resource_providers ORDER BY id",
+            &[],
+        )
+        .map_err(classify)?
+    {
+        let parent: Option<String> = row.get(4);
+        providers.push(ProviderRow {
+            id: row.get(0),
+            uuid: parse_uuid(row.get(1))?,
+            name: row.get(2),
+            generation: row.get(3),
+            parent: parent.as_deref().map(parse_uuid).transpose()?,
+            root: parse_uuid(row.get(5))?,
+            created_at: row.get(6),
+            updated_at: row.get(7),
+        });
+    }
+    for idx in berth_model::parents_first(&providers) {
+        set.push(Change::PutProvider { row: providers[idx].clone(), expected_generation: None });
+    }
+    let mut inventories: BTreeMap<Uuid, BTreeMap<String, Inventory>> = BTreeMap::new();
+    for row in tx
+        .query(
+            "SELECT provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio
+             FROM inventories",
+            &[],
+        )
+        .map_err(classify)?
+    {
+        inventories.entry(parse_uuid(row.get(0))?).or_default().insert(
+            row.get(1),
+            Inventory {
+                total: row.get(2),
+                reserved: row.get(3),
+                min_unit: row.get(4),
+                max_unit: row.get(5),
+                step_size: row.get(6),
+                allocation_ratio: row.get(7),
+            },
+        );
+    }
+    for (provider, inventories) in inventories {
+        set.push(Change::SetInventories { provider, inventories });
+    }
+    let mut traits: BTreeMap<Uuid, BTreeSet<String>> = BTreeMap::new();
+    for row in tx.query("SELECT provider_uuid, trait FROM provider_traits", &[]).map_err(classify)? {
+        traits.entry(parse_uuid(row.get(0))?).or_default().insert(row.get(1));
+    }
+    for (provider, traits) in traits {
+        set.push(Change::SetProviderTraits { provider, traits });
+    }
+    let mut aggregates: BTreeMap<Uuid, BTreeSet<Uuid>> = BTreeMap::new();
+    for row in tx.query("SELECT provider_uuid, aggregate_uuid FROM provider_aggregates", &[]).map_err(classify)? {
+        aggregates.entry(parse_uuid(row.get(0))?).or_default().insert(parse_uuid(row.get(1))?);
+    }
+    for (provider, aggregates) in aggregates {
+        set.push(Change::SetProviderAggregates { provider, aggregates });
+    }
+    let mut allocations: HashMap<Uuid, AllocationMap> = HashMap::new();
+    for row in tx.query("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations", &[]).map_err(classify)? {
+        allocations
+            .entry(parse_uuid(row.get(0))?)
+            .or_default()
+            .entry(parse_uuid(row.get(1))?)
+            .or_default()
+            .insert(row.get(2), row.get(3));
+    }
+    for row in tx
+        .query("SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers", &[])
+        .map_err(classify)?
+    {
+        let uuid = parse_uuid(row.get(0))?;
+        set.push(Change::PutConsumer {
+            row: ConsumerRow {
+                uuid,
+                project_id: row.get(1),
+                user_id: row.get(2),
+                generation: row.get(3),
+                consumer_type: row.get(4),
+                created_at: row.get(5),
+                updated_at: row.get(6),
+            },
+            expected_generation: None,
+            allocations: allocations.remove(&uuid).unwrap_or_default(),
+        });
+    }
+    let mut state = State::default();
+    state.apply(&set);
+    Ok(Loaded { state, seq })
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::split_schema;
+
+    #[test]
+    fn schema_parameter_is_split_off() {
+        assert_eq!(split_schema("postgres://h/db"), ("postgres://h/db".into(), None));
+        assert_eq!(split_schema("postgres://h/db?schema=t1"), ("postgres://h/db".into(), Some("t1".into())));
+        assert_eq!(
+            split_schema("postgres://h/db?sslmode=disable&schema=t1"),
+            ("postgres://h/db?sslmode=disable".into(), Some("t1".into()))
+        );
+    }
+}
