@@ -22,6 +22,9 @@
 
 use berth_model::{ChangeSet, State};
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 /// Position in the store's change feed. Strictly increasing in commit order.
 pub type Seq = i64;
 

@@ -1,0 +1,55 @@
+//! The store conformance suite against PostgreSQL. Needs
+//! `TEST_DATABASE_URL` (scripts/test.sh starts a throwaway server and sets
+//! it); each run uses a fresh schema.
+
+fn database_url() -> Option<String> {
+    std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty())
+}
+
+fn fresh(url: &str, tag: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{url}{sep}schema=suite_{tag}_{}_{nanos}", std::process::id())
+}
+
+#[test]
+fn postgres() {
+    let Some(url) = database_url() else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL store suite not run (scripts/test.sh sets it)");
+        return;
+    };
+    let store = berth_store_postgres::PostgresStore::connect(&fresh(&url, "main")).expect("connect");
+    berth_store::testing::store_suite(&store);
+}
+
+/// Two stores on one database: a write through one is seen by the other's
+/// change feed, and a write planned inside the transaction is handed the
+/// other's changes first.
+#[test]
+fn two_processes_share_one_database() {
+    let Some(url) = database_url() else { return };
+    let url = fresh(&url, "two");
+    let a = berth_store_postgres::PostgresStore::connect(&url).expect("connect a");
+    let b = berth_store_postgres::PostgresStore::connect(&url).expect("connect b");
+    use berth_model::{Change, ChangeSet};
+    use berth_store::Store;
+    let mut set = ChangeSet::new();
+    set.push(Change::PutTrait { id: 1, name: "CUSTOM_A".into(), created_at: 1 });
+    let mut once = Some(set.clone());
+    let seq_a = a.write(0, &mut |_| once.take()).expect("write a").expect("committed");
+    let feed = b.changes_since(0).expect("feed");
+    assert_eq!(feed, vec![(seq_a, set)]);
+    let mut handed = Vec::new();
+    let mut set_b = ChangeSet::new();
+    set_b.push(Change::PutTrait { id: 2, name: "CUSTOM_B".into(), created_at: 2 });
+    let mut once = Some(set_b);
+    let seq_b = b
+        .write(0, &mut |catch_up| {
+            handed = catch_up.iter().map(|(seq, _)| *seq).collect();
+            once.take()
+        })
+        .expect("write b")
+        .expect("committed");
+    assert_eq!(handed, vec![seq_a], "b must be handed a's change before planning");
+    assert!(seq_b > seq_a);
+}

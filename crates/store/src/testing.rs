@@ -1,0 +1,147 @@
+//! The store conformance suite: every backend runs [`store_suite`] against
+//! a fresh, empty store, so both behave identically where the API can tell.
+
+use std::collections::BTreeMap;
+
+use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid};
+
+use crate::{Store, StoreError};
+
+fn commit(store: &dyn Store, seen: crate::Seq, set: ChangeSet) -> Result<Option<crate::Seq>, StoreError> {
+    let mut once = Some(set);
+    store.write(seen, &mut |_| once.take())
+}
+
+fn provider(id: i64, uuid: Uuid, name: &str, generation: i64, parent: Option<Uuid>, root: Uuid) -> ProviderRow {
+    ProviderRow { id, uuid, name: name.to_owned(), generation, parent, root, created_at: 100, updated_at: 100 }
+}
+
+fn summary(state: &State) -> String {
+    let mut out = String::new();
+    for p in state.providers_in_order() {
+        out.push_str(&format!(
+            "P {} {} g{} parent={:?} root={} inv={:?} traits={:?} aggs={:?} usages={:?} children={:?}\n",
+            p.row.uuid, p.row.name, p.row.generation, p.row.parent, p.row.root, p.inventories, p.traits, p.aggregates, p.usages, p.children
+        ));
+    }
+    let mut consumers: Vec<_> = state.consumers.values().collect();
+    consumers.sort_by_key(|c| c.row.uuid);
+    for c in consumers {
+        out.push_str(&format!("C {:?} {:?}\n", c.row, c.allocations));
+    }
+    out.push_str(&format!("classes={:?}\ntraits={:?}\n", state.resource_classes, state.traits));
+    out
+}
+
+/// Run the whole suite. Panics (with a message) on the first violation.
+pub fn store_suite(store: &dyn Store) {
+    // Empty store loads as an empty state.
+    let loaded = store.load().expect("load empty");
+    assert!(loaded.state.providers.is_empty(), "fresh store must have no providers");
+    let mut seen = loaded.seq;
+    let mut mirror = loaded.state;
+
+    // Standard data, then a small tree with inventories, traits, aggregates.
+    let standard = mirror.standard_data_changes(50);
+    let seq = commit(store, seen, standard.clone()).expect("commit standard data");
+    assert!(seq.is_some(), "a non-empty change set commits");
+    seen = seq.unwrap_or(seen);
+    mirror.apply(&standard);
+
+    let root = Uuid::new_v4();
+    let child = Uuid::new_v4();
+    let agg = Uuid::new_v4();
+    let mut inventories = BTreeMap::new();
+    inventories.insert(
+        "VCPU".to_owned(),
+        Inventory { total: 8, reserved: 1, min_unit: 1, max_unit: 8, step_size: 1, allocation_ratio: 16.0 },
+    );
+    let mut set = ChangeSet::new();
+    set.push(Change::PutProvider { row: provider(1, root, "root", 0, None, root), expected_generation: None });
+    set.push(Change::PutProvider { row: provider(2, child, "child", 0, Some(root), root), expected_generation: None });
+    set.push(Change::SetInventories { provider: child, inventories: inventories.clone() });
+    set.push(Change::SetProviderTraits { provider: child, traits: ["HW_CPU_X86_AVX2".to_owned()].into() });
+    set.push(Change::SetProviderAggregates { provider: root, aggregates: [agg].into() });
+    set.push(Change::PutResourceClass { id: 10001, name: "CUSTOM_GOLD".into(), created_at: 60, updated_at: None });
+    set.push(Change::PutTrait { id: 100_000, name: "CUSTOM_FAST".into(), created_at: 60 });
+    seen = commit(store, seen, set.clone()).expect("commit tree").unwrap_or(seen);
+    mirror.apply(&set);
+
+    // A consumer with allocations bumps the provider generation via CAS.
+    let consumer = Uuid::new_v4();
+    let mut allocations = AllocationMap::new();
+    allocations.entry(child).or_default().insert("VCPU".to_owned(), 3);
+    let consumer_row = ConsumerRow {
+        uuid: consumer,
+        project_id: "proj".into(),
+        user_id: "user".into(),
+        generation: 0,
+        consumer_type: Some("INSTANCE".into()),
+        created_at: 70,
+        updated_at: 70,
+    };
+    let mut set = ChangeSet::new();
+    set.push(Change::PutProvider { row: provider(2, child, "child", 1, Some(root), root), expected_generation: Some(0) });
+    set.push(Change::PutConsumer { row: consumer_row.clone(), expected_generation: None, allocations: allocations.clone() });
+    seen = commit(store, seen, set.clone()).expect("commit allocations").unwrap_or(seen);
+    mirror.apply(&set);
+    assert_eq!(mirror.provider(&child).map(|p| p.used("VCPU")), Some(3));
+
+    // A stale provider generation aborts the WHOLE change set.
+    let mut stale = ChangeSet::new();
+    stale.push(Change::PutTrait { id: 100_001, name: "CUSTOM_SHOULD_NOT_EXIST".into(), created_at: 80 });
+    stale.push(Change::PutProvider { row: provider(2, child, "child", 5, Some(root), root), expected_generation: Some(0) });
+    match commit(store, seen, stale) {
+        Err(StoreError::Conflict(_)) => {}
+        other => panic!("stale provider generation must conflict, got {other:?}"),
+    }
+    // A stale consumer generation conflicts too.
+    let mut stale = ChangeSet::new();
+    stale.push(Change::PutConsumer {
+        row: ConsumerRow { generation: 9, ..consumer_row.clone() },
+        expected_generation: Some(7),
+        allocations: allocations.clone(),
+    });
+    assert!(matches!(commit(store, seen, stale), Err(StoreError::Conflict(_))), "stale consumer generation must conflict");
+    // Creating an existing provider (uuid or name) conflicts.
+    let mut dup = ChangeSet::new();
+    dup.push(Change::PutProvider { row: provider(3, Uuid::new_v4(), "root", 0, None, Uuid::new_v4()), expected_generation: None });
+    assert!(matches!(commit(store, seen, dup), Err(StoreError::Conflict(_))), "duplicate provider name must conflict");
+
+    // A plan that declines commits nothing.
+    let declined = store.write(seen, &mut |_| None).expect("declined write");
+    assert_eq!(declined, None);
+
+    // Everything committed, and nothing from the failed sets, is loaded back.
+    let reloaded = store.load().expect("reload");
+    assert_eq!(summary(&reloaded.state), summary(&mirror), "reloaded state differs from what was committed");
+    assert!(!reloaded.state.traits.contains_key("CUSTOM_SHOULD_NOT_EXIST"), "a failed change set leaked a row");
+
+    // Deletes.
+    let mut set = ChangeSet::new();
+    set.push(Change::DeleteConsumer { uuid: consumer, expected_generation: 0 });
+    set.push(Change::DeleteProvider { uuid: child, expected_generation: 1 });
+    set.push(Change::DeleteTrait { name: "CUSTOM_FAST".into() });
+    set.push(Change::DeleteResourceClass { name: "CUSTOM_GOLD".into() });
+    commit(store, seen, set.clone()).expect("commit deletes");
+    mirror.apply(&set);
+    let reloaded = store.load().expect("reload after deletes");
+    assert_eq!(summary(&reloaded.state), summary(&mirror), "state after deletes differs");
+    assert!(reloaded.state.provider(&root).is_some_and(|p| p.children.is_empty()));
+
+    // The change feed replays, in order, exactly what others committed.
+    // (A single-process backend may report an empty feed.)
+    let feed = store.changes_since(0).expect("changes_since");
+    if !feed.is_empty() {
+        let mut replay = State::default();
+        let mut last = 0;
+        for (seq, set) in &feed {
+            assert!(*seq > last, "feed sequence must increase");
+            last = *seq;
+            replay.apply(set);
+        }
+        assert_eq!(summary(&replay), summary(&mirror), "replaying the change feed must rebuild the state");
+        assert!(store.changes_since(last).expect("tail").is_empty());
+    }
+    store.ping().expect("ping");
+}
