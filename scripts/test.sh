@@ -1,11 +1,32 @@
 #!/usr/bin/env bash
-# Runs berth's whole test suite: unit tests of every crate (model, store,
-# API, policy, schema) and the HTTP integration tests, which start the real
-# `berth` binary on 127.0.0.1 with throwaway data directories.
+# Runs berth's whole test suite twice: once on the embedded SQLite backend,
+# once on PostgreSQL (store conformance suite, HTTP integration tests,
+# multi-process tests). PostgreSQL comes from $TEST_DATABASE_URL or
+# $DATABASE_URL when set; otherwise a throwaway server is installed (Debian
+# package, when missing) and started by scripts/pg-throwaway.sh, and stopped
+# by PID at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo not found: install Rust (https://rustup.rs) first" >&2
   exit 1
 fi
-cargo test --workspace --locked "$@"
+
+PG_PID=""
+PG_DIR=""
+cleanup() {
+  if [ -n "$PG_PID" ]; then bash scripts/pg-throwaway.sh stop "$PG_PID" "$PG_DIR" || true; fi
+}
+trap cleanup EXIT
+
+echo "== berth tests on SQLite =="
+env -u TEST_DATABASE_URL cargo test --workspace --locked "$@"
+
+URL="${TEST_DATABASE_URL:-${DATABASE_URL:-}}"
+if [ -z "$URL" ]; then
+  echo "== starting a throwaway PostgreSQL =="
+  eval "$(bash scripts/pg-throwaway.sh start)"
+  URL="$DATABASE_URL"
+fi
+echo "== berth tests on PostgreSQL =="
+TEST_DATABASE_URL="$URL" cargo test --workspace --locked "$@"

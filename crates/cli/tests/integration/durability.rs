@@ -55,8 +55,7 @@ async fn kill9_loses_no_acknowledged_write() {
         for writer in writers {
             acknowledged.extend(writer.await.expect("writer"));
         }
-        let dir = server.keep_dir();
-        server = TestServer::start_in(dir).await;
+        server = server.restart_after_kill9().await;
         let listed = server.client().get("/resource_providers").await;
         assert_eq!(listed.status, 200);
         let present: BTreeSet<String> = listed.body["resource_providers"]

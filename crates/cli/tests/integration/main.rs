@@ -4,4 +4,5 @@
 mod bad_input;
 mod concurrency;
 mod durability;
+mod multiprocess;
 mod support;

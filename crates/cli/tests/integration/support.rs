@@ -24,9 +24,22 @@ fn free_port() -> u16 {
     listener.local_addr().expect("addr").port()
 }
 
+/// The database a test server should use: a fresh PostgreSQL schema when
+/// `TEST_DATABASE_URL` is set (scripts/test.sh sets it for the PostgreSQL
+/// pass), else the embedded SQLite in the data directory.
+pub(crate) fn test_database(tag: &str) -> Option<String> {
+    let url = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty())?;
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Some(format!("{url}{sep}schema=it_{}_{}_{n}_{nanos}", tag.replace('-', "_"), std::process::id()))
+}
+
 /// A running berth server.
 pub(crate) struct TestServer {
     child: Option<Child>,
+    /// `--database` URL (None: SQLite in `dir`).
+    pub(crate) database: Option<String>,
     /// `http://127.0.0.1:PORT`.
     pub(crate) base: String,
     /// Its data directory (kept across restarts).
@@ -37,22 +50,37 @@ pub(crate) struct TestServer {
 impl TestServer {
     /// Start on a fresh data directory.
     pub(crate) async fn start(tag: &str) -> Self {
-        Self::start_in(fresh_dir(tag)).await
+        Self::start_with(fresh_dir(tag), test_database(tag)).await
     }
 
-    /// Start on an existing data directory.
-    pub(crate) async fn start_in(dir: PathBuf) -> Self {
+    /// Start another server process on the same data directory / database
+    /// (for multi-process tests on PostgreSQL, or restarts).
+    pub(crate) async fn start_sibling(&self) -> Self {
+        let mut sibling = Self::start_with(self.dir.clone(), self.database.clone()).await;
+        sibling.keep_dir = true;
+        sibling
+    }
+
+    /// Start on an existing data directory and database.
+    pub(crate) async fn start_with(dir: PathBuf, database: Option<String>) -> Self {
         for _attempt in 0..5 {
             let port = free_port();
-            let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+            command
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
                 .arg(&dir)
-                .args(["--log", "warn"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn berth");
-            let mut server = TestServer { child: Some(child), base: format!("http://127.0.0.1:{port}"), dir: dir.clone(), keep_dir: false };
+                .args(["--log", "warn"]);
+            if let Some(url) = &database {
+                command.args(["--database", url, "--change-poll-ms", "10"]);
+            }
+            let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn berth");
+            let mut server = TestServer {
+                child: Some(child),
+                database: database.clone(),
+                base: format!("http://127.0.0.1:{port}"),
+                dir: dir.clone(),
+                keep_dir: false,
+            };
             if server.wait_ready().await {
                 return server;
             }
@@ -88,11 +116,13 @@ impl TestServer {
         }
     }
 
-    /// Keep the data directory after drop (for a restart).
-    pub(crate) fn keep_dir(mut self) -> PathBuf {
+    /// SIGKILL this server and start a new one on the same data.
+    pub(crate) async fn restart_after_kill9(mut self) -> Self {
         self.keep_dir = true;
         self.kill9();
-        self.dir.clone()
+        let mut next = Self::start_with(self.dir.clone(), self.database.clone()).await;
+        next.keep_dir = false;
+        next
     }
 
     /// A client for this server.
