@@ -40,6 +40,8 @@ pub struct App {
     /// sequence number applied to `state`.
     writer: Mutex<Seq>,
     store: Arc<dyn Store>,
+    /// Process metrics.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl std::fmt::Debug for App {
@@ -72,13 +74,24 @@ impl App {
     /// resource classes) and build the app.
     pub fn new(store: Arc<dyn Store>, config: ApiConfig) -> anyhow::Result<Self> {
         let loaded = store.load()?;
-        let app = Self { config, state: RwLock::new(loaded.state), writer: Mutex::new(loaded.seq), store };
+        let app = Self {
+            config,
+            state: RwLock::new(loaded.state),
+            writer: Mutex::new(loaded.seq),
+            store,
+            metrics: Default::default(),
+        };
         // Upstream syncs standard traits and classes at start-up; several
         // processes may race here, which the plan-inside-transaction
         // protocol makes harmless (the loser sees the winner's rows).
         app.write(|state| Ok((state.standard_data_changes(now()), ())))
             .map_err(|e| anyhow::anyhow!("syncing standard traits and classes: {}", e.detail))?;
         Ok(app)
+    }
+
+    /// Is the database reachable?
+    pub fn ping(&self) -> Result<(), berth_store::StoreError> {
+        blocking(|| self.store.ping())
     }
 
     /// The store backing this app.
@@ -90,8 +103,20 @@ impl App {
     /// (the change feed). Returns how many change sets were applied.
     pub fn catch_up(&self) -> Result<usize, berth_store::StoreError> {
         let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let changes = blocking(|| self.store.changes_since(*seen))?;
+        let changes = match blocking(|| self.store.changes_since(*seen)) {
+            Ok(changes) => changes,
+            Err(err) => {
+                self.metrics.feed_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Err(err);
+            }
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        self.metrics.feed_last_poll_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
         let n = changes.len();
+        self.metrics.feed_applied.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         if n > 0 {
             let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
             for (seq, set) in changes {
@@ -138,6 +163,9 @@ impl App {
             })
         });
         *seen = caught_up_to;
+        if matches!(committed, Err(berth_store::StoreError::Unavailable(_))) {
+            self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let seq = committed.map_err(ApiError::from)?;
         let (changes, out) = outcome.unwrap_or_else(|| Err(ApiError::internal()))?;
         if let Some(seq) = seq {

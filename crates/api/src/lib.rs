@@ -12,6 +12,7 @@ pub mod app;
 pub mod auth;
 pub mod error;
 pub mod handlers;
+pub mod metrics;
 pub mod microversion;
 pub mod policy;
 pub mod request;
@@ -77,6 +78,12 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
     let headers = parts.headers;
     let cors_origin = cors_origin(app, &headers);
 
+    // Operational endpoints live outside the placement API (no auth, no
+    // microversion): load balancers and Prometheus call them.
+    if method == Method::GET && (path == "/healthcheck" || path == "/metrics") {
+        return operational(app, &path);
+    }
+
     // CORS preflight is answered before anything else, as oslo.middleware
     // wraps the whole application.
     if let (Some(_), true) = (&app.config.cors, method == Method::OPTIONS && headers.contains_key("access-control-request-method")) {
@@ -92,6 +99,8 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
     let negotiated = microversion::negotiate(&version_headers);
     let version = negotiated.as_ref().ok().copied();
 
+    let mut route_label: &'static str = "unmatched";
+    let mut error_code: Option<&'static str> = None;
     let result = async {
         let version = negotiated?;
         if let Some(clen) = header_str(&headers, "content-length") {
@@ -104,6 +113,7 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
             Match::NotFound => return Err(ApiError::not_found("The resource could not be found.")),
             Match::Found { route, endpoint, params } => (route, endpoint, params),
         };
+        route_label = route.pattern;
         let public = route.endpoints.iter().all(|e| e.public);
         let auth = if public && endpoint.is_some() {
             auth::authenticate(app.config.auth_mode, &headers).unwrap_or_default()
@@ -154,7 +164,10 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
 
     let mut response = match result {
         Ok(resp) => render(resp),
-        Err(err) => render_error(&err, version, &request_id, &headers),
+        Err(err) => {
+            error_code = Some(err.code);
+            render_error(&err, version, &request_id, &headers)
+        }
     };
     let out = response.headers_mut();
     let shown = version.unwrap_or(microversion::MIN_VERSION);
@@ -172,13 +185,53 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
         }
     }
     let status = response.status().as_u16();
-    let elapsed_us = started.elapsed().as_micros() as u64;
+    let elapsed = started.elapsed();
+    let elapsed_us = elapsed.as_micros() as u64;
+    app.metrics.observe(route_label, method.as_str(), status, elapsed.as_secs_f64(), error_code.filter(|_| status >= 400));
     if status >= 500 {
         tracing::error!(request_id = %request_id, %method, %path, status, elapsed_us, "request");
     } else {
         tracing::debug!(request_id = %request_id, %method, %path, status, elapsed_us, "request");
     }
     response
+}
+
+/// `/healthcheck` (200 when the database answers, else 503) and `/metrics`.
+fn operational(app: &App, path: &str) -> Response<Body> {
+    if path == "/healthcheck" {
+        let (status, db) = match app.ping() {
+            Ok(()) => (StatusCode::OK, "ok"),
+            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        };
+        let body = json!({"status": if status == StatusCode::OK { "ok" } else { "degraded" },
+                          "database": db, "backend": app.store().backend_name()});
+        return Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap_or_default();
+    }
+    let (n_providers, n_consumers) = {
+        let state = app.read();
+        (state.providers.len() as f64, state.consumers.len() as f64)
+    };
+    let last_poll_ms = app.metrics.feed_last_poll_ms.load(std::sync::atomic::Ordering::Relaxed);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let staleness = if last_poll_ms == 0 { 0.0 } else { (now_ms - last_poll_ms).max(0) as f64 / 1000.0 };
+    let text = app.metrics.render(&[
+        ("berth_providers", "Resource providers in this process's snapshot.", n_providers),
+        ("berth_consumers", "Consumers with allocations in this process's snapshot.", n_consumers),
+        (
+            "berth_change_feed_staleness_seconds",
+            "Seconds since this process last caught up with the shared database's change feed (0 on SQLite).",
+            staleness,
+        ),
+    ]);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
+        .body(Body::from(text))
+        .unwrap_or_default()
 }
 
 fn cors_origin(app: &App, headers: &HeaderMap) -> Option<String> {

@@ -1,0 +1,129 @@
+//! Prometheus metrics, rendered in the text exposition format at
+//! `GET /metrics`. Kept dependency-free: a mutex-protected map of counters
+//! and fixed-bucket histograms, updated once per request.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Latency histogram bucket upper bounds, in seconds.
+const BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+/// All metrics of one process.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    latency: Mutex<BTreeMap<(String, String), Histogram>>,
+    error_codes: Mutex<BTreeMap<String, u64>>,
+    /// Change sets applied from other processes (change feed).
+    pub feed_applied: AtomicU64,
+    /// Unix milliseconds of the last successful change-feed poll (0 = never).
+    pub feed_last_poll_ms: AtomicI64,
+    /// Failed change-feed polls.
+    pub feed_errors: AtomicU64,
+    /// Store calls that found the database unavailable.
+    pub store_unavailable: AtomicU64,
+}
+
+impl Metrics {
+    /// Record one finished request.
+    pub fn observe(&self, route: &str, method: &str, status: u16, seconds: f64, error_code: Option<&str>) {
+        if let Ok(mut requests) = self.requests.lock() {
+            *requests.entry((route.to_owned(), method.to_owned(), status)).or_insert(0) += 1;
+        }
+        if let Ok(mut latency) = self.latency.lock() {
+            let h = latency.entry((route.to_owned(), method.to_owned())).or_default();
+            if h.counts.is_empty() {
+                h.counts = vec![0; BUCKETS.len()];
+            }
+            for (idx, bound) in BUCKETS.iter().enumerate() {
+                if seconds <= *bound {
+                    h.counts[idx] += 1;
+                }
+            }
+            h.sum += seconds;
+            h.count += 1;
+        }
+        if let Some(code) = error_code {
+            if let Ok(mut codes) = self.error_codes.lock() {
+                *codes.entry(code.to_owned()).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// Render in the Prometheus text format. `gauges` are extra
+    /// (name, help, value) samples computed by the caller.
+    pub fn render(&self, gauges: &[(&str, &str, f64)]) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP berth_http_requests_total HTTP requests by route, method and status.\n");
+        out.push_str("# TYPE berth_http_requests_total counter\n");
+        if let Ok(requests) = self.requests.lock() {
+            for ((route, method, status), n) in requests.iter() {
+                out.push_str(&format!(
+                    "berth_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}\n"
+                ));
+            }
+        }
+        out.push_str("# HELP berth_http_request_duration_seconds Request latency by route and method.\n");
+        out.push_str("# TYPE berth_http_request_duration_seconds histogram\n");
+        if let Ok(latency) = self.latency.lock() {
+            for ((route, method), h) in latency.iter() {
+                let labels = format!("route=\"{route}\",method=\"{method}\"");
+                for (idx, bound) in BUCKETS.iter().enumerate() {
+                    out.push_str(&format!(
+                        "berth_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {}\n",
+                        h.counts[idx]
+                    ));
+                }
+                out.push_str(&format!("berth_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n", h.count));
+                out.push_str(&format!("berth_http_request_duration_seconds_sum{{{labels}}} {}\n", h.sum));
+                out.push_str(&format!("berth_http_request_duration_seconds_count{{{labels}}} {}\n", h.count));
+            }
+        }
+        out.push_str("# HELP berth_api_errors_total Error responses by placement error code (409 placement.concurrent_update = claim conflicts).\n");
+        out.push_str("# TYPE berth_api_errors_total counter\n");
+        if let Ok(codes) = self.error_codes.lock() {
+            for (code, n) in codes.iter() {
+                out.push_str(&format!("berth_api_errors_total{{code=\"{code}\"}} {n}\n"));
+            }
+        }
+        let counters = [
+            ("berth_change_feed_applied_total", "Change sets applied from other processes.", self.feed_applied.load(Ordering::Relaxed)),
+            ("berth_change_feed_errors_total", "Failed change-feed polls.", self.feed_errors.load(Ordering::Relaxed)),
+            ("berth_store_unavailable_total", "Store calls that found the database unavailable.", self.store_unavailable.load(Ordering::Relaxed)),
+        ];
+        for (name, help, value) in counters {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"));
+        }
+        for (name, help, value) in gauges {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_histograms() {
+        let m = Metrics::default();
+        m.observe("/resource_providers", "GET", 200, 0.0007, None);
+        m.observe("/resource_providers", "GET", 200, 0.2, None);
+        m.observe("/allocations/{consumer_uuid}", "PUT", 409, 0.001, Some("placement.concurrent_update"));
+        let text = m.render(&[("berth_providers", "Providers.", 3.0)]);
+        assert!(text.contains("berth_http_requests_total{route=\"/resource_providers\",method=\"GET\",status=\"200\"} 2"));
+        assert!(text.contains("berth_http_request_duration_seconds_bucket{route=\"/resource_providers\",method=\"GET\",le=\"0.001\"} 1"));
+        assert!(text.contains("berth_http_request_duration_seconds_count{route=\"/resource_providers\",method=\"GET\"} 2"));
+        assert!(text.contains("berth_api_errors_total{code=\"placement.concurrent_update\"} 1"));
+        assert!(text.contains("berth_providers 3"));
+    }
+}
