@@ -5,4 +5,5 @@ mod bad_input;
 mod concurrency;
 mod durability;
 mod multiprocess;
+mod outage;
 mod support;
