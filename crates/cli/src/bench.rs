@@ -28,6 +28,9 @@ pub(crate) struct BenchOpts {
 enum BenchKind {
     /// Create providers with inventories, traits and aggregates (4 requests each).
     Write(WriteOpts),
+    /// GET /allocation_candidates latency, throughput and claims on the
+    /// upstream perfload shapes.
+    Candidates(crate::bench_candidates::CandidatesOpts),
 }
 
 #[derive(Debug, clap::Args)]
@@ -54,13 +57,14 @@ pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match opts.which {
         BenchKind::Write(w) => runtime.block_on(write_bench(w)),
+        BenchKind::Candidates(c) => runtime.block_on(crate::bench_candidates::run(c)),
     }
 }
 
 /// A server process started for a benchmark, killed on drop.
-struct Spawned {
-    child: Child,
-    url: String,
+pub(crate) struct Spawned {
+    pub(crate) child: Child,
+    pub(crate) url: String,
     dir: PathBuf,
 }
 
@@ -98,13 +102,14 @@ async fn wait_ready(url: &str, child: &mut Child) -> anyhow::Result<()> {
     anyhow::bail!("server at {url} did not become ready")
 }
 
-async fn spawn_berth() -> anyhow::Result<Spawned> {
+pub(crate) async fn spawn_berth(extra_args: &[String]) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let dir = temp_dir("berth")?;
     let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log", "warn", "--data-dir"])
         .arg(&dir)
+        .args(extra_args)
         .stdout(Stdio::null())
         .spawn()
         .context("starting berth")?;
@@ -113,7 +118,7 @@ async fn spawn_berth() -> anyhow::Result<Spawned> {
     Ok(Spawned { child, url, dir })
 }
 
-async fn spawn_real(harness: &std::path::Path, python: &std::path::Path) -> anyhow::Result<Spawned> {
+pub(crate) async fn spawn_real(harness: &std::path::Path, python: &std::path::Path) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let dir = temp_dir("real")?;
     let policy = dir.join("policy.yaml");
@@ -245,7 +250,7 @@ async fn write_bench(opts: WriteOpts) -> anyhow::Result<()> {
     let berth_rps = match &opts.url {
         Some(url) => report("target", &drive_writes(url, opts.providers, opts.concurrency).await?),
         None => {
-            let berth = spawn_berth().await?;
+            let berth = spawn_berth(&[]).await?;
             report("berth", &drive_writes(&berth.url, opts.providers, opts.concurrency).await?)
         }
     };

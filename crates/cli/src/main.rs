@@ -2,6 +2,7 @@
 //! arguments, the environment and files.
 
 mod bench;
+mod bench_candidates;
 mod config;
 mod serve;
 
