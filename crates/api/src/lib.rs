@@ -15,6 +15,7 @@ pub mod handlers;
 pub mod metrics;
 pub mod microversion;
 pub mod policy;
+pub mod qparams;
 pub mod request;
 pub mod routes;
 pub mod schema;
