@@ -67,7 +67,7 @@ pub fn table() -> Vec<Route> {
             ep(M::GET, 0, inventories::get_inventories),
             ep(M::POST, 0, inventories::create_inventory),
             ep(M::PUT, 0, inventories::set_inventories),
-            ep(M::DELETE, 5, inventories::delete_inventories),
+            ep(M::DELETE, 0, inventories::delete_inventories),
         ]),
         r("/resource_providers/{uuid}/inventories/{resource_class}", vec![
             ep(M::GET, 0, inventories::get_inventory),

@@ -9,7 +9,7 @@ use berth_model::inventories::{self, ReservedRule};
 use berth_model::{Inventory, Uuid};
 use serde_json::{json, Map, Value};
 
-use super::resource_providers::path_uuid;
+use super::resource_providers::{path_uuid, require_json_content};
 use crate::app::now;
 use crate::error::{ApiError, ApiResult};
 use crate::request::{Req, Resp};
@@ -156,6 +156,7 @@ pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `POST /resource_providers/{uuid}/inventories`: add one class (201).
 pub fn create_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
+    require_json_content(req)?;
     req.authorize(app, "placement:resource_providers:inventories:create")?;
     let uuid = existing_provider(app, req)?;
     let data = req.json_body(&post_schema())?;
@@ -173,6 +174,7 @@ pub fn create_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `PUT /resource_providers/{uuid}/inventories`: replace all.
 pub fn set_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
+    require_json_content(req)?;
     req.authorize(app, "placement:resource_providers:inventories:update")?;
     let uuid = existing_provider(app, req)?;
     let data = req.json_body(&put_all_schema())?;
@@ -191,6 +193,14 @@ pub fn set_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `DELETE /resource_providers/{uuid}/inventories` (1.5): remove all.
 pub fn delete_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
+    // Upstream's `version_handler('1.5', status_code=405)`: older versions
+    // get 405 rather than the usual 404 for a missing endpoint.
+    if !req.at_least(5) {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("The method {} is not allowed for this resource.", req.method),
+        ));
+    }
     req.authorize(app, "placement:resource_providers:inventories:delete")?;
     let uuid = existing_provider(app, req)?;
     let at = now();
@@ -219,6 +229,7 @@ pub fn get_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `PUT /resource_providers/{uuid}/inventories/{resource_class}`.
 pub fn update_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
+    require_json_content(req)?;
     req.authorize(app, "placement:resource_providers:inventories:update")?;
     let uuid = existing_provider(app, req)?;
     let class = req.param(1).to_owned();
