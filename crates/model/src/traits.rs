@@ -37,7 +37,7 @@ pub fn list<'a>(state: &'a State, filter: &TraitFilter) -> Vec<&'a Trait> {
     let mut out: Vec<&Trait> = state
         .traits
         .values()
-        .filter(|t| filter.name_in.as_ref().is_none_or(|names| names.iter().any(|n| *n == t.name)))
+        .filter(|t| filter.name_in.as_ref().is_none_or(|names| names.contains(&t.name)))
         .filter(|t| filter.prefix.as_ref().is_none_or(|p| t.name.starts_with(p.as_str())))
         .filter(|t| match (filter.associated, &associated) {
             (Some(want), Some(used)) => used.contains(t.name.as_str()) == want,
