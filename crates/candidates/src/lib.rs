@@ -1,0 +1,152 @@
+//! Allocation-candidate engine: the pure core of `GET /allocation_candidates`.
+//!
+//! [`find`] takes a placement [`State`] and a typed [`Request`] (request
+//! groups plus request-wide parameters) and returns the allocation requests
+//! and provider summaries upstream Placement would return, in a deterministic
+//! order. It mirrors upstream's `objects/allocation_candidate.py` and
+//! `objects/research_context.py`:
+//!
+//! * every group is resolved independently into per-group allocation
+//!   requests, each *anchored* at a root provider;
+//! * a suffixed (granular) group is satisfied by exactly one provider; a
+//!   sharing provider (trait `MISC_SHARES_VIA_AGGREGATE`) may anchor at any
+//!   root that shares one of its aggregates;
+//! * the unsuffixed group may be spread over several providers of one tree
+//!   plus sharing providers when trees or sharing providers exist anywhere;
+//!   its required traits are satisfied collectively by the providers used;
+//! * per anchor, one allocation request of every group is combined (group
+//!   policy, `same_subtree`, consolidated capacity), then duplicates are
+//!   dropped, the pre-1.29 nested filter and the limit are applied.
+//!
+//! No I/O, no clock: randomisation takes its seed from the caller.
+#![deny(missing_docs)]
+
+mod engine;
+
+pub use engine::find;
+use uuid::Uuid;
+
+/// The trait marking a provider whose inventory is shared via aggregates.
+pub const SHARING_TRAIT: &str = "MISC_SHARES_VIA_AGGREGATE";
+
+/// One request group (`resources[S]`, `required[S]`, `member_of[S]`, `in_tree[S]`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestGroup {
+    /// Group suffix; empty for the unsuffixed group.
+    pub suffix: String,
+    /// Requested amounts by resource class, in query order.
+    pub resources: Vec<(String, i64)>,
+    /// Required traits: all of the inner lists, any trait of each.
+    pub required_traits: Vec<Vec<String>>,
+    /// Forbidden traits.
+    pub forbidden_traits: Vec<String>,
+    /// Required aggregates: all of the inner lists, any aggregate of each.
+    pub member_of: Vec<Vec<Uuid>>,
+    /// Forbidden aggregates.
+    pub forbidden_aggregates: Vec<Uuid>,
+    /// Restrict the group to the tree of this provider.
+    pub in_tree: Option<Uuid>,
+}
+
+impl RequestGroup {
+    /// Suffixed groups must be satisfied by a single provider.
+    pub fn use_same_provider(&self) -> bool {
+        !self.suffix.is_empty()
+    }
+}
+
+/// How suffixed groups relate to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupPolicy {
+    /// Suffixed groups may share providers.
+    None,
+    /// Every suffixed group uses a different provider.
+    Isolate,
+}
+
+/// A whole allocation-candidates request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Request {
+    /// Request groups in the order their first parameter appeared.
+    pub groups: Vec<RequestGroup>,
+    /// `group_policy`, if given.
+    pub group_policy: Option<GroupPolicy>,
+    /// Maximum number of allocation requests to return.
+    pub limit: Option<usize>,
+    /// Traits every anchor (root) provider must have (`root_required`).
+    pub root_required: Vec<String>,
+    /// Traits no anchor (root) provider may have (`root_required=!T`).
+    pub root_forbidden: Vec<String>,
+    /// `same_subtree` parameters: each a list of group suffixes.
+    pub same_subtrees: Vec<Vec<String>>,
+    /// Microversion >= 1.29: candidates may use several providers of one tree.
+    pub nested_aware: bool,
+    /// `randomize_allocation_candidates`: shuffle (or sample, with a limit)
+    /// using this seed.
+    pub randomize_seed: Option<u64>,
+}
+
+/// Reasons a request is refused (upstream answers 400 for both).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CandidatesError {
+    /// A requested resource class does not exist.
+    ResourceClassNotFound(String),
+    /// A named trait does not exist.
+    TraitNotFound(String),
+}
+
+impl std::fmt::Display for CandidatesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CandidatesError::ResourceClassNotFound(name) => write!(f, "No such resource class {name}."),
+            CandidatesError::TraitNotFound(name) => write!(f, "No such trait(s): {name}."),
+        }
+    }
+}
+
+impl std::error::Error for CandidatesError {}
+
+/// One allocation request: what to claim from which provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocationRequest {
+    /// Provider -> (resource class, amount), providers in first-use order.
+    pub allocations: Vec<(Uuid, Vec<(String, i64)>)>,
+    /// Group suffix -> providers satisfying that group (sorted), groups in
+    /// request order.
+    pub mappings: Vec<(String, Vec<Uuid>)>,
+}
+
+/// Capacity and usage of one resource class of a summarised provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryResource {
+    /// Resource class name.
+    pub resource_class: String,
+    /// `(total - reserved) * allocation_ratio`, truncated.
+    pub capacity: i64,
+    /// Amount allocated.
+    pub used: i64,
+}
+
+/// Summary of one provider involved in the candidates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSummary {
+    /// Provider uuid.
+    pub uuid: Uuid,
+    /// Parent provider, if any.
+    pub parent: Option<Uuid>,
+    /// Root provider.
+    pub root: Uuid,
+    /// Every inventory of the provider, by resource class name.
+    pub resources: Vec<SummaryResource>,
+    /// Trait names, sorted.
+    pub traits: Vec<String>,
+}
+
+/// The answer: allocation requests and summaries of the providers involved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Candidates {
+    /// Allocation requests.
+    pub allocation_requests: Vec<AllocationRequest>,
+    /// Provider summaries, in provider creation order.
+    pub provider_summaries: Vec<ProviderSummary>,
+}
