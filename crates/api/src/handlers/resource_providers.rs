@@ -94,8 +94,11 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
     qparams::validate_query_schema(&req.query, &list_query_schema(req))?;
     let mut filter = query::ProviderFilter::default();
     // A uuid or in_tree value that is not in canonical form matches no
-    // stored provider (upstream compares strings).
-    let mut matches_nothing = false;
+    // stored provider (upstream compares strings). An unknown in_tree
+    // provider ends the query before traits and classes are looked up; a
+    // uuid that matches nothing does not.
+    let mut uuid_matches_nothing = false;
+    let mut tree_matches_nothing = false;
     let member_of: Vec<&str> = req.query_all("member_of").collect();
     if !member_of.is_empty() {
         (filter.member_of, filter.forbidden_aggregates) =
@@ -108,7 +111,7 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
     if let Some(uuid) = req.query_one("uuid").filter(|v| !v.is_empty()) {
         match path_uuid(uuid) {
             Some(uuid) => filter.uuid = Some(uuid),
-            None => matches_nothing = true,
+            None => uuid_matches_nothing = true,
         }
     }
     if let Some(name) = req.query_one("name").filter(|v| !v.is_empty()) {
@@ -117,14 +120,17 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
     if let Some(in_tree) = req.query_one("in_tree").filter(|v| !v.is_empty()) {
         match path_uuid(in_tree) {
             Some(uuid) => filter.in_tree = Some(uuid),
-            None => matches_nothing = true,
+            None => tree_matches_nothing = true,
         }
     }
     if let Some(resources) = req.query_one("resources") {
         filter.resources = qparams::normalize_resources(resources)?;
     }
     let state = app.read();
-    let found = if matches_nothing { Vec::new() } else { query::list_providers(&state, &filter)? };
+    let mut found = if tree_matches_nothing { Vec::new() } else { query::list_providers(&state, &filter)? };
+    if uuid_matches_nothing {
+        found.clear();
+    }
     let last_modified = found.iter().map(|p| p.row.updated_at.max(p.row.created_at)).max().unwrap_or_else(now);
     let body: Vec<Value> = found.iter().map(|p| wire::provider(req, p)).collect();
     Ok(Resp::ok(json!({ "resource_providers": body })).last_modified(req, last_modified))
