@@ -146,20 +146,29 @@ struct WriteResult {
     failures: usize,
 }
 
+/// One admin JSON request at microversion 1.39.
+async fn send_json(
+    client: &reqwest::Client,
+    url: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> reqwest::Result<reqwest::Response> {
+    client
+        .request(method, format!("{url}{path}"))
+        .header("x-auth-token", "admin")
+        .header("accept", "application/json")
+        .header("content-type", "application/json")
+        .header("openstack-api-version", "placement 1.39")
+        .body(body.to_string())
+        .send()
+        .await
+}
+
 async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyhow::Result<WriteResult> {
     let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency * 2).build()?;
-    let send = |method: reqwest::Method, path: String, body: serde_json::Value| {
-        client
-            .request(method, format!("{url}{path}"))
-            .header("x-auth-token", "admin")
-            .header("accept", "application/json")
-            .header("content-type", "application/json")
-            .header("openstack-api-version", "placement 1.39")
-            .body(body.to_string())
-            .send()
-    };
     // Shared set-up: one custom trait.
-    let resp = send(reqwest::Method::PUT, "/traits/CUSTOM_BENCH".into(), json!({})).await?;
+    let resp = send_json(&client, url, reqwest::Method::PUT, "/traits/CUSTOM_BENCH", json!({})).await?;
     anyhow::ensure!(resp.status().is_success(), "creating CUSTOM_BENCH: {}", resp.status());
     let next = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(AtomicUsize::new(0));
@@ -173,16 +182,6 @@ async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyh
         let url = url.to_owned();
         let aggregate = aggregate.clone();
         workers.push(tokio::spawn(async move {
-            let send = |method: reqwest::Method, path: String, body: serde_json::Value| {
-                client
-                    .request(method, format!("{url}{path}"))
-                    .header("x-auth-token", "admin")
-                    .header("accept", "application/json")
-                    .header("content-type", "application/json")
-                    .header("openstack-api-version", "placement 1.39")
-                    .body(body.to_string())
-                    .send()
-            };
             loop {
                 let idx = next.fetch_add(1, Ordering::SeqCst);
                 if idx >= n_providers {
@@ -211,7 +210,7 @@ async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyh
                     ),
                 ];
                 for (method, path, body) in steps {
-                    match send(method, path, body).await {
+                    match send_json(&client, &url, method, &path, body).await {
                         Ok(resp) if resp.status().is_success() => {
                             let _ = resp.bytes().await;
                         }
