@@ -12,10 +12,3 @@ pub mod resource_providers;
 pub mod root;
 pub mod traits;
 pub mod usages;
-
-use crate::error::ApiError;
-
-/// Placeholder answer for endpoints not built yet.
-pub(crate) fn not_implemented() -> ApiError {
-    ApiError::new(axum::http::StatusCode::NOT_IMPLEMENTED, "Not implemented yet.")
-}
