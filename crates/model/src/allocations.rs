@@ -255,11 +255,45 @@ fn replace_all<'s>(
         }
         let existing = state.consumers.get(&request.consumer);
         if request.allocations.is_empty() {
-            if let Some(existing) = existing {
-                consumer_changes.push(Change::DeleteConsumer {
-                    uuid: request.consumer,
-                    expected_generation: existing.row.generation,
-                });
+            match existing {
+                Some(existing) if !existing.allocations.is_empty() => {
+                    consumer_changes.push(Change::DeleteConsumer {
+                        uuid: request.consumer,
+                        expected_generation: existing.row.generation,
+                    });
+                }
+                // Upstream's ensure_consumer creates the consumer record
+                // (generation 0) before finding nothing to write, and
+                // updates an existing empty one's owner without a bump.
+                Some(existing) => {
+                    let mut row = existing.row.clone();
+                    row.project_id = request.project_id.clone();
+                    row.user_id = request.user_id.clone();
+                    if request.consumer_type.is_some() {
+                        row.consumer_type = request.consumer_type.clone();
+                    }
+                    if row != existing.row {
+                        row.updated_at = now;
+                        consumer_changes.push(Change::PutConsumer {
+                            row,
+                            expected_generation: Some(existing.row.generation),
+                            allocations: AllocationMap::new(),
+                        });
+                    }
+                }
+                None => consumer_changes.push(Change::PutConsumer {
+                    row: ConsumerRow {
+                        uuid: request.consumer,
+                        project_id: request.project_id.clone(),
+                        user_id: request.user_id.clone(),
+                        generation: 0,
+                        consumer_type: request.consumer_type.clone(),
+                        created_at: now,
+                        updated_at: now,
+                    },
+                    expected_generation: None,
+                    allocations: AllocationMap::new(),
+                }),
             }
             continue;
         }
@@ -332,7 +366,7 @@ pub fn check_allocation(
     }
     let capacity = (inventory.total - inventory.reserved) as f64 * inventory.allocation_ratio;
     let exceeds = capacity < (used + amount) as f64 || capacity < (used + needed_all) as f64;
-    if exceeds && !prev_used.is_some_and(|prev| used + needed_all <= prev) {
+    if exceeds && prev_used.is_none_or(|prev| used + needed_all > prev) {
         return Err(Violation::Capacity);
     }
     Ok(())
@@ -628,6 +662,19 @@ mod tests {
     }
 
     #[test]
+    fn empty_write_for_new_consumer_records_it_at_generation_zero() {
+        let (mut state, rp) = setup(&[("VCPU", inv(4))]);
+        write(&mut state, &[request(10, rp, "VCPU", 0, ConsumerGeneration::New)]).expect("empty new");
+        assert_eq!(state.consumers.get(&Uuid::from_u128(10)).map(|c| c.row.generation), Some(0));
+        // As upstream, it now exists: null is stale, 0 is current.
+        let err = write(&mut state, &[request(10, rp, "VCPU", 1, ConsumerGeneration::New)]).unwrap_err();
+        assert!(matches!(err, AllocationError::ConsumerConflict(_)));
+        write(&mut state, &[request(10, rp, "VCPU", 1, ConsumerGeneration::Is(0))]).expect("gen 0");
+        assert_eq!(state.consumers.get(&Uuid::from_u128(10)).map(|c| c.row.generation), Some(1));
+        assert!(matches!(plan_delete_allocations(&state, Uuid::from_u128(11)), Err(ModelError::NotFound(_))));
+    }
+
+    #[test]
     fn delete_requires_allocations() {
         let (mut state, rp) = setup(&[("VCPU", inv(4))]);
         assert!(matches!(plan_delete_allocations(&state, Uuid::from_u128(10)), Err(ModelError::NotFound(_))));
@@ -661,7 +708,7 @@ mod tests {
         let err = plan_reshape(&state, &inventories, &[], 4).unwrap_err();
         assert!(matches!(err, ModelError::InventoryInUse(_)), "{err:?}");
         let mv = request(10, child, "VCPU", 3, ConsumerGeneration::Is(1));
-        let set = plan_reshape(&state, &inventories, &[mv.clone()], 4).expect("reshape");
+        let set = plan_reshape(&state, &inventories, std::slice::from_ref(&mv), 4).expect("reshape");
         state.apply(&set);
         assert_eq!(state.provider(&rp).map(|p| (p.row.generation, p.used("VCPU"))), Some((rp_gen + 2, 0)));
         assert_eq!(state.provider(&child).map(|p| (p.row.generation, p.used("VCPU"))), Some((3, 3)));

@@ -13,6 +13,7 @@ use serde_json::{json, Map, Value};
 
 use crate::app::now;
 use crate::error::{codes, ApiError, ApiResult};
+use super::resource_providers::path_uuid;
 use crate::qparams::uuid_like;
 use crate::request::{Req, Resp};
 use crate::App;
@@ -240,7 +241,7 @@ pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize(app, "placement:resource_providers:allocations:list")?;
     let raw = req.param(0);
     let state = app.read();
-    let provider = Uuid::parse_str(raw).ok().and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
+    let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
         ApiError::not_found(format!(
             "Resource provider '{raw}' not found: No resource provider with uuid {raw} found"
         ))
@@ -268,7 +269,7 @@ pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
 pub fn list_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize(app, "placement:allocations:list")?;
     let state = app.read();
-    let consumer = Uuid::parse_str(req.param(0)).ok().and_then(|uuid| state.consumers.get(&uuid));
+    let consumer = path_uuid(req.param(0)).and_then(|uuid| state.consumers.get(&uuid));
     let (body, last_modified) = match consumer.filter(|c| !c.allocations.is_empty()) {
         None => (json!({"allocations": {}}), now()),
         Some(consumer) => (consumer_json(req, &state, consumer), consumer.row.updated_at),
@@ -358,7 +359,8 @@ pub fn set_allocations(app: &App, req: &Req) -> ApiResult<Resp> {
 pub fn delete_allocations(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize(app, "placement:allocations:delete")?;
     let raw = req.param(0);
-    let Some(consumer) = uuid_like(raw) else {
+    // Upstream looks the raw string up: only the canonical form matches.
+    let Some(consumer) = path_uuid(raw) else {
         return Err(ApiError::not_found(format!("No allocations for consumer '{raw}'")));
     };
     app.write(|state| Ok((allocations::plan_delete_allocations(state, consumer)?, ())))?;

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use berth_model::{State, Uuid};
 use serde_json::{json, Map, Value};
 
+use super::resource_providers::path_uuid;
 use crate::app::now;
 use crate::error::{ApiError, ApiResult};
 use crate::policy::Target;
@@ -20,7 +21,7 @@ pub fn list_usages(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize(app, "placement:resource_providers:usages")?;
     let raw = req.param(0);
     let state = app.read();
-    let provider = Uuid::parse_str(raw).ok().and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
+    let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
         ApiError::not_found(format!(
             "No resource provider with uuid {raw} found: No resource provider with uuid {raw} found"
         ))
