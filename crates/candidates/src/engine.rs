@@ -703,7 +703,16 @@ pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError>
                         used: p.used(rc),
                     })
                     .collect(),
-                traits: p.traits.iter().cloned().collect(),
+                traits: {
+                    // Upstream lists a provider's traits in trait id order.
+                    let mut traits: Vec<(i64, String)> = p
+                        .traits
+                        .iter()
+                        .map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.clone()))
+                        .collect();
+                    traits.sort();
+                    traits.into_iter().map(|(_, t)| t).collect()
+                },
             }
         })
         .collect();

@@ -138,7 +138,7 @@ pub struct ProviderSummary {
     pub root: Uuid,
     /// Every inventory of the provider, by resource class name.
     pub resources: Vec<SummaryResource>,
-    /// Trait names, sorted.
+    /// Trait names in trait id order (standard traits first), as upstream.
     pub traits: Vec<String>,
 }
 

@@ -1,10 +1,336 @@
-//! allocation_candidates handlers.
+//! `GET /allocation_candidates` (1.10+), as upstream's
+//! `handlers/allocation_candidate.py` + `lib.py` (`RequestGroup`,
+//! `RequestWideParams`): parse and validate the query per microversion,
+//! run the pure engine (`berth-candidates`), render per microversion.
 
-use crate::error::ApiResult;
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+use berth_candidates::{Candidates, CandidatesError, GroupPolicy, Request, RequestGroup};
+use regex::Regex;
+use serde_json::{json, Map, Value};
+
+use crate::app::now;
+use crate::error::{codes, ApiError, ApiResult};
+use crate::qparams::{
+    normalize_in_tree, normalize_member_of_params, normalize_resources, normalize_traits, normalize_traits_params,
+    validate_query_schema,
+};
 use crate::request::{Req, Resp};
 use crate::App;
 
-/// Not built yet.
-pub fn list_allocation_candidates(_app: &App, _req: &Req) -> ApiResult<Resp> {
-    Err(super::not_implemented())
+const GROUP_PAT: &str = "[1-9][0-9]*";
+const GROUP_PAT_1_33: &str = "[a-zA-Z0-9_-]{1,64}";
+
+/// `GET /allocation_candidates`.
+pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
+    req.authorize(app, "placement:allocation_candidates:list")?;
+    validate_query_schema(&req.query, &query_schema(req))?;
+    let request = parse_request(req)?;
+    let candidates = {
+        let state = app.read();
+        berth_candidates::find(&state, &request)
+    }
+    .map_err(|e| match e {
+        CandidatesError::ResourceClassNotFound(_) => {
+            ApiError::bad_request(format!("Invalid resource class in resources parameter: {e}"))
+        }
+        CandidatesError::TraitNotFound(_) => ApiError::bad_request(e.to_string()),
+    })?;
+    Ok(Resp::ok(render(req, &request, &candidates)).last_modified(req, now()))
+}
+
+/// The query-string schema for the negotiated version (upstream
+/// `schemas/allocation_candidate.py`).
+fn query_schema(req: &Req) -> Value {
+    let mut schema = json!({
+        "type": "object",
+        "properties": {"resources": {"type": "string"}},
+        "required": ["resources"],
+        "additionalProperties": false,
+    });
+    if req.at_least(16) {
+        schema["properties"]["limit"] = json!({
+            "type": ["integer", "string"],
+            "pattern": "^[1-9][0-9]*$",
+            "minimum": 1,
+            "minLength": 1,
+        });
+    }
+    if req.at_least(17) {
+        schema["properties"]["required"] = json!({"type": ["string"]});
+    }
+    if req.at_least(21) {
+        schema["properties"]["member_of"] = json!({"type": ["string"]});
+    }
+    if req.at_least(25) {
+        let props = schema["properties"].as_object_mut().expect("object");
+        props.remove("resources");
+        props.remove("required");
+        props.remove("member_of");
+        props.insert("group_policy".into(), json!({"type": "string", "enum": ["none", "isolate"]}));
+        schema.as_object_mut().expect("object").remove("required");
+        let pat = if req.at_least(33) { GROUP_PAT_1_33 } else { GROUP_PAT };
+        let mut names = vec!["resources", "required", "member_of"];
+        if req.at_least(31) {
+            names.push("in_tree");
+        }
+        let pattern_props: Map<String, Value> =
+            names.iter().map(|n| (format!("^{n}({pat})?$"), json!({"type": "string"}))).collect();
+        schema["patternProperties"] = Value::Object(pattern_props);
+    }
+    if req.at_least(35) {
+        schema["properties"]["root_required"] = json!({"type": ["string"]});
+    }
+    if req.at_least(36) {
+        schema["properties"]["same_subtree"] = json!({"type": ["string"]});
+    }
+    schema
+}
+
+fn key_pattern(verbose: bool) -> &'static Regex {
+    static NUMERIC: OnceLock<Regex> = OnceLock::new();
+    static VERBOSE: OnceLock<Regex> = OnceLock::new();
+    let (cell, pat) = if verbose { (&VERBOSE, GROUP_PAT_1_33) } else { (&NUMERIC, GROUP_PAT) };
+    cell.get_or_init(|| Regex::new(&format!("^(resources|required|member_of|in_tree)({pat})?$")).expect("valid regex"))
+}
+
+fn py_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// Parse and validate everything upstream checks before searching.
+fn parse_request(req: &Req) -> ApiResult<Request> {
+    let mut request = Request { nested_aware: req.at_least(29), ..Default::default() };
+
+    // Request-wide parameters (`RequestWideParams.from_request`).
+    if let Some((_, first)) = req.query.iter().find(|(k, _)| k == "limit") {
+        let limit: usize = first.trim().parse().map_err(|_| {
+            ApiError::bad_request(format!("Invalid query string parameters: '{first}' does not match '^[1-9][0-9]*$'"))
+        })?;
+        request.limit = Some(limit);
+    }
+    if let Some((_, first)) = req.query.iter().find(|(k, _)| k == "group_policy") {
+        request.group_policy = Some(if first == "isolate" { GroupPolicy::Isolate } else { GroupPolicy::None });
+    }
+    let root_required: Vec<&str> = req.query_all("root_required").collect();
+    if let Some(value) = root_required.first() {
+        if root_required.len() > 1 {
+            return Err(ApiError::bad_request("Query parameter 'root_required' may be specified only once.")
+                .with_code(codes::ILLEGAL_DUPLICATE_QUERYPARAM));
+        }
+        let (required, forbidden) = normalize_traits(value, true, false)?;
+        let required: BTreeSet<String> = required.into_iter().flatten().collect();
+        let conflicts: Vec<String> = forbidden.intersection(&required).cloned().collect();
+        if !conflicts.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "Conflicting required and forbidden traits found in root_required: {}",
+                conflicts.join(", ")
+            ))
+            .with_code(codes::QUERYPARAM_BAD_VALUE));
+        }
+        request.root_required = required.into_iter().collect();
+        request.root_forbidden = forbidden.into_iter().collect();
+    }
+    for value in req.query_all("same_subtree") {
+        let suffixes: BTreeSet<String> = value.split(',').map(|s| s.trim().to_owned()).collect();
+        if suffixes.contains("") {
+            return Err(ApiError::bad_request("Empty string (unsuffixed group) can not be specified in `same_subtree` ")
+                .with_code(codes::QUERYPARAM_BAD_VALUE));
+        }
+        request.same_subtrees.push(suffixes.into_iter().collect());
+    }
+
+    // Request groups (`RequestGroup.dict_from_request`), in order of first appearance.
+    let pattern = key_pattern(req.at_least(33));
+    let mut groups: Vec<RequestGroup> = Vec::new();
+    for (key, value) in &req.query {
+        let Some(caps) = pattern.captures(key) else { continue };
+        let prefix = caps.get(1).map_or("", |m| m.as_str());
+        let suffix = caps.get(2).map_or("", |m| m.as_str());
+        let pos = match groups.iter().position(|g| g.suffix == suffix) {
+            Some(pos) => pos,
+            None => {
+                groups.push(RequestGroup { suffix: suffix.to_owned(), ..Default::default() });
+                groups.len() - 1
+            }
+        };
+        let group = &mut groups[pos];
+        match prefix {
+            "resources" => group.resources = normalize_resources(value)?,
+            "required" => {
+                let name = format!("required{suffix}");
+                let values: Vec<&str> = req.query_all(&name).collect();
+                let (required, forbidden) = normalize_traits_params(&values, req.version)?;
+                group.required_traits = required.into_iter().map(|s| s.into_iter().collect()).collect();
+                group.forbidden_traits = forbidden.into_iter().collect();
+            }
+            "member_of" => {
+                let name = format!("member_of{suffix}");
+                let values: Vec<&str> = req.query_all(&name).collect();
+                let (required, forbidden) = normalize_member_of_params(&values, req.version, suffix)?;
+                group.member_of = required.into_iter().map(|s| s.into_iter().collect()).collect();
+                group.forbidden_aggregates = forbidden.into_iter().collect();
+            }
+            _ => group.in_tree = Some(normalize_in_tree(value)?),
+        }
+    }
+
+    if req.at_least(36) {
+        let resourceless: Vec<String> =
+            groups.iter().filter(|g| g.resources.is_empty()).map(|g| g.suffix.clone()).collect();
+        if resourceless.len() == groups.len() {
+            return Err(ApiError::bad_request("There must be at least one resources or resources[$S] parameter.")
+                .with_code(codes::QUERYPARAM_MISSING_VALUE));
+        }
+        let subtree: BTreeSet<&String> = request.same_subtrees.iter().flatten().collect();
+        let mut bad: Vec<String> = resourceless.iter().filter(|s| !subtree.contains(s)).cloned().collect();
+        bad.sort();
+        if !bad.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "Resourceless suffixed group request should be specified in `same_subtree` query param: \
+                 bad group(s) - {}.",
+                py_list(&bad)
+            ))
+            .with_code(codes::QUERYPARAM_BAD_VALUE));
+        }
+        let bad: Vec<String> =
+            subtree.iter().filter(|s| !groups.iter().any(|g| &&g.suffix == *s)).map(|s| (*s).clone()).collect();
+        if !bad.is_empty() {
+            let all: Vec<String> = groups.iter().map(|g| g.suffix.clone()).collect();
+            return Err(ApiError::bad_request(format!(
+                "Real suffixes should be specified in `same_subtree`: {} not found in {}.",
+                py_list(&bad),
+                py_list(&all)
+            ))
+            .with_code(codes::QUERYPARAM_BAD_VALUE));
+        }
+    } else {
+        let orphans: Vec<String> = groups
+            .iter()
+            .filter(|g| !g.required_traits.is_empty() && g.resources.is_empty())
+            .map(|g| format!("required{}", g.suffix))
+            .collect();
+        if !orphans.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "All traits parameters must be associated with resources.  Found the following orphaned traits \
+                 keys: {}",
+                orphans.join(", ")
+            )));
+        }
+        let orphans: Vec<String> = groups
+            .iter()
+            .filter(|g| g.resources.is_empty() && (!g.member_of.is_empty() || !g.forbidden_aggregates.is_empty()))
+            .map(|g| format!("member_of{}", g.suffix))
+            .collect();
+        if !orphans.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "All member_of parameters must be associated with resources. Found the following orphaned \
+                 member_of keys: {}",
+                orphans.join(", ")
+            )));
+        }
+        if groups.iter().any(|g| g.resources.is_empty()) {
+            return Err(ApiError::bad_request("All request groups must specify resources."));
+        }
+        if groups.is_empty() {
+            return Err(ApiError::bad_request(
+                "At least one request group (`resources` or `resources{$S}`) is required.",
+            ));
+        }
+    }
+    if req.at_least(22) {
+        let mut conflicts: Vec<String> = Vec::new();
+        for g in &groups {
+            for any in &g.required_traits {
+                if any.iter().all(|t| g.forbidden_traits.contains(t)) {
+                    let mut names = any.clone();
+                    names.sort();
+                    conflicts.push(format!("required{}: ({})", g.suffix, names.join(", ")));
+                }
+            }
+        }
+        if !conflicts.is_empty() {
+            conflicts.sort();
+            return Err(ApiError::bad_request(format!(
+                "Conflicting required and forbidden traits found in the following traits keys: {}",
+                conflicts.join(", ")
+            )));
+        }
+    }
+    if request.group_policy.is_none() && groups.iter().filter(|g| g.use_same_provider()).count() > 1 {
+        return Err(ApiError::bad_request(
+            "The \"group_policy\" parameter is required when specifying more than one \"resources{N}\" parameter.",
+        ));
+    }
+    request.groups = groups;
+    Ok(request)
+}
+
+/// The response body for the negotiated version.
+fn render(req: &Req, request: &Request, candidates: &Candidates) -> Value {
+    let allocation_requests: Vec<Value> = candidates
+        .allocation_requests
+        .iter()
+        .map(|ar| {
+            if req.at_least(12) {
+                let allocations: Map<String, Value> = ar
+                    .allocations
+                    .iter()
+                    .map(|(rp, res)| {
+                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| (rc.clone(), json!(n))).collect();
+                        (rp.to_string(), json!({"resources": resources}))
+                    })
+                    .collect();
+                let mut out = json!({"allocations": allocations});
+                if req.at_least(34) {
+                    let mappings: Map<String, Value> = ar
+                        .mappings
+                        .iter()
+                        .map(|(suffix, rps)| {
+                            (suffix.clone(), Value::Array(rps.iter().map(|u| json!(u.to_string())).collect()))
+                        })
+                        .collect();
+                    out["mappings"] = Value::Object(mappings);
+                }
+                out
+            } else {
+                let allocations: Vec<Value> = ar
+                    .allocations
+                    .iter()
+                    .map(|(rp, res)| {
+                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| (rc.clone(), json!(n))).collect();
+                        json!({"resource_provider": {"uuid": rp.to_string()}, "resources": resources})
+                    })
+                    .collect();
+                json!({"allocations": allocations})
+            }
+        })
+        .collect();
+    let all_resources = req.at_least(27);
+    let requested: BTreeSet<&str> =
+        request.groups.iter().flat_map(|g| g.resources.iter().map(|(rc, _)| rc.as_str())).collect();
+    let summaries: Map<String, Value> = candidates
+        .provider_summaries
+        .iter()
+        .map(|s| {
+            let resources: Map<String, Value> = s
+                .resources
+                .iter()
+                .filter(|r| all_resources || requested.contains(r.resource_class.as_str()))
+                .map(|r| (r.resource_class.clone(), json!({"capacity": r.capacity, "used": r.used})))
+                .collect();
+            let mut out = json!({"resources": resources});
+            if req.at_least(17) {
+                out["traits"] = json!(s.traits);
+            }
+            if req.at_least(29) {
+                out["parent_provider_uuid"] = json!(s.parent.map(|u| u.to_string()));
+                out["root_provider_uuid"] = json!(s.root.to_string());
+            }
+            (s.uuid.to_string(), out)
+        })
+        .collect();
+    json!({"allocation_requests": allocation_requests, "provider_summaries": summaries})
 }
