@@ -136,15 +136,7 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
         if method == Method::GET && !accepts_json(&headers) {
             return Err(ApiError::new(StatusCode::NOT_ACCEPTABLE, "Only application/json is provided"));
         }
-        let body = match http_body_util::Limited::new(body, app.config.max_body_bytes).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(_) => {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("Request body is larger than the limit of {} bytes.", app.config.max_body_bytes),
-                ))
-            }
-        };
+        let body = read_body(body, app.config.max_body_bytes).await?;
         let host = header_str(&headers, "host").unwrap_or("localhost");
         let scheme = header_str(&headers, "x-forwarded-proto").unwrap_or("http");
         let req = Req {
@@ -233,6 +225,36 @@ fn operational(app: &App, path: &str) -> Response<Body> {
         .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
         .body(Body::from(text))
         .unwrap_or_default()
+}
+
+/// Read the body up to `limit` bytes. A larger body gets a 413; the rest of
+/// it is drained (up to a cap) first, so that the client, still sending,
+/// receives the answer instead of a connection reset.
+async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen: usize = 0;
+    let drain_cap = limit.saturating_mul(8).max(64 * 1024 * 1024);
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(ApiError::bad_request("The request body could not be read."));
+        };
+        if let Ok(data) = frame.into_data() {
+            seen = seen.saturating_add(data.len());
+            if seen <= limit {
+                buf.extend_from_slice(&data);
+            } else if seen > drain_cap {
+                break;
+            }
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Request body is larger than the limit of {limit} bytes."),
+        ));
+    }
+    Ok(buf.freeze())
 }
 
 fn cors_origin(app: &App, headers: &HeaderMap) -> Option<String> {
