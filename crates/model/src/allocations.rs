@@ -182,8 +182,8 @@ fn replace_all<'s>(
             continue;
         }
         let Some(provider) = state.provider(&row.provider) else { continue };
-        let mut total = 0;
-        let mut others = 0;
+        let mut total: i64 = 0;
+        let mut others: i64 = 0;
         let mut any = false;
         for consumer_uuid in &provider.consumers {
             let Some(consumer) = state.consumers.get(consumer_uuid) else { continue };
@@ -191,9 +191,9 @@ fn replace_all<'s>(
                 continue;
             };
             any = true;
-            total += amount;
+            total = total.saturating_add(*amount);
             if !written.contains(consumer_uuid) {
-                others += amount;
+                others = others.saturating_add(*amount);
             }
         }
         if any {
@@ -225,7 +225,7 @@ fn replace_all<'s>(
     for row in &rows {
         let key = (row.provider, row.class);
         let sum = sums.entry(key).or_insert(0);
-        *sum += row.used;
+        *sum = sum.saturating_add(row.used);
         let needed_all = *sum;
         if row.used == 0 {
             continue;
@@ -365,8 +365,9 @@ pub fn check_allocation(
         return Err(Violation::Constraints);
     }
     let capacity = (inventory.total - inventory.reserved) as f64 * inventory.allocation_ratio;
-    let exceeds = capacity < (used + amount) as f64 || capacity < (used + needed_all) as f64;
-    if exceeds && prev_used.is_none_or(|prev| used + needed_all > prev) {
+    let after = used.saturating_add(needed_all);
+    let exceeds = capacity < used.saturating_add(amount) as f64 || capacity < after as f64;
+    if exceeds && prev_used.is_none_or(|prev| after > prev) {
         return Err(Violation::Capacity);
     }
     Ok(())
@@ -620,6 +621,9 @@ mod tests {
         let ratio = inventory_with_defaults(4, Some(1), None, None, None, Some(1.5));
         assert_eq!(check_allocation(&ratio, 4, 4, 0, None), Ok(()));
         assert_eq!(check_allocation(&ratio, 5, 5, 0, None), Err(Violation::Capacity));
+        // Absurd amounts saturate instead of overflowing.
+        let huge = inventory_with_defaults(4, None, None, Some(i64::MAX), None, None);
+        assert_eq!(check_allocation(&huge, i64::MAX, i64::MAX, 3, Some(3)), Err(Violation::Capacity));
     }
 
     #[test]
