@@ -51,6 +51,9 @@ struct WriteOpts {
     /// Drive an already running placement at this URL instead of starting berth.
     #[arg(long)]
     url: Option<String>,
+    /// Concurrency for the real Placement (default: same as --concurrency).
+    #[arg(long)]
+    real_concurrency: Option<usize>,
 }
 
 pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
@@ -141,9 +144,13 @@ pub(crate) async fn spawn_real(harness: &std::path::Path, python: &std::path::Pa
 
 /// Result of one write run.
 struct WriteResult {
+    /// Requests that succeeded (only these count towards the rate).
     requests: usize,
     elapsed: Duration,
+    /// Providers whose sequence stopped at a failed request.
     failures: usize,
+    /// The first failure seen, for the report.
+    first_failure: Option<String>,
 }
 
 /// One admin JSON request at microversion 1.39.
@@ -172,12 +179,16 @@ async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyh
     anyhow::ensure!(resp.status().is_success(), "creating CUSTOM_BENCH: {}", resp.status());
     let next = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(AtomicUsize::new(0));
+    let succeeded = Arc::new(AtomicUsize::new(0));
+    let first_failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let aggregate = uuid::Uuid::new_v4().to_string();
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency {
         let next = next.clone();
         let failures = failures.clone();
+        let succeeded = succeeded.clone();
+        let first_failure = first_failure.clone();
         let client = client.clone();
         let url = url.to_owned();
         let aggregate = aggregate.clone();
@@ -210,14 +221,26 @@ async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyh
                     ),
                 ];
                 for (method, path, body) in steps {
-                    match send_json(&client, &url, method, &path, body).await {
+                    let what = format!("{method} {path}");
+                    let failure = match send_json(&client, &url, method, &path, body).await {
                         Ok(resp) if resp.status().is_success() => {
                             let _ = resp.bytes().await;
+                            succeeded.fetch_add(1, Ordering::Relaxed);
+                            None
                         }
-                        _ => {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                            break;
+                        Ok(resp) => {
+                            let status = resp.status();
+                            let text = resp.text().await.unwrap_or_default();
+                            Some(format!("{what}: {status} {}", text.chars().take(300).collect::<String>()))
                         }
+                        Err(err) => Some(format!("{what}: {err}")),
+                    };
+                    if let Some(failure) = failure {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut first) = first_failure.lock() {
+                            first.get_or_insert(failure);
+                        }
+                        break;
                     }
                 }
             }
@@ -226,18 +249,27 @@ async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyh
     for worker in workers {
         worker.await?;
     }
-    Ok(WriteResult { requests: n_providers * 4, elapsed: started.elapsed(), failures: failures.load(Ordering::Relaxed) })
+    let first_failure = first_failure.lock().ok().and_then(|f| f.clone());
+    Ok(WriteResult {
+        requests: succeeded.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        failures: failures.load(Ordering::Relaxed),
+        first_failure,
+    })
 }
 
 fn report(name: &str, result: &WriteResult) -> f64 {
     let rps = result.requests as f64 / result.elapsed.as_secs_f64();
     println!(
-        "{name:<16} {:>6} requests in {:>8.3} s  = {:>9.1} req/s  ({} failed)",
+        "{name:<16} {:>6} successful requests in {:>8.3} s  = {:>9.1} req/s  ({} provider sequences failed)",
         result.requests,
         result.elapsed.as_secs_f64(),
         rps,
         result.failures
     );
+    if let Some(first) = &result.first_failure {
+        println!("{:<16} first failure: {first}", "");
+    }
     rps
 }
 
@@ -255,7 +287,11 @@ async fn write_bench(opts: WriteOpts) -> anyhow::Result<()> {
     };
     if let Some(harness) = &opts.real_placement {
         let real = spawn_real(harness, &opts.python).await?;
-        let real_rps = report("real placement", &drive_writes(&real.url, opts.providers, opts.concurrency).await?);
+        let concurrency = opts.real_concurrency.unwrap_or(opts.concurrency);
+        let real_rps = report(
+            &format!("real placement @{concurrency}"),
+            &drive_writes(&real.url, opts.providers, concurrency).await?,
+        );
         println!("ratio berth / real placement: {:.1}x", berth_rps / real_rps);
     }
     Ok(())

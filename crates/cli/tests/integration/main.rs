@@ -5,5 +5,6 @@ mod bad_input;
 mod concurrency;
 mod durability;
 mod multiprocess;
+mod nested_race;
 mod outage;
 mod support;
