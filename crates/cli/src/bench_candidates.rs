@@ -350,6 +350,7 @@ async fn measure(name: &str, url: &str, pid: Option<u32>, opts: &CandidatesOpts,
     let agg = uuid::Uuid::new_v4().to_string();
     // Load with `concurrency` parallel builders.
     let started = Instant::now();
+    api.ok(reqwest::Method::PUT, "/traits/CUSTOM_FOO", None).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let mut builders = Vec::new();
     for _ in 0..opts.concurrency {

@@ -110,6 +110,7 @@ async fn race(processes: usize) {
     }
     let second = if processes > 1 { Some(first.start_sibling().await) } else { None };
     let admin = first.client();
+    assert_eq!(admin.call("PUT", "/traits/CUSTOM_FOO", None).await.status, 201);
     for idx in 0..10 {
         build_tree(&admin, idx).await;
     }
