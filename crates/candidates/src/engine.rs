@@ -2,8 +2,13 @@
 //!
 //! Providers are addressed by their position in creation order (`u32`), which
 //! also makes every iteration — and so the output order — deterministic.
+//! Hot paths avoid hashing and per-candidate allocation: provider lookups go
+//! through the creation-order id list, capacity headroom is captured once per
+//! (provider, class) when a group is matched, and duplicates are only hunted
+//! when sharing providers make them possible.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use berth_model::{Provider, State};
 use uuid::Uuid;
@@ -17,10 +22,12 @@ const NONE: u32 = u32::MAX;
 
 /// Dense view of the providers for one search.
 struct Index<'a> {
+    state: &'a State,
     provs: Vec<&'a Provider>,
+    /// Internal ids, ascending (creation order): uuid -> position lookups.
+    ids: Vec<i64>,
     root: Vec<u32>,
     parent: Vec<u32>,
-    by_uuid: HashMap<Uuid, u32>,
     has_trees: bool,
     sharing: Vec<bool>,
     any_sharing: bool,
@@ -30,36 +37,46 @@ struct Index<'a> {
 
 impl<'a> Index<'a> {
     fn build(state: &'a State) -> Self {
-        let provs: Vec<&Provider> = state.providers_in_order().collect();
-        let mut by_uuid = HashMap::with_capacity(provs.len());
+        // Walking the provider table sequentially and sorting by id is much
+        // cheaper than a hash lookup per provider in creation order.
+        let mut by_id: Vec<(i64, &Provider)> = state.providers.values().map(|p| (p.row.id, p)).collect();
+        by_id.sort_unstable_by_key(|(id, _)| *id);
+        let ids: Vec<i64> = by_id.iter().map(|(id, _)| *id).collect();
+        let provs: Vec<&Provider> = by_id.into_iter().map(|(_, p)| p).collect();
+        let mut idx = Index {
+            state,
+            root: Vec::with_capacity(provs.len()),
+            parent: Vec::with_capacity(provs.len()),
+            sharing: Vec::with_capacity(provs.len()),
+            provs: Vec::new(),
+            ids,
+            has_trees: false,
+            any_sharing: false,
+            agg_roots: None,
+        };
         for (i, p) in provs.iter().enumerate() {
-            by_uuid.insert(p.uuid(), i as u32);
-        }
-        let mut root = Vec::with_capacity(provs.len());
-        let mut parent = Vec::with_capacity(provs.len());
-        let mut sharing = Vec::with_capacity(provs.len());
-        let mut has_trees = false;
-        let mut any_sharing = false;
-        for (i, p) in provs.iter().enumerate() {
-            let r = if p.row.root == p.row.uuid {
-                i as u32
-            } else {
-                by_uuid.get(&p.row.root).copied().unwrap_or(i as u32)
-            };
-            root.push(r);
+            let r = if p.row.root == p.row.uuid { i as u32 } else { idx.pos(&p.row.root).unwrap_or(i as u32) };
+            idx.root.push(r);
             let par = match p.row.parent {
                 Some(u) => {
-                    has_trees = true;
-                    by_uuid.get(&u).copied().unwrap_or(NONE)
+                    idx.has_trees = true;
+                    idx.pos(&u).unwrap_or(NONE)
                 }
                 None => NONE,
             };
-            parent.push(par);
+            idx.parent.push(par);
             let s = p.traits.contains(SHARING_TRAIT);
-            any_sharing |= s;
-            sharing.push(s);
+            idx.any_sharing |= s;
+            idx.sharing.push(s);
         }
-        Index { provs, root, parent, by_uuid, has_trees, sharing, any_sharing, agg_roots: None }
+        idx.provs = provs;
+        idx
+    }
+
+    /// Position of a provider by uuid.
+    fn pos(&self, uuid: &Uuid) -> Option<u32> {
+        let id = self.state.providers.get(uuid)?.row.id;
+        self.ids.binary_search(&id).ok().map(|i| i as u32)
     }
 
     fn len(&self) -> usize {
@@ -104,27 +121,39 @@ impl<'a> Index<'a> {
     }
 }
 
+/// One requested amount placed on one provider, with the provider's
+/// headroom for that class captured at match time.
+#[derive(Debug, Clone, Copy)]
+struct Res {
+    rp: u32,
+    rc: u16,
+    amount: i64,
+    /// capacity - used
+    room: i64,
+    max_unit: i64,
+}
+
 /// One group's allocation request, anchored at a root.
 #[derive(Debug, Clone)]
 struct GAreq {
     anchor: u32,
-    /// (provider, request-wide resource class id, amount)
-    res: Vec<(u32, u16, i64)>,
+    res: Vec<Res>,
     /// Providers satisfying the group (sorted, unique).
     rps: Vec<u32>,
 }
 
-fn has_capacity(p: &Provider, rc: &str, amount: i64) -> bool {
-    match p.inventories.get(rc) {
-        Some(inv) => {
-            p.used(rc).saturating_add(amount) <= inv.capacity()
-                && inv.min_unit <= amount
-                && inv.max_unit >= amount
-                && inv.step_size > 0
-                && amount % inv.step_size == 0
-        }
-        None => false,
-    }
+/// Headroom (capacity - used, max_unit) when `amount` of `rc` fits on `p`
+/// (upstream's capacity clause: used + amount <= capacity, min/max unit,
+/// step size).
+fn fit(p: &Provider, rc: &str, amount: i64) -> Option<(i64, i64)> {
+    let inv = p.inventories.get(rc)?;
+    let room = inv.capacity().saturating_sub(p.used(rc));
+    (amount <= room
+        && inv.min_unit <= amount
+        && inv.max_unit >= amount
+        && inv.step_size > 0
+        && amount % inv.step_size == 0)
+        .then_some((room, inv.max_unit))
 }
 
 fn has_required(p: &Provider, required: &[Vec<String>]) -> bool {
@@ -139,18 +168,24 @@ fn has_any(p: &Provider, traits: &[String]) -> bool {
 /// match" (upstream's ResourceProviderNotFound), which empties the answer.
 type GroupResult = Result<Option<Vec<GAreq>>, CandidatesError>;
 
-struct Search<'a, 'r> {
+/// A requested class: (request-wide id, name, amount).
+type Rc<'a> = (u16, &'a str, i64);
+
+struct Search<'a> {
     state: &'a State,
     idx: Index<'a>,
-    req: &'r Request,
-    /// Request-wide resource class names (ids are positions).
-    rc_names: Vec<&'r str>,
+    req: &'a Request,
+    /// Request-wide resource class names (ids are positions), borrowed from the state.
+    rc_names: Vec<&'a str>,
     /// Roots allowed as anchors (root_required), if filtered.
     anchor_ok: Option<Vec<bool>>,
+    /// With one group, no sharing and a limit (no randomisation), every
+    /// single-provider match is a final answer: stop after this many.
+    stop_after: usize,
 }
 
-impl<'a, 'r> Search<'a, 'r> {
-    fn rc_id(&mut self, name: &'r str) -> u16 {
+impl<'a> Search<'a> {
+    fn rc_id(&mut self, name: &'a str) -> u16 {
         if let Some(pos) = self.rc_names.iter().position(|n| *n == name) {
             return pos as u16;
         }
@@ -206,17 +241,13 @@ impl<'a, 'r> Search<'a, 'r> {
         Ok(any)
     }
 
-    fn tree_members(&self, root: u32) -> Vec<u32> {
-        (0..self.idx.len() as u32).filter(|i| self.idx.root[*i as usize] == root).collect()
-    }
-
-    fn group(&mut self, group: &'r RequestGroup) -> GroupResult {
+    fn group(&mut self, group: &'a RequestGroup) -> GroupResult {
         // Resource classes must exist.
-        let mut rcs: Vec<(u16, &'r str, i64)> = Vec::with_capacity(group.resources.len());
+        let mut rcs: Vec<Rc<'a>> = Vec::with_capacity(group.resources.len());
         for (name, amount) in &group.resources {
-            if !self.state.resource_classes.contains_key(name) {
+            let Some((name, _)) = self.state.resource_classes.get_key_value(name) else {
                 return Err(CandidatesError::ResourceClassNotFound(name.clone()));
-            }
+            };
             let id = self.rc_id(name);
             rcs.push((id, name.as_str(), *amount));
         }
@@ -235,34 +266,23 @@ impl<'a, 'r> Search<'a, 'r> {
         self.check_traits_exist(&group.forbidden_traits)?;
         let tree_root = match group.in_tree {
             None => None,
-            Some(uuid) => match self.idx.by_uuid.get(&uuid) {
-                Some(i) => Some(self.idx.root[*i as usize]),
+            Some(uuid) => match self.idx.pos(&uuid) {
+                Some(i) => Some(self.idx.root[i as usize]),
                 None => return Ok(None),
             },
         };
-        // Providers with capacity for each class (restricted to the tree).
-        let scope: Vec<u32> = match tree_root {
-            Some(root) => self.tree_members(root),
-            None => (0..self.idx.len() as u32).collect(),
-        };
-        let mut with_resource: Vec<Vec<u32>> = Vec::with_capacity(rcs.len());
-        for (_, name, amount) in &rcs {
-            let list: Vec<u32> =
-                scope.iter().copied().filter(|i| has_capacity(self.idx.provs[*i as usize], name, *amount)).collect();
-            if list.is_empty() {
-                return Ok(None);
-            }
-            with_resource.push(list);
-        }
         let bad_aggs = if group.forbidden_aggregates.is_empty() {
             None
         } else {
             Some(self.in_any_aggregate(&group.forbidden_aggregates))
         };
         let areqs = if !group.use_same_provider() && (self.idx.any_sharing || self.idx.has_trees) {
-            self.multiple_providers(group, &rcs, &with_resource, in_aggs.as_deref(), bad_aggs.as_deref(), tree_root)
+            self.multiple_providers(group, &rcs, in_aggs.as_deref(), bad_aggs.as_deref(), tree_root)
         } else {
-            self.single_provider(group, &rcs, &with_resource, in_aggs.as_deref(), bad_aggs.as_deref())
+            // A class nobody can provide empties the answer exactly as an
+            // empty match does, so the single-provider path needs no
+            // per-class pre-check.
+            self.single_provider(group, &rcs, in_aggs.as_deref(), bad_aggs.as_deref(), tree_root)
         };
         Ok(Some(areqs))
     }
@@ -271,46 +291,53 @@ impl<'a, 'r> Search<'a, 'r> {
     fn single_provider(
         &mut self,
         group: &RequestGroup,
-        rcs: &[(u16, &str, i64)],
-        with_resource: &[Vec<u32>],
+        rcs: &[Rc<'a>],
         in_aggs: Option<&[bool]>,
         bad_aggs: Option<&[bool]>,
+        tree_root: Option<u32>,
     ) -> Vec<GAreq> {
-        let filters_ok = |i: u32, p: &Provider| -> bool {
-            (group.required_traits.is_empty() || has_required(p, &group.required_traits))
-                && in_aggs.map_or(true, |v| v[i as usize])
-                && !bad_aggs.map_or(false, |v| v[i as usize])
-                && !has_any(p, &group.forbidden_traits)
-        };
-        let matching: Vec<u32> = if let Some(first) = with_resource.first() {
-            first
-                .iter()
-                .copied()
-                .filter(|i| {
-                    let p = self.idx.provs[*i as usize];
-                    rcs[1..].iter().all(|(_, name, amount)| has_capacity(p, name, *amount)) && filters_ok(*i, p)
-                })
-                .collect()
-        } else if group.required_traits.is_empty() && group.member_of.is_empty() {
+        if rcs.is_empty() && group.required_traits.is_empty() && group.member_of.is_empty() {
             // Upstream quirk: a resourceless group without required traits or
             // member_of filters matches nothing.
-            Vec::new()
-        } else {
-            (0..self.idx.len() as u32).filter(|i| filters_ok(*i, self.idx.provs[*i as usize])).collect()
-        };
-        let mut out = Vec::with_capacity(matching.len());
-        for rp in matching {
-            let res: Vec<(u32, u16, i64)> = rcs.iter().map(|(id, _, amount)| (rp, *id, *amount)).collect();
-            let own_root = self.idx.root[rp as usize];
-            if self.anchor_allowed(own_root) {
-                out.push(GAreq { anchor: own_root, res: res.clone(), rps: vec![rp] });
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut res: Vec<Res> = Vec::with_capacity(rcs.len());
+        for i in 0..self.idx.len() as u32 {
+            if out.len() >= self.stop_after {
+                break;
             }
-            if self.idx.sharing[rp as usize] {
-                for anchor in self.idx.anchors_of(rp) {
+            let p = self.idx.provs[i as usize];
+            // in_tree restricts providers of resources (not resourceless groups).
+            if !rcs.is_empty() && tree_root.is_some_and(|t| self.idx.root[i as usize] != t) {
+                continue;
+            }
+            res.clear();
+            let fits_all = rcs.iter().all(|(id, name, amount)| match fit(p, name, *amount) {
+                Some((room, max_unit)) => {
+                    res.push(Res { rp: i, rc: *id, amount: *amount, room, max_unit });
+                    true
+                }
+                None => false,
+            });
+            if !fits_all
+                || !in_aggs.map_or(true, |v| v[i as usize])
+                || bad_aggs.is_some_and(|v| v[i as usize])
+                || !has_required(p, &group.required_traits)
+                || has_any(p, &group.forbidden_traits)
+            {
+                continue;
+            }
+            let own_root = self.idx.root[i as usize];
+            if self.anchor_allowed(own_root) {
+                out.push(GAreq { anchor: own_root, res: res.clone(), rps: vec![i] });
+            }
+            if self.idx.sharing[i as usize] {
+                for anchor in self.idx.anchors_of(i) {
                     if anchor == own_root || !self.anchor_allowed(anchor) {
                         continue;
                     }
-                    out.push(GAreq { anchor, res: res.clone(), rps: vec![rp] });
+                    out.push(GAreq { anchor, res: res.clone(), rps: vec![i] });
                 }
             }
         }
@@ -321,38 +348,47 @@ impl<'a, 'r> Search<'a, 'r> {
     fn multiple_providers(
         &mut self,
         group: &RequestGroup,
-        rcs: &[(u16, &str, i64)],
-        with_resource: &[Vec<u32>],
+        rcs: &[Rc<'a>],
         in_aggs: Option<&[bool]>,
         bad_aggs: Option<&[bool]>,
         tree_root: Option<u32>,
     ) -> Vec<GAreq> {
-        // Per requested class: (provider, anchor) pairs.
-        let mut per_rc: Vec<Vec<(u32, u32)>> = Vec::with_capacity(rcs.len());
-        for list in with_resource {
-            let mut pairs: Vec<(u32, u32)> = list.iter().map(|rp| (*rp, self.idx.root[*rp as usize])).collect();
-            if self.idx.any_sharing && tree_root.is_none() {
-                let sps: Vec<u32> = list
-                    .iter()
-                    .copied()
-                    .filter(|rp| self.idx.sharing[*rp as usize] && in_aggs.map_or(true, |v| v[*rp as usize]))
-                    .collect();
-                for sp in sps {
-                    for anchor in self.idx.anchors_of(sp) {
-                        pairs.push((sp, anchor));
+        // Per requested class: (anchor, provider, headroom) entries.
+        let mut per_rc: Vec<Vec<(u32, u32, i64, i64)>> = Vec::with_capacity(rcs.len());
+        for (_, name, amount) in rcs {
+            let mut pairs: Vec<(u32, u32, i64, i64)> = Vec::new();
+            let mut sps: Vec<(u32, i64, i64)> = Vec::new();
+            for i in 0..self.idx.len() as u32 {
+                if tree_root.is_some_and(|t| self.idx.root[i as usize] != t) {
+                    continue;
+                }
+                if let Some((room, max_unit)) = fit(self.idx.provs[i as usize], name, *amount) {
+                    pairs.push((self.idx.root[i as usize], i, room, max_unit));
+                    if self.idx.sharing[i as usize] && in_aggs.map_or(true, |v| v[i as usize]) {
+                        sps.push((i, room, max_unit));
                     }
                 }
             }
-            pairs.sort_unstable_by_key(|(rp, anchor)| (*anchor, *rp));
+            if pairs.is_empty() {
+                return Vec::new();
+            }
+            if tree_root.is_none() {
+                for (sp, room, max_unit) in sps {
+                    for anchor in self.idx.anchors_of(sp) {
+                        pairs.push((anchor, sp, room, max_unit));
+                    }
+                }
+            }
+            pairs.sort_unstable();
             pairs.dedup();
             if self.anchor_ok.is_some() {
-                pairs.retain(|(_, anchor)| self.anchor_allowed(*anchor));
+                pairs.retain(|(anchor, ..)| self.anchor_allowed(*anchor));
             }
             if let Some(v) = in_aggs {
-                pairs.retain(|(rp, anchor)| v[*rp as usize] || v[*anchor as usize]);
+                pairs.retain(|(anchor, rp, ..)| v[*rp as usize] || v[*anchor as usize]);
             }
             if let Some(v) = bad_aggs {
-                pairs.retain(|(rp, anchor)| !(v[*rp as usize] || v[*anchor as usize]));
+                pairs.retain(|(anchor, rp, ..)| !(v[*rp as usize] || v[*anchor as usize]));
             }
             if pairs.is_empty() {
                 return Vec::new();
@@ -360,106 +396,116 @@ impl<'a, 'r> Search<'a, 'r> {
             per_rc.push(pairs);
         }
         // Anchors present for every class.
-        let mut anchors: Vec<u32> = per_rc[0].iter().map(|(_, a)| *a).collect();
+        let mut anchors: Vec<u32> = per_rc[0].iter().map(|e| e.0).collect();
         anchors.dedup();
         for pairs in &per_rc[1..] {
-            let mut other: Vec<u32> = pairs.iter().map(|(_, a)| *a).collect();
+            let mut other: Vec<u32> = pairs.iter().map(|e| e.0).collect();
             other.dedup();
             anchors.retain(|a| other.binary_search(a).is_ok());
         }
         let mut out = Vec::new();
-        let mut choice: Vec<u32> = vec![0; rcs.len()];
+        let mut choice: Vec<Res> = Vec::with_capacity(rcs.len());
         for anchor in anchors {
-            let lists: Vec<&[(u32, u32)]> = per_rc
+            let lists: Vec<&[(u32, u32, i64, i64)]> = per_rc
                 .iter()
                 .map(|pairs| {
-                    let start = pairs.partition_point(|(_, a)| *a < anchor);
-                    let end = pairs.partition_point(|(_, a)| *a <= anchor);
+                    let start = pairs.partition_point(|e| e.0 < anchor);
+                    let end = pairs.partition_point(|e| e.0 <= anchor);
                     &pairs[start..end]
                 })
                 .collect();
-            self.product(group, rcs, anchor, &lists, 0, &mut choice, &mut out);
+            self.product(group, rcs, anchor, &lists, &mut choice, &mut out);
         }
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn product(
         &self,
         group: &RequestGroup,
-        rcs: &[(u16, &str, i64)],
+        rcs: &[Rc<'a>],
         anchor: u32,
-        lists: &[&[(u32, u32)]],
-        depth: usize,
-        choice: &mut Vec<u32>,
+        lists: &[&[(u32, u32, i64, i64)]],
+        choice: &mut Vec<Res>,
         out: &mut Vec<GAreq>,
     ) {
+        let depth = choice.len();
         if depth == lists.len() {
-            // Forbidden traits on any provider used; required traits collectively.
+            // Required traits are satisfied collectively by the providers used.
             let provs = &self.idx.provs;
-            if choice.iter().any(|rp| has_any(provs[*rp as usize], &group.forbidden_traits)) {
-                return;
-            }
             let ok = group
                 .required_traits
                 .iter()
-                .all(|any| any.iter().any(|t| choice.iter().any(|rp| provs[*rp as usize].traits.contains(t))));
-            if !ok {
-                return;
+                .all(|any| any.iter().any(|t| choice.iter().any(|r| provs[r.rp as usize].traits.contains(t))));
+            if ok {
+                let mut rps: Vec<u32> = choice.iter().map(|r| r.rp).collect();
+                rps.sort_unstable();
+                rps.dedup();
+                out.push(GAreq { anchor, res: choice.clone(), rps });
             }
-            let res = rcs.iter().zip(choice.iter()).map(|((id, _, amount), rp)| (*rp, *id, *amount)).collect();
-            let mut rps = choice.clone();
-            rps.sort_unstable();
-            rps.dedup();
-            out.push(GAreq { anchor, res, rps });
             return;
         }
-        for (rp, _) in lists[depth] {
-            // Forbidden traits prune early.
-            if has_any(self.idx.provs[*rp as usize], &group.forbidden_traits) {
+        let (id, _, amount) = rcs[depth];
+        for &(_, rp, room, max_unit) in lists[depth] {
+            // Forbidden traits: no provider used may have one.
+            if has_any(self.idx.provs[rp as usize], &group.forbidden_traits) {
                 continue;
             }
-            choice[depth] = *rp;
-            self.product(group, rcs, anchor, lists, depth + 1, choice, out);
+            choice.push(Res { rp, rc: id, amount, room, max_unit });
+            self.product(group, rcs, anchor, lists, choice, out);
+            choice.pop();
         }
     }
 }
 
-/// State of the cross-group combination for one anchor.
-struct Merge<'s, 'a, 'r> {
-    search: &'s Search<'a, 'r>,
-    lists: Vec<Vec<&'s GAreq>>,
-    granular: Vec<bool>,
-    isolate: bool,
-    /// same_subtree constraints as group positions.
-    subtrees: Vec<Vec<usize>>,
-    chosen: Vec<usize>,
-    /// Consolidated amounts ((provider, class id), amount), in first-use order.
-    amounts: Vec<((u32, u16), i64)>,
-    seen: HashSet<(Vec<(u32, u16, i64)>, Vec<Vec<u32>>)>,
-    results: Vec<(Vec<(u32, u16, i64)>, Vec<Vec<u32>>)>,
+/// One merged candidate: consolidated amounts and the chosen group requests.
+struct Found {
+    /// (provider, class id, amount) in first-use order.
+    res: Vec<(u32, u16, i64)>,
+    /// Index of the chosen request in each group's list.
+    chosen: Vec<u32>,
 }
 
-impl<'s, 'a, 'r> Merge<'s, 'a, 'r> {
-    fn fits(&self, rp: u32, rc: u16, amount: i64) -> bool {
-        let p = self.search.idx.provs[rp as usize];
-        let name = self.search.rc_names[rc as usize];
-        match p.inventories.get(name) {
-            Some(inv) => p.used(name).saturating_add(amount) <= inv.capacity() && amount <= inv.max_unit,
-            None => false,
-        }
+/// The cross-group combination.
+struct Merge<'s, 'a> {
+    search: &'s Search<'a>,
+    groups: &'s [Vec<GAreq>],
+    /// Per group, the range of its (anchor-sorted) requests for the current anchor.
+    ranges: Vec<(u32, u32)>,
+    granular: Vec<bool>,
+    isolate: bool,
+    exclude_nested: bool,
+    dedupe: bool,
+    /// same_subtree constraints as group positions.
+    subtrees: Vec<Vec<usize>>,
+    chosen: Vec<u32>,
+    /// Consolidated ((provider, class id), amount, room, max_unit), in first-use order.
+    amounts: Vec<((u32, u16), i64, i64, i64)>,
+    seen: HashMap<u64, Vec<usize>>,
+    found: Vec<Found>,
+    /// Stop after this many (limit without randomisation).
+    stop_at: usize,
+}
+
+impl<'s, 'a> Merge<'s, 'a> {
+    fn done(&self) -> bool {
+        self.found.len() >= self.stop_at
     }
 
     fn walk(&mut self, g: usize) {
-        if g == self.lists.len() {
+        if g == self.groups.len() {
             self.leaf();
             return;
         }
-        for k in 0..self.lists[g].len() {
-            let areq = self.lists[g][k];
+        let (start, end) = self.ranges[g];
+        for k in start..end {
+            if self.done() {
+                return;
+            }
+            let areq = &self.groups[g][k as usize];
             if self.isolate && self.granular[g] {
                 let rp = areq.rps[0];
-                let clash = (0..g).any(|h| self.granular[h] && self.lists[h][self.chosen[h]].rps[0] == rp);
+                let clash = (0..g)
+                    .any(|h| self.granular[h] && self.groups[h][self.chosen[h] as usize].rps[0] == rp);
                 if clash {
                     continue;
                 }
@@ -467,20 +513,21 @@ impl<'s, 'a, 'r> Merge<'s, 'a, 'r> {
             let mark = self.amounts.len();
             let mut touched: Vec<(usize, i64)> = Vec::new();
             let mut ok = true;
-            for (rp, rc, amount) in &areq.res {
-                let key = (*rp, *rc);
-                let pos = match self.amounts.iter().position(|(k, _)| *k == key) {
+            for r in &areq.res {
+                let key = (r.rp, r.rc);
+                let pos = match self.amounts[..mark].iter().position(|e| e.0 == key) {
                     Some(pos) => {
-                        touched.push((pos, *amount));
-                        self.amounts[pos].1 += amount;
+                        self.amounts[pos].1 += r.amount;
+                        touched.push((pos, r.amount));
                         pos
                     }
                     None => {
-                        self.amounts.push((key, *amount));
+                        self.amounts.push((key, r.amount, r.room, r.max_unit));
                         self.amounts.len() - 1
                     }
                 };
-                if !self.fits(*rp, *rc, self.amounts[pos].1) {
+                let (_, total, room, max_unit) = self.amounts[pos];
+                if total > room || total > max_unit {
                     ok = false;
                     break;
                 }
@@ -490,34 +537,65 @@ impl<'s, 'a, 'r> Merge<'s, 'a, 'r> {
                 self.walk(g + 1);
             }
             for (pos, amount) in touched {
-                if pos < mark {
-                    self.amounts[pos].1 -= amount;
-                }
+                self.amounts[pos].1 -= amount;
             }
             self.amounts.truncate(mark);
         }
     }
 
+    fn rps_of(&self, g: usize) -> &[u32] {
+        &self.groups[g][self.chosen[g] as usize].rps
+    }
+
     fn leaf(&mut self) {
         let idx = &self.search.idx;
         for positions in &self.subtrees {
-            let mut rps: Vec<u32> = positions
-                .iter()
-                .flat_map(|g| self.lists[*g][self.chosen[*g]].rps.iter().copied())
-                .collect();
+            let mut rps: Vec<u32> = positions.iter().flat_map(|g| self.rps_of(*g).iter().copied()).collect();
             rps.sort_unstable();
             rps.dedup();
             if rps.len() > 1 && !rps.iter().any(|top| rps.iter().all(|rp| idx.is_ancestor_or_self(*top, *rp))) {
                 return;
             }
         }
-        let res: Vec<(u32, u16, i64)> = self.amounts.iter().map(|((rp, rc), amount)| (*rp, *rc, *amount)).collect();
-        let mappings: Vec<Vec<u32>> = (0..self.lists.len()).map(|g| self.lists[g][self.chosen[g]].rps.clone()).collect();
-        let mut key_res = res.clone();
-        key_res.sort_unstable();
-        if self.seen.insert((key_res, mappings.clone())) {
-            self.results.push((res, mappings));
+        if self.exclude_nested {
+            // Before 1.29: no two providers of one tree.
+            let mut rps: Vec<u32> = self.amounts.iter().map(|e| e.0 .0).collect();
+            rps.sort_unstable();
+            rps.dedup();
+            let mut roots: Vec<u32> = rps.iter().map(|rp| idx.root[*rp as usize]).collect();
+            roots.sort_unstable();
+            roots.dedup();
+            if rps.len() != roots.len() {
+                return;
+            }
         }
+        if self.dedupe {
+            let mut sorted: Vec<(u32, u16, i64)> = self.amounts.iter().map(|e| (e.0 .0, e.0 .1, e.1)).collect();
+            sorted.sort_unstable();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            sorted.hash(&mut h);
+            for g in 0..self.groups.len() {
+                self.rps_of(g).hash(&mut h);
+            }
+            let key = h.finish();
+            if let Some(prev) = self.seen.get(&key) {
+                for &f in prev {
+                    let other = &self.found[f];
+                    let mut other_sorted = other.res.clone();
+                    other_sorted.sort_unstable();
+                    let same_maps = (0..self.groups.len())
+                        .all(|g| self.groups[g][other.chosen[g] as usize].rps == *self.rps_of(g));
+                    if other_sorted == sorted && same_maps {
+                        return;
+                    }
+                }
+            }
+            self.seen.entry(key).or_default().push(self.found.len());
+        }
+        self.found.push(Found {
+            res: self.amounts.iter().map(|e| (e.0 .0, e.0 .1, e.1)).collect(),
+            chosen: self.chosen.clone(),
+        });
     }
 }
 
@@ -543,8 +621,13 @@ impl Rng {
 /// Errors only for unknown resource classes or traits (checked in upstream's
 /// order: root traits, then per group in request order, stopping at the
 /// first group that cannot match).
-pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError> {
-    let mut search = Search { state, idx: Index::build(state), req, rc_names: Vec::new(), anchor_ok: None };
+pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, CandidatesError> {
+    let idx = Index::build(state);
+    let stop_after = match (req.limit, req.randomize_seed) {
+        (Some(limit), None) if req.groups.len() == 1 && !idx.any_sharing => limit,
+        _ => usize::MAX,
+    };
+    let mut search = Search { state, idx, req, rc_names: Vec::new(), anchor_ok: None, stop_after };
     if !search.root_filter()? {
         return Ok(Candidates::default());
     }
@@ -558,65 +641,66 @@ pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError>
     if per_group.is_empty() {
         return Ok(Candidates::default());
     }
+    for areqs in &mut per_group {
+        areqs.sort_by_key(|a| a.anchor);
+    }
 
     // Combine one allocation request per group for each anchor.
-    let mut by_anchor: HashMap<u32, Vec<Vec<&GAreq>>> = HashMap::new();
-    for (g, areqs) in per_group.iter().enumerate() {
-        for areq in areqs {
-            by_anchor.entry(areq.anchor).or_insert_with(|| vec![Vec::new(); per_group.len()])[g].push(areq);
-        }
-    }
-    let mut anchors: Vec<u32> = by_anchor.keys().copied().collect();
-    anchors.sort_unstable();
+    let idx = &search.idx;
+    let exclude_nested = !req.nested_aware && idx.has_trees;
     let subtrees: Vec<Vec<usize>> = req
         .same_subtrees
         .iter()
-        .map(|suffixes| {
-            suffixes.iter().filter_map(|s| req.groups.iter().position(|g| &g.suffix == s)).collect()
-        })
+        .map(|suffixes| suffixes.iter().filter_map(|s| req.groups.iter().position(|g| &g.suffix == s)).collect())
         .collect();
+    let stop_at = match (req.limit, req.randomize_seed) {
+        (Some(limit), None) => limit,
+        _ => usize::MAX,
+    };
     let mut merge = Merge {
         search: &search,
-        lists: Vec::new(),
+        groups: &per_group,
+        ranges: vec![(0, 0); per_group.len()],
         granular: req.groups.iter().map(|g| g.use_same_provider()).collect(),
         isolate: req.group_policy == Some(GroupPolicy::Isolate),
+        exclude_nested,
+        dedupe: idx.any_sharing,
         subtrees,
         chosen: vec![0; per_group.len()],
         amounts: Vec::new(),
-        seen: HashSet::new(),
-        results: Vec::new(),
+        seen: HashMap::new(),
+        found: Vec::new(),
+        stop_at,
     };
-    for anchor in anchors {
-        let lists = by_anchor.remove(&anchor).unwrap_or_default();
-        if lists.iter().any(|l| l.is_empty()) {
-            continue;
+    let first = &per_group[0];
+    let mut k = 0;
+    'anchors: while k < first.len() && !merge.done() {
+        let anchor = first[k].anchor;
+        let mut end = k;
+        while end < first.len() && first[end].anchor == anchor {
+            end += 1;
         }
-        merge.lists = lists;
+        merge.ranges[0] = (k as u32, end as u32);
+        k = end;
+        for (g, areqs) in per_group.iter().enumerate().skip(1) {
+            let start = areqs.partition_point(|a| a.anchor < anchor);
+            let stop = areqs.partition_point(|a| a.anchor <= anchor);
+            if start == stop {
+                continue 'anchors;
+            }
+            merge.ranges[g] = (start as u32, stop as u32);
+        }
         merge.walk(0);
     }
-    let mut results = std::mem::take(&mut merge.results);
+    let mut found = std::mem::take(&mut merge.found);
     drop(merge);
-    let idx = &search.idx;
 
-    // Before 1.29, candidates may not use two providers of one tree.
-    let exclude_nested = !req.nested_aware && idx.has_trees;
-    if exclude_nested {
-        results.retain(|(res, _)| {
-            let mut rps: Vec<u32> = res.iter().map(|r| r.0).collect();
-            rps.sort_unstable();
-            rps.dedup();
-            let mut roots: Vec<u32> = rps.iter().map(|rp| idx.root[*rp as usize]).collect();
-            roots.sort_unstable();
-            roots.dedup();
-            rps.len() == roots.len()
-        });
-    }
     // Providers summarised: whole trees of the providers used (only the
     // providers used, before 1.29 with trees around).
     let mut in_summary = vec![false; idx.len()];
     let mut used_roots = vec![false; idx.len()];
-    for (res, _) in &results {
-        for (rp, _, _) in res {
+    for f in &found {
+        for (rp, _, _) in &f.res {
             in_summary[*rp as usize] = true;
             used_roots[idx.root[*rp as usize] as usize] = true;
         }
@@ -627,18 +711,18 @@ pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError>
         }
     }
     match (req.limit, req.randomize_seed) {
-        (Some(limit), seed) if limit < results.len() => {
+        (Some(limit), seed) if limit < found.len() => {
             if let Some(seed) = seed {
                 let mut rng = Rng(seed);
                 for i in 0..limit {
-                    let j = i + rng.below(results.len() - i);
-                    results.swap(i, j);
+                    let j = i + rng.below(found.len() - i);
+                    found.swap(i, j);
                 }
             }
-            results.truncate(limit);
+            found.truncate(limit);
             let mut kept_roots = vec![false; idx.len()];
-            for (res, _) in &results {
-                for (rp, _, _) in res {
+            for f in &found {
+                for (rp, _, _) in &f.res {
                     kept_roots[idx.root[*rp as usize] as usize] = true;
                 }
             }
@@ -648,21 +732,21 @@ pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError>
         }
         (_, Some(seed)) => {
             let mut rng = Rng(seed);
-            for i in (1..results.len()).rev() {
+            for i in (1..found.len()).rev() {
                 let j = rng.below(i + 1);
-                results.swap(i, j);
+                found.swap(i, j);
             }
         }
         _ => {}
     }
 
     let uuid_of = |i: u32| idx.provs[i as usize].uuid();
-    let allocation_requests = results
+    let allocation_requests = found
         .into_iter()
-        .map(|(res, mappings)| {
-            let mut allocations: Vec<(Uuid, Vec<(String, i64)>)> = Vec::new();
-            let mut order: Vec<u32> = Vec::new();
-            for (rp, rc, amount) in res {
+        .map(|f| {
+            let mut allocations: Vec<(Uuid, Vec<(&str, i64)>)> = Vec::with_capacity(f.res.len());
+            let mut order: Vec<u32> = Vec::with_capacity(f.res.len());
+            for (rp, rc, amount) in f.res {
                 let pos = match order.iter().position(|r| *r == rp) {
                     Some(pos) => pos,
                     None => {
@@ -671,16 +755,17 @@ pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError>
                         order.len() - 1
                     }
                 };
-                allocations[pos].1.push((search.rc_names[rc as usize].to_owned(), amount));
+                allocations[pos].1.push((search.rc_names[rc as usize], amount));
             }
             let mappings = req
                 .groups
                 .iter()
-                .zip(mappings)
-                .map(|(g, rps)| {
-                    let mut uuids: Vec<Uuid> = rps.into_iter().map(uuid_of).collect();
+                .zip(&f.chosen)
+                .zip(&per_group)
+                .map(|((g, chosen), areqs)| {
+                    let mut uuids: Vec<Uuid> = areqs[*chosen as usize].rps.iter().map(|rp| uuid_of(*rp)).collect();
                     uuids.sort_unstable();
-                    (g.suffix.clone(), uuids)
+                    (g.suffix.as_str(), uuids)
                 })
                 .collect();
             AllocationRequest { allocations, mappings }
@@ -690,6 +775,10 @@ pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError>
         .filter(|i| in_summary[*i])
         .map(|i| {
             let p = idx.provs[i];
+            // Upstream lists a provider's traits in trait id order.
+            let mut traits: Vec<(i64, &str)> =
+                p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();
+            traits.sort_unstable();
             ProviderSummary {
                 uuid: p.uuid(),
                 parent: p.row.parent,
@@ -698,21 +787,12 @@ pub fn find(state: &State, req: &Request) -> Result<Candidates, CandidatesError>
                     .inventories
                     .iter()
                     .map(|(rc, inv)| SummaryResource {
-                        resource_class: rc.clone(),
+                        resource_class: rc.as_str(),
                         capacity: inv.capacity(),
                         used: p.used(rc),
                     })
                     .collect(),
-                traits: {
-                    // Upstream lists a provider's traits in trait id order.
-                    let mut traits: Vec<(i64, String)> = p
-                        .traits
-                        .iter()
-                        .map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.clone()))
-                        .collect();
-                    traits.sort();
-                    traits.into_iter().map(|(_, t)| t).collect()
-                },
+                traits: traits.into_iter().map(|(_, t)| t).collect(),
             }
         })
         .collect();

@@ -108,19 +108,19 @@ impl std::error::Error for CandidatesError {}
 
 /// One allocation request: what to claim from which provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllocationRequest {
+pub struct AllocationRequest<'a> {
     /// Provider -> (resource class, amount), providers in first-use order.
-    pub allocations: Vec<(Uuid, Vec<(String, i64)>)>,
+    pub allocations: Vec<(Uuid, Vec<(&'a str, i64)>)>,
     /// Group suffix -> providers satisfying that group (sorted), groups in
     /// request order.
-    pub mappings: Vec<(String, Vec<Uuid>)>,
+    pub mappings: Vec<(&'a str, Vec<Uuid>)>,
 }
 
 /// Capacity and usage of one resource class of a summarised provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SummaryResource {
+pub struct SummaryResource<'a> {
     /// Resource class name.
-    pub resource_class: String,
+    pub resource_class: &'a str,
     /// `(total - reserved) * allocation_ratio`, truncated.
     pub capacity: i64,
     /// Amount allocated.
@@ -129,7 +129,7 @@ pub struct SummaryResource {
 
 /// Summary of one provider involved in the candidates.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderSummary {
+pub struct ProviderSummary<'a> {
     /// Provider uuid.
     pub uuid: Uuid,
     /// Parent provider, if any.
@@ -137,16 +137,16 @@ pub struct ProviderSummary {
     /// Root provider.
     pub root: Uuid,
     /// Every inventory of the provider, by resource class name.
-    pub resources: Vec<SummaryResource>,
+    pub resources: Vec<SummaryResource<'a>>,
     /// Trait names in trait id order (standard traits first), as upstream.
-    pub traits: Vec<String>,
+    pub traits: Vec<&'a str>,
 }
 
 /// The answer: allocation requests and summaries of the providers involved.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Candidates {
+pub struct Candidates<'a> {
     /// Allocation requests.
-    pub allocation_requests: Vec<AllocationRequest>,
+    pub allocation_requests: Vec<AllocationRequest<'a>>,
     /// Provider summaries, in provider creation order.
-    pub provider_summaries: Vec<ProviderSummary>,
+    pub provider_summaries: Vec<ProviderSummary<'a>>,
 }

@@ -143,10 +143,11 @@ fn canon_engine(c: &Candidates) -> (Vec<Canon>, BTreeSet<Uuid>) {
             let mut allocs: Vec<(Uuid, String, i64)> = ar
                 .allocations
                 .iter()
-                .flat_map(|(rp, res)| res.iter().map(move |(rc, n)| (*rp, rc.clone(), *n)))
+                .flat_map(|(rp, res)| res.iter().map(move |(rc, n)| (*rp, rc.to_string(), *n)))
                 .collect();
             allocs.sort();
-            let mut mappings = ar.mappings.clone();
+            let mut mappings: Vec<(String, Vec<Uuid>)> =
+                ar.mappings.iter().map(|(s, rps)| (s.to_string(), rps.clone())).collect();
             mappings.sort();
             (allocs, mappings)
         })
@@ -612,7 +613,8 @@ fn sharing_provider_serves_anchors_in_its_aggregate() {
     let sums: BTreeSet<Uuid> = got.provider_summaries.iter().map(|s| s.uuid).collect();
     assert_eq!(sums, BTreeSet::from([uuid(0), uuid(1), uuid(2)]));
     // DISK only: the sharing provider is returned once (de-duplicated anchors).
-    let only_disk = find(&state, &request(vec![group("", &[("DISK_GB", 10)])])).unwrap();
+    let disk_req = request(vec![group("", &[("DISK_GB", 10)])]);
+    let only_disk = find(&state, &disk_req).unwrap();
     assert_eq!(only_disk.allocation_requests.len(), 1);
     assert_eq!(only_disk.provider_summaries.len(), 1);
 }
@@ -658,7 +660,7 @@ fn granular_isolate_and_same_subtree() {
     assert_eq!(same.allocation_requests.len(), 2);
     for ar in &same.allocation_requests {
         assert_eq!(ar.allocations.len(), 1);
-        assert_eq!(ar.allocations[0].1, vec![("SRIOV_NET_VF".to_owned(), 2)]);
+        assert_eq!(ar.allocations[0].1, vec![("SRIOV_NET_VF", 2)]);
     }
 }
 
@@ -671,7 +673,7 @@ fn consolidated_amount_must_fit() {
     req.groups[1].resources[0].1 = 1;
     let got = find(&state, &req).unwrap();
     assert_eq!(got.allocation_requests.len(), 1);
-    assert_eq!(got.allocation_requests[0].allocations[0].1, vec![("VCPU".to_owned(), 3)]);
+    assert_eq!(got.allocation_requests[0].allocations[0].1, vec![("VCPU", 3)]);
 }
 
 #[test]

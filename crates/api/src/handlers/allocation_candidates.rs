@@ -27,17 +27,17 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize(app, "placement:allocation_candidates:list")?;
     validate_query_schema(&req.query, &query_schema(req))?;
     let request = parse_request(req)?;
-    let candidates = {
+    let body = {
         let state = app.read();
-        berth_candidates::find(&state, &request)
-    }
-    .map_err(|e| match e {
-        CandidatesError::ResourceClassNotFound(_) => {
-            ApiError::bad_request(format!("Invalid resource class in resources parameter: {e}"))
-        }
-        CandidatesError::TraitNotFound(_) => ApiError::bad_request(e.to_string()),
-    })?;
-    Ok(Resp::ok(render(req, &request, &candidates)).last_modified(req, now()))
+        let candidates = berth_candidates::find(&state, &request).map_err(|e| match e {
+            CandidatesError::ResourceClassNotFound(_) => {
+                ApiError::bad_request(format!("Invalid resource class in resources parameter: {e}"))
+            }
+            CandidatesError::TraitNotFound(_) => ApiError::bad_request(e.to_string()),
+        })?;
+        render(req, &request, &candidates)
+    };
+    Ok(Resp::ok(body).last_modified(req, now()))
 }
 
 /// The query-string schema for the negotiated version (upstream
@@ -279,7 +279,7 @@ fn render(req: &Req, request: &Request, candidates: &Candidates) -> Value {
                     .allocations
                     .iter()
                     .map(|(rp, res)| {
-                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| (rc.clone(), json!(n))).collect();
+                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
                         (rp.to_string(), json!({"resources": resources}))
                     })
                     .collect();
@@ -289,7 +289,7 @@ fn render(req: &Req, request: &Request, candidates: &Candidates) -> Value {
                         .mappings
                         .iter()
                         .map(|(suffix, rps)| {
-                            (suffix.clone(), Value::Array(rps.iter().map(|u| json!(u.to_string())).collect()))
+                            ((*suffix).to_owned(), Value::Array(rps.iter().map(|u| json!(u.to_string())).collect()))
                         })
                         .collect();
                     out["mappings"] = Value::Object(mappings);
@@ -300,7 +300,7 @@ fn render(req: &Req, request: &Request, candidates: &Candidates) -> Value {
                     .allocations
                     .iter()
                     .map(|(rp, res)| {
-                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| (rc.clone(), json!(n))).collect();
+                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
                         json!({"resource_provider": {"uuid": rp.to_string()}, "resources": resources})
                     })
                     .collect();
@@ -318,8 +318,8 @@ fn render(req: &Req, request: &Request, candidates: &Candidates) -> Value {
             let resources: Map<String, Value> = s
                 .resources
                 .iter()
-                .filter(|r| all_resources || requested.contains(r.resource_class.as_str()))
-                .map(|r| (r.resource_class.clone(), json!({"capacity": r.capacity, "used": r.used})))
+                .filter(|r| all_resources || requested.contains(r.resource_class))
+                .map(|r| (r.resource_class.to_owned(), json!({"capacity": r.capacity, "used": r.used})))
                 .collect();
             let mut out = json!({"resources": resources});
             if req.at_least(17) {
