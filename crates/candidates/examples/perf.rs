@@ -52,6 +52,7 @@ fn group(suffix: &str, res: &[(&str, i64)], required: &[&str]) -> RequestGroup {
     }
 }
 
+#[allow(clippy::print_stdout)]
 fn time(label: &str, state: &State, req: &Request, n: usize) {
     let mut samples = Vec::new();
     let mut count = 0;
@@ -129,6 +130,7 @@ fn nested(n: usize) -> (State, Request) {
     (state, req)
 }
 
+#[allow(clippy::print_stdout)]
 fn main() {
     let (state, req) = flat(1000);
     time("flat 1000", &state, &req, 200);

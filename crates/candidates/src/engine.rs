@@ -194,7 +194,7 @@ impl<'a> Search<'a> {
     }
 
     fn anchor_allowed(&self, anchor: u32) -> bool {
-        self.anchor_ok.as_ref().map_or(true, |ok| ok[anchor as usize])
+        self.anchor_ok.as_ref().is_none_or(|ok| ok[anchor as usize])
     }
 
     fn check_traits_exist<'t>(&self, names: impl IntoIterator<Item = &'t String>) -> Result<(), CandidatesError> {
@@ -321,7 +321,7 @@ impl<'a> Search<'a> {
                 None => false,
             });
             if !fits_all
-                || !in_aggs.map_or(true, |v| v[i as usize])
+                || !in_aggs.is_none_or(|v| v[i as usize])
                 || bad_aggs.is_some_and(|v| v[i as usize])
                 || !has_required(p, &group.required_traits)
                 || has_any(p, &group.forbidden_traits)
@@ -364,7 +364,7 @@ impl<'a> Search<'a> {
                 }
                 if let Some((room, max_unit)) = fit(self.idx.provs[i as usize], name, *amount) {
                     pairs.push((self.idx.root[i as usize], i, room, max_unit));
-                    if self.idx.sharing[i as usize] && in_aggs.map_or(true, |v| v[i as usize]) {
+                    if self.idx.sharing[i as usize] && in_aggs.is_none_or(|v| v[i as usize]) {
                         sps.push((i, room, max_unit));
                     }
                 }

@@ -132,6 +132,9 @@ fn request(groups: Vec<RequestGroup>) -> Request {
     Request { groups, nested_aware: true, ..Default::default() }
 }
 
+/// One way a group can be satisfied: (resources placed, providers used).
+type GroupOption = (Vec<(usize, String, i64)>, BTreeSet<usize>);
+
 /// Canonical form of one allocation request: sorted allocations and mappings.
 type Canon = (Vec<(Uuid, String, i64)>, Vec<(String, Vec<Uuid>)>);
 
@@ -212,7 +215,7 @@ impl<'a> Ref<'a> {
     }
 
     /// Every way group `g` can be satisfied for anchor `a`: (resources, providers).
-    fn options(&self, g: &RequestGroup, a: usize, multi: bool) -> Vec<(Vec<(usize, String, i64)>, BTreeSet<usize>)> {
+    fn options(&self, g: &RequestGroup, a: usize, multi: bool) -> Vec<GroupOption> {
         let n = self.provs.len();
         let tree = g.in_tree.map(|u| self.root(self.pos(u).expect("checked")));
         let mut out = Vec::new();
@@ -226,7 +229,7 @@ impl<'a> Ref<'a> {
                     !g.required_traits.is_empty() || !g.member_of.is_empty()
                 } else {
                     g.resources.iter().all(|(rc, amt)| self.cap_ok(p, rc, *amt))
-                        && tree.map_or(true, |t| self.root(p) == t)
+                        && tree.is_none_or(|t| self.root(p) == t)
                 };
                 let t = self.traits_of(p);
                 let filt = g.required_traits.iter().all(|any| any.iter().any(|x| t.contains(x)))
@@ -252,7 +255,7 @@ impl<'a> Ref<'a> {
             }
             for ((rc, amt), p) in g.resources.iter().zip(&choice) {
                 let p = *p;
-                if !self.cap_ok(p, rc, *amt) || !tree.map_or(true, |t| self.root(p) == t) {
+                if !self.cap_ok(p, rc, *amt) || tree.is_some_and(|t| self.root(p) != t) {
                     continue 'assign;
                 }
                 let via_tree = self.root(p) == a;
@@ -264,7 +267,7 @@ impl<'a> Ref<'a> {
                 if !(via_tree || via_share) {
                     continue 'assign;
                 }
-                if !g.member_of.is_empty() && !(self.in_aggs(p, &g.member_of) || self.in_aggs(a, &g.member_of)) {
+                if !(g.member_of.is_empty() || self.in_aggs(p, &g.member_of) || self.in_aggs(a, &g.member_of)) {
                     continue 'assign;
                 }
                 if self.in_any(p, &g.forbidden_aggregates) || self.in_any(a, &g.forbidden_aggregates) {
