@@ -304,12 +304,16 @@ pub fn parse_query(query: &str) -> Vec<(String, String)> {
 
 fn render(resp: Resp) -> Response<Body> {
     let mut builder = Response::builder().status(resp.status);
-    let body = match resp.body {
-        Some(value) => {
+    let body = match (resp.raw_json, resp.body) {
+        (Some(bytes), _) => {
+            builder = builder.header(header::CONTENT_TYPE, "application/json");
+            Body::from(bytes)
+        }
+        (None, Some(value)) => {
             builder = builder.header(header::CONTENT_TYPE, "application/json");
             Body::from(serde_json::to_vec(&value).unwrap_or_default())
         }
-        None => Body::empty(),
+        (None, None) => Body::empty(),
     };
     let mut response = builder.body(body).unwrap_or_default();
     for (name, value) in resp.headers {

@@ -110,12 +110,20 @@ pub struct Resp {
     pub headers: Vec<(&'static str, HeaderValue)>,
     /// JSON body, if any.
     pub body: Option<Value>,
+    /// Pre-serialised JSON body (wins over `body`), for large responses
+    /// written straight to bytes.
+    pub raw_json: Option<Vec<u8>>,
 }
 
 impl Resp {
     /// A JSON response.
     pub fn json(status: StatusCode, body: Value) -> Self {
-        Self { status, headers: Vec::new(), body: Some(body) }
+        Self { status, headers: Vec::new(), body: Some(body), raw_json: None }
+    }
+
+    /// A response whose JSON body is already serialised.
+    pub fn raw_json(status: StatusCode, bytes: Vec<u8>) -> Self {
+        Self { status, headers: Vec::new(), body: None, raw_json: Some(bytes) }
     }
 
     /// 200 with a JSON body.
@@ -125,7 +133,7 @@ impl Resp {
 
     /// A response without body.
     pub fn empty(status: StatusCode) -> Self {
-        Self { status, headers: Vec::new(), body: None }
+        Self { status, headers: Vec::new(), body: None, raw_json: None }
     }
 
     /// 204 No Content.
