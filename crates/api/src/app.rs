@@ -42,6 +42,38 @@ pub struct App {
     store: Arc<dyn Store>,
     /// Process metrics.
     pub metrics: crate::metrics::Metrics,
+    group: GroupCommit,
+}
+
+/// Group-commit state (exclusive stores only).
+#[derive(Debug, Default)]
+struct GroupCommit {
+    /// The batch writers are currently planning into.
+    open: Mutex<OpenBatch>,
+    /// Held while a batch commits; records outcomes.
+    committed: Mutex<CommitLog>,
+}
+
+#[derive(Debug, Default)]
+struct OpenBatch {
+    id: u64,
+    changes: ChangeSet,
+    /// One undo set per writer, in planning order.
+    undo: Vec<ChangeSet>,
+}
+
+impl OpenBatch {
+    fn new(id: u64) -> Self {
+        Self { id, changes: ChangeSet::new(), undo: Vec::new() }
+    }
+}
+
+#[derive(Debug, Default)]
+struct CommitLog {
+    /// Every batch with an id up to this one has its outcome decided.
+    through: u64,
+    /// Batches that failed, with the error their writers get.
+    failed: std::collections::BTreeMap<u64, ApiError>,
 }
 
 impl std::fmt::Debug for App {
@@ -80,6 +112,7 @@ impl App {
             writer: Mutex::new(loaded.seq),
             store,
             metrics: Default::default(),
+            group: GroupCommit { open: Mutex::new(OpenBatch::new(1)), committed: Mutex::new(CommitLog::default()) },
         };
         // Upstream syncs standard traits and classes at start-up; several
         // processes may race here, which the plan-inside-transaction
@@ -132,35 +165,45 @@ impl App {
         self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The one write path. Inside the store's write transaction: apply the
-    /// changes other processes committed since we last looked, plan against
-    /// the now-current state, commit the change set durably (generation
-    /// compare-and-swap in the database), then apply it to the snapshot so
-    /// this process reads its own write. Writers in this process are
-    /// serialised, so nothing changes between plan and apply.
+    /// The one write path: plan a change set against the current state,
+    /// commit it durably, and apply it to the snapshot so this process reads
+    /// its own write. Two strategies, chosen by the store:
+    ///
+    /// - **Shared database** (PostgreSQL): inside the store's write
+    ///   transaction, first apply the changes other processes committed
+    ///   since we last looked, then plan against the now-current state,
+    ///   commit (generation compare-and-swap in the database), then apply.
+    /// - **Exclusive database** (embedded SQLite, one process): group
+    ///   commit — see [`App::write_grouped`].
     pub fn write<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
+        if self.store.exclusive() {
+            blocking(|| self.write_grouped(plan))
+        } else {
+            blocking(|| self.write_serial(plan))
+        }
+    }
+
+    fn write_serial<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
         let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut plan = Some(plan);
         let mut outcome: Option<ApiResult<(ChangeSet, T)>> = None;
         let state_lock = &self.state;
         let start_seq = *seen;
         let mut caught_up_to = start_seq;
-        let committed = blocking(|| {
-            self.store.write(start_seq, &mut |catch_up| {
-                if !catch_up.is_empty() {
-                    let mut state = state_lock.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    for (seq, set) in catch_up {
-                        state.apply(&set);
-                        caught_up_to = seq;
-                    }
+        let committed = self.store.write(start_seq, &mut |catch_up| {
+            if !catch_up.is_empty() {
+                let mut state = state_lock.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                for (seq, set) in catch_up {
+                    state.apply(&set);
+                    caught_up_to = seq;
                 }
-                let plan = plan.take()?;
-                let state = state_lock.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let result = plan(&state);
-                let changes = result.as_ref().ok().map(|(changes, _)| changes.clone());
-                outcome = Some(result);
-                changes
-            })
+            }
+            let plan = plan.take()?;
+            let state = state_lock.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let result = plan(&state);
+            let changes = result.as_ref().ok().map(|(changes, _)| changes.clone());
+            outcome = Some(result);
+            changes
         });
         *seen = caught_up_to;
         if matches!(committed, Err(berth_store::StoreError::Unavailable(_))) {
@@ -173,5 +216,75 @@ impl App {
             *seen = seen.max(seq);
         }
         Ok(out)
+    }
+
+    /// Group commit for a database only this process writes.
+    ///
+    /// 1. Under the planning lock, plan against the snapshot, apply the
+    ///    change set to it at once (so the next writer plans on top of it),
+    ///    record how to undo it, and append it to the open batch.
+    /// 2. Take the commit lock. If a committer already committed (or
+    ///    failed) this writer's batch, return its outcome. Otherwise close
+    ///    the open batch and commit it in one transaction: one fsync for
+    ///    every writer that planned while the previous batch was syncing.
+    /// 3. If the commit fails, undo the batch and everything planned on
+    ///    top of it (the next open batch) in reverse order, and fail all
+    ///    their writers.
+    ///
+    /// No response is sent before its batch is durable. A reader may see a
+    /// write between step 1 and its commit; if that commit fails the write
+    /// is taken back. Capacity is never overcommitted either way: every
+    /// plan is made against all writes ordered before it.
+    fn write_grouped<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
+        let (my_batch, out) = {
+            let mut open = self.group.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let state = self.read();
+            let (changes, out) = plan(&state)?;
+            if changes.is_empty() {
+                return Ok(out);
+            }
+            let undo = state.undo_for(&changes);
+            drop(state);
+            self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
+            open.changes.changes.extend(changes.changes);
+            open.undo.push(undo);
+            (open.id, out)
+        };
+        let mut log = self.group.committed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if log.through < my_batch {
+            let batch = {
+                let mut open = self.group.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let next = OpenBatch::new(open.id + 1);
+                std::mem::replace(&mut *open, next)
+            };
+            let mut pending = Some(batch.changes);
+            match self.store.write(0, &mut |_| pending.take()) {
+                Ok(_) => log.through = batch.id,
+                Err(err) => {
+                    if matches!(err, berth_store::StoreError::Unavailable(_)) {
+                        self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    let later = {
+                        let mut open = self.group.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                        let next = OpenBatch::new(open.id + 1);
+                        std::mem::replace(&mut *open, next)
+                    };
+                    let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    for undo in later.undo.iter().rev().chain(batch.undo.iter().rev()) {
+                        state.apply(undo);
+                    }
+                    let err = ApiError::from(err);
+                    log.failed.insert(batch.id, err.clone());
+                    log.failed.insert(later.id, err);
+                    log.through = later.id;
+                }
+            }
+            let keep_from = log.through.saturating_sub(1024);
+            log.failed.retain(|id, _| *id >= keep_from);
+        }
+        match log.failed.get(&my_batch) {
+            Some(err) => Err(err.clone()),
+            None => Ok(out),
+        }
     }
 }

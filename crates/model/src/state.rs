@@ -211,6 +211,99 @@ impl State {
         out
     }
 
+    /// The change set that, applied after `set`, restores every entity
+    /// `set` touches to its state in `self` (which must be the state `set`
+    /// is about to be applied to). Used to take back writes that were
+    /// applied in memory ahead of a group commit that then failed.
+    pub fn undo_for(&self, set: &ChangeSet) -> ChangeSet {
+        let mut providers: BTreeSet<Uuid> = BTreeSet::new();
+        let mut consumers: BTreeSet<Uuid> = BTreeSet::new();
+        let mut classes: BTreeSet<String> = BTreeSet::new();
+        let mut traits: BTreeSet<String> = BTreeSet::new();
+        for change in &set.changes {
+            match change {
+                Change::PutProvider { row, .. } => {
+                    providers.insert(row.uuid);
+                }
+                Change::DeleteProvider { uuid, .. } => {
+                    providers.insert(*uuid);
+                }
+                Change::SetInventories { provider, .. }
+                | Change::SetProviderTraits { provider, .. }
+                | Change::SetProviderAggregates { provider, .. } => {
+                    providers.insert(*provider);
+                }
+                Change::PutConsumer { row, .. } => {
+                    consumers.insert(row.uuid);
+                }
+                Change::DeleteConsumer { uuid, .. } => {
+                    consumers.insert(*uuid);
+                }
+                Change::PutResourceClass { name, .. } | Change::DeleteResourceClass { name } => {
+                    classes.insert(name.clone());
+                }
+                Change::PutTrait { name, .. } | Change::DeleteTrait { name } => {
+                    traits.insert(name.clone());
+                }
+            }
+        }
+        let mut undo = ChangeSet::new();
+        // 1. Providers that existed come back as they were, parents first.
+        let mut existing: Vec<&Provider> = providers.iter().filter_map(|u| self.providers.get(u)).collect();
+        existing.sort_by_key(|p| p.row.id);
+        let rows: Vec<ProviderRow> = existing.iter().map(|p| p.row.clone()).collect();
+        for idx in crate::parents_first(&rows) {
+            let p = existing[idx];
+            undo.push(Change::PutProvider { row: p.row.clone(), expected_generation: None });
+            undo.push(Change::SetInventories { provider: p.uuid(), inventories: p.inventories.clone() });
+            undo.push(Change::SetProviderTraits { provider: p.uuid(), traits: p.traits.clone() });
+            undo.push(Change::SetProviderAggregates { provider: p.uuid(), aggregates: p.aggregates.clone() });
+        }
+        // 2. Consumers: old allocations back, or gone if they were new.
+        for uuid in &consumers {
+            match self.consumers.get(uuid) {
+                Some(c) => undo.push(Change::PutConsumer {
+                    row: c.row.clone(),
+                    expected_generation: None,
+                    allocations: c.allocations.clone(),
+                }),
+                None => undo.push(Change::DeleteConsumer { uuid: *uuid, expected_generation: 0 }),
+            }
+        }
+        // 3. Providers that are new disappear again, children first
+        //    (the set creates parents before children).
+        let mut created: Vec<Uuid> = Vec::new();
+        for change in &set.changes {
+            if let Change::PutProvider { row, .. } = change {
+                if !self.providers.contains_key(&row.uuid) && !created.contains(&row.uuid) {
+                    created.push(row.uuid);
+                }
+            }
+        }
+        for uuid in created.into_iter().rev() {
+            undo.push(Change::DeleteProvider { uuid, expected_generation: 0 });
+        }
+        // 4. Resource classes and traits.
+        for name in classes {
+            match self.resource_classes.get(&name) {
+                Some(rc) => undo.push(Change::PutResourceClass {
+                    id: rc.id,
+                    name: rc.name.clone(),
+                    created_at: rc.created_at,
+                    updated_at: rc.updated_at,
+                }),
+                None => undo.push(Change::DeleteResourceClass { name }),
+            }
+        }
+        for name in traits {
+            match self.traits.get(&name) {
+                Some(t) => undo.push(Change::PutTrait { id: t.id, name: t.name.clone(), created_at: t.created_at }),
+                None => undo.push(Change::DeleteTrait { name }),
+            }
+        }
+        undo
+    }
+
     /// Apply a committed change set. Must only be called with change sets
     /// produced by planning against this state (or loaded from the store).
     pub fn apply(&mut self, set: &ChangeSet) {
@@ -249,6 +342,8 @@ impl State {
                 self.consumers.remove(uuid);
             }
             Change::PutResourceClass { id, name, created_at, updated_at } => {
+                // A rename (1.2-1.6) re-uses the id under a new name.
+                self.resource_classes.retain(|other, rc| rc.id != *id || other == name);
                 if *id >= CUSTOM_RESOURCE_CLASS_BASE_ID {
                     self.max_resource_class_id = self.max_resource_class_id.max(*id);
                 }
@@ -335,5 +430,82 @@ impl State {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fingerprint(state: &State) -> String {
+        let mut out = String::new();
+        for p in state.providers_in_order() {
+            out.push_str(&format!(
+                "{:?} {:?} {:?} {:?} {:?} {:?} {:?}\n",
+                p.row, p.inventories, p.traits, p.aggregates, p.usages, p.consumers, p.children
+            ));
+        }
+        let mut consumers: Vec<_> = state.consumers.values().map(|c| format!("{:?} {:?}", c.row, c.allocations)).collect();
+        consumers.sort();
+        out.push_str(&consumers.join("\n"));
+        out.push_str(&format!("{:?} {:?}", state.resource_classes.keys().collect::<Vec<_>>(), state.traits.len()));
+        out
+    }
+
+    fn row(id: i64, uuid: Uuid, generation: i64, parent: Option<Uuid>, root: Uuid) -> ProviderRow {
+        ProviderRow { id, uuid, name: format!("p{id}"), generation, parent, root, created_at: 1, updated_at: 1 }
+    }
+
+    /// Applying a change set and then its undo restores the exact state,
+    /// for creations, updates, re-parenting, allocations and deletions.
+    #[test]
+    fn undo_restores_state() {
+        let mut state = State::with_standard_data(0);
+        let (root, child, other) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let inv = Inventory { total: 8, reserved: 0, min_unit: 1, max_unit: 8, step_size: 1, allocation_ratio: 1.0 };
+        let mut setup = ChangeSet::new();
+        setup.push(Change::PutProvider { row: row(1, root, 0, None, root), expected_generation: None });
+        setup.push(Change::PutProvider { row: row(2, child, 0, Some(root), root), expected_generation: None });
+        setup.push(Change::SetInventories { provider: child, inventories: [("VCPU".to_owned(), inv.clone())].into() });
+        let consumer = Uuid::new_v4();
+        let mut allocs = AllocationMap::new();
+        allocs.entry(child).or_default().insert("VCPU".into(), 2);
+        setup.push(Change::PutConsumer {
+            row: ConsumerRow { uuid: consumer, project_id: "p".into(), user_id: "u".into(), generation: 1, consumer_type: None, created_at: 1, updated_at: 1 },
+            expected_generation: None,
+            allocations: allocs,
+        });
+        state.apply(&setup);
+        let before = fingerprint(&state);
+
+        let mut set = ChangeSet::new();
+        // New provider, re-parent the child under it, change inventories,
+        // move the consumer's allocation, add a custom class and trait.
+        set.push(Change::PutProvider { row: row(3, other, 0, None, other), expected_generation: None });
+        set.push(Change::PutProvider { row: row(2, child, 1, Some(other), other), expected_generation: Some(0) });
+        set.push(Change::SetInventories { provider: child, inventories: [("VCPU".to_owned(), Inventory { total: 16, ..inv })].into() });
+        let mut moved = AllocationMap::new();
+        moved.entry(child).or_default().insert("VCPU".into(), 5);
+        set.push(Change::PutConsumer {
+            row: ConsumerRow { uuid: consumer, project_id: "p".into(), user_id: "u".into(), generation: 2, consumer_type: None, created_at: 1, updated_at: 2 },
+            expected_generation: Some(1),
+            allocations: moved,
+        });
+        set.push(Change::PutResourceClass { id: 10001, name: "CUSTOM_X".into(), created_at: 2, updated_at: None });
+        set.push(Change::PutTrait { id: 9999, name: "CUSTOM_Y".into(), created_at: 2 });
+        let undo = state.undo_for(&set);
+        state.apply(&set);
+        assert_ne!(fingerprint(&state), before);
+        state.apply(&undo);
+        assert_eq!(fingerprint(&state), before);
+
+        // Deletions come back too.
+        let mut delete = ChangeSet::new();
+        delete.push(Change::DeleteConsumer { uuid: consumer, expected_generation: 1 });
+        delete.push(Change::DeleteProvider { uuid: child, expected_generation: 0 });
+        let undo = state.undo_for(&delete);
+        state.apply(&delete);
+        state.apply(&undo);
+        assert_eq!(fingerprint(&state), before);
     }
 }

@@ -1,0 +1,115 @@
+//! Group commit under injected commit failures: the in-memory snapshot
+//! and the database must agree after every outcome, and a failed commit
+//! takes back exactly the writes of its batch (and those planned on top).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use berth_api::{ApiConfig, App, AuthMode, Policy};
+use berth_model::{Change, ChangeSet, State};
+use berth_store::{CatchUp, Loaded, PlanFn, Seq, Store, StoreError};
+use berth_store_sqlite::SqliteStore;
+
+/// A real SQLite store whose every `fail_every`-th commit fails (fault
+/// injection at the commit point, not a stand-in for the database).
+struct FaultyStore {
+    inner: SqliteStore,
+    commits: AtomicUsize,
+    fail_every: usize,
+}
+
+impl Store for FaultyStore {
+    fn load(&self) -> Result<Loaded, StoreError> {
+        self.inner.load()
+    }
+    fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
+        let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.fail_every > 0 && n % self.fail_every == 0 {
+            // Let the plan run (as a real failing commit would), then fail.
+            let _ = plan(Vec::new());
+            return Err(StoreError::Unavailable("injected commit failure".into()));
+        }
+        self.inner.write(seen, plan)
+    }
+    fn changes_since(&self, seen: Seq) -> Result<CatchUp, StoreError> {
+        self.inner.changes_since(seen)
+    }
+    fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping()
+    }
+    fn backend_name(&self) -> &'static str {
+        "faulty-sqlite"
+    }
+    fn exclusive(&self) -> bool {
+        true
+    }
+}
+
+fn summary(state: &State) -> Vec<String> {
+    let mut out: Vec<String> = state.traits.keys().filter(|t| t.starts_with("CUSTOM_")).cloned().collect();
+    out.sort();
+    out
+}
+
+fn app(dir: &std::path::Path, fail_every: usize) -> (Arc<App>, Arc<FaultyStore>) {
+    let store = Arc::new(FaultyStore {
+        inner: SqliteStore::open_path(&dir.join("db.sqlite")).expect("open"),
+        commits: AtomicUsize::new(0),
+        fail_every,
+    });
+    let config = ApiConfig {
+        auth_mode: AuthMode::NoAuth2,
+        policy: Policy::new(&Default::default()).expect("policy"),
+        cors: None,
+        max_body_bytes: 1 << 20,
+    };
+    (Arc::new(App::new(store.clone(), config).expect("app")), store)
+}
+
+fn add_trait(app: &App, name: String) -> Result<(), berth_api::ApiError> {
+    app.write(|state| {
+        let mut set = ChangeSet::new();
+        if !state.traits.contains_key(&name) {
+            set.push(Change::PutTrait { id: state.max_trait_id + 1, name: name.clone(), created_at: 1 });
+        }
+        Ok((set, ()))
+    })
+}
+
+#[test]
+fn memory_and_database_agree_after_injected_failures() {
+    let dir = std::env::temp_dir().join(format!("berth-group-commit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    // The start-up sync is commit #1; fail every 7th commit after that.
+    let (app, store) = app(&dir, 7);
+    let ok = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (app, ok, failed) = (app.clone(), ok.clone(), failed.clone());
+            std::thread::spawn(move || {
+                for i in 0..60 {
+                    match add_trait(&app, format!("CUSTOM_T{t}_{i}")) {
+                        Ok(()) => ok.fetch_add(1, Ordering::SeqCst),
+                        Err(err) => {
+                            assert_eq!(err.status.as_u16(), 503, "{err:?}");
+                            failed.fetch_add(1, Ordering::SeqCst)
+                        }
+                    };
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("writer thread");
+    }
+    assert!(failed.load(Ordering::SeqCst) > 0, "the fault injection must have hit some batches");
+    assert!(ok.load(Ordering::SeqCst) > 0);
+    let in_memory = summary(&app.read());
+    let in_database = summary(&store.inner.load().expect("load").state);
+    assert_eq!(in_memory, in_database, "memory and database disagree after failed group commits");
+    assert_eq!(in_database.len(), ok.load(Ordering::SeqCst), "exactly the acknowledged writes are durable");
+    drop(app);
+    let _ = std::fs::remove_dir_all(&dir);
+}
