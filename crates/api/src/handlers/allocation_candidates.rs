@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 use berth_candidates::{Candidates, CandidatesError, GroupPolicy, Request, RequestGroup};
+use axum::http::StatusCode;
 use regex::Regex;
 use serde_json::{json, Map, Value};
 
@@ -35,9 +36,9 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
             }
             CandidatesError::TraitNotFound(_) => ApiError::bad_request(e.to_string()),
         })?;
-        render(req, &request, &candidates)
+        render(|minor| req.at_least(minor), &request, &candidates)
     };
-    Ok(Resp::ok(body).last_modified(req, now()))
+    Ok(Resp::raw_json(StatusCode::OK, body).last_modified(req, now()))
 }
 
 /// The query-string schema for the negotiated version (upstream
@@ -268,69 +269,351 @@ fn parse_request(req: &Req) -> ApiResult<Request> {
     Ok(request)
 }
 
-/// The response body for the negotiated version.
-fn render(req: &Req, request: &Request, candidates: &Candidates) -> Value {
-    let allocation_requests: Vec<Value> = candidates
+/// The response body for the negotiated version, serialised straight into
+/// bytes (no `Value` tree): exactly the bytes `serde_json::to_vec` would
+/// give for the `Value` upstream's shape describes (see `tests::oracle`).
+fn render(at_least: impl Fn(u16) -> bool, request: &Request, candidates: &Candidates) -> Vec<u8> {
+    let mut w = JsonOut::with_capacity(estimate_size(candidates));
+    let v12 = at_least(12);
+    let v34 = at_least(34);
+    w.raw(b"{\"allocation_requests\":[");
+    for (i, ar) in candidates.allocation_requests.iter().enumerate() {
+        if i > 0 {
+            w.raw(b",");
+        }
+        if v12 {
+            w.raw(b"{\"allocations\":{");
+            for (j, (rp, res)) in ar.allocations.iter().enumerate() {
+                if j > 0 {
+                    w.raw(b",");
+                }
+                w.uuid(rp);
+                w.raw(b":{\"resources\":");
+                w.amounts(res);
+                w.raw(b"}");
+            }
+            w.raw(b"}");
+            if v34 {
+                w.raw(b",\"mappings\":{");
+                for (j, (suffix, rps)) in ar.mappings.iter().enumerate() {
+                    if j > 0 {
+                        w.raw(b",");
+                    }
+                    w.str(suffix);
+                    w.raw(b":[");
+                    for (k, rp) in rps.iter().enumerate() {
+                        if k > 0 {
+                            w.raw(b",");
+                        }
+                        w.uuid(rp);
+                    }
+                    w.raw(b"]");
+                }
+                w.raw(b"}");
+            }
+            w.raw(b"}");
+        } else {
+            w.raw(b"{\"allocations\":[");
+            for (j, (rp, res)) in ar.allocations.iter().enumerate() {
+                if j > 0 {
+                    w.raw(b",");
+                }
+                w.raw(b"{\"resource_provider\":{\"uuid\":");
+                w.uuid(rp);
+                w.raw(b"},\"resources\":");
+                w.amounts(res);
+                w.raw(b"}");
+            }
+            w.raw(b"]}");
+        }
+    }
+    w.raw(b"],\"provider_summaries\":{");
+    let all_resources = at_least(27);
+    let v17 = at_least(17);
+    let v29 = at_least(29);
+    // Requested classes (a handful): a linear scan beats a set.
+    let requested: Vec<&str> =
+        request.groups.iter().flat_map(|g| g.resources.iter().map(|(rc, _)| rc.as_str())).collect();
+    for (i, s) in candidates.provider_summaries.iter().enumerate() {
+        if i > 0 {
+            w.raw(b",");
+        }
+        w.uuid(&s.uuid);
+        w.raw(b":{\"resources\":{");
+        let mut first = true;
+        for r in s.resources.iter().filter(|r| all_resources || requested.contains(&r.resource_class)) {
+            if !first {
+                w.raw(b",");
+            }
+            first = false;
+            w.str(r.resource_class);
+            w.raw(b":{\"capacity\":");
+            w.int(r.capacity);
+            w.raw(b",\"used\":");
+            w.int(r.used);
+            w.raw(b"}");
+        }
+        w.raw(b"}");
+        if v17 {
+            w.raw(b",\"traits\":[");
+            for (k, t) in s.traits.iter().enumerate() {
+                if k > 0 {
+                    w.raw(b",");
+                }
+                w.str(t);
+            }
+            w.raw(b"]");
+        }
+        if v29 {
+            w.raw(b",\"parent_provider_uuid\":");
+            match &s.parent {
+                Some(u) => w.uuid(u),
+                None => w.raw(b"null"),
+            }
+            w.raw(b",\"root_provider_uuid\":");
+            w.uuid(&s.root);
+        }
+        w.raw(b"}");
+    }
+    w.raw(b"}}");
+    w.into_bytes()
+}
+
+/// A generous guess of the body size, so the buffer rarely regrows.
+fn estimate_size(c: &Candidates) -> usize {
+    let areqs: usize = c
         .allocation_requests
         .iter()
         .map(|ar| {
-            if req.at_least(12) {
-                let allocations: Map<String, Value> = ar
-                    .allocations
-                    .iter()
-                    .map(|(rp, res)| {
-                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
-                        (rp.to_string(), json!({"resources": resources}))
-                    })
-                    .collect();
-                let mut out = json!({"allocations": allocations});
-                if req.at_least(34) {
-                    let mappings: Map<String, Value> = ar
-                        .mappings
+            ar.allocations.iter().map(|(_, res)| 64 + 24 * res.len()).sum::<usize>()
+                + ar.mappings.iter().map(|(_, rps)| 16 + 40 * rps.len()).sum::<usize>()
+                + 40
+        })
+        .sum();
+    let summaries: usize =
+        c.provider_summaries.iter().map(|s| 160 + 48 * s.resources.len() + 32 * s.traits.len()).sum();
+    64 + areqs + summaries
+}
+
+/// A minimal JSON writer with serde_json's compact formatting and string
+/// escaping.
+struct JsonOut {
+    buf: Vec<u8>,
+}
+
+impl JsonOut {
+    fn with_capacity(n: usize) -> Self {
+        Self { buf: Vec::with_capacity(n) }
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    fn raw(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// A quoted, escaped string (escapes exactly what serde_json escapes:
+    /// `"`, `\` and control characters below 0x20).
+    fn str(&mut self, s: &str) {
+        self.buf.push(b'"');
+        let bytes = s.as_bytes();
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            let esc: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                0..=0x1f => b"",
+                _ => continue,
+            };
+            self.buf.extend_from_slice(&bytes[start..i]);
+            if esc.is_empty() {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                self.buf.extend_from_slice(b"\\u00");
+                self.buf.push(HEX[(b >> 4) as usize]);
+                self.buf.push(HEX[(b & 0xf) as usize]);
+            } else {
+                self.buf.extend_from_slice(esc);
+            }
+            start = i + 1;
+        }
+        self.buf.extend_from_slice(&bytes[start..]);
+        self.buf.push(b'"');
+    }
+
+    /// A quoted uuid in hyphenated lower-case form (hex digits and
+    /// hyphens: nothing to escape).
+    fn uuid(&mut self, u: &uuid::Uuid) {
+        let mut tmp = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        self.buf.push(b'"');
+        self.buf.extend_from_slice(u.hyphenated().encode_lower(&mut tmp).as_bytes());
+        self.buf.push(b'"');
+    }
+
+    fn int(&mut self, n: i64) {
+        let mut tmp = [0u8; 20];
+        let mut pos = tmp.len();
+        let mut v = n.unsigned_abs();
+        loop {
+            pos -= 1;
+            tmp[pos] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            self.buf.push(b'-');
+        }
+        self.buf.extend_from_slice(&tmp[pos..]);
+    }
+
+    /// `{"CLASS":amount,...}`.
+    fn amounts(&mut self, res: &[(&str, i64)]) {
+        self.buf.push(b'{');
+        for (k, (rc, n)) in res.iter().enumerate() {
+            if k > 0 {
+                self.buf.push(b',');
+            }
+            self.str(rc);
+            self.buf.push(b':');
+            self.int(*n);
+        }
+        self.buf.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_candidates::{AllocationRequest, ProviderSummary, SummaryResource};
+    use uuid::Uuid;
+
+    /// The former `Value`-tree rendering, kept as the reference.
+    fn oracle(at_least: impl Fn(u16) -> bool, request: &Request, candidates: &Candidates) -> Value {
+        let allocation_requests: Vec<Value> = candidates
+            .allocation_requests
+            .iter()
+            .map(|ar| {
+                if at_least(12) {
+                    let allocations: Map<String, Value> = ar
+                        .allocations
                         .iter()
-                        .map(|(suffix, rps)| {
-                            ((*suffix).to_owned(), Value::Array(rps.iter().map(|u| json!(u.to_string())).collect()))
+                        .map(|(rp, res)| {
+                            let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
+                            (rp.to_string(), json!({"resources": resources}))
                         })
                         .collect();
-                    out["mappings"] = Value::Object(mappings);
+                    let mut out = json!({"allocations": allocations});
+                    if at_least(34) {
+                        let mappings: Map<String, Value> = ar
+                            .mappings
+                            .iter()
+                            .map(|(suffix, rps)| {
+                                ((*suffix).to_owned(), Value::Array(rps.iter().map(|u| json!(u.to_string())).collect()))
+                            })
+                            .collect();
+                        out["mappings"] = Value::Object(mappings);
+                    }
+                    out
+                } else {
+                    let allocations: Vec<Value> = ar
+                        .allocations
+                        .iter()
+                        .map(|(rp, res)| {
+                            let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
+                            json!({"resource_provider": {"uuid": rp.to_string()}, "resources": resources})
+                        })
+                        .collect();
+                    json!({"allocations": allocations})
                 }
-                out
-            } else {
-                let allocations: Vec<Value> = ar
-                    .allocations
+            })
+            .collect();
+        let all_resources = at_least(27);
+        let requested: BTreeSet<&str> =
+            request.groups.iter().flat_map(|g| g.resources.iter().map(|(rc, _)| rc.as_str())).collect();
+        let summaries: Map<String, Value> = candidates
+            .provider_summaries
+            .iter()
+            .map(|s| {
+                let resources: Map<String, Value> = s
+                    .resources
                     .iter()
-                    .map(|(rp, res)| {
-                        let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
-                        json!({"resource_provider": {"uuid": rp.to_string()}, "resources": resources})
-                    })
+                    .filter(|r| all_resources || requested.contains(r.resource_class))
+                    .map(|r| (r.resource_class.to_owned(), json!({"capacity": r.capacity, "used": r.used})))
                     .collect();
-                json!({"allocations": allocations})
-            }
-        })
-        .collect();
-    let all_resources = req.at_least(27);
-    let requested: BTreeSet<&str> =
-        request.groups.iter().flat_map(|g| g.resources.iter().map(|(rc, _)| rc.as_str())).collect();
-    let summaries: Map<String, Value> = candidates
-        .provider_summaries
-        .iter()
-        .map(|s| {
-            let resources: Map<String, Value> = s
-                .resources
-                .iter()
-                .filter(|r| all_resources || requested.contains(r.resource_class))
-                .map(|r| (r.resource_class.to_owned(), json!({"capacity": r.capacity, "used": r.used})))
-                .collect();
-            let mut out = json!({"resources": resources});
-            if req.at_least(17) {
-                out["traits"] = json!(s.traits);
-            }
-            if req.at_least(29) {
-                out["parent_provider_uuid"] = json!(s.parent.map(|u| u.to_string()));
-                out["root_provider_uuid"] = json!(s.root.to_string());
-            }
-            (s.uuid.to_string(), out)
-        })
-        .collect();
-    json!({"allocation_requests": allocation_requests, "provider_summaries": summaries})
+                let mut out = json!({"resources": resources});
+                if at_least(17) {
+                    out["traits"] = json!(s.traits);
+                }
+                if at_least(29) {
+                    out["parent_provider_uuid"] = json!(s.parent.map(|u| u.to_string()));
+                    out["root_provider_uuid"] = json!(s.root.to_string());
+                }
+                (s.uuid.to_string(), out)
+            })
+            .collect();
+        json!({"allocation_requests": allocation_requests, "provider_summaries": summaries})
+    }
+
+    fn sample() -> (Request, Candidates<'static>) {
+        let u = |n: u128| Uuid::from_u128(0x1234_5678_9abc_4def_8000_0000_0000_0000 + n);
+        let request = Request {
+            groups: vec![
+                RequestGroup { resources: vec![("VCPU".into(), 1), ("CUSTOM_\"Q\\\n".into(), 2)], ..Default::default() },
+                RequestGroup { suffix: "_X".into(), resources: vec![("DISK_GB".into(), 5)], ..Default::default() },
+            ],
+            ..Default::default()
+        };
+        let candidates = Candidates {
+            allocation_requests: vec![
+                AllocationRequest {
+                    allocations: vec![
+                        (u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]),
+                        (u(2), vec![("DISK_GB", -5)]),
+                    ],
+                    mappings: vec![("", vec![u(1)]), ("_X", vec![u(2), u(3)])],
+                },
+                AllocationRequest { allocations: vec![(u(3), vec![("DISK_GB", 1234567890123)])], mappings: vec![] },
+            ],
+            provider_summaries: vec![
+                ProviderSummary {
+                    uuid: u(1),
+                    parent: None,
+                    root: u(1),
+                    resources: vec![
+                        SummaryResource { resource_class: "VCPU", capacity: 8, used: 0 },
+                        SummaryResource { resource_class: "CUSTOM_\"Q\\\n", capacity: i64::MAX, used: i64::MIN },
+                        SummaryResource { resource_class: "MEMORY_MB", capacity: 1, used: 2 },
+                    ],
+                    traits: vec!["HW_CPU_X86_AVX2", "CUSTOM_\u{1}\u{1f}\u{8}\u{c}\t\r\u{7f}é"],
+                },
+                ProviderSummary { uuid: u(2), parent: Some(u(1)), root: u(1), resources: vec![], traits: vec![] },
+            ],
+        };
+        (request, candidates)
+    }
+
+    #[test]
+    fn bytes_match_value_rendering_at_every_version() {
+        let (request, candidates) = sample();
+        for minor in 10..=39u16 {
+            let at_least = |m: u16| minor >= m;
+            let expected = serde_json::to_vec(&oracle(at_least, &request, &candidates)).expect("serialises");
+            let got = render(at_least, &request, &candidates);
+            assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&expected), "1.{minor}");
+        }
+    }
+
+    #[test]
+    fn empty_answer() {
+        let got = render(|_| true, &Request::default(), &Candidates::default());
+        assert_eq!(got, b"{\"allocation_requests\":[],\"provider_summaries\":{}}");
+    }
 }
