@@ -17,10 +17,11 @@ PG_DIR=""
 cleanup() {
   if [ -n "$PG_PID" ]; then bash scripts/pg-throwaway.sh stop "$PG_PID" "$PG_DIR" || true; fi
 }
-trap cleanup EXIT
+LOG=$(mktemp /tmp/berth-test.XXXXXX)
+trap 'cleanup; rm -f "$LOG"' EXIT
 
 echo "== berth tests on SQLite =="
-env -u TEST_DATABASE_URL cargo test --workspace --locked "$@"
+env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"
 
 URL="${TEST_DATABASE_URL:-${DATABASE_URL:-}}"
 if [ -z "$URL" ]; then
@@ -29,4 +30,8 @@ if [ -z "$URL" ]; then
   URL="$DATABASE_URL"
 fi
 echo "== berth tests on PostgreSQL =="
-TEST_DATABASE_URL="$URL" cargo test --workspace --locked "$@"
+TEST_DATABASE_URL="$URL" cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"
+
+# One closing line for both passes (cargo prints one per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "total: %d passed, %d failed\n", p, f }' "$LOG"
