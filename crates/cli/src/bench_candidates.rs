@@ -60,6 +60,11 @@ pub(crate) struct CandidatesOpts {
     /// Drive an already running placement instead of starting one.
     #[arg(long)]
     url: Option<String>,
+    /// Start this many berth processes (they must share a database:
+    /// pass `--serve-arg=--database --serve-arg=postgres://…`); clients
+    /// are spread over them round-robin.
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
 }
 
 #[derive(Clone)]
@@ -242,13 +247,13 @@ async fn latency(api: &Api, path: &str, n: usize) -> anyhow::Result<(Vec<Duratio
     Ok((samples, count, last.1))
 }
 
-async fn throughput(api: &Api, path: &str, concurrency: usize, secs: f64) -> anyhow::Result<f64> {
+async fn throughput(apis: &[Api], path: &str, concurrency: usize, secs: f64) -> anyhow::Result<f64> {
     let done = Arc::new(AtomicUsize::new(0));
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (api, path, done) = (api.clone(), path.to_owned(), done.clone());
+    for worker in 0..concurrency {
+        let (api, path, done) = (apis[worker % apis.len()].clone(), path.to_owned(), done.clone());
         workers.push(tokio::spawn(async move {
             while Instant::now() < deadline {
                 if let Ok((200, _)) = api.send(reqwest::Method::GET, &path, None).await {
@@ -265,14 +270,14 @@ async fn throughput(api: &Api, path: &str, concurrency: usize, secs: f64) -> any
 
 /// C clients: GET `limit=5`, PUT the first candidate for a new consumer,
 /// on 409 try the next candidate / a fresh GET.
-async fn claims(api: &Api, path: &str, concurrency: usize, total: usize) -> anyhow::Result<(f64, usize, usize)> {
+async fn claims(apis: &[Api], path: &str, concurrency: usize, total: usize) -> anyhow::Result<(f64, usize, usize)> {
     let next = Arc::new(AtomicUsize::new(0));
     let conflicts = Arc::new(AtomicUsize::new(0));
     let granted = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
     for worker in 0..concurrency {
-        let (api, path) = (api.clone(), format!("{path}&limit=5"));
+        let (api, path) = (apis[worker % apis.len()].clone(), format!("{path}&limit=5"));
         let (next, conflicts, granted) = (next.clone(), conflicts.clone(), granted.clone());
         workers.push(tokio::spawn(async move {
             let mut attempts = 0;
@@ -344,8 +349,16 @@ fn rss_mib(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn measure(name: &str, url: &str, pid: Option<u32>, opts: &CandidatesOpts, scale: usize) -> anyhow::Result<Figures> {
-    let api = Api::new(url, opts.concurrency)?;
+async fn provider_count(api: &Api) -> usize {
+    match api.ok(reqwest::Method::GET, "/resource_providers", None).await {
+        Ok(body) => body["resource_providers"].as_array().map(Vec::len).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+async fn measure(name: &str, urls: &[String], pid: Option<u32>, opts: &CandidatesOpts, scale: usize) -> anyhow::Result<Figures> {
+    let apis: Vec<Api> = urls.iter().map(|u| Api::new(u, opts.concurrency)).collect::<anyhow::Result<_>>()?;
+    let api = apis[0].clone();
     let mut f = Figures::default();
     let agg = uuid::Uuid::new_v4().to_string();
     // Load with `concurrency` parallel builders.
@@ -369,6 +382,18 @@ async fn measure(name: &str, url: &str, pid: Option<u32>, opts: &CandidatesOpts,
         b.await??;
     }
     f.load_secs = started.elapsed().as_secs_f64();
+    if apis.len() > 1 {
+        // Wait for the other processes to follow the change feed.
+        let want = provider_count(&api).await;
+        let waited = Instant::now();
+        for other in &apis[1..] {
+            while provider_count(other).await != want {
+                anyhow::ensure!(waited.elapsed() < Duration::from_secs(120), "processes did not converge");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        println!("{name:<15} other processes caught up {:.3}s after the load finished", waited.elapsed().as_secs_f64());
+    }
     let path = query(&opts.shape, &agg);
     let n = (opts.requests / scale).max(10);
     let (samples, count, bytes) = latency(&api, &path, n).await.context("full-response latency")?;
@@ -379,9 +404,14 @@ async fn measure(name: &str, url: &str, pid: Option<u32>, opts: &CandidatesOpts,
     let (samples, _, _) = latency(&api, &format!("{path}&limit=1"), n).await?;
     f.limit1_median_ms = ms(percentile(&samples, 0.5));
     f.limit1_p99_ms = ms(percentile(&samples, 0.99));
-    f.rps = throughput(&api, &path, opts.concurrency, opts.throughput_secs).await?;
+    f.rps = throughput(&apis, &path, opts.concurrency, opts.throughput_secs).await?;
     if opts.claims > 0 {
-        let (rate, granted, conflicts) = claims(&api, &path, opts.concurrency, (opts.claims / scale).max(20)).await?;
+        let (rate, granted, conflicts) = claims(&apis, &path, opts.concurrency, (opts.claims / scale).max(20)).await?;
+        if apis.len() > 1 {
+            // The audit reads through the first process: let it follow
+            // the claims made on the others.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         f.claims_per_sec = rate;
         f.claims = granted;
         f.conflicts = conflicts;
@@ -402,17 +432,22 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
     anyhow::ensure!(opts.shape == "flat" || opts.shape == "nested", "--shape must be flat or nested");
     println!("bench candidates: shape {} size {} (HTTP, full responses, microversion 1.39)", opts.shape, opts.size);
     let berth = match &opts.url {
-        Some(url) => measure("target", url, None, &opts, 1).await?,
+        Some(url) => measure("target", &[url.clone()], None, &opts, 1).await?,
         None => {
-            let server: Spawned = spawn_berth(&opts.serve_arg).await?;
-            let pid = server.child.id();
-            measure("berth", &server.url, Some(pid), &opts, 1).await?
+            let mut servers: Vec<Spawned> = Vec::new();
+            for _ in 0..opts.processes.max(1) {
+                servers.push(spawn_berth(&opts.serve_arg).await?);
+            }
+            let pid = servers[0].child.id();
+            let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+            let name = if urls.len() > 1 { format!("berth x{}", urls.len()) } else { "berth".to_owned() };
+            measure(&name, &urls, Some(pid), &opts, 1).await?
         }
     };
     if let Some(harness) = &opts.real_placement {
         let real = spawn_real(harness, &opts.python).await?;
         let pid = real.child.id();
-        let r = measure("real placement", &real.url, Some(pid), &opts, opts.real_scale).await?;
+        let r = measure("real placement", &[real.url.clone()], Some(pid), &opts, opts.real_scale).await?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         println!(
             "ratios berth vs real: full median {:.0}x faster, limit=1 median {:.0}x faster, throughput {:.0}x, claims/s {:.0}x, load {:.1}x faster",
