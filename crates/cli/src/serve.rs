@@ -200,3 +200,53 @@ pub(crate) fn migrate(opts: MigrateOpts) -> anyhow::Result<()> {
     eprintln!("berth: {} is at the current schema ({ran} migrations applied now)", opts.data_dir.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        opts: ServeOpts,
+    }
+
+    /// Configuration precedence is file < environment < flags, and unset
+    /// values fall back to the documented defaults.
+    #[test]
+    fn config_precedence() {
+        let dir = std::env::temp_dir().join(format!("berth-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("berth.yaml");
+        std::fs::write(
+            &file,
+            "listen: 127.0.0.1:1111\ndata_dir: /from/file\nmax_body_bytes: 1234\nauth: trusted-headers\n",
+        )
+        .expect("write config");
+        // Only this test touches BERTH_* variables.
+        std::env::set_var("BERTH_DATA_DIR", "/from/env");
+        std::env::set_var("BERTH_MAX_BODY_BYTES", "5678");
+        let parsed = Wrapper::try_parse_from([
+            "berth",
+            "--config",
+            file.to_str().expect("utf8 path"),
+            "--max-body-bytes",
+            "9999",
+        ])
+        .expect("parse");
+        let settings = resolve(parsed.opts).expect("resolve");
+        std::env::remove_var("BERTH_DATA_DIR");
+        std::env::remove_var("BERTH_MAX_BODY_BYTES");
+        assert_eq!(settings.listen.to_string(), "127.0.0.1:1111", "file value used when nothing overrides it");
+        assert_eq!(settings.data_dir, PathBuf::from("/from/env"), "environment beats file");
+        assert_eq!(settings.api.max_body_bytes, 9999, "flag beats environment");
+        assert_eq!(settings.api.auth_mode, AuthMode::TrustedHeaders);
+        assert!(settings.api.cors.is_none(), "CORS is off by default");
+
+        std::fs::write(&file, "listen: 127.0.0.1:1111\nbogus_key: 1\n").expect("write config");
+        let parsed = Wrapper::try_parse_from(["berth", "--config", file.to_str().expect("utf8 path")]).expect("parse");
+        assert!(resolve(parsed.opts).is_err(), "unknown config keys are rejected");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -53,6 +53,11 @@ impl TestServer {
         Self::start_with(fresh_dir(tag), test_database(tag)).await
     }
 
+    /// Start with extra `serve` arguments.
+    pub(crate) async fn start_with_args(tag: &str, extra: &[&str]) -> Self {
+        Self::launch(fresh_dir(tag), test_database(tag), extra).await
+    }
+
     /// Start another server process on the same data directory / database
     /// (for multi-process tests on PostgreSQL, or restarts).
     pub(crate) async fn start_sibling(&self) -> Self {
@@ -63,13 +68,18 @@ impl TestServer {
 
     /// Start on an existing data directory and database.
     pub(crate) async fn start_with(dir: PathBuf, database: Option<String>) -> Self {
+        Self::launch(dir, database, &[]).await
+    }
+
+    async fn launch(dir: PathBuf, database: Option<String>, extra: &[&str]) -> Self {
         for _attempt in 0..5 {
             let port = free_port();
             let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
             command
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
                 .arg(&dir)
-                .args(["--log", "warn"]);
+                .args(["--log", "warn"])
+                .args(extra);
             if let Some(url) = &database {
                 command.args(["--database", url, "--change-poll-ms", "10"]);
             }
