@@ -7,7 +7,14 @@ use berth_candidates::{find, GroupPolicy, Request, RequestGroup};
 use berth_model::{Change, ChangeSet, Inventory, ProviderRow, State, Uuid};
 
 fn inv(total: i64, reserved: i64, min: i64, max: i64, step: i64, ratio: f64) -> Inventory {
-    Inventory { total, reserved, min_unit: min, max_unit: max, step_size: step, allocation_ratio: ratio }
+    Inventory {
+        total,
+        reserved,
+        min_unit: min,
+        max_unit: max,
+        step_size: step,
+        allocation_ratio: ratio,
+    }
 }
 
 struct Builder {
@@ -16,7 +23,13 @@ struct Builder {
 }
 
 impl Builder {
-    fn provider(&mut self, parent: Option<(Uuid, Uuid)>, invs: Vec<(&str, Inventory)>, traits: &[&str], aggs: &[Uuid]) -> Uuid {
+    fn provider(
+        &mut self,
+        parent: Option<(Uuid, Uuid)>,
+        invs: Vec<(&str, Inventory)>,
+        traits: &[&str],
+        aggs: &[Uuid],
+    ) -> Uuid {
         self.next += 1;
         let uuid = Uuid::from_u128(0x7000_0000_0000_4000_8000_0000_0000_0000 + self.next as u128);
         let root = parent.map_or(uuid, |(_, r)| r);
@@ -37,8 +50,14 @@ impl Builder {
             provider: uuid,
             inventories: invs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
         });
-        self.set.push(Change::SetProviderTraits { provider: uuid, traits: traits.iter().map(|t| (*t).to_owned()).collect() });
-        self.set.push(Change::SetProviderAggregates { provider: uuid, aggregates: aggs.iter().copied().collect() });
+        self.set.push(Change::SetProviderTraits {
+            provider: uuid,
+            traits: traits.iter().map(|t| (*t).to_owned()).collect(),
+        });
+        self.set.push(Change::SetProviderAggregates {
+            provider: uuid,
+            aggregates: aggs.iter().copied().collect(),
+        });
         uuid
     }
 }
@@ -71,7 +90,10 @@ fn time(label: &str, state: &State, req: &Request, n: usize) {
 }
 
 fn flat(n: usize) -> (State, Request) {
-    let mut b = Builder { set: ChangeSet::new(), next: 0 };
+    let mut b = Builder {
+        set: ChangeSet::new(),
+        next: 0,
+    };
     let agg = Uuid::from_u128(42);
     for _ in 0..n {
         b.provider(
@@ -87,39 +109,92 @@ fn flat(n: usize) -> (State, Request) {
     }
     let mut state = State::with_standard_data(0);
     state.apply(&b.set);
-    let mut g = group("", &[("VCPU", 1), ("DISK_GB", 10), ("MEMORY_MB", 256)], &["HW_CPU_X86_AVX2"]);
+    let mut g = group(
+        "",
+        &[("VCPU", 1), ("DISK_GB", 10), ("MEMORY_MB", 256)],
+        &["HW_CPU_X86_AVX2"],
+    );
     g.member_of = vec![vec![agg]];
-    (state, Request { groups: vec![g], nested_aware: true, ..Default::default() })
+    (
+        state,
+        Request {
+            groups: vec![g],
+            nested_aware: true,
+            ..Default::default()
+        },
+    )
 }
 
 fn nested(n: usize) -> (State, Request) {
-    let mut b = Builder { set: ChangeSet::new(), next: 0 };
-    b.set.push(Change::PutTrait { id: 100_000, name: "CUSTOM_FOO".into(), created_at: 0 });
+    let mut b = Builder {
+        set: ChangeSet::new(),
+        next: 0,
+    };
+    b.set.push(Change::PutTrait {
+        id: 100_000,
+        name: "CUSTOM_FOO".into(),
+        created_at: 0,
+    });
     for _ in 0..n {
-        let root = b.provider(None, vec![("DISK_GB", inv(20480, 0, 1, 20480, 1, 1.0))], &["COMPUTE_VOLUME_MULTI_ATTACH"], &[]);
+        let root = b.provider(
+            None,
+            vec![("DISK_GB", inv(20480, 0, 1, 20480, 1, 1.0))],
+            &["COMPUTE_VOLUME_MULTI_ATTACH"],
+            &[],
+        );
         let numa0 = b.provider(
             Some((root, root)),
-            vec![("VCPU", inv(4, 2, 1, 4, 1, 1.0)), ("MEMORY_MB", inv(2048, 0, 512, 2048, 256, 1.0))],
+            vec![
+                ("VCPU", inv(4, 2, 1, 4, 1, 1.0)),
+                ("MEMORY_MB", inv(2048, 0, 512, 2048, 256, 1.0)),
+            ],
             &["HW_NUMA_ROOT"],
             &[],
         );
-        b.provider(Some((numa0, root)), vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))], &[], &[]);
-        b.provider(Some((numa0, root)), vec![("VGPU", inv(8, 0, 1, 8, 1, 1.0))], &[], &[]);
+        b.provider(
+            Some((numa0, root)),
+            vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))],
+            &[],
+            &[],
+        );
+        b.provider(
+            Some((numa0, root)),
+            vec![("VGPU", inv(8, 0, 1, 8, 1, 1.0))],
+            &[],
+            &[],
+        );
         let numa1 = b.provider(
             Some((root, root)),
-            vec![("VCPU", inv(4, 0, 1, 4, 1, 1.0)), ("MEMORY_MB", inv(2048, 0, 256, 1024, 1, 1.0))],
+            vec![
+                ("VCPU", inv(4, 0, 1, 4, 1, 1.0)),
+                ("MEMORY_MB", inv(2048, 0, 256, 1024, 1, 1.0)),
+            ],
             &["HW_NUMA_ROOT", "CUSTOM_FOO"],
             &[],
         );
-        b.provider(Some((numa1, root)), vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))], &[], &[]);
-        b.provider(Some((numa1, root)), vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))], &[], &[]);
+        b.provider(
+            Some((numa1, root)),
+            vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))],
+            &[],
+            &[],
+        );
+        b.provider(
+            Some((numa1, root)),
+            vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))],
+            &[],
+            &[],
+        );
     }
     let mut state = State::with_standard_data(0);
     state.apply(&b.set);
     let req = Request {
         groups: vec![
             group("", &[("DISK_GB", 10)], &["COMPUTE_VOLUME_MULTI_ATTACH"]),
-            group("_COMPUTE", &[("VCPU", 1), ("MEMORY_MB", 256)], &["CUSTOM_FOO"]),
+            group(
+                "_COMPUTE",
+                &[("VCPU", 1), ("MEMORY_MB", 256)],
+                &["CUSTOM_FOO"],
+            ),
             group("_FPGA", &[("FPGA", 1)], &[]),
         ],
         group_policy: Some(GroupPolicy::None),
@@ -132,10 +207,27 @@ fn nested(n: usize) -> (State, Request) {
 
 #[allow(clippy::print_stdout)]
 fn main() {
+    let only = std::env::args().nth(1).unwrap_or_default();
+    if only == "nested" {
+        let (state, mut req) = nested(1000);
+        time("nested 1000x7", &state, &req, 1000);
+        req.limit = Some(1);
+        time("nested 1000x7 limit=1", &state, &req, 1000);
+        return;
+    }
+    if only == "flat100k" {
+        let (state, mut req) = flat(100_000);
+        time("flat 100000", &state, &req, 50);
+        req.limit = Some(1);
+        time("flat 100000 limit=1", &state, &req, 50);
+        return;
+    }
     let (state, req) = flat(1000);
     time("flat 1000", &state, &req, 200);
-    let (state, req) = nested(1000);
+    let (state, mut req) = nested(1000);
     time("nested 1000x7", &state, &req, 100);
+    req.limit = Some(1);
+    time("nested 1000x7 limit=1", &state, &req, 100);
     let (state, mut req) = flat(100_000);
     time("flat 100000", &state, &req, 20);
     req.limit = Some(1);

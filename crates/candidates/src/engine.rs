@@ -14,8 +14,8 @@ use berth_model::{Provider, State};
 use uuid::Uuid;
 
 use crate::{
-    AllocationRequest, Candidates, CandidatesError, GroupPolicy, ProviderSummary, Request, RequestGroup,
-    SummaryResource, SHARING_TRAIT,
+    AllocationRequest, Candidates, CandidatesError, GroupPolicy, ProviderSummary, Request,
+    RequestGroup, SummaryResource, SHARING_TRAIT,
 };
 
 const NONE: u32 = u32::MAX;
@@ -39,7 +39,8 @@ impl<'a> Index<'a> {
     fn build(state: &'a State) -> Self {
         // Walking the provider table sequentially and sorting by id is much
         // cheaper than a hash lookup per provider in creation order.
-        let mut by_id: Vec<(i64, &Provider)> = state.providers.values().map(|p| (p.row.id, p)).collect();
+        let mut by_id: Vec<(i64, &Provider)> =
+            state.providers.values().map(|p| (p.row.id, p)).collect();
         by_id.sort_unstable_by_key(|(id, _)| *id);
         let ids: Vec<i64> = by_id.iter().map(|(id, _)| *id).collect();
         let provs: Vec<&Provider> = by_id.into_iter().map(|(_, p)| p).collect();
@@ -55,7 +56,11 @@ impl<'a> Index<'a> {
             agg_roots: None,
         };
         for (i, p) in provs.iter().enumerate() {
-            let r = if p.row.root == p.row.uuid { i as u32 } else { idx.pos(&p.row.root).unwrap_or(i as u32) };
+            let r = if p.row.root == p.row.uuid {
+                i as u32
+            } else {
+                idx.pos(&p.row.root).unwrap_or(i as u32)
+            };
             idx.root.push(r);
             let par = match p.row.parent {
                 Some(u) => {
@@ -105,6 +110,26 @@ impl<'a> Index<'a> {
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// Providers grouped by root: members of the tree rooted at position
+    /// `r` are `order[starts[r]..starts[r + 1]]`, ascending.
+    fn trees(&self) -> (Vec<u32>, Vec<u32>) {
+        let n = self.len();
+        let mut starts = vec![0u32; n + 1];
+        for &r in &self.root {
+            starts[r as usize + 1] += 1;
+        }
+        for r in 0..n {
+            starts[r + 1] += starts[r];
+        }
+        let mut fill: Vec<u32> = starts[..n].to_vec();
+        let mut order = vec![0u32; n];
+        for (i, &r) in self.root.iter().enumerate() {
+            order[fill[r as usize] as usize] = i as u32;
+            fill[r as usize] += 1;
+        }
+        (order, starts)
     }
 
     /// Is `anc` the provider `p` itself or one of its ancestors?
@@ -157,16 +182,29 @@ fn fit(p: &Provider, rc: &str, amount: i64) -> Option<(i64, i64)> {
 }
 
 fn has_required(p: &Provider, required: &[Vec<String>]) -> bool {
-    required.iter().all(|any| any.iter().any(|t| p.traits.contains(t)))
+    required
+        .iter()
+        .all(|any| any.iter().any(|t| p.traits.contains(t)))
 }
 
 fn has_any(p: &Provider, traits: &[String]) -> bool {
     traits.iter().any(|t| p.traits.contains(t))
 }
 
-/// Outcome of matching one group: `None` means "no provider can ever
+/// A group validated, with its provider-independent filters.
+struct Prepared<'a> {
+    rcs: Vec<Rc<'a>>,
+    /// Providers in the required aggregates (`member_of`), if any.
+    in_aggs: Option<Vec<bool>>,
+    /// Providers in a forbidden aggregate, if any.
+    bad_aggs: Option<Vec<bool>>,
+    /// `in_tree` as a root position.
+    tree_root: Option<u32>,
+}
+
+/// Outcome of preparing one group: `None` means "no provider can ever
 /// match" (upstream's ResourceProviderNotFound), which empties the answer.
-type GroupResult = Result<Option<Vec<GAreq>>, CandidatesError>;
+type GroupResult<'a> = Result<Option<Prepared<'a>>, CandidatesError>;
 
 /// A requested class: (request-wide id, name, amount).
 type Rc<'a> = (u16, &'a str, i64);
@@ -197,7 +235,10 @@ impl<'a> Search<'a> {
         self.anchor_ok.as_ref().is_none_or(|ok| ok[anchor as usize])
     }
 
-    fn check_traits_exist<'t>(&self, names: impl IntoIterator<Item = &'t String>) -> Result<(), CandidatesError> {
+    fn check_traits_exist<'t>(
+        &self,
+        names: impl IntoIterator<Item = &'t String>,
+    ) -> Result<(), CandidatesError> {
         for name in names {
             if !self.state.traits.contains_key(name) {
                 return Err(CandidatesError::TraitNotFound(name.clone()));
@@ -211,12 +252,20 @@ impl<'a> Search<'a> {
         self.idx
             .provs
             .iter()
-            .map(|p| aggs_all.iter().all(|any| any.iter().any(|a| p.aggregates.contains(a))))
+            .map(|p| {
+                aggs_all
+                    .iter()
+                    .all(|any| any.iter().any(|a| p.aggregates.contains(a)))
+            })
             .collect()
     }
 
     fn in_any_aggregate(&self, aggs: &[Uuid]) -> Vec<bool> {
-        self.idx.provs.iter().map(|p| aggs.iter().any(|a| p.aggregates.contains(a))).collect()
+        self.idx
+            .provs
+            .iter()
+            .map(|p| aggs.iter().any(|a| p.aggregates.contains(a)))
+            .collect()
     }
 
     fn root_filter(&mut self) -> Result<bool, CandidatesError> {
@@ -241,7 +290,9 @@ impl<'a> Search<'a> {
         Ok(any)
     }
 
-    fn group(&mut self, group: &'a RequestGroup) -> GroupResult {
+    /// Validate a group (unknown classes / traits) and compute its
+    /// provider-independent filters; `None` when nothing can ever match.
+    fn prepare(&mut self, group: &'a RequestGroup) -> GroupResult<'a> {
         // Resource classes must exist.
         let mut rcs: Vec<Rc<'a>> = Vec::with_capacity(group.resources.len());
         for (name, amount) in &group.resources {
@@ -276,35 +327,56 @@ impl<'a> Search<'a> {
         } else {
             Some(self.in_any_aggregate(&group.forbidden_aggregates))
         };
-        let areqs = if !group.use_same_provider() && (self.idx.any_sharing || self.idx.has_trees) {
-            self.multiple_providers(group, &rcs, in_aggs.as_deref(), bad_aggs.as_deref(), tree_root)
+        Ok(Some(Prepared {
+            rcs,
+            in_aggs,
+            bad_aggs,
+            tree_root,
+        }))
+    }
+
+    /// Match a prepared group against the providers `provs` (ascending
+    /// positions), appending its allocation requests to `out`.
+    fn scan(
+        &mut self,
+        group: &RequestGroup,
+        p: &Prepared<'a>,
+        provs: &[u32],
+        out: &mut Vec<GAreq>,
+    ) {
+        if !group.use_same_provider() && (self.idx.any_sharing || self.idx.has_trees) {
+            self.multiple_providers(group, p, provs, out)
         } else {
             // A class nobody can provide empties the answer exactly as an
             // empty match does, so the single-provider path needs no
             // per-class pre-check.
-            self.single_provider(group, &rcs, in_aggs.as_deref(), bad_aggs.as_deref(), tree_root)
-        };
-        Ok(Some(areqs))
+            self.single_provider(group, p, provs, out)
+        }
     }
 
     /// Upstream `get_provider_ids_matching` + `_alloc_candidates_single_provider`.
     fn single_provider(
         &mut self,
         group: &RequestGroup,
-        rcs: &[Rc<'a>],
-        in_aggs: Option<&[bool]>,
-        bad_aggs: Option<&[bool]>,
-        tree_root: Option<u32>,
-    ) -> Vec<GAreq> {
+        p: &Prepared<'a>,
+        provs: &[u32],
+        out: &mut Vec<GAreq>,
+    ) {
+        let (rcs, in_aggs, bad_aggs, tree_root) = (
+            &p.rcs[..],
+            p.in_aggs.as_deref(),
+            p.bad_aggs.as_deref(),
+            p.tree_root,
+        );
         if rcs.is_empty() && group.required_traits.is_empty() && group.member_of.is_empty() {
             // Upstream quirk: a resourceless group without required traits or
             // member_of filters matches nothing.
-            return Vec::new();
+            return;
         }
-        let mut out = Vec::new();
+        let base = out.len();
         let mut res: Vec<Res> = Vec::with_capacity(rcs.len());
-        for i in 0..self.idx.len() as u32 {
-            if out.len() >= self.stop_after {
+        for &i in provs {
+            if out.len() - base >= self.stop_after {
                 break;
             }
             let p = self.idx.provs[i as usize];
@@ -313,13 +385,21 @@ impl<'a> Search<'a> {
                 continue;
             }
             res.clear();
-            let fits_all = rcs.iter().all(|(id, name, amount)| match fit(p, name, *amount) {
-                Some((room, max_unit)) => {
-                    res.push(Res { rp: i, rc: *id, amount: *amount, room, max_unit });
-                    true
-                }
-                None => false,
-            });
+            let fits_all = rcs
+                .iter()
+                .all(|(id, name, amount)| match fit(p, name, *amount) {
+                    Some((room, max_unit)) => {
+                        res.push(Res {
+                            rp: i,
+                            rc: *id,
+                            amount: *amount,
+                            room,
+                            max_unit,
+                        });
+                        true
+                    }
+                    None => false,
+                });
             if !fits_all
                 || !in_aggs.is_none_or(|v| v[i as usize])
                 || bad_aggs.is_some_and(|v| v[i as usize])
@@ -330,35 +410,47 @@ impl<'a> Search<'a> {
             }
             let own_root = self.idx.root[i as usize];
             if self.anchor_allowed(own_root) {
-                out.push(GAreq { anchor: own_root, res: res.clone(), rps: vec![i] });
+                out.push(GAreq {
+                    anchor: own_root,
+                    res: res.clone(),
+                    rps: vec![i],
+                });
             }
             if self.idx.sharing[i as usize] {
                 for anchor in self.idx.anchors_of(i) {
                     if anchor == own_root || !self.anchor_allowed(anchor) {
                         continue;
                     }
-                    out.push(GAreq { anchor, res: res.clone(), rps: vec![i] });
+                    out.push(GAreq {
+                        anchor,
+                        res: res.clone(),
+                        rps: vec![i],
+                    });
                 }
             }
         }
-        out
     }
 
     /// Upstream `get_trees_matching_all` + `_alloc_candidates_multiple_providers`.
     fn multiple_providers(
         &mut self,
         group: &RequestGroup,
-        rcs: &[Rc<'a>],
-        in_aggs: Option<&[bool]>,
-        bad_aggs: Option<&[bool]>,
-        tree_root: Option<u32>,
-    ) -> Vec<GAreq> {
+        p: &Prepared<'a>,
+        provs: &[u32],
+        out: &mut Vec<GAreq>,
+    ) {
+        let (rcs, in_aggs, bad_aggs, tree_root) = (
+            &p.rcs[..],
+            p.in_aggs.as_deref(),
+            p.bad_aggs.as_deref(),
+            p.tree_root,
+        );
         // Per requested class: (anchor, provider, headroom) entries.
         let mut per_rc: Vec<Vec<(u32, u32, i64, i64)>> = Vec::with_capacity(rcs.len());
         for (_, name, amount) in rcs {
             let mut pairs: Vec<(u32, u32, i64, i64)> = Vec::new();
             let mut sps: Vec<(u32, i64, i64)> = Vec::new();
-            for i in 0..self.idx.len() as u32 {
+            for &i in provs {
                 if tree_root.is_some_and(|t| self.idx.root[i as usize] != t) {
                     continue;
                 }
@@ -370,7 +462,7 @@ impl<'a> Search<'a> {
                 }
             }
             if pairs.is_empty() {
-                return Vec::new();
+                return;
             }
             if tree_root.is_none() {
                 for (sp, room, max_unit) in sps {
@@ -391,7 +483,7 @@ impl<'a> Search<'a> {
                 pairs.retain(|(anchor, rp, ..)| !(v[*rp as usize] || v[*anchor as usize]));
             }
             if pairs.is_empty() {
-                return Vec::new();
+                return;
             }
             per_rc.push(pairs);
         }
@@ -403,7 +495,6 @@ impl<'a> Search<'a> {
             other.dedup();
             anchors.retain(|a| other.binary_search(a).is_ok());
         }
-        let mut out = Vec::new();
         let mut choice: Vec<Res> = Vec::with_capacity(rcs.len());
         for anchor in anchors {
             let lists: Vec<&[(u32, u32, i64, i64)]> = per_rc
@@ -414,9 +505,8 @@ impl<'a> Search<'a> {
                     &pairs[start..end]
                 })
                 .collect();
-            self.product(group, rcs, anchor, &lists, &mut choice, &mut out);
+            self.product(group, rcs, anchor, &lists, &mut choice, out);
         }
-        out
     }
 
     fn product(
@@ -432,15 +522,22 @@ impl<'a> Search<'a> {
         if depth == lists.len() {
             // Required traits are satisfied collectively by the providers used.
             let provs = &self.idx.provs;
-            let ok = group
-                .required_traits
-                .iter()
-                .all(|any| any.iter().any(|t| choice.iter().any(|r| provs[r.rp as usize].traits.contains(t))));
+            let ok = group.required_traits.iter().all(|any| {
+                any.iter().any(|t| {
+                    choice
+                        .iter()
+                        .any(|r| provs[r.rp as usize].traits.contains(t))
+                })
+            });
             if ok {
                 let mut rps: Vec<u32> = choice.iter().map(|r| r.rp).collect();
                 rps.sort_unstable();
                 rps.dedup();
-                out.push(GAreq { anchor, res: choice.clone(), rps });
+                out.push(GAreq {
+                    anchor,
+                    res: choice.clone(),
+                    rps,
+                });
             }
             return;
         }
@@ -450,7 +547,13 @@ impl<'a> Search<'a> {
             if has_any(self.idx.provs[rp as usize], &group.forbidden_traits) {
                 continue;
             }
-            choice.push(Res { rp, rc: id, amount, room, max_unit });
+            choice.push(Res {
+                rp,
+                rc: id,
+                amount,
+                room,
+                max_unit,
+            });
             self.product(group, rcs, anchor, lists, choice, out);
             choice.pop();
         }
@@ -471,12 +574,12 @@ struct Merge<'s, 'a> {
     groups: &'s [Vec<GAreq>],
     /// Per group, the range of its (anchor-sorted) requests for the current anchor.
     ranges: Vec<(u32, u32)>,
-    granular: Vec<bool>,
+    granular: &'s [bool],
     isolate: bool,
     exclude_nested: bool,
     dedupe: bool,
     /// same_subtree constraints as group positions.
-    subtrees: Vec<Vec<usize>>,
+    subtrees: &'s [Vec<usize>],
     chosen: Vec<u32>,
     /// Consolidated ((provider, class id), amount, room, max_unit), in first-use order.
     amounts: Vec<((u32, u16), i64, i64, i64)>,
@@ -504,8 +607,9 @@ impl<'s, 'a> Merge<'s, 'a> {
             let areq = &self.groups[g][k as usize];
             if self.isolate && self.granular[g] {
                 let rp = areq.rps[0];
-                let clash = (0..g)
-                    .any(|h| self.granular[h] && self.groups[h][self.chosen[h] as usize].rps[0] == rp);
+                let clash = (0..g).any(|h| {
+                    self.granular[h] && self.groups[h][self.chosen[h] as usize].rps[0] == rp
+                });
                 if clash {
                     continue;
                 }
@@ -549,11 +653,18 @@ impl<'s, 'a> Merge<'s, 'a> {
 
     fn leaf(&mut self) {
         let idx = &self.search.idx;
-        for positions in &self.subtrees {
-            let mut rps: Vec<u32> = positions.iter().flat_map(|g| self.rps_of(*g).iter().copied()).collect();
+        for positions in self.subtrees {
+            let mut rps: Vec<u32> = positions
+                .iter()
+                .flat_map(|g| self.rps_of(*g).iter().copied())
+                .collect();
             rps.sort_unstable();
             rps.dedup();
-            if rps.len() > 1 && !rps.iter().any(|top| rps.iter().all(|rp| idx.is_ancestor_or_self(*top, *rp))) {
+            if rps.len() > 1
+                && !rps
+                    .iter()
+                    .any(|top| rps.iter().all(|rp| idx.is_ancestor_or_self(*top, *rp)))
+            {
                 return;
             }
         }
@@ -570,7 +681,8 @@ impl<'s, 'a> Merge<'s, 'a> {
             }
         }
         if self.dedupe {
-            let mut sorted: Vec<(u32, u16, i64)> = self.amounts.iter().map(|e| (e.0 .0, e.0 .1, e.1)).collect();
+            let mut sorted: Vec<(u32, u16, i64)> =
+                self.amounts.iter().map(|e| (e.0 .0, e.0 .1, e.1)).collect();
             sorted.sort_unstable();
             let mut h = std::collections::hash_map::DefaultHasher::new();
             sorted.hash(&mut h);
@@ -622,78 +734,200 @@ impl Rng {
 /// order: root traits, then per group in request order, stopping at the
 /// first group that cannot match).
 pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, CandidatesError> {
+    find_with(state, req, true)
+}
+
+/// [`find`] without the tree-at-a-time early stop: every group is matched
+/// against every provider before combining. Same answer; kept as the
+/// reference the optimised path is tested against.
+#[doc(hidden)]
+pub fn find_exhaustive<'a>(
+    state: &'a State,
+    req: &'a Request,
+) -> Result<Candidates<'a>, CandidatesError> {
+    find_with(state, req, false)
+}
+
+fn find_with<'a>(
+    state: &'a State,
+    req: &'a Request,
+    lazy_ok: bool,
+) -> Result<Candidates<'a>, CandidatesError> {
     let idx = Index::build(state);
     let stop_after = match (req.limit, req.randomize_seed) {
         (Some(limit), None) if req.groups.len() == 1 && !idx.any_sharing => limit,
         _ => usize::MAX,
     };
-    let mut search = Search { state, idx, req, rc_names: Vec::new(), anchor_ok: None, stop_after };
+    // Tree at a time: with a limit (no randomisation) and no sharing
+    // providers every candidate is anchored at its own tree, so trees can be
+    // matched and combined one by one in anchor order, stopping at the limit.
+    // (One single-provider group already stops early through `stop_after`,
+    // whose provider-order cut this path would not reproduce.)
+    let lazy = lazy_ok
+        && req.randomize_seed.is_none()
+        && req.limit.is_some()
+        && !idx.any_sharing
+        && (req.groups.len() > 1
+            || (idx.has_trees && req.groups.iter().all(|g| !g.use_same_provider())));
+    let mut search = Search {
+        state,
+        idx,
+        req,
+        rc_names: Vec::new(),
+        anchor_ok: None,
+        stop_after,
+    };
     if !search.root_filter()? {
         return Ok(Candidates::default());
     }
+    let mut prepared: Vec<Prepared<'a>> = Vec::with_capacity(req.groups.len());
     let mut per_group: Vec<Vec<GAreq>> = Vec::with_capacity(req.groups.len());
-    for group in &req.groups {
-        match search.group(group)? {
-            Some(areqs) if !areqs.is_empty() => per_group.push(areqs),
-            _ => return Ok(Candidates::default()),
+    if lazy {
+        for (k, group) in req.groups.iter().enumerate() {
+            match search.prepare(group) {
+                Ok(Some(p)) => prepared.push(p),
+                Ok(None) => return Ok(Candidates::default()),
+                Err(e) if k == 0 => return Err(e),
+                // Whether this error is reported depends on whether an
+                // earlier group matches anything at all: ask the full search.
+                Err(_) => return find_with(state, req, false),
+            }
+        }
+        per_group.resize_with(req.groups.len(), Vec::new);
+    } else {
+        let all: Vec<u32> = (0..search.idx.len() as u32).collect();
+        for group in &req.groups {
+            let Some(p) = search.prepare(group)? else {
+                return Ok(Candidates::default());
+            };
+            let mut areqs = Vec::new();
+            search.scan(group, &p, &all, &mut areqs);
+            if areqs.is_empty() {
+                return Ok(Candidates::default());
+            }
+            per_group.push(areqs);
+        }
+        for areqs in &mut per_group {
+            areqs.sort_by_key(|a| a.anchor);
         }
     }
     if per_group.is_empty() {
         return Ok(Candidates::default());
     }
-    for areqs in &mut per_group {
-        areqs.sort_by_key(|a| a.anchor);
-    }
 
     // Combine one allocation request per group for each anchor.
-    let idx = &search.idx;
-    let exclude_nested = !req.nested_aware && idx.has_trees;
+    let exclude_nested = !req.nested_aware && search.idx.has_trees;
     let subtrees: Vec<Vec<usize>> = req
         .same_subtrees
         .iter()
-        .map(|suffixes| suffixes.iter().filter_map(|s| req.groups.iter().position(|g| &g.suffix == s)).collect())
+        .map(|suffixes| {
+            suffixes
+                .iter()
+                .filter_map(|s| req.groups.iter().position(|g| &g.suffix == s))
+                .collect()
+        })
         .collect();
+    let granular: Vec<bool> = req.groups.iter().map(|g| g.use_same_provider()).collect();
     let stop_at = match (req.limit, req.randomize_seed) {
         (Some(limit), None) => limit,
         _ => usize::MAX,
     };
-    let mut merge = Merge {
-        search: &search,
-        groups: &per_group,
-        ranges: vec![(0, 0); per_group.len()],
-        granular: req.groups.iter().map(|g| g.use_same_provider()).collect(),
-        isolate: req.group_policy == Some(GroupPolicy::Isolate),
-        exclude_nested,
-        dedupe: idx.any_sharing,
-        subtrees,
-        chosen: vec![0; per_group.len()],
-        amounts: Vec::new(),
-        seen: HashMap::new(),
-        found: Vec::new(),
-        stop_at,
-    };
-    let first = &per_group[0];
-    let mut k = 0;
-    'anchors: while k < first.len() && !merge.done() {
-        let anchor = first[k].anchor;
-        let mut end = k;
-        while end < first.len() && first[end].anchor == anchor {
-            end += 1;
+    let isolate = req.group_policy == Some(GroupPolicy::Isolate);
+    fn new_merge<'s, 'a>(
+        search: &'s Search<'a>,
+        groups: &'s [Vec<GAreq>],
+        (granular, subtrees): (&'s [bool], &'s [Vec<usize>]),
+        (isolate, exclude_nested, stop_at): (bool, bool, usize),
+        found: Vec<Found>,
+    ) -> Merge<'s, 'a> {
+        Merge {
+            search,
+            groups,
+            ranges: vec![(0, 0); groups.len()],
+            granular,
+            isolate,
+            exclude_nested,
+            dedupe: search.idx.any_sharing,
+            subtrees,
+            chosen: vec![0; groups.len()],
+            amounts: Vec::new(),
+            seen: HashMap::new(),
+            found,
+            stop_at,
         }
-        merge.ranges[0] = (k as u32, end as u32);
-        k = end;
-        for (g, areqs) in per_group.iter().enumerate().skip(1) {
-            let start = areqs.partition_point(|a| a.anchor < anchor);
-            let stop = areqs.partition_point(|a| a.anchor <= anchor);
-            if start == stop {
-                continue 'anchors;
-            }
-            merge.ranges[g] = (start as u32, stop as u32);
-        }
-        merge.walk(0);
     }
-    let mut found = std::mem::take(&mut merge.found);
-    drop(merge);
+    let shape = (&granular[..], &subtrees[..]);
+    let flags = (isolate, exclude_nested, stop_at);
+    let mut found: Vec<Found> = Vec::new();
+    if lazy {
+        let (order, starts) = search.idx.trees();
+        let mut marks: Vec<usize> = vec![0; per_group.len()];
+        for anchor in 0..search.idx.len() {
+            let members = &order[starts[anchor] as usize..starts[anchor + 1] as usize];
+            if members.is_empty() || !search.anchor_allowed(anchor as u32) {
+                continue;
+            }
+            for (mark, areqs) in marks.iter_mut().zip(&per_group) {
+                *mark = areqs.len();
+            }
+            let mut matched = true;
+            for (g, group) in req.groups.iter().enumerate() {
+                search.scan(group, &prepared[g], members, &mut per_group[g]);
+                if per_group[g].len() == marks[g] {
+                    matched = false;
+                    break;
+                }
+            }
+            let before = found.len();
+            if matched {
+                let mut merge = new_merge(
+                    &search,
+                    &per_group,
+                    shape,
+                    flags,
+                    std::mem::take(&mut found),
+                );
+                for (g, areqs) in per_group.iter().enumerate() {
+                    merge.ranges[g] = (marks[g] as u32, areqs.len() as u32);
+                }
+                merge.walk(0);
+                found = std::mem::take(&mut merge.found);
+            }
+            if found.len() == before {
+                // Nothing from this tree: forget its group matches.
+                for (mark, areqs) in marks.iter().zip(&mut per_group) {
+                    areqs.truncate(*mark);
+                }
+            }
+            if found.len() >= stop_at {
+                break;
+            }
+        }
+    } else {
+        let mut merge = new_merge(&search, &per_group, shape, flags, Vec::new());
+        let first = &per_group[0];
+        let mut k = 0;
+        'anchors: while k < first.len() && !merge.done() {
+            let anchor = first[k].anchor;
+            let mut end = k;
+            while end < first.len() && first[end].anchor == anchor {
+                end += 1;
+            }
+            merge.ranges[0] = (k as u32, end as u32);
+            k = end;
+            for (g, areqs) in per_group.iter().enumerate().skip(1) {
+                let start = areqs.partition_point(|a| a.anchor < anchor);
+                let stop = areqs.partition_point(|a| a.anchor <= anchor);
+                if start == stop {
+                    continue 'anchors;
+                }
+                merge.ranges[g] = (start as u32, stop as u32);
+            }
+            merge.walk(0);
+        }
+        found = std::mem::take(&mut merge.found);
+    }
+    let idx = &search.idx;
 
     // Providers summarised: whole trees of the providers used (only the
     // providers used, before 1.29 with trees around).
@@ -755,7 +989,9 @@ pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, Ca
                         order.len() - 1
                     }
                 };
-                allocations[pos].1.push((search.rc_names[rc as usize], amount));
+                allocations[pos]
+                    .1
+                    .push((search.rc_names[rc as usize], amount));
             }
             let mappings = req
                 .groups
@@ -763,12 +999,19 @@ pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, Ca
                 .zip(&f.chosen)
                 .zip(&per_group)
                 .map(|((g, chosen), areqs)| {
-                    let mut uuids: Vec<Uuid> = areqs[*chosen as usize].rps.iter().map(|rp| uuid_of(*rp)).collect();
+                    let mut uuids: Vec<Uuid> = areqs[*chosen as usize]
+                        .rps
+                        .iter()
+                        .map(|rp| uuid_of(*rp))
+                        .collect();
                     uuids.sort_unstable();
                     (g.suffix.as_str(), uuids)
                 })
                 .collect();
-            AllocationRequest { allocations, mappings }
+            AllocationRequest {
+                allocations,
+                mappings,
+            }
         })
         .collect();
     let provider_summaries = (0..idx.len())
@@ -776,8 +1019,11 @@ pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, Ca
         .map(|i| {
             let p = idx.provs[i];
             // Upstream lists a provider's traits in trait id order.
-            let mut traits: Vec<(i64, &str)> =
-                p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();
+            let mut traits: Vec<(i64, &str)> = p
+                .traits
+                .iter()
+                .map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str()))
+                .collect();
             traits.sort_unstable();
             ProviderSummary {
                 uuid: p.uuid(),
@@ -796,5 +1042,8 @@ pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, Ca
             }
         })
         .collect();
-    Ok(Candidates { allocation_requests, provider_summaries })
+    Ok(Candidates {
+        allocation_requests,
+        provider_summaries,
+    })
 }

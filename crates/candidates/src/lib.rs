@@ -24,6 +24,8 @@
 mod engine;
 
 pub use engine::find;
+#[doc(hidden)]
+pub use engine::find_exhaustive;
 use uuid::Uuid;
 
 /// The trait marking a provider whose inventory is shared via aggregates.
@@ -98,7 +100,9 @@ pub enum CandidatesError {
 impl std::fmt::Display for CandidatesError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CandidatesError::ResourceClassNotFound(name) => write!(f, "No such resource class {name}."),
+            CandidatesError::ResourceClassNotFound(name) => {
+                write!(f, "No such resource class {name}.")
+            }
             CandidatesError::TraitNotFound(name) => write!(f, "No such trait(s): {name}."),
         }
     }
