@@ -131,15 +131,14 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
                     }
                 }
             }
-            "format" => {
-                if spec == "uuid" {
+            "format"
+                if spec == "uuid" => {
                     if let Some(s) = instance.as_str() {
                         if !is_uuid_like(s) {
                             err(errors, "format", path, depth, format!("{} is not a 'uuid'", py_repr(instance)));
                         }
                     }
                 }
-            }
             "anyOf" | "oneOf" => {
                 if let Some(options) = spec.as_array() {
                     let n_valid = options.iter().filter(|s| is_valid(s, instance)).count();
@@ -161,39 +160,34 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
                         check(spec, item, &format!("{path}['items']"), depth + 1, errors);
                     }
                 }
-                "minItems" => {
-                    if spec.as_u64().is_some_and(|min| (items.len() as u64) < min) {
+                "minItems"
+                    if spec.as_u64().is_some_and(|min| (items.len() as u64) < min) => {
                         let msg = if items.is_empty() { "[] should be non-empty".to_owned() } else { format!("{} is too short", py_repr(instance)) };
                         err(errors, "minItems", path, depth, msg);
                     }
-                }
-                "maxItems" => {
-                    if spec.as_u64().is_some_and(|max| (items.len() as u64) > max) {
+                "maxItems"
+                    if spec.as_u64().is_some_and(|max| (items.len() as u64) > max) => {
                         err(errors, "maxItems", path, depth, format!("{} is too long", py_repr(instance)));
                     }
-                }
-                "uniqueItems" => {
-                    if spec == &Value::Bool(true) {
+                "uniqueItems"
+                    if spec == &Value::Bool(true) => {
                         let dup = items.iter().enumerate().any(|(i, a)| items[..i].contains(a));
                         if dup {
                             err(errors, "uniqueItems", path, depth, format!("{} has non-unique elements", py_repr(instance)));
                         }
                     }
-                }
                 _ => {}
             },
             Value::String(s) => match keyword.as_str() {
-                "minLength" => {
-                    if spec.as_u64().is_some_and(|min| (s.chars().count() as u64) < min) {
+                "minLength"
+                    if spec.as_u64().is_some_and(|min| (s.chars().count() as u64) < min) => {
                         let msg = if s.is_empty() { "'' should be non-empty".to_owned() } else { format!("{} is too short", py_repr(instance)) };
                         err(errors, "minLength", path, depth, msg);
                     }
-                }
-                "maxLength" => {
-                    if spec.as_u64().is_some_and(|max| (s.chars().count() as u64) > max) {
+                "maxLength"
+                    if spec.as_u64().is_some_and(|max| (s.chars().count() as u64) > max) => {
                         err(errors, "maxLength", path, depth, format!("{} is too long", py_repr(instance)));
                     }
-                }
                 "pattern" => {
                     if let Some(pattern) = spec.as_str() {
                         if regex(pattern).is_some_and(|re| !re.is_match(s)) {
@@ -206,16 +200,14 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
             Value::Number(n) if type_matches("number", instance) => {
                 let v = n.as_f64().unwrap_or(0.0);
                 match keyword.as_str() {
-                    "minimum" => {
-                        if spec.as_f64().is_some_and(|min| v < min) {
+                    "minimum"
+                        if spec.as_f64().is_some_and(|min| v < min) => {
                             err(errors, "minimum", path, depth, format!("{} is less than the minimum of {}", n, spec));
                         }
-                    }
-                    "maximum" => {
-                        if spec.as_f64().is_some_and(|max| v > max) {
+                    "maximum"
+                        if spec.as_f64().is_some_and(|max| v > max) => {
                             err(errors, "maximum", path, depth, format!("{} is greater than the maximum of {}", n, spec));
                         }
-                    }
                     _ => {}
                 }
             }
@@ -266,17 +258,15 @@ fn check_object(
                 }
             }
         }
-        "minProperties" => {
-            if spec.as_u64().is_some_and(|min| (map.len() as u64) < min) {
+        "minProperties"
+            if spec.as_u64().is_some_and(|min| (map.len() as u64) < min) => {
                 let msg = if map.is_empty() { "{} should be non-empty".to_owned() } else { format!("{} does not have enough properties", py_repr(instance)) };
                 err(errors, "minProperties", path, depth, msg);
             }
-        }
-        "maxProperties" => {
-            if spec.as_u64().is_some_and(|max| (map.len() as u64) > max) {
+        "maxProperties"
+            if spec.as_u64().is_some_and(|max| (map.len() as u64) > max) => {
                 err(errors, "maxProperties", path, depth, format!("{} has too many properties", py_repr(instance)));
             }
-        }
         "additionalProperties" => {
             let props = schema.get("properties").and_then(Value::as_object);
             let patterns: Vec<(String, Regex)> = schema

@@ -24,7 +24,7 @@ impl Store for FaultyStore {
     }
     fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
         let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.fail_every > 0 && n % self.fail_every == 0 {
+        if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
             // Let the plan run (as a real failing commit would), then fail.
             let _ = plan(Vec::new());
             return Err(StoreError::Unavailable("injected commit failure".into()));

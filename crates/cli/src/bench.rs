@@ -7,6 +7,7 @@
 //! each created with inventories (VCPU, MEMORY_MB, DISK_GB), traits and an
 //! aggregate — four requests per provider — at a fixed concurrency, and
 //! prints requests/s and the ratio.
+#![expect(clippy::print_stdout, reason = "benchmarks report their figures on stdout")]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

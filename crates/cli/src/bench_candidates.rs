@@ -13,6 +13,7 @@
 //! Reports: load time, median/p99 latency (full and `limit=1`), throughput
 //! at concurrency C, claims/s with C clients doing GET `limit=5` then PUT
 //! /allocations, an overcommit audit afterwards, and server RSS.
+#![expect(clippy::print_stdout, reason = "benchmarks report their figures on stdout")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -432,7 +433,7 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
     anyhow::ensure!(opts.shape == "flat" || opts.shape == "nested", "--shape must be flat or nested");
     println!("bench candidates: shape {} size {} (HTTP, full responses, microversion 1.39)", opts.shape, opts.size);
     let berth = match &opts.url {
-        Some(url) => measure("target", &[url.clone()], None, &opts, 1).await?,
+        Some(url) => measure("target", std::slice::from_ref(url), None, &opts, 1).await?,
         None => {
             let mut servers: Vec<Spawned> = Vec::new();
             for _ in 0..opts.processes.max(1) {
@@ -447,7 +448,7 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
     if let Some(harness) = &opts.real_placement {
         let real = spawn_real(harness, &opts.python).await?;
         let pid = real.child.id();
-        let r = measure("real placement", &[real.url.clone()], Some(pid), &opts, opts.real_scale).await?;
+        let r = measure("real placement", std::slice::from_ref(&real.url), Some(pid), &opts, opts.real_scale).await?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         println!(
             "ratios berth vs real: full median {:.0}x faster, limit=1 median {:.0}x faster, throughput {:.0}x, claims/s {:.0}x, load {:.1}x faster",

@@ -33,9 +33,9 @@ use postgres::error::SqlState;
 use postgres::{Client, NoTls, Transaction};
 
 /// Advisory lock key serialising berth writers ("berth" in ASCII).
-const WRITE_LOCK_KEY: i64 = 0x6265_7274_68;
+const WRITE_LOCK_KEY: i64 = 0x62_6572_7468;
 /// Advisory lock key serialising migrations.
-const MIGRATE_LOCK_KEY: i64 = 0x6265_7274_6D;
+const MIGRATE_LOCK_KEY: i64 = 0x62_6572_746D;
 
 const MIGRATIONS: &[(&str, &str)] = &[("0001_initial", include_str!("../migrations/0001_initial.sql"))];
 
