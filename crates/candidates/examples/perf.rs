@@ -7,14 +7,7 @@ use berth_candidates::{find, GroupPolicy, Request, RequestGroup};
 use berth_model::{Change, ChangeSet, Inventory, ProviderRow, State, Uuid};
 
 fn inv(total: i64, reserved: i64, min: i64, max: i64, step: i64, ratio: f64) -> Inventory {
-    Inventory {
-        total,
-        reserved,
-        min_unit: min,
-        max_unit: max,
-        step_size: step,
-        allocation_ratio: ratio,
-    }
+    Inventory { total, reserved, min_unit: min, max_unit: max, step_size: step, allocation_ratio: ratio }
 }
 
 struct Builder {
@@ -54,10 +47,7 @@ impl Builder {
             provider: uuid,
             traits: traits.iter().map(|t| (*t).to_owned()).collect(),
         });
-        self.set.push(Change::SetProviderAggregates {
-            provider: uuid,
-            aggregates: aggs.iter().copied().collect(),
-        });
+        self.set.push(Change::SetProviderAggregates { provider: uuid, aggregates: aggs.iter().copied().collect() });
         uuid
     }
 }
@@ -90,10 +80,7 @@ fn time(label: &str, state: &State, req: &Request, n: usize) {
 }
 
 fn flat(n: usize) -> (State, Request) {
-    let mut b = Builder {
-        set: ChangeSet::new(),
-        next: 0,
-    };
+    let mut b = Builder { set: ChangeSet::new(), next: 0 };
     let agg = Uuid::from_u128(42);
     for _ in 0..n {
         b.provider(
@@ -109,92 +96,40 @@ fn flat(n: usize) -> (State, Request) {
     }
     let mut state = State::with_standard_data(0);
     state.apply(&b.set);
-    let mut g = group(
-        "",
-        &[("VCPU", 1), ("DISK_GB", 10), ("MEMORY_MB", 256)],
-        &["HW_CPU_X86_AVX2"],
-    );
+    let mut g = group("", &[("VCPU", 1), ("DISK_GB", 10), ("MEMORY_MB", 256)], &["HW_CPU_X86_AVX2"]);
     g.member_of = vec![vec![agg]];
-    (
-        state,
-        Request {
-            groups: vec![g],
-            nested_aware: true,
-            ..Default::default()
-        },
-    )
+    (state, Request { groups: vec![g], nested_aware: true, ..Default::default() })
 }
 
 fn nested(n: usize) -> (State, Request) {
-    let mut b = Builder {
-        set: ChangeSet::new(),
-        next: 0,
-    };
-    b.set.push(Change::PutTrait {
-        id: 100_000,
-        name: "CUSTOM_FOO".into(),
-        created_at: 0,
-    });
+    let mut b = Builder { set: ChangeSet::new(), next: 0 };
+    b.set.push(Change::PutTrait { id: 100_000, name: "CUSTOM_FOO".into(), created_at: 0 });
     for _ in 0..n {
-        let root = b.provider(
-            None,
-            vec![("DISK_GB", inv(20480, 0, 1, 20480, 1, 1.0))],
-            &["COMPUTE_VOLUME_MULTI_ATTACH"],
-            &[],
-        );
+        let root =
+            b.provider(None, vec![("DISK_GB", inv(20480, 0, 1, 20480, 1, 1.0))], &["COMPUTE_VOLUME_MULTI_ATTACH"], &[]);
         let numa0 = b.provider(
             Some((root, root)),
-            vec![
-                ("VCPU", inv(4, 2, 1, 4, 1, 1.0)),
-                ("MEMORY_MB", inv(2048, 0, 512, 2048, 256, 1.0)),
-            ],
+            vec![("VCPU", inv(4, 2, 1, 4, 1, 1.0)), ("MEMORY_MB", inv(2048, 0, 512, 2048, 256, 1.0))],
             &["HW_NUMA_ROOT"],
             &[],
         );
-        b.provider(
-            Some((numa0, root)),
-            vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))],
-            &[],
-            &[],
-        );
-        b.provider(
-            Some((numa0, root)),
-            vec![("VGPU", inv(8, 0, 1, 8, 1, 1.0))],
-            &[],
-            &[],
-        );
+        b.provider(Some((numa0, root)), vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))], &[], &[]);
+        b.provider(Some((numa0, root)), vec![("VGPU", inv(8, 0, 1, 8, 1, 1.0))], &[], &[]);
         let numa1 = b.provider(
             Some((root, root)),
-            vec![
-                ("VCPU", inv(4, 0, 1, 4, 1, 1.0)),
-                ("MEMORY_MB", inv(2048, 0, 256, 1024, 1, 1.0)),
-            ],
+            vec![("VCPU", inv(4, 0, 1, 4, 1, 1.0)), ("MEMORY_MB", inv(2048, 0, 256, 1024, 1, 1.0))],
             &["HW_NUMA_ROOT", "CUSTOM_FOO"],
             &[],
         );
-        b.provider(
-            Some((numa1, root)),
-            vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))],
-            &[],
-            &[],
-        );
-        b.provider(
-            Some((numa1, root)),
-            vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))],
-            &[],
-            &[],
-        );
+        b.provider(Some((numa1, root)), vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))], &[], &[]);
+        b.provider(Some((numa1, root)), vec![("FPGA", inv(1, 0, 1, 1, 1, 1.0))], &[], &[]);
     }
     let mut state = State::with_standard_data(0);
     state.apply(&b.set);
     let req = Request {
         groups: vec![
             group("", &[("DISK_GB", 10)], &["COMPUTE_VOLUME_MULTI_ATTACH"]),
-            group(
-                "_COMPUTE",
-                &[("VCPU", 1), ("MEMORY_MB", 256)],
-                &["CUSTOM_FOO"],
-            ),
+            group("_COMPUTE", &[("VCPU", 1), ("MEMORY_MB", 256)], &["CUSTOM_FOO"]),
             group("_FPGA", &[("FPGA", 1)], &[]),
         ],
         group_policy: Some(GroupPolicy::None),

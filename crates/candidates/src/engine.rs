@@ -14,8 +14,8 @@ use berth_model::{Provider, State};
 use uuid::Uuid;
 
 use crate::{
-    AllocationRequest, Candidates, CandidatesError, GroupPolicy, ProviderSummary, Request,
-    RequestGroup, SummaryResource, SHARING_TRAIT,
+    AllocationRequest, Candidates, CandidatesError, GroupPolicy, ProviderSummary, Request, RequestGroup,
+    SummaryResource, SHARING_TRAIT,
 };
 
 const NONE: u32 = u32::MAX;
@@ -24,8 +24,11 @@ const NONE: u32 = u32::MAX;
 struct Index<'a> {
     state: &'a State,
     provs: Vec<&'a Provider>,
-    /// Internal ids, ascending (creation order): uuid -> position lookups.
+    /// Internal ids, ascending (creation order): uuid -> position lookups
+    /// (empty when `id_pos` is used).
     ids: Vec<i64>,
+    /// Position by internal id (`NONE` for no provider), when ids are dense.
+    id_pos: Option<Vec<u32>>,
     root: Vec<u32>,
     parent: Vec<u32>,
     has_trees: bool,
@@ -37,13 +40,33 @@ struct Index<'a> {
 
 impl<'a> Index<'a> {
     fn build(state: &'a State) -> Self {
-        // Walking the provider table sequentially and sorting by id is much
-        // cheaper than a hash lookup per provider in creation order.
-        let mut by_id: Vec<(i64, &Provider)> =
-            state.providers.values().map(|p| (p.row.id, p)).collect();
-        by_id.sort_unstable_by_key(|(id, _)| *id);
-        let ids: Vec<i64> = by_id.iter().map(|(id, _)| *id).collect();
-        let provs: Vec<&Provider> = by_id.into_iter().map(|(_, p)| p).collect();
+        // Walking the provider table sequentially and ordering by id is much
+        // cheaper than a hash lookup per provider in creation order. Ids are
+        // dense (few deleted providers): scatter them into an id-indexed
+        // table instead of sorting, when that table stays small.
+        let n = state.providers.len();
+        let (lo, hi) =
+            state.providers.values().fold((i64::MAX, i64::MIN), |(lo, hi), p| (lo.min(p.row.id), hi.max(p.row.id)));
+        let (provs, ids, id_pos) = if n > 0 && lo >= 0 && (hi as u64) < 4 * n as u64 + 1024 {
+            let mut slots: Vec<Option<&Provider>> = vec![None; hi as usize + 1];
+            for p in state.providers.values() {
+                slots[p.row.id as usize] = Some(p);
+            }
+            let mut id_pos = vec![NONE; slots.len()];
+            let mut provs = Vec::with_capacity(n);
+            for (id, slot) in slots.into_iter().enumerate() {
+                if let Some(p) = slot {
+                    id_pos[id] = provs.len() as u32;
+                    provs.push(p);
+                }
+            }
+            (provs, Vec::new(), Some(id_pos))
+        } else {
+            let mut by_id: Vec<(i64, &Provider)> = state.providers.values().map(|p| (p.row.id, p)).collect();
+            by_id.sort_unstable_by_key(|(id, _)| *id);
+            let ids: Vec<i64> = by_id.iter().map(|(id, _)| *id).collect();
+            (by_id.into_iter().map(|(_, p)| p).collect(), ids, None)
+        };
         let mut idx = Index {
             state,
             root: Vec::with_capacity(provs.len()),
@@ -51,16 +74,13 @@ impl<'a> Index<'a> {
             sharing: Vec::with_capacity(provs.len()),
             provs: Vec::new(),
             ids,
+            id_pos,
             has_trees: false,
             any_sharing: false,
             agg_roots: None,
         };
         for (i, p) in provs.iter().enumerate() {
-            let r = if p.row.root == p.row.uuid {
-                i as u32
-            } else {
-                idx.pos(&p.row.root).unwrap_or(i as u32)
-            };
+            let r = if p.row.root == p.row.uuid { i as u32 } else { idx.pos(&p.row.root).unwrap_or(i as u32) };
             idx.root.push(r);
             let par = match p.row.parent {
                 Some(u) => {
@@ -81,7 +101,10 @@ impl<'a> Index<'a> {
     /// Position of a provider by uuid.
     fn pos(&self, uuid: &Uuid) -> Option<u32> {
         let id = self.state.providers.get(uuid)?.row.id;
-        self.ids.binary_search(&id).ok().map(|i| i as u32)
+        match &self.id_pos {
+            Some(id_pos) => usize::try_from(id).ok().and_then(|id| id_pos.get(id)).copied().filter(|p| *p != NONE),
+            None => self.ids.binary_search(&id).ok().map(|i| i as u32),
+        }
     }
 
     fn len(&self) -> usize {
@@ -181,10 +204,18 @@ fn fit(p: &Provider, rc: &str, amount: i64) -> Option<(i64, i64)> {
         .then_some((room, inv.max_unit))
 }
 
+/// In all of `aggs_all` (each inner list: any of); true when empty.
+fn in_all_aggregates(p: &Provider, aggs_all: &[Vec<Uuid>]) -> bool {
+    aggs_all.iter().all(|any| any.iter().any(|a| p.aggregates.contains(a)))
+}
+
+/// In any of `aggs`; false when empty.
+fn in_any_aggregate(p: &Provider, aggs: &[Uuid]) -> bool {
+    aggs.iter().any(|a| p.aggregates.contains(a))
+}
+
 fn has_required(p: &Provider, required: &[Vec<String>]) -> bool {
-    required
-        .iter()
-        .all(|any| any.iter().any(|t| p.traits.contains(t)))
+    required.iter().all(|any| any.iter().any(|t| p.traits.contains(t)))
 }
 
 fn has_any(p: &Provider, traits: &[String]) -> bool {
@@ -235,10 +266,7 @@ impl<'a> Search<'a> {
         self.anchor_ok.as_ref().is_none_or(|ok| ok[anchor as usize])
     }
 
-    fn check_traits_exist<'t>(
-        &self,
-        names: impl IntoIterator<Item = &'t String>,
-    ) -> Result<(), CandidatesError> {
+    fn check_traits_exist<'t>(&self, names: impl IntoIterator<Item = &'t String>) -> Result<(), CandidatesError> {
         for name in names {
             if !self.state.traits.contains_key(name) {
                 return Err(CandidatesError::TraitNotFound(name.clone()));
@@ -249,23 +277,11 @@ impl<'a> Search<'a> {
 
     /// Providers with all of `aggs_all` (each inner list: any of).
     fn in_aggregates(&self, aggs_all: &[Vec<Uuid>]) -> Vec<bool> {
-        self.idx
-            .provs
-            .iter()
-            .map(|p| {
-                aggs_all
-                    .iter()
-                    .all(|any| any.iter().any(|a| p.aggregates.contains(a)))
-            })
-            .collect()
+        self.idx.provs.iter().map(|p| in_all_aggregates(p, aggs_all)).collect()
     }
 
     fn in_any_aggregate(&self, aggs: &[Uuid]) -> Vec<bool> {
-        self.idx
-            .provs
-            .iter()
-            .map(|p| aggs.iter().any(|a| p.aggregates.contains(a)))
-            .collect()
+        self.idx.provs.iter().map(|p| in_any_aggregate(p, aggs)).collect()
     }
 
     fn root_filter(&mut self) -> Result<bool, CandidatesError> {
@@ -302,14 +318,23 @@ impl<'a> Search<'a> {
             let id = self.rc_id(name);
             rcs.push((id, name.as_str(), *amount));
         }
+        // The multiple-provider path tests aggregates of anchors as well as
+        // providers: precompute them. The single-provider path tests each
+        // provider it reaches (cheaper when a limit stops the scan early).
+        let multi = !group.use_same_provider() && (self.idx.any_sharing || self.idx.has_trees);
         let in_aggs = if group.member_of.is_empty() {
             None
-        } else {
+        } else if multi {
             let v = self.in_aggregates(&group.member_of);
             if !v.iter().any(|b| *b) {
                 return Ok(None);
             }
             Some(v)
+        } else {
+            if !self.idx.provs.iter().any(|p| in_all_aggregates(p, &group.member_of)) {
+                return Ok(None);
+            }
+            None
         };
         for any in &group.required_traits {
             self.check_traits_exist(any)?;
@@ -322,28 +347,17 @@ impl<'a> Search<'a> {
                 None => return Ok(None),
             },
         };
-        let bad_aggs = if group.forbidden_aggregates.is_empty() {
+        let bad_aggs = if group.forbidden_aggregates.is_empty() || !multi {
             None
         } else {
             Some(self.in_any_aggregate(&group.forbidden_aggregates))
         };
-        Ok(Some(Prepared {
-            rcs,
-            in_aggs,
-            bad_aggs,
-            tree_root,
-        }))
+        Ok(Some(Prepared { rcs, in_aggs, bad_aggs, tree_root }))
     }
 
     /// Match a prepared group against the providers `provs` (ascending
     /// positions), appending its allocation requests to `out`.
-    fn scan(
-        &mut self,
-        group: &RequestGroup,
-        p: &Prepared<'a>,
-        provs: &[u32],
-        out: &mut Vec<GAreq>,
-    ) {
+    fn scan(&mut self, group: &RequestGroup, p: &Prepared<'a>, provs: &[u32], out: &mut Vec<GAreq>) {
         if !group.use_same_provider() && (self.idx.any_sharing || self.idx.has_trees) {
             self.multiple_providers(group, p, provs, out)
         } else {
@@ -355,19 +369,9 @@ impl<'a> Search<'a> {
     }
 
     /// Upstream `get_provider_ids_matching` + `_alloc_candidates_single_provider`.
-    fn single_provider(
-        &mut self,
-        group: &RequestGroup,
-        p: &Prepared<'a>,
-        provs: &[u32],
-        out: &mut Vec<GAreq>,
-    ) {
-        let (rcs, in_aggs, bad_aggs, tree_root) = (
-            &p.rcs[..],
-            p.in_aggs.as_deref(),
-            p.bad_aggs.as_deref(),
-            p.tree_root,
-        );
+    fn single_provider(&mut self, group: &RequestGroup, p: &Prepared<'a>, provs: &[u32], out: &mut Vec<GAreq>) {
+        let (rcs, in_aggs, bad_aggs, tree_root) =
+            (&p.rcs[..], p.in_aggs.as_deref(), p.bad_aggs.as_deref(), p.tree_root);
         if rcs.is_empty() && group.required_traits.is_empty() && group.member_of.is_empty() {
             // Upstream quirk: a resourceless group without required traits or
             // member_of filters matches nothing.
@@ -385,24 +389,16 @@ impl<'a> Search<'a> {
                 continue;
             }
             res.clear();
-            let fits_all = rcs
-                .iter()
-                .all(|(id, name, amount)| match fit(p, name, *amount) {
-                    Some((room, max_unit)) => {
-                        res.push(Res {
-                            rp: i,
-                            rc: *id,
-                            amount: *amount,
-                            room,
-                            max_unit,
-                        });
-                        true
-                    }
-                    None => false,
-                });
+            let fits_all = rcs.iter().all(|(id, name, amount)| match fit(p, name, *amount) {
+                Some((room, max_unit)) => {
+                    res.push(Res { rp: i, rc: *id, amount: *amount, room, max_unit });
+                    true
+                }
+                None => false,
+            });
             if !fits_all
-                || !in_aggs.is_none_or(|v| v[i as usize])
-                || bad_aggs.is_some_and(|v| v[i as usize])
+                || !in_aggs.map_or_else(|| in_all_aggregates(p, &group.member_of), |v| v[i as usize])
+                || bad_aggs.map_or_else(|| in_any_aggregate(p, &group.forbidden_aggregates), |v| v[i as usize])
                 || !has_required(p, &group.required_traits)
                 || has_any(p, &group.forbidden_traits)
             {
@@ -410,41 +406,23 @@ impl<'a> Search<'a> {
             }
             let own_root = self.idx.root[i as usize];
             if self.anchor_allowed(own_root) {
-                out.push(GAreq {
-                    anchor: own_root,
-                    res: res.clone(),
-                    rps: vec![i],
-                });
+                out.push(GAreq { anchor: own_root, res: res.clone(), rps: vec![i] });
             }
             if self.idx.sharing[i as usize] {
                 for anchor in self.idx.anchors_of(i) {
                     if anchor == own_root || !self.anchor_allowed(anchor) {
                         continue;
                     }
-                    out.push(GAreq {
-                        anchor,
-                        res: res.clone(),
-                        rps: vec![i],
-                    });
+                    out.push(GAreq { anchor, res: res.clone(), rps: vec![i] });
                 }
             }
         }
     }
 
     /// Upstream `get_trees_matching_all` + `_alloc_candidates_multiple_providers`.
-    fn multiple_providers(
-        &mut self,
-        group: &RequestGroup,
-        p: &Prepared<'a>,
-        provs: &[u32],
-        out: &mut Vec<GAreq>,
-    ) {
-        let (rcs, in_aggs, bad_aggs, tree_root) = (
-            &p.rcs[..],
-            p.in_aggs.as_deref(),
-            p.bad_aggs.as_deref(),
-            p.tree_root,
-        );
+    fn multiple_providers(&mut self, group: &RequestGroup, p: &Prepared<'a>, provs: &[u32], out: &mut Vec<GAreq>) {
+        let (rcs, in_aggs, bad_aggs, tree_root) =
+            (&p.rcs[..], p.in_aggs.as_deref(), p.bad_aggs.as_deref(), p.tree_root);
         // Per requested class: (anchor, provider, headroom) entries.
         let mut per_rc: Vec<Vec<(u32, u32, i64, i64)>> = Vec::with_capacity(rcs.len());
         for (_, name, amount) in rcs {
@@ -522,22 +500,15 @@ impl<'a> Search<'a> {
         if depth == lists.len() {
             // Required traits are satisfied collectively by the providers used.
             let provs = &self.idx.provs;
-            let ok = group.required_traits.iter().all(|any| {
-                any.iter().any(|t| {
-                    choice
-                        .iter()
-                        .any(|r| provs[r.rp as usize].traits.contains(t))
-                })
-            });
+            let ok = group
+                .required_traits
+                .iter()
+                .all(|any| any.iter().any(|t| choice.iter().any(|r| provs[r.rp as usize].traits.contains(t))));
             if ok {
                 let mut rps: Vec<u32> = choice.iter().map(|r| r.rp).collect();
                 rps.sort_unstable();
                 rps.dedup();
-                out.push(GAreq {
-                    anchor,
-                    res: choice.clone(),
-                    rps,
-                });
+                out.push(GAreq { anchor, res: choice.clone(), rps });
             }
             return;
         }
@@ -547,13 +518,7 @@ impl<'a> Search<'a> {
             if has_any(self.idx.provs[rp as usize], &group.forbidden_traits) {
                 continue;
             }
-            choice.push(Res {
-                rp,
-                rc: id,
-                amount,
-                room,
-                max_unit,
-            });
+            choice.push(Res { rp, rc: id, amount, room, max_unit });
             self.product(group, rcs, anchor, lists, choice, out);
             choice.pop();
         }
@@ -607,9 +572,7 @@ impl<'s, 'a> Merge<'s, 'a> {
             let areq = &self.groups[g][k as usize];
             if self.isolate && self.granular[g] {
                 let rp = areq.rps[0];
-                let clash = (0..g).any(|h| {
-                    self.granular[h] && self.groups[h][self.chosen[h] as usize].rps[0] == rp
-                });
+                let clash = (0..g).any(|h| self.granular[h] && self.groups[h][self.chosen[h] as usize].rps[0] == rp);
                 if clash {
                     continue;
                 }
@@ -654,17 +617,10 @@ impl<'s, 'a> Merge<'s, 'a> {
     fn leaf(&mut self) {
         let idx = &self.search.idx;
         for positions in self.subtrees {
-            let mut rps: Vec<u32> = positions
-                .iter()
-                .flat_map(|g| self.rps_of(*g).iter().copied())
-                .collect();
+            let mut rps: Vec<u32> = positions.iter().flat_map(|g| self.rps_of(*g).iter().copied()).collect();
             rps.sort_unstable();
             rps.dedup();
-            if rps.len() > 1
-                && !rps
-                    .iter()
-                    .any(|top| rps.iter().all(|rp| idx.is_ancestor_or_self(*top, *rp)))
-            {
+            if rps.len() > 1 && !rps.iter().any(|top| rps.iter().all(|rp| idx.is_ancestor_or_self(*top, *rp))) {
                 return;
             }
         }
@@ -681,8 +637,7 @@ impl<'s, 'a> Merge<'s, 'a> {
             }
         }
         if self.dedupe {
-            let mut sorted: Vec<(u32, u16, i64)> =
-                self.amounts.iter().map(|e| (e.0 .0, e.0 .1, e.1)).collect();
+            let mut sorted: Vec<(u32, u16, i64)> = self.amounts.iter().map(|e| (e.0 .0, e.0 .1, e.1)).collect();
             sorted.sort_unstable();
             let mut h = std::collections::hash_map::DefaultHasher::new();
             sorted.hash(&mut h);
@@ -695,8 +650,8 @@ impl<'s, 'a> Merge<'s, 'a> {
                     let other = &self.found[f];
                     let mut other_sorted = other.res.clone();
                     other_sorted.sort_unstable();
-                    let same_maps = (0..self.groups.len())
-                        .all(|g| self.groups[g][other.chosen[g] as usize].rps == *self.rps_of(g));
+                    let same_maps =
+                        (0..self.groups.len()).all(|g| self.groups[g][other.chosen[g] as usize].rps == *self.rps_of(g));
                     if other_sorted == sorted && same_maps {
                         return;
                     }
@@ -741,18 +696,11 @@ pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, Ca
 /// against every provider before combining. Same answer; kept as the
 /// reference the optimised path is tested against.
 #[doc(hidden)]
-pub fn find_exhaustive<'a>(
-    state: &'a State,
-    req: &'a Request,
-) -> Result<Candidates<'a>, CandidatesError> {
+pub fn find_exhaustive<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, CandidatesError> {
     find_with(state, req, false)
 }
 
-fn find_with<'a>(
-    state: &'a State,
-    req: &'a Request,
-    lazy_ok: bool,
-) -> Result<Candidates<'a>, CandidatesError> {
+fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Candidates<'a>, CandidatesError> {
     let idx = Index::build(state);
     let stop_after = match (req.limit, req.randomize_seed) {
         (Some(limit), None) if req.groups.len() == 1 && !idx.any_sharing => limit,
@@ -767,16 +715,8 @@ fn find_with<'a>(
         && req.randomize_seed.is_none()
         && req.limit.is_some()
         && !idx.any_sharing
-        && (req.groups.len() > 1
-            || (idx.has_trees && req.groups.iter().all(|g| !g.use_same_provider())));
-    let mut search = Search {
-        state,
-        idx,
-        req,
-        rc_names: Vec::new(),
-        anchor_ok: None,
-        stop_after,
-    };
+        && (req.groups.len() > 1 || (idx.has_trees && req.groups.iter().all(|g| !g.use_same_provider())));
+    let mut search = Search { state, idx, req, rc_names: Vec::new(), anchor_ok: None, stop_after };
     if !search.root_filter()? {
         return Ok(Candidates::default());
     }
@@ -820,12 +760,7 @@ fn find_with<'a>(
     let subtrees: Vec<Vec<usize>> = req
         .same_subtrees
         .iter()
-        .map(|suffixes| {
-            suffixes
-                .iter()
-                .filter_map(|s| req.groups.iter().position(|g| &g.suffix == s))
-                .collect()
-        })
+        .map(|suffixes| suffixes.iter().filter_map(|s| req.groups.iter().position(|g| &g.suffix == s)).collect())
         .collect();
     let granular: Vec<bool> = req.groups.iter().map(|g| g.use_same_provider()).collect();
     let stop_at = match (req.limit, req.randomize_seed) {
@@ -880,13 +815,7 @@ fn find_with<'a>(
             }
             let before = found.len();
             if matched {
-                let mut merge = new_merge(
-                    &search,
-                    &per_group,
-                    shape,
-                    flags,
-                    std::mem::take(&mut found),
-                );
+                let mut merge = new_merge(&search, &per_group, shape, flags, std::mem::take(&mut found));
                 for (g, areqs) in per_group.iter().enumerate() {
                     merge.ranges[g] = (marks[g] as u32, areqs.len() as u32);
                 }
@@ -989,9 +918,7 @@ fn find_with<'a>(
                         order.len() - 1
                     }
                 };
-                allocations[pos]
-                    .1
-                    .push((search.rc_names[rc as usize], amount));
+                allocations[pos].1.push((search.rc_names[rc as usize], amount));
             }
             let mappings = req
                 .groups
@@ -999,19 +926,12 @@ fn find_with<'a>(
                 .zip(&f.chosen)
                 .zip(&per_group)
                 .map(|((g, chosen), areqs)| {
-                    let mut uuids: Vec<Uuid> = areqs[*chosen as usize]
-                        .rps
-                        .iter()
-                        .map(|rp| uuid_of(*rp))
-                        .collect();
+                    let mut uuids: Vec<Uuid> = areqs[*chosen as usize].rps.iter().map(|rp| uuid_of(*rp)).collect();
                     uuids.sort_unstable();
                     (g.suffix.as_str(), uuids)
                 })
                 .collect();
-            AllocationRequest {
-                allocations,
-                mappings,
-            }
+            AllocationRequest { allocations, mappings }
         })
         .collect();
     let provider_summaries = (0..idx.len())
@@ -1019,11 +939,8 @@ fn find_with<'a>(
         .map(|i| {
             let p = idx.provs[i];
             // Upstream lists a provider's traits in trait id order.
-            let mut traits: Vec<(i64, &str)> = p
-                .traits
-                .iter()
-                .map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str()))
-                .collect();
+            let mut traits: Vec<(i64, &str)> =
+                p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();
             traits.sort_unstable();
             ProviderSummary {
                 uuid: p.uuid(),
@@ -1042,8 +959,5 @@ fn find_with<'a>(
             }
         })
         .collect();
-    Ok(Candidates {
-        allocation_requests,
-        provider_summaries,
-    })
+    Ok(Candidates { allocation_requests, provider_summaries })
 }

@@ -10,12 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use berth_candidates::{
-    find, find_exhaustive, Candidates, CandidatesError, GroupPolicy, Request, RequestGroup,
-    SHARING_TRAIT,
+    find, find_exhaustive, Candidates, CandidatesError, GroupPolicy, Request, RequestGroup, SHARING_TRAIT,
 };
-use berth_model::{
-    AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, Provider, ProviderRow, State, Uuid,
-};
+use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, Provider, ProviderRow, State, Uuid};
 
 // ---------------------------------------------------------------- helpers
 
@@ -62,25 +59,14 @@ struct Spec {
 }
 
 fn inv(total: i64) -> Inventory {
-    Inventory {
-        total,
-        reserved: 0,
-        min_unit: 1,
-        max_unit: total,
-        step_size: 1,
-        allocation_ratio: 1.0,
-    }
+    Inventory { total, reserved: 0, min_unit: 1, max_unit: total, step_size: 1, allocation_ratio: 1.0 }
 }
 
 fn build(specs: &[Spec]) -> State {
     let mut state = State::with_standard_data(0);
     let mut set = ChangeSet::new();
     for (i, name) in TRAITS.iter().enumerate() {
-        set.push(Change::PutTrait {
-            id: 100_000 + i as i64,
-            name: (*name).to_owned(),
-            created_at: 0,
-        });
+        set.push(Change::PutTrait { id: 100_000 + i as i64, name: (*name).to_owned(), created_at: 0 });
     }
     let mut roots: Vec<Uuid> = Vec::new();
     let mut allocations = AllocationMap::new();
@@ -106,11 +92,7 @@ fn build(specs: &[Spec]) -> State {
         });
         set.push(Change::SetInventories {
             provider: id,
-            inventories: spec
-                .inventories
-                .iter()
-                .map(|(rc, inv)| ((*rc).to_owned(), inv.clone()))
-                .collect(),
+            inventories: spec.inventories.iter().map(|(rc, inv)| ((*rc).to_owned(), inv.clone())).collect(),
         });
         set.push(Change::SetProviderTraits {
             provider: id,
@@ -121,13 +103,7 @@ fn build(specs: &[Spec]) -> State {
             aggregates: spec.aggs.iter().map(|a| agg(*a)).collect(),
         });
         if !spec.used.is_empty() {
-            allocations.insert(
-                id,
-                spec.used
-                    .iter()
-                    .map(|(rc, n)| ((*rc).to_owned(), *n))
-                    .collect(),
-            );
+            allocations.insert(id, spec.used.iter().map(|(rc, n)| ((*rc).to_owned(), *n)).collect());
         }
     }
     if !allocations.is_empty() {
@@ -152,20 +128,13 @@ fn build(specs: &[Spec]) -> State {
 fn group(suffix: &str, resources: &[(&str, i64)]) -> RequestGroup {
     RequestGroup {
         suffix: suffix.to_owned(),
-        resources: resources
-            .iter()
-            .map(|(rc, n)| ((*rc).to_owned(), *n))
-            .collect(),
+        resources: resources.iter().map(|(rc, n)| ((*rc).to_owned(), *n)).collect(),
         ..Default::default()
     }
 }
 
 fn request(groups: Vec<RequestGroup>) -> Request {
-    Request {
-        groups,
-        nested_aware: true,
-        ..Default::default()
-    }
+    Request { groups, nested_aware: true, ..Default::default() }
 }
 
 /// One way a group can be satisfied: (resources placed, providers used).
@@ -185,11 +154,8 @@ fn canon_engine(c: &Candidates) -> (Vec<Canon>, BTreeSet<Uuid>) {
                 .flat_map(|(rp, res)| res.iter().map(move |(rc, n)| (*rp, rc.to_string(), *n)))
                 .collect();
             allocs.sort();
-            let mut mappings: Vec<(String, Vec<Uuid>)> = ar
-                .mappings
-                .iter()
-                .map(|(s, rps)| (s.to_string(), rps.clone()))
-                .collect();
+            let mut mappings: Vec<(String, Vec<Uuid>)> =
+                ar.mappings.iter().map(|(s, rps)| (s.to_string(), rps.clone())).collect();
             mappings.sort();
             (allocs, mappings)
         })
@@ -220,10 +186,7 @@ impl<'a> Ref<'a> {
     fn anchors_of(&self, i: usize) -> BTreeSet<usize> {
         let mut out = BTreeSet::new();
         for (j, q) in self.provs.iter().enumerate() {
-            if q.aggregates
-                .iter()
-                .any(|a| self.provs[i].aggregates.contains(a))
-            {
+            if q.aggregates.iter().any(|a| self.provs[i].aggregates.contains(a)) {
                 out.insert(self.root(j));
             }
         }
@@ -235,15 +198,10 @@ impl<'a> Ref<'a> {
             return false;
         };
         let cap = ((inv.total - inv.reserved) as f64 * inv.allocation_ratio) as i64;
-        p.used(rc) + amount <= cap
-            && amount >= inv.min_unit
-            && amount <= inv.max_unit
-            && amount % inv.step_size == 0
+        p.used(rc) + amount <= cap && amount >= inv.min_unit && amount <= inv.max_unit && amount % inv.step_size == 0
     }
     fn in_aggs(&self, i: usize, member_of: &[Vec<Uuid>]) -> bool {
-        member_of
-            .iter()
-            .all(|any| any.iter().any(|a| self.provs[i].aggregates.contains(a)))
+        member_of.iter().all(|any| any.iter().any(|a| self.provs[i].aggregates.contains(a)))
     }
     fn in_any(&self, i: usize, aggs: &[Uuid]) -> bool {
         aggs.iter().any(|a| self.provs[i].aggregates.contains(a))
@@ -270,8 +228,7 @@ impl<'a> Ref<'a> {
         let mut out = Vec::new();
         if !multi {
             for p in 0..n {
-                let anchored =
-                    self.root(p) == a || (self.sharing(p) && self.anchors_of(p).contains(&a));
+                let anchored = self.root(p) == a || (self.sharing(p) && self.anchors_of(p).contains(&a));
                 if !anchored {
                     continue;
                 }
@@ -282,19 +239,12 @@ impl<'a> Ref<'a> {
                         && tree.is_none_or(|t| self.root(p) == t)
                 };
                 let t = self.traits_of(p);
-                let filt = g
-                    .required_traits
-                    .iter()
-                    .all(|any| any.iter().any(|x| t.contains(x)))
+                let filt = g.required_traits.iter().all(|any| any.iter().any(|x| t.contains(x)))
                     && self.in_aggs(p, &g.member_of)
                     && !self.in_any(p, &g.forbidden_aggregates)
                     && !g.forbidden_traits.iter().any(|x| t.contains(x));
                 if res_ok && filt {
-                    let res = g
-                        .resources
-                        .iter()
-                        .map(|(rc, amt)| (p, rc.clone(), *amt))
-                        .collect();
+                    let res = g.resources.iter().map(|(rc, amt)| (p, rc.clone(), *amt)).collect();
                     out.push((res, BTreeSet::from([p])));
                 }
             }
@@ -324,37 +274,24 @@ impl<'a> Ref<'a> {
                 if !(via_tree || via_share) {
                     continue 'assign;
                 }
-                if !(g.member_of.is_empty()
-                    || self.in_aggs(p, &g.member_of)
-                    || self.in_aggs(a, &g.member_of))
-                {
+                if !(g.member_of.is_empty() || self.in_aggs(p, &g.member_of) || self.in_aggs(a, &g.member_of)) {
                     continue 'assign;
                 }
-                if self.in_any(p, &g.forbidden_aggregates)
-                    || self.in_any(a, &g.forbidden_aggregates)
-                {
+                if self.in_any(p, &g.forbidden_aggregates) || self.in_any(a, &g.forbidden_aggregates) {
                     continue 'assign;
                 }
-                if g.forbidden_traits
-                    .iter()
-                    .any(|x| self.traits_of(p).contains(x))
-                {
+                if g.forbidden_traits.iter().any(|x| self.traits_of(p).contains(x)) {
                     continue 'assign;
                 }
             }
-            let ok = g.required_traits.iter().all(|any| {
-                any.iter()
-                    .any(|x| choice.iter().any(|p| self.traits_of(*p).contains(x)))
-            });
+            let ok = g
+                .required_traits
+                .iter()
+                .all(|any| any.iter().any(|x| choice.iter().any(|p| self.traits_of(*p).contains(x))));
             if !ok {
                 continue;
             }
-            let res = g
-                .resources
-                .iter()
-                .zip(&choice)
-                .map(|((rc, amt), p)| (*p, rc.clone(), *amt))
-                .collect();
+            let res = g.resources.iter().zip(&choice).map(|((rc, amt), p)| (*p, rc.clone(), *amt)).collect();
             out.push((res, choice.iter().copied().collect()));
         }
         out
@@ -362,13 +299,8 @@ impl<'a> Ref<'a> {
 }
 
 /// Reference answer (no limit / randomisation): canonical requests and summary uuids.
-fn reference(
-    state: &State,
-    req: &Request,
-) -> Result<(Vec<Canon>, BTreeSet<Uuid>), CandidatesError> {
-    let r = Ref {
-        provs: state.providers_in_order().collect(),
-    };
+fn reference(state: &State, req: &Request) -> Result<(Vec<Canon>, BTreeSet<Uuid>), CandidatesError> {
+    let r = Ref { provs: state.providers_in_order().collect() };
     let n = r.provs.len();
     let empty = Ok((Vec::new(), BTreeSet::new()));
     for t in req.root_required.iter().chain(&req.root_forbidden) {
@@ -385,12 +317,7 @@ fn reference(
         if !g.member_of.is_empty() && !(0..n).any(|i| r.in_aggs(i, &g.member_of)) {
             return empty;
         }
-        for t in g
-            .required_traits
-            .iter()
-            .flatten()
-            .chain(&g.forbidden_traits)
-        {
+        for t in g.required_traits.iter().flatten().chain(&g.forbidden_traits) {
             if !state.traits.contains_key(t) {
                 return Err(CandidatesError::TraitNotFound(t.clone()));
             }
@@ -410,18 +337,12 @@ fn reference(
             continue;
         }
         if !req.root_required.iter().all(|t| r.traits_of(a).contains(t))
-            || req
-                .root_forbidden
-                .iter()
-                .any(|t| r.traits_of(a).contains(t))
+            || req.root_forbidden.iter().any(|t| r.traits_of(a).contains(t))
         {
             continue;
         }
-        let opts: Vec<_> = req
-            .groups
-            .iter()
-            .map(|g| r.options(g, a, !g.use_same_provider() && (has_trees || any_sharing)))
-            .collect();
+        let opts: Vec<_> =
+            req.groups.iter().map(|g| r.options(g, a, !g.use_same_provider() && (has_trees || any_sharing))).collect();
         let total: usize = opts.iter().map(|o| o.len()).product();
         'combo: for code in 0..total {
             let mut c = code;
@@ -451,11 +372,7 @@ fn reference(
                     .filter(|(g, _)| st.contains(&g.suffix))
                     .flat_map(|(_, p)| p.1.iter().copied())
                     .collect();
-                if rps.len() > 1
-                    && !rps
-                        .iter()
-                        .any(|top| rps.iter().all(|x| r.is_anc_or_self(*top, *x)))
-                {
+                if rps.len() > 1 && !rps.iter().any(|top| rps.iter().all(|x| r.is_anc_or_self(*top, *x))) {
                     continue 'combo;
                 }
             }
@@ -480,10 +397,8 @@ fn reference(
                     continue;
                 }
             }
-            let allocs: Vec<(Uuid, String, i64)> = sums
-                .iter()
-                .map(|((rp, rc), amt)| (r.provs[*rp].uuid(), rc.clone(), *amt))
-                .collect();
+            let allocs: Vec<(Uuid, String, i64)> =
+                sums.iter().map(|((rp, rc), amt)| (r.provs[*rp].uuid(), rc.clone(), *amt)).collect();
             let mut allocs = allocs;
             allocs.sort();
             let mut mappings: Vec<(String, Vec<Uuid>)> = req
@@ -507,10 +422,7 @@ fn reference(
         used.iter().map(|i| r.provs[*i].uuid()).collect()
     } else {
         let roots: BTreeSet<usize> = used.iter().map(|i| r.root(*i)).collect();
-        (0..n)
-            .filter(|i| roots.contains(&r.root(*i)))
-            .map(|i| r.provs[i].uuid())
-            .collect()
+        (0..n).filter(|i| roots.contains(&r.root(*i))).map(|i| r.provs[i].uuid()).collect()
     };
     Ok((found.into_iter().collect(), summaries))
 }
@@ -524,15 +436,8 @@ fn random_forest(rng: &mut Rng) -> Vec<Spec> {
         let root = specs.len();
         let size = rng.range(1, 4) as usize;
         for k in 0..size {
-            let parent = if k == 0 {
-                None
-            } else {
-                Some(root + rng.below(k as u64) as usize)
-            };
-            let mut spec = Spec {
-                parent,
-                ..Default::default()
-            };
+            let parent = if k == 0 { None } else { Some(root + rng.below(k as u64) as usize) };
+            let mut spec = Spec { parent, ..Default::default() };
             for rc in RCS {
                 if rng.chance(60) {
                     let total = rng.range(1, 6);
@@ -570,36 +475,25 @@ fn random_forest(rng: &mut Rng) -> Vec<Spec> {
 }
 
 fn random_group(rng: &mut Rng, suffix: &str, n_provs: usize) -> RequestGroup {
-    let mut g = RequestGroup {
-        suffix: suffix.to_owned(),
-        ..Default::default()
-    };
+    let mut g = RequestGroup { suffix: suffix.to_owned(), ..Default::default() };
     let resourceless = !suffix.is_empty() && rng.chance(10);
     if !resourceless {
         let k = rng.range(1, 2) as usize;
         let first = rng.below(3) as usize;
         for j in 0..k {
-            g.resources
-                .push((RCS[(first + j) % 3].to_owned(), rng.range(1, 2)));
+            g.resources.push((RCS[(first + j) % 3].to_owned(), rng.range(1, 2)));
         }
     }
     if rng.chance(30) || resourceless {
         let first = rng.below(3) as usize;
-        let any: Vec<String> = (0..rng.range(1, 2) as usize)
-            .map(|j| TRAITS[(first + j) % 3].to_owned())
-            .collect();
+        let any: Vec<String> = (0..rng.range(1, 2) as usize).map(|j| TRAITS[(first + j) % 3].to_owned()).collect();
         g.required_traits.push(any);
     }
     if rng.chance(20) {
-        g.forbidden_traits
-            .push(TRAITS[rng.below(3) as usize].to_owned());
+        g.forbidden_traits.push(TRAITS[rng.below(3) as usize].to_owned());
     }
     if rng.chance(20) {
-        let any: Vec<Uuid> = if rng.chance(50) {
-            vec![agg(0), agg(1)]
-        } else {
-            vec![agg(rng.below(2) as u128)]
-        };
+        let any: Vec<Uuid> = if rng.chance(50) { vec![agg(0), agg(1)] } else { vec![agg(rng.below(2) as u128)] };
         g.member_of.push(any);
     }
     if rng.chance(10) {
@@ -628,12 +522,7 @@ fn random_request(rng: &mut Rng, n_provs: usize) -> Request {
         _ => Some(GroupPolicy::Isolate),
     };
     if granular >= 2 && rng.chance(40) {
-        req.same_subtrees.push(
-            (0..granular)
-                .filter(|_| rng.chance(80))
-                .map(|j| format!("_{j}"))
-                .collect(),
-        );
+        req.same_subtrees.push((0..granular).filter(|_| rng.chance(80)).map(|j| format!("_{j}")).collect());
     }
     if rng.chance(15) {
         let t = TRAITS[rng.below(3) as usize].to_owned();
@@ -667,37 +556,20 @@ fn engine_matches_reference_on_random_forests() {
             (Ok((exp, exp_sums)), Ok(got)) => {
                 let (got_c, got_sums) = canon_engine(&got);
                 if let Some(limit) = req.limit {
-                    assert_eq!(
-                        got_c.len(),
-                        exp.len().min(limit),
-                        "case {case}: limited count"
-                    );
+                    assert_eq!(got_c.len(), exp.len().min(limit), "case {case}: limited count");
                     for c in &got_c {
-                        assert!(
-                            exp.contains(c),
-                            "case {case}: limited result not in reference"
-                        );
+                        assert!(exp.contains(c), "case {case}: limited result not in reference");
                     }
                     let roots: BTreeSet<Uuid> = got
                         .allocation_requests
                         .iter()
-                        .flat_map(|ar| {
-                            ar.allocations
-                                .iter()
-                                .map(|(rp, _)| state.providers[rp].row.root)
-                        })
+                        .flat_map(|ar| ar.allocations.iter().map(|(rp, _)| state.providers[rp].row.root))
                         .collect();
                     for s in &got.provider_summaries {
-                        assert!(
-                            roots.contains(&s.root) && exp_sums.contains(&s.uuid),
-                            "case {case}: summary"
-                        );
+                        assert!(roots.contains(&s.root) && exp_sums.contains(&s.uuid), "case {case}: summary");
                     }
                 } else {
-                    assert_eq!(
-                        got_c, exp,
-                        "case {case}: allocation requests differ for {req:#?}"
-                    );
+                    assert_eq!(got_c, exp, "case {case}: allocation requests differ for {req:#?}");
                     assert_eq!(got_sums, exp_sums, "case {case}: summaries differ");
                 }
                 if !got_c.is_empty() {
@@ -727,28 +599,17 @@ fn early_stop_matches_exhaustive_search_exactly() {
         let fast = find(&state, &req);
         let full = find_exhaustive(&state, &req);
         assert_eq!(fast, full, "case {case}: {req:#?}");
-        let shared = state
-            .providers
-            .values()
-            .any(|p| p.traits.contains(SHARING_TRAIT));
+        let shared = state.providers.values().any(|p| p.traits.contains(SHARING_TRAIT));
         if req.limit.is_some() && !shared && fast.is_ok_and(|c| !c.allocation_requests.is_empty()) {
             limited_nonempty_unshared += 1;
         }
     }
-    assert!(
-        limited_nonempty_unshared > 300,
-        "only {limited_nonempty_unshared} limited non-empty unshared cases"
-    );
+    assert!(limited_nonempty_unshared > 300, "only {limited_nonempty_unshared} limited non-empty unshared cases");
 }
 
 #[test]
 fn deterministic_and_randomized_with_seed() {
-    let specs: Vec<Spec> = (0..6)
-        .map(|_| Spec {
-            inventories: vec![("VCPU", inv(4))],
-            ..Default::default()
-        })
-        .collect();
+    let specs: Vec<Spec> = (0..6).map(|_| Spec { inventories: vec![("VCPU", inv(4))], ..Default::default() }).collect();
     let state = build(&specs);
     let req = request(vec![group("", &[("VCPU", 1)])]);
     let a = find(&state, &req).unwrap();
@@ -756,11 +617,7 @@ fn deterministic_and_randomized_with_seed() {
     assert_eq!(a, b);
     assert_eq!(a.allocation_requests.len(), 6);
     // Creation order when not randomised.
-    let firsts: Vec<Uuid> = a
-        .allocation_requests
-        .iter()
-        .map(|ar| ar.allocations[0].0)
-        .collect();
+    let firsts: Vec<Uuid> = a.allocation_requests.iter().map(|ar| ar.allocations[0].0).collect();
     assert_eq!(firsts, (0..6).map(uuid).collect::<Vec<_>>());
     let mut r = req.clone();
     r.randomize_seed = Some(7);
@@ -775,17 +632,9 @@ fn deterministic_and_randomized_with_seed() {
 #[test]
 fn sharing_provider_serves_anchors_in_its_aggregate() {
     // cn0, cn1 in agg0 with VCPU; ss2 shares DISK_GB via agg0; cn3 not in agg.
-    let mut ss = Spec {
-        inventories: vec![("DISK_GB", inv(100))],
-        aggs: vec![0],
-        ..Default::default()
-    };
+    let mut ss = Spec { inventories: vec![("DISK_GB", inv(100))], aggs: vec![0], ..Default::default() };
     ss.traits.push(SHARING_TRAIT);
-    let cn = |aggs: Vec<u128>| Spec {
-        inventories: vec![("VCPU", inv(8))],
-        aggs,
-        ..Default::default()
-    };
+    let cn = |aggs: Vec<u128>| Spec { inventories: vec![("VCPU", inv(8))], aggs, ..Default::default() };
     let state = build(&[cn(vec![0]), cn(vec![0]), ss, cn(vec![])]);
     let req = request(vec![group("", &[("VCPU", 1), ("DISK_GB", 10)])]);
     let got = find(&state, &req).unwrap();
@@ -806,15 +655,8 @@ fn sharing_provider_serves_anchors_in_its_aggregate() {
 #[test]
 fn nested_tree_spreads_unsuffixed_group_and_old_versions_exclude_it() {
     // cn0 (VCPU) with children numa1 (MEMORY_MB) and numa2 (MEMORY_MB).
-    let cn = Spec {
-        inventories: vec![("VCPU", inv(8))],
-        ..Default::default()
-    };
-    let numa = Spec {
-        parent: Some(0),
-        inventories: vec![("MEMORY_MB", inv(1024))],
-        ..Default::default()
-    };
+    let cn = Spec { inventories: vec![("VCPU", inv(8))], ..Default::default() };
+    let numa = Spec { parent: Some(0), inventories: vec![("MEMORY_MB", inv(1024))], ..Default::default() };
     let state = build(&[cn, numa.clone(), numa]);
     let mut req = request(vec![group("", &[("VCPU", 1), ("MEMORY_MB", 512)])]);
     let got = find(&state, &req).unwrap();
@@ -831,20 +673,10 @@ fn nested_tree_spreads_unsuffixed_group_and_old_versions_exclude_it() {
 #[test]
 fn granular_isolate_and_same_subtree() {
     // cn0 with two PFs (children) each with SRIOV_NET_VF:2.
-    let cn = Spec {
-        inventories: vec![("VCPU", inv(8))],
-        ..Default::default()
-    };
-    let pf = Spec {
-        parent: Some(0),
-        inventories: vec![("SRIOV_NET_VF", inv(2))],
-        ..Default::default()
-    };
+    let cn = Spec { inventories: vec![("VCPU", inv(8))], ..Default::default() };
+    let pf = Spec { parent: Some(0), inventories: vec![("SRIOV_NET_VF", inv(2))], ..Default::default() };
     let state = build(&[cn, pf.clone(), pf]);
-    let mut req = request(vec![
-        group("1", &[("SRIOV_NET_VF", 1)]),
-        group("2", &[("SRIOV_NET_VF", 1)]),
-    ]);
+    let mut req = request(vec![group("1", &[("SRIOV_NET_VF", 1)]), group("2", &[("SRIOV_NET_VF", 1)])]);
     req.group_policy = Some(GroupPolicy::None);
     assert_eq!(find(&state, &req).unwrap().allocation_requests.len(), 4);
     req.group_policy = Some(GroupPolicy::Isolate);
@@ -867,44 +699,26 @@ fn granular_isolate_and_same_subtree() {
 
 #[test]
 fn consolidated_amount_must_fit() {
-    let state = build(&[Spec {
-        inventories: vec![("VCPU", inv(3))],
-        ..Default::default()
-    }]);
+    let state = build(&[Spec { inventories: vec![("VCPU", inv(3))], ..Default::default() }]);
     let mut req = request(vec![group("", &[("VCPU", 2)]), group("1", &[("VCPU", 2)])]);
     req.group_policy = Some(GroupPolicy::None);
     assert!(find(&state, &req).unwrap().allocation_requests.is_empty());
     req.groups[1].resources[0].1 = 1;
     let got = find(&state, &req).unwrap();
     assert_eq!(got.allocation_requests.len(), 1);
-    assert_eq!(
-        got.allocation_requests[0].allocations[0].1,
-        vec![("VCPU", 3)]
-    );
+    assert_eq!(got.allocation_requests[0].allocations[0].1, vec![("VCPU", 3)]);
 }
 
 #[test]
 fn errors_name_the_unknown_class_or_trait() {
-    let state = build(&[Spec {
-        inventories: vec![("VCPU", inv(3))],
-        ..Default::default()
-    }]);
+    let state = build(&[Spec { inventories: vec![("VCPU", inv(3))], ..Default::default() }]);
     let req = request(vec![group("", &[("CUSTOM_NOPE", 1)])]);
-    assert_eq!(
-        find(&state, &req),
-        Err(CandidatesError::ResourceClassNotFound("CUSTOM_NOPE".into()))
-    );
+    assert_eq!(find(&state, &req), Err(CandidatesError::ResourceClassNotFound("CUSTOM_NOPE".into())));
     let mut req = request(vec![group("", &[("VCPU", 1)])]);
     req.groups[0].required_traits = vec![vec!["CUSTOM_MISSING".into()]];
-    assert_eq!(
-        find(&state, &req).unwrap_err().to_string(),
-        "No such trait(s): CUSTOM_MISSING."
-    );
+    assert_eq!(find(&state, &req).unwrap_err().to_string(), "No such trait(s): CUSTOM_MISSING.");
     // A group that matches nothing stops the search before later groups are validated.
-    let mut req = request(vec![
-        group("", &[("VCPU", 100)]),
-        group("1", &[("CUSTOM_NOPE", 1)]),
-    ]);
+    let mut req = request(vec![group("", &[("VCPU", 100)]), group("1", &[("CUSTOM_NOPE", 1)])]);
     req.group_policy = Some(GroupPolicy::None);
     assert_eq!(find(&state, &req), Ok(Candidates::default()));
 }
