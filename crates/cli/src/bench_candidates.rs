@@ -61,6 +61,14 @@ pub(crate) struct CandidatesOpts {
     /// Drive an already running placement instead of starting one.
     #[arg(long)]
     url: Option<String>,
+    /// Unmeasured requests before each latency series (warm caches,
+    /// connections).
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Scale points: measure only `limit=1` (latency and throughput), no
+    /// full responses.
+    #[arg(long)]
+    limit_only: bool,
     /// Start this many berth processes (they must share a database:
     /// pass `--serve-arg=--database --serve-arg=postgres://…`); clients
     /// are spread over them round-robin.
@@ -230,7 +238,10 @@ struct Figures {
     rss_mib: f64,
 }
 
-async fn latency(api: &Api, path: &str, n: usize) -> anyhow::Result<(Vec<Duration>, usize, usize)> {
+async fn latency(api: &Api, path: &str, n: usize, warmup: usize) -> anyhow::Result<(Vec<Duration>, usize, usize)> {
+    for _ in 0..warmup {
+        api.send(reqwest::Method::GET, path, None).await?;
+    }
     let mut samples = Vec::with_capacity(n);
     let mut last = (0, 0);
     for _ in 0..n {
@@ -397,15 +408,19 @@ async fn measure(name: &str, urls: &[String], pid: Option<u32>, opts: &Candidate
     }
     let path = query(&opts.shape, &agg);
     let n = (opts.requests / scale).max(10);
-    let (samples, count, bytes) = latency(&api, &path, n).await.context("full-response latency")?;
-    f.candidates = count;
-    f.bytes = bytes;
-    f.median_ms = ms(percentile(&samples, 0.5));
-    f.p99_ms = ms(percentile(&samples, 0.99));
-    let (samples, _, _) = latency(&api, &format!("{path}&limit=1"), n).await?;
+    if !opts.limit_only {
+        let (samples, count, bytes) = latency(&api, &path, n, opts.warmup).await.context("full-response latency")?;
+        f.candidates = count;
+        f.bytes = bytes;
+        f.median_ms = ms(percentile(&samples, 0.5));
+        f.p99_ms = ms(percentile(&samples, 0.99));
+    }
+    let limit1 = format!("{path}&limit=1");
+    let (samples, _, _) = latency(&api, &limit1, n, opts.warmup).await?;
     f.limit1_median_ms = ms(percentile(&samples, 0.5));
     f.limit1_p99_ms = ms(percentile(&samples, 0.99));
-    f.rps = throughput(&apis, &path, opts.concurrency, opts.throughput_secs).await?;
+    let throughput_path = if opts.limit_only { &limit1 } else { &path };
+    f.rps = throughput(&apis, throughput_path, opts.concurrency, opts.throughput_secs).await?;
     if opts.claims > 0 {
         let (rate, granted, conflicts) = claims(&apis, &path, opts.concurrency, (opts.claims / scale).max(20)).await?;
         if apis.len() > 1 {
@@ -422,9 +437,9 @@ async fn measure(name: &str, urls: &[String], pid: Option<u32>, opts: &Candidate
         f.rss_mib = rss_mib(pid);
     }
     println!(
-        "{name:<15} load {:>7.1}s | {:>5} candidates {:>8} B | full median {:>8.2} ms p99 {:>8.2} ms | limit=1 median {:>7.2} ms p99 {:>7.2} ms | {:>8.1} req/s @{} | claims {:>7.1}/s ({} granted, {} conflicts, {} overcommitted) | RSS {:.0} MiB",
+        "{name:<15} load {:>7.1}s | {:>5} candidates {:>8} B | full median {:>8.2} ms p99 {:>8.2} ms | limit=1 median {:>7.2} ms p99 {:>7.2} ms | {:>8.1} req/s @{}{} | claims {:>7.1}/s ({} granted, {} conflicts, {} overcommitted) | RSS {:.0} MiB",
         f.load_secs, f.candidates, f.bytes, f.median_ms, f.p99_ms, f.limit1_median_ms, f.limit1_p99_ms, f.rps,
-        opts.concurrency, f.claims_per_sec, f.claims, f.conflicts, f.overcommitted, f.rss_mib
+        opts.concurrency, if opts.limit_only { " (limit=1)" } else { "" }, f.claims_per_sec, f.claims, f.conflicts, f.overcommitted, f.rss_mib
     );
     Ok(f)
 }
