@@ -151,7 +151,17 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
             request_id: request_id.clone(),
             base_url: format!("{scheme}://{host}"),
         };
-        (endpoint.handler)(app, &req)
+        // A handler bug must never take the connection down: turn a panic
+        // into a 500 in the placement error format (locks are taken
+        // poison-tolerantly, and planning panics happen before any state
+        // change, so the snapshot stays consistent).
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (endpoint.handler)(app, &req))) {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::error!(request_id = %req.request_id, method = %req.method, path = %req.path, "handler panicked");
+                Err(ApiError::internal())
+            }
+        }
     }
     .await;
 
