@@ -61,6 +61,12 @@ pub(crate) struct CandidatesOpts {
     /// Drive an already running placement instead of starting one.
     #[arg(long)]
     url: Option<String>,
+    /// Concurrency for the real Placement's load and claims: its SQLite
+    /// backend answers "database is locked" (500) to concurrent writers,
+    /// so it is loaded and claims with this many clients (reads use
+    /// --concurrency).
+    #[arg(long, default_value_t = 1)]
+    real_concurrency: usize,
     /// Unmeasured requests before each latency series (warm caches,
     /// connections).
     #[arg(long, default_value_t = 5)]
@@ -368,7 +374,14 @@ async fn provider_count(api: &Api) -> usize {
     }
 }
 
-async fn measure(name: &str, urls: &[String], pid: Option<u32>, opts: &CandidatesOpts, scale: usize) -> anyhow::Result<Figures> {
+async fn measure(
+    name: &str,
+    urls: &[String],
+    pid: Option<u32>,
+    opts: &CandidatesOpts,
+    scale: usize,
+    write_concurrency: usize,
+) -> anyhow::Result<Figures> {
     let apis: Vec<Api> = urls.iter().map(|u| Api::new(u, opts.concurrency)).collect::<anyhow::Result<_>>()?;
     let api = apis[0].clone();
     let mut f = Figures::default();
@@ -378,7 +391,7 @@ async fn measure(name: &str, urls: &[String], pid: Option<u32>, opts: &Candidate
     api.ok(reqwest::Method::PUT, "/traits/CUSTOM_FOO", None).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let mut builders = Vec::new();
-    for _ in 0..opts.concurrency {
+    for _ in 0..write_concurrency {
         let (api, next, agg, shape, size) = (api.clone(), next.clone(), agg.clone(), opts.shape.clone(), opts.size);
         builders.push(tokio::spawn(async move {
             loop {
@@ -422,7 +435,7 @@ async fn measure(name: &str, urls: &[String], pid: Option<u32>, opts: &Candidate
     let throughput_path = if opts.limit_only { &limit1 } else { &path };
     f.rps = throughput(&apis, throughput_path, opts.concurrency, opts.throughput_secs).await?;
     if opts.claims > 0 {
-        let (rate, granted, conflicts) = claims(&apis, &path, opts.concurrency, (opts.claims / scale).max(20)).await?;
+        let (rate, granted, conflicts) = claims(&apis, &path, write_concurrency, (opts.claims / scale).max(20)).await?;
         if apis.len() > 1 {
             // The audit reads through the first process: let it follow
             // the claims made on the others.
@@ -437,9 +450,9 @@ async fn measure(name: &str, urls: &[String], pid: Option<u32>, opts: &Candidate
         f.rss_mib = rss_mib(pid);
     }
     println!(
-        "{name:<15} load {:>7.1}s | {:>5} candidates {:>8} B | full median {:>8.2} ms p99 {:>8.2} ms | limit=1 median {:>7.2} ms p99 {:>7.2} ms | {:>8.1} req/s @{}{} | claims {:>7.1}/s ({} granted, {} conflicts, {} overcommitted) | RSS {:.0} MiB",
+        "{name:<15} load {:>7.1}s | {:>5} candidates {:>8} B | full median {:>8.2} ms p99 {:>8.2} ms | limit=1 median {:>7.2} ms p99 {:>7.2} ms | {:>8.1} req/s @{}{} | claims@{} {:>7.1}/s ({} granted, {} conflicts, {} overcommitted) | RSS {:.0} MiB",
         f.load_secs, f.candidates, f.bytes, f.median_ms, f.p99_ms, f.limit1_median_ms, f.limit1_p99_ms, f.rps,
-        opts.concurrency, if opts.limit_only { " (limit=1)" } else { "" }, f.claims_per_sec, f.claims, f.conflicts, f.overcommitted, f.rss_mib
+        opts.concurrency, if opts.limit_only { " (limit=1)" } else { "" }, write_concurrency, f.claims_per_sec, f.claims, f.conflicts, f.overcommitted, f.rss_mib
     );
     Ok(f)
 }
@@ -448,7 +461,7 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
     anyhow::ensure!(opts.shape == "flat" || opts.shape == "nested", "--shape must be flat or nested");
     println!("bench candidates: shape {} size {} (HTTP, full responses, microversion 1.39)", opts.shape, opts.size);
     let berth = match &opts.url {
-        Some(url) => measure("target", std::slice::from_ref(url), None, &opts, 1).await?,
+        Some(url) => measure("target", std::slice::from_ref(url), None, &opts, 1, opts.concurrency).await?,
         None => {
             let mut servers: Vec<Spawned> = Vec::new();
             for _ in 0..opts.processes.max(1) {
@@ -457,13 +470,14 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
             let pid = servers[0].child.id();
             let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
             let name = if urls.len() > 1 { format!("berth x{}", urls.len()) } else { "berth".to_owned() };
-            measure(&name, &urls, Some(pid), &opts, 1).await?
+            measure(&name, &urls, Some(pid), &opts, 1, opts.concurrency).await?
         }
     };
     if let Some(harness) = &opts.real_placement {
         let real = spawn_real(harness, &opts.python).await?;
         let pid = real.child.id();
-        let r = measure("real placement", std::slice::from_ref(&real.url), Some(pid), &opts, opts.real_scale).await?;
+        let r = measure("real placement", std::slice::from_ref(&real.url), Some(pid), &opts, opts.real_scale, opts.real_concurrency)
+            .await?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         println!(
             "ratios berth vs real: full median {:.0}x faster, limit=1 median {:.0}x faster, throughput {:.0}x, claims/s {:.0}x, load {:.1}x faster",
