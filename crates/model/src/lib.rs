@@ -13,6 +13,8 @@
 mod change;
 mod error;
 mod state;
+#[cfg(test)]
+mod test_support;
 
 pub mod aggregates;
 pub mod allocations;

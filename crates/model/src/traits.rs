@@ -141,24 +141,12 @@ pub fn plan_set_provider_traits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ProviderRow, Uuid};
+    use crate::Uuid;
 
     fn state_with_provider() -> (State, Uuid) {
         let mut state = State::with_standard_data(1);
         let uuid = Uuid::from_u128(42);
-        let row = ProviderRow {
-            id: 1,
-            uuid,
-            name: "rp".into(),
-            generation: 0,
-            parent: None,
-            root: uuid,
-            created_at: 0,
-            updated_at: 0,
-        };
-        let mut set = ChangeSet::new();
-        set.push(Change::PutProvider { row, expected_generation: None });
-        state.apply(&set);
+        crate::test_support::add_root_provider(&mut state, 1, uuid, "rp");
         for name in ["CUSTOM_TRAIT_1", "CUSTOM_TRAIT_2", "CUSTOM_OTHER"] {
             let (set, _) = plan_ensure(&state, name, 3).unwrap();
             state.apply(&set);
