@@ -666,6 +666,148 @@ impl<'s, 'a> Merge<'s, 'a> {
     }
 }
 
+fn new_merge<'s, 'a>(
+    search: &'s Search<'a>,
+    groups: &'s [Vec<GAreq>],
+    (granular, subtrees): (&'s [bool], &'s [Vec<usize>]),
+    (isolate, exclude_nested, stop_at): (bool, bool, usize),
+    found: Vec<Found>,
+) -> Merge<'s, 'a> {
+    Merge {
+        search,
+        groups,
+        ranges: vec![(0, 0); groups.len()],
+        granular,
+        isolate,
+        exclude_nested,
+        dedupe: search.idx.any_sharing,
+        subtrees,
+        chosen: vec![0; groups.len()],
+        amounts: Vec::new(),
+        seen: HashMap::new(),
+        found,
+        stop_at,
+    }
+}
+
+/// Per anchor, the range of each group's (anchor-sorted) requests, for
+/// the anchors every group has requests at, in anchor order.
+fn anchor_ranges(per_group: &[Vec<GAreq>]) -> Vec<Vec<(u32, u32)>> {
+    let first = &per_group[0];
+    let mut out = Vec::new();
+    let mut k = 0;
+    'anchors: while k < first.len() {
+        let anchor = first[k].anchor;
+        let mut end = k;
+        while end < first.len() && first[end].anchor == anchor {
+            end += 1;
+        }
+        let mut ranges = Vec::with_capacity(per_group.len());
+        ranges.push((k as u32, end as u32));
+        k = end;
+        for areqs in &per_group[1..] {
+            let start = areqs.partition_point(|a| a.anchor < anchor);
+            let stop = areqs.partition_point(|a| a.anchor <= anchor);
+            if start == stop {
+                continue 'anchors;
+            }
+            ranges.push((start as u32, stop as u32));
+        }
+        out.push(ranges);
+    }
+    out
+}
+
+/// Breadth-first generation under `max_candidates` (upstream's
+/// `allocation_candidates_generation_strategy = breadth-first`): the
+/// candidates of every anchor, taken round-robin — the first candidate of
+/// each anchor in anchor order, then the second of each, ... — until
+/// `target`. Unlike upstream, whose rounds draw raw combinations that the
+/// group-policy / capacity filters may then reject, a round here takes one
+/// *accepted* candidate per anchor, so no tree with a candidate is left out
+/// while another has two.
+///
+/// Each anchor's walk is depth-first and deterministic, so its first `q`
+/// candidates are a prefix of its first `2q`: anchors are walked with a
+/// per-anchor quota that doubles until the rounds fill `target` or every
+/// anchor is exhausted (total work at most twice the final walks). The
+/// first pass (quota 1) stops once `target` anchors gave a candidate.
+/// Duplicates across anchors (sharing providers) are dropped as they are
+/// met, so the first copy in round-robin order is the one kept.
+fn breadth_first(
+    search: &Search<'_>,
+    per_group: &[Vec<GAreq>],
+    shape: (&[bool], &[Vec<usize>]),
+    (isolate, exclude_nested): (bool, bool),
+    target: usize,
+) -> Vec<Found> {
+    let anchors = anchor_ranges(per_group);
+    let n = anchors.len();
+    let mut lists: Vec<Vec<Found>> = (0..n).map(|_| Vec::new()).collect();
+    // The quota each anchor was last walked with (0: not walked yet).
+    let mut walked = vec![0usize; n];
+    let exhausted = |walked: &[usize], lists: &[Vec<Found>], a: usize| walked[a] > 0 && lists[a].len() < walked[a];
+    let mut quota = 1usize;
+    loop {
+        let mut firsts = 0;
+        for a in 0..n {
+            if walked[a] >= quota || exhausted(&walked, &lists, a) {
+                continue;
+            }
+            let mut merge = new_merge(search, per_group, shape, (isolate, exclude_nested, quota), Vec::new());
+            merge.ranges.copy_from_slice(&anchors[a]);
+            merge.walk(0);
+            lists[a] = std::mem::take(&mut merge.found);
+            walked[a] = quota;
+            if quota == 1 {
+                firsts += usize::from(!lists[a].is_empty());
+                if firsts >= target {
+                    break;
+                }
+            }
+        }
+        // Round-robin over what is known; stop at the first anchor that
+        // may have more than it was walked for.
+        let mut picked: Vec<(usize, usize)> = Vec::new();
+        let mut seen: std::collections::HashSet<(Vec<(u32, u16, i64)>, Vec<&[u32]>)> = Default::default();
+        let mut complete = true;
+        'rounds: for r in 0.. {
+            let mut any = false;
+            for a in 0..n {
+                if let Some(f) = lists[a].get(r) {
+                    any = true;
+                    if search.idx.any_sharing {
+                        let mut res = f.res.clone();
+                        res.sort_unstable();
+                        let maps: Vec<&[u32]> =
+                            f.chosen.iter().enumerate().map(|(g, k)| &per_group[g][*k as usize].rps[..]).collect();
+                        if !seen.insert((res, maps)) {
+                            continue;
+                        }
+                    }
+                    picked.push((a, r));
+                    if picked.len() >= target {
+                        break 'rounds;
+                    }
+                } else if !exhausted(&walked, &lists, a) {
+                    complete = false;
+                    break 'rounds;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        if complete || picked.len() >= target {
+            return picked
+                .into_iter()
+                .map(|(a, r)| std::mem::replace(&mut lists[a][r], Found { res: Vec::new(), chosen: Vec::new() }))
+                .collect();
+        }
+        quota = quota.saturating_mul(2);
+    }
+}
+
 /// Tiny deterministic PRNG (SplitMix64) for `randomize_allocation_candidates`.
 struct Rng(u64);
 
@@ -702,9 +844,21 @@ pub fn find_exhaustive<'a>(state: &'a State, req: &'a Request) -> Result<Candida
 
 fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Candidates<'a>, CandidatesError> {
     let idx = Index::build(state);
-    let stop_after = match (req.limit, req.randomize_seed) {
-        (Some(limit), None) if req.groups.len() == 1 && !idx.any_sharing => limit,
+    // How many candidates to generate: the cap, and the limit unless the
+    // result is randomised (which samples the whole, possibly capped, set).
+    let cap = req.max_candidates;
+    let wanted = match (req.limit, req.randomize_seed) {
+        (Some(limit), None) => limit,
         _ => usize::MAX,
+    }
+    .min(cap.unwrap_or(usize::MAX));
+    // One group without sharing: every single-provider match is a final
+    // answer in anchor order, so the scan may stop early. With a cap on trees
+    // that order is depth-first, not breadth-first: no early stop then.
+    let stop_after = if req.groups.len() == 1 && !idx.any_sharing && (cap.is_none() || !idx.has_trees) {
+        wanted
+    } else {
+        usize::MAX
     };
     // Tree at a time: with a limit (no randomisation) and no sharing
     // providers every candidate is anchored at its own tree, so trees can be
@@ -712,6 +866,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     // (One single-provider group already stops early through `stop_after`,
     // whose provider-order cut this path would not reproduce.)
     let lazy = lazy_ok
+        && cap.is_none()
         && req.randomize_seed.is_none()
         && req.limit.is_some()
         && !idx.any_sharing
@@ -763,34 +918,8 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         .map(|suffixes| suffixes.iter().filter_map(|s| req.groups.iter().position(|g| &g.suffix == s)).collect())
         .collect();
     let granular: Vec<bool> = req.groups.iter().map(|g| g.use_same_provider()).collect();
-    let stop_at = match (req.limit, req.randomize_seed) {
-        (Some(limit), None) => limit,
-        _ => usize::MAX,
-    };
+    let stop_at = wanted;
     let isolate = req.group_policy == Some(GroupPolicy::Isolate);
-    fn new_merge<'s, 'a>(
-        search: &'s Search<'a>,
-        groups: &'s [Vec<GAreq>],
-        (granular, subtrees): (&'s [bool], &'s [Vec<usize>]),
-        (isolate, exclude_nested, stop_at): (bool, bool, usize),
-        found: Vec<Found>,
-    ) -> Merge<'s, 'a> {
-        Merge {
-            search,
-            groups,
-            ranges: vec![(0, 0); groups.len()],
-            granular,
-            isolate,
-            exclude_nested,
-            dedupe: search.idx.any_sharing,
-            subtrees,
-            chosen: vec![0; groups.len()],
-            amounts: Vec::new(),
-            seen: HashMap::new(),
-            found,
-            stop_at,
-        }
-    }
     let shape = (&granular[..], &subtrees[..]);
     let flags = (isolate, exclude_nested, stop_at);
     let mut found: Vec<Found> = Vec::new();
@@ -832,6 +961,8 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
                 break;
             }
         }
+    } else if cap.is_some() {
+        found = breadth_first(&search, &per_group, shape, (isolate, exclude_nested), wanted);
     } else {
         let mut merge = new_merge(&search, &per_group, shape, flags, Vec::new());
         let first = &per_group[0];

@@ -16,7 +16,10 @@
 //!   its required traits are satisfied collectively by the providers used;
 //! * per anchor, one allocation request of every group is combined (group
 //!   policy, `same_subtree`, consolidated capacity), then duplicates are
-//!   dropped, the pre-1.29 nested filter and the limit are applied.
+//!   dropped, the pre-1.29 nested filter and the limit are applied;
+//! * with [`Request::max_candidates`] set, candidates are generated
+//!   breadth-first across anchors (round-robin, one per tree per round)
+//!   until the cap, instead of every candidate of one tree before the next.
 //!
 //! No I/O, no clock: randomisation takes its seed from the caller.
 #![deny(missing_docs)]
@@ -86,6 +89,12 @@ pub struct Request {
     /// `randomize_allocation_candidates`: shuffle (or sample, with a limit)
     /// using this seed.
     pub randomize_seed: Option<u64>,
+    /// `max_allocation_candidates`: generate at most this many allocation
+    /// requests (`None`: unlimited). Generation then goes breadth-first
+    /// across anchor trees: one candidate per tree per round, round-robin in
+    /// anchor order, so the cap never drops a tree while another gets a
+    /// second candidate. `limit` and `randomize_seed` apply to the capped set.
+    pub max_candidates: Option<usize>,
 }
 
 /// Reasons a request is refused (upstream answers 400 for both).

@@ -722,3 +722,172 @@ fn errors_name_the_unknown_class_or_trait() {
     req.group_policy = Some(GroupPolicy::None);
     assert_eq!(find(&state, &req), Ok(Candidates::default()));
 }
+
+// ------------------------------------------- max_candidates and randomize
+
+/// Root provider of each allocation request (no sharing: one tree each).
+fn roots_of(state: &State, c: &Candidates) -> Vec<Uuid> {
+    c.allocation_requests.iter().map(|ar| state.providers[&ar.mappings[0].1[0]].row.root).collect()
+}
+
+/// Three trees, each a compute node with four PFs of 2 VFs: two isolated
+/// VF groups give 12 candidates per tree.
+fn wide_trees() -> (State, Request) {
+    let mut specs = Vec::new();
+    for _ in 0..3 {
+        let root = specs.len();
+        specs.push(Spec { inventories: vec![("VCPU", inv(8))], ..Default::default() });
+        for _ in 0..4 {
+            specs.push(Spec { parent: Some(root), inventories: vec![("SRIOV_NET_VF", inv(2))], ..Default::default() });
+        }
+    }
+    let mut req = request(vec![group("1", &[("SRIOV_NET_VF", 1)]), group("2", &[("SRIOV_NET_VF", 1)])]);
+    req.group_policy = Some(GroupPolicy::Isolate);
+    (build(&specs), req)
+}
+
+#[test]
+fn cap_goes_breadth_first_across_trees() {
+    let (state, req) = wide_trees();
+    let full = find(&state, &req).unwrap();
+    assert_eq!(full.allocation_requests.len(), 36);
+    // Uncapped order is depth-first: the first 12 are all from tree 0.
+    assert!(roots_of(&state, &full)[..12].iter().all(|r| *r == uuid(0)));
+    let (t0, t1, t2) = (uuid(0), uuid(5), uuid(10));
+    let req5 = Request { max_candidates: Some(5), ..req.clone() };
+    let capped = find(&state, &req5).unwrap();
+    assert_eq!(roots_of(&state, &capped), vec![t0, t1, t2, t0, t1], "round-robin in anchor order");
+    let (full_c, _) = canon_engine(&full);
+    for c in canon_engine(&capped).0 {
+        assert!(full_c.contains(&c));
+    }
+    // Each tree's candidates come in its own depth-first order.
+    assert_eq!(capped.allocation_requests[0], full.allocation_requests[0]);
+    assert_eq!(capped.allocation_requests[3], full.allocation_requests[1]);
+    assert_eq!(capped.allocation_requests[1], full.allocation_requests[12]);
+    assert_eq!(find(&state, &req5).unwrap(), capped, "deterministic");
+    assert_eq!(capped.provider_summaries.len(), 15, "three whole trees");
+    // A cap below the number of trees: summaries only of the trees returned.
+    let req2 = Request { max_candidates: Some(2), ..req.clone() };
+    let two = find(&state, &req2).unwrap();
+    assert_eq!(roots_of(&state, &two), vec![t0, t1]);
+    let sums: BTreeSet<Uuid> = two.provider_summaries.iter().map(|s| s.root).collect();
+    assert_eq!(sums, BTreeSet::from([t0, t1]));
+    // A cap above the total returns everything (in breadth-first order).
+    let req1000 = Request { max_candidates: Some(1000), ..req.clone() };
+    let all = find(&state, &req1000).unwrap();
+    assert_eq!(canon_engine(&all), canon_engine(&full));
+    let roots = roots_of(&state, &all);
+    assert_eq!(roots[..6], [t0, t1, t2, t0, t1, t2]);
+    // limit cuts the capped (breadth-first) set: its prefix.
+    let req_limit = Request { max_candidates: Some(5), limit: Some(4), ..req.clone() };
+    let limited = find(&state, &req_limit).unwrap();
+    assert_eq!(limited.allocation_requests[..], capped.allocation_requests[..4]);
+}
+
+#[test]
+fn cap_on_flat_providers_stops_at_the_cap() {
+    let specs: Vec<Spec> = (0..6).map(|_| Spec { inventories: vec![("VCPU", inv(4))], ..Default::default() }).collect();
+    let state = build(&specs);
+    let mut req = request(vec![group("", &[("VCPU", 1)])]);
+    req.max_candidates = Some(4);
+    req.limit = Some(10);
+    let got = find(&state, &req).unwrap();
+    let firsts: Vec<Uuid> = got.allocation_requests.iter().map(|ar| ar.allocations[0].0).collect();
+    assert_eq!(firsts, (0..4).map(uuid).collect::<Vec<_>>());
+    assert_eq!(got.provider_summaries.len(), 4);
+}
+
+#[test]
+fn randomize_keeps_the_set_and_changes_the_order() {
+    let (state, req) = wide_trees();
+    let plain = find(&state, &req).unwrap();
+    let mut orders = BTreeSet::new();
+    for seed in 0..8 {
+        let seeded = Request { randomize_seed: Some(seed), ..req.clone() };
+        let shuffled = find(&state, &seeded).unwrap();
+        assert_eq!(canon_engine(&shuffled), canon_engine(&plain), "seed {seed}: same set");
+        assert_eq!(find(&state, &seeded).unwrap(), shuffled, "seed {seed}: reproducible");
+        orders.insert(format!("{:?}", shuffled.allocation_requests));
+    }
+    assert!(orders.len() >= 7, "seeds give different orders ({} distinct)", orders.len());
+    // With a cap, randomize samples the capped set.
+    let capped_req = Request { max_candidates: Some(3), ..req.clone() };
+    let capped = canon_engine(&find(&state, &capped_req).unwrap()).0;
+    for seed in 0..8 {
+        let seeded = Request { randomize_seed: Some(seed), ..capped_req.clone() };
+        assert_eq!(canon_engine(&find(&state, &seeded).unwrap()).0, capped, "seed {seed}: shuffle of the capped set");
+        let sampled = Request { limit: Some(2), ..seeded.clone() };
+        let sample = find(&state, &sampled).unwrap();
+        assert_eq!(sample.allocation_requests.len(), 2);
+        for c in canon_engine(&sample).0 {
+            assert!(capped.contains(&c), "seed {seed}: sample from the capped set");
+        }
+    }
+}
+
+/// On random forests: the capped answer has min(cap, total) distinct
+/// candidates from the full answer; without sharing providers it is
+/// balanced across trees (no tree gets k+2 while a tree with more to give
+/// has k); `limit` takes its prefix; summaries cover exactly its trees.
+#[test]
+fn cap_properties_on_random_forests() {
+    let mut rng = Rng(0xca9);
+    let mut capped_below_total = 0;
+    for case in 0..4000 {
+        let specs = random_forest(&mut rng);
+        let state = build(&specs);
+        let mut req = random_request(&mut rng, specs.len());
+        req.limit = None;
+        let Ok(full) = find(&state, &req) else { continue };
+        let cap = rng.range(1, 5) as usize;
+        let capped_req = Request { max_candidates: Some(cap), ..req.clone() };
+        let capped = find(&state, &capped_req).unwrap();
+        let total = full.allocation_requests.len();
+        assert_eq!(capped.allocation_requests.len(), total.min(cap), "case {case}: count");
+        capped_below_total += usize::from(cap < total);
+        let (full_c, full_sums) = canon_engine(&full);
+        let (capped_c, capped_sums) = canon_engine(&capped);
+        let distinct: BTreeSet<&Canon> = capped_c.iter().collect();
+        assert_eq!(distinct.len(), capped_c.len(), "case {case}: duplicates");
+        for c in &capped_c {
+            assert!(full_c.contains(c), "case {case}: capped result not in the full answer");
+        }
+        let used: BTreeSet<Uuid> =
+            capped.allocation_requests.iter().flat_map(|ar| ar.allocations.iter().map(|(rp, _)| *rp)).collect();
+        let used_roots: BTreeSet<Uuid> = used.iter().map(|rp| state.providers[rp].row.root).collect();
+        for s in &capped.provider_summaries {
+            assert!(used_roots.contains(&s.root) && full_sums.contains(&s.uuid), "case {case}: summary");
+        }
+        assert!(used.iter().all(|rp| capped_sums.contains(rp)), "case {case}: used provider not summarised");
+        let shared = state.providers.values().any(|p| p.traits.contains(SHARING_TRAIT));
+        if !shared {
+            let count = |c: &Candidates| {
+                let mut m: BTreeMap<Uuid, usize> = BTreeMap::new();
+                for r in roots_of(&state, c) {
+                    *m.entry(r).or_default() += 1;
+                }
+                m
+            };
+            let (n, c) = (count(&full), count(&capped));
+            let got = |r: &Uuid| c.get(r).copied().unwrap_or(0);
+            for (r, nr) in &n {
+                if got(r) < *nr {
+                    for s in n.keys() {
+                        assert!(got(s) <= got(r) + 1, "case {case}: tree {s} has {} while {r} has {}", got(s), got(r));
+                    }
+                }
+            }
+            if c.values().any(|k| *k >= 2) {
+                assert!(n.keys().all(|r| got(r) >= 1), "case {case}: a tree missing before a second candidate");
+            }
+        }
+        let limit = rng.range(1, 4) as usize;
+        let limited_req = Request { limit: Some(limit), ..capped_req.clone() };
+        let limited = find(&state, &limited_req).unwrap();
+        let k = limit.min(capped.allocation_requests.len());
+        assert_eq!(limited.allocation_requests[..], capped.allocation_requests[..k], "case {case}: limit prefix");
+        assert_eq!(limited, find_exhaustive(&state, &limited_req).unwrap(), "case {case}: exhaustive");
+    }
+    assert!(capped_below_total > 300, "only {capped_below_total} cases where the cap bit");
+}
