@@ -18,6 +18,17 @@ pub struct CorsConfig {
     pub allow_headers: Vec<String>,
 }
 
+/// Allocation-candidate options (upstream `[placement]`
+/// `randomize_allocation_candidates`, `max_allocation_candidates`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CandidateOptions {
+    /// Shuffle the allocation requests (a random sample with `limit`).
+    pub randomize: bool,
+    /// Generate at most this many allocation requests per request,
+    /// breadth-first across provider trees; `None` is unlimited.
+    pub max_candidates: Option<usize>,
+}
+
 /// Server settings the API needs.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -29,6 +40,8 @@ pub struct ApiConfig {
     pub cors: Option<CorsConfig>,
     /// Largest accepted request body in bytes.
     pub max_body_bytes: usize,
+    /// `GET /allocation_candidates` options.
+    pub candidates: CandidateOptions,
 }
 
 /// Everything a handler can reach.

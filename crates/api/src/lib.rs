@@ -28,7 +28,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::json;
 
-pub use app::{ApiConfig, App, CorsConfig};
+pub use app::{ApiConfig, App, CandidateOptions, CorsConfig};
 pub use auth::AuthMode;
 pub use error::{ApiError, ApiResult};
 pub use policy::Policy;

@@ -62,6 +62,7 @@ fn app(dir: &std::path::Path, fail_every: usize) -> (Arc<App>, Arc<FaultyStore>)
         policy: Policy::new(&Default::default()).expect("policy"),
         cors: None,
         max_body_bytes: 1 << 20,
+        candidates: Default::default(),
     };
     (Arc::new(App::new(store.clone(), config).expect("app")), store)
 }

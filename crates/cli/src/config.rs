@@ -32,6 +32,10 @@ pub(crate) struct FileConfig {
     pub(crate) log: Option<String>,
     /// Change-feed poll interval in milliseconds (PostgreSQL).
     pub(crate) change_poll_ms: Option<u64>,
+    /// Shuffle / randomly sample allocation candidates.
+    pub(crate) randomize_allocation_candidates: Option<bool>,
+    /// Cap on allocation candidates generated per request (-1: unlimited).
+    pub(crate) max_allocation_candidates: Option<i64>,
 }
 
 impl FileConfig {

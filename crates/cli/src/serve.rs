@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use berth_api::{ApiConfig, App, AuthMode, CorsConfig, Policy};
+use berth_api::{ApiConfig, App, AuthMode, CandidateOptions, CorsConfig, Policy};
 use berth_store::Store;
 use berth_store_sqlite::SqliteStore;
 
@@ -62,6 +62,16 @@ pub(crate) struct ServeOpts {
     /// processes' writes (PostgreSQL only).
     #[arg(long, env = "BERTH_CHANGE_POLL_MS")]
     change_poll_ms: Option<u64>,
+    /// Shuffle allocation candidates; with `limit`, return a random sample
+    /// (upstream `[placement] randomize_allocation_candidates`). Default false.
+    #[arg(long, env = "BERTH_RANDOMIZE_ALLOCATION_CANDIDATES", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    randomize_allocation_candidates: Option<bool>,
+    /// Generate at most N allocation candidates per request, breadth-first
+    /// across provider trees (upstream `[placement] max_allocation_candidates`
+    /// with the breadth-first strategy). Negative or unset: unlimited.
+    #[arg(long, env = "BERTH_MAX_ALLOCATION_CANDIDATES", allow_negative_numbers = true)]
+    max_allocation_candidates: Option<i64>,
 }
 
 /// Options of `berth migrate`.
@@ -109,6 +119,15 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             allow_headers: headers.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
         })
     };
+    let candidates = CandidateOptions {
+        randomize: opts.randomize_allocation_candidates.or(file.randomize_allocation_candidates).unwrap_or(false),
+        max_candidates: match opts.max_allocation_candidates.or(file.max_allocation_candidates) {
+            None => None,
+            Some(n) if n < 0 => None,
+            Some(0) => anyhow::bail!("--max-allocation-candidates must be at least 1 (or -1 for unlimited)"),
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        },
+    };
     Ok(Settings {
         listen,
         data_dir,
@@ -118,6 +137,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             policy,
             cors,
             max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            candidates,
         },
         log: opts.log.or(file.log).unwrap_or_else(|| "info".to_owned()),
         change_poll: std::time::Duration::from_millis(opts.change_poll_ms.or(file.change_poll_ms).unwrap_or(DEFAULT_CHANGE_POLL_MS)),
@@ -247,6 +267,34 @@ mod tests {
         std::fs::write(&file, "listen: 127.0.0.1:1111\nbogus_key: 1\n").expect("write config");
         let parsed = Wrapper::try_parse_from(["berth", "--config", file.to_str().expect("utf8 path")]).expect("parse");
         assert!(resolve(parsed.opts).is_err(), "unknown config keys are rejected");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The allocation-candidate options: defaults, flags, -1 as unlimited,
+    /// 0 refused, and the config-file keys.
+    #[test]
+    fn candidate_options() {
+        let resolve_args = |args: &[&str]| {
+            let mut all = vec!["berth"];
+            all.extend_from_slice(args);
+            resolve(Wrapper::try_parse_from(all).expect("parse").opts).map(|s| s.api.candidates)
+        };
+        let defaults = resolve_args(&[]).expect("resolve");
+        assert_eq!(defaults, CandidateOptions { randomize: false, max_candidates: None });
+        let set = resolve_args(&["--randomize-allocation-candidates", "--max-allocation-candidates", "50"]).expect("ok");
+        assert_eq!(set, CandidateOptions { randomize: true, max_candidates: Some(50) });
+        let off = resolve_args(&["--randomize-allocation-candidates=false", "--max-allocation-candidates", "-1"]);
+        assert_eq!(off.expect("ok"), CandidateOptions { randomize: false, max_candidates: None });
+        assert!(resolve_args(&["--max-allocation-candidates", "0"]).is_err(), "0 would return nothing");
+        let dir = std::env::temp_dir().join(format!("berth-candidates-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("berth.yaml");
+        std::fs::write(&file, "randomize_allocation_candidates: true\nmax_allocation_candidates: 7\n").expect("write");
+        let from_file = resolve_args(&["--config", file.to_str().expect("utf8 path")]).expect("ok");
+        assert_eq!(from_file, CandidateOptions { randomize: true, max_candidates: Some(7) });
+        let overridden =
+            resolve_args(&["--config", file.to_str().expect("utf8 path"), "--max-allocation-candidates", "9"]);
+        assert_eq!(overridden.expect("ok").max_candidates, Some(9), "flag beats file");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -27,7 +27,12 @@ const GROUP_PAT_1_33: &str = "[a-zA-Z0-9_-]{1,64}";
 pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize(app, "placement:allocation_candidates:list")?;
     validate_query_schema(&req.query, &query_schema(req))?;
-    let request = parse_request(req)?;
+    let mut request = parse_request(req)?;
+    let options = &app.config.candidates;
+    request.max_candidates = options.max_candidates;
+    if options.randomize {
+        request.randomize_seed = Some(random_seed());
+    }
     let body = {
         let state = app.read();
         let candidates = berth_candidates::find(&state, &request).map_err(|e| match e {
@@ -39,6 +44,13 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
         render(|minor| req.at_least(minor), &request, &candidates)
     };
     Ok(Resp::raw_json(StatusCode::OK, body).last_modified(req, now()))
+}
+
+/// A fresh seed per request for `randomize_allocation_candidates`: std's
+/// `RandomState` keys are random per thread and advance per instance.
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 /// The query-string schema for the negotiated version (upstream
@@ -609,6 +621,12 @@ mod tests {
             let got = render(at_least, &request, &candidates);
             assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&expected), "1.{minor}");
         }
+    }
+
+    #[test]
+    fn random_seeds_differ_per_request() {
+        let seeds: std::collections::BTreeSet<u64> = (0..16).map(|_| super::random_seed()).collect();
+        assert_eq!(seeds.len(), 16);
     }
 
     #[test]
