@@ -148,6 +148,13 @@ fn main() {
         time("nested 1000x7", &state, &req, 1000);
         req.limit = Some(1);
         time("nested 1000x7 limit=1", &state, &req, 1000);
+        req.limit = None;
+        req.max_candidates = Some(100);
+        time("nested 1000x7 max_candidates=100", &state, &req, 1000);
+        req.max_candidates = Some(1500);
+        time("nested 1000x7 max_candidates=1500", &state, &req, 200);
+        req.max_candidates = Some(100_000);
+        time("nested 1000x7 max_candidates=100000", &state, &req, 200);
         return;
     }
     if only == "flat100k" {

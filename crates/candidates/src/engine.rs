@@ -718,6 +718,10 @@ fn anchor_ranges(per_group: &[Vec<GAreq>]) -> Vec<Vec<(u32, u32)>> {
     out
 }
 
+/// A candidate's identity: sorted (provider, class, amount) and each
+/// group's providers.
+type DedupeKey<'g> = (Vec<(u32, u16, i64)>, Vec<&'g [u32]>);
+
 /// Breadth-first generation under `max_candidates` (upstream's
 /// `allocation_candidates_generation_strategy = breadth-first`): the
 /// candidates of every anchor, taken round-robin — the first candidate of
@@ -729,8 +733,9 @@ fn anchor_ranges(per_group: &[Vec<GAreq>]) -> Vec<Vec<(u32, u32)>> {
 ///
 /// Each anchor's walk is depth-first and deterministic, so its first `q`
 /// candidates are a prefix of its first `2q`: anchors are walked with a
-/// per-anchor quota that doubles until the rounds fill `target` or every
-/// anchor is exhausted (total work at most twice the final walks). The
+/// per-anchor quota that at least doubles (more when `target` needs it)
+/// until the rounds fill `target` or every anchor is exhausted (total work
+/// at most about twice the final walks). The
 /// first pass (quota 1) stops once `target` anchors gave a candidate.
 /// Duplicates across anchors (sharing providers) are dropped as they are
 /// met, so the first copy in round-robin order is the one kept.
@@ -769,7 +774,7 @@ fn breadth_first(
         // Round-robin over what is known; stop at the first anchor that
         // may have more than it was walked for.
         let mut picked: Vec<(usize, usize)> = Vec::new();
-        let mut seen: std::collections::HashSet<(Vec<(u32, u16, i64)>, Vec<&[u32]>)> = Default::default();
+        let mut seen: std::collections::HashSet<DedupeKey<'_>> = Default::default();
         let mut complete = true;
         'rounds: for r in 0.. {
             let mut any = false;
@@ -804,7 +809,11 @@ fn breadth_first(
                 .map(|(a, r)| std::mem::replace(&mut lists[a][r], Found { res: Vec::new(), chosen: Vec::new() }))
                 .collect();
         }
-        quota = quota.saturating_mul(2);
+        // Double, or more when the rounds so far show each unexhausted
+        // anchor must give more than that to fill `target`.
+        let active = (0..n).filter(|a| !exhausted(&walked, &lists, *a)).count().max(1);
+        let short = target.saturating_sub(picked.len()).div_ceil(active);
+        quota = quota.saturating_mul(2).max(quota.saturating_add(short));
     }
 }
 
