@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-use berth_candidates::{Candidates, CandidatesError, GroupPolicy, Request, RequestGroup};
 use axum::http::StatusCode;
+use berth_candidates::{Candidates, CandidatesError, GroupPolicy, Request, RequestGroup};
 use regex::Regex;
 use serde_json::{json, Map, Value};
 
@@ -149,8 +149,10 @@ fn parse_request(req: &Req) -> ApiResult<Request> {
     for value in req.query_all("same_subtree") {
         let suffixes: BTreeSet<String> = value.split(',').map(|s| s.trim().to_owned()).collect();
         if suffixes.contains("") {
-            return Err(ApiError::bad_request("Empty string (unsuffixed group) can not be specified in `same_subtree` ")
-                .with_code(codes::QUERYPARAM_BAD_VALUE));
+            return Err(ApiError::bad_request(
+                "Empty string (unsuffixed group) can not be specified in `same_subtree` ",
+            )
+            .with_code(codes::QUERYPARAM_BAD_VALUE));
         }
         request.same_subtrees.push(suffixes.into_iter().collect());
     }
@@ -518,7 +520,8 @@ mod tests {
                         .allocations
                         .iter()
                         .map(|(rp, res)| {
-                            let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
+                            let resources: Map<String, Value> =
+                                res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
                             (rp.to_string(), json!({"resources": resources}))
                         })
                         .collect();
@@ -539,7 +542,8 @@ mod tests {
                         .allocations
                         .iter()
                         .map(|(rp, res)| {
-                            let resources: Map<String, Value> = res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
+                            let resources: Map<String, Value> =
+                                res.iter().map(|(rc, n)| ((*rc).to_owned(), json!(n))).collect();
                             json!({"resource_provider": {"uuid": rp.to_string()}, "resources": resources})
                         })
                         .collect();
@@ -578,7 +582,10 @@ mod tests {
         let u = |n: u128| Uuid::from_u128(0x1234_5678_9abc_4def_8000_0000_0000_0000 + n);
         let request = Request {
             groups: vec![
-                RequestGroup { resources: vec![("VCPU".into(), 1), ("CUSTOM_\"Q\\\n".into(), 2)], ..Default::default() },
+                RequestGroup {
+                    resources: vec![("VCPU".into(), 1), ("CUSTOM_\"Q\\\n".into(), 2)],
+                    ..Default::default()
+                },
                 RequestGroup { suffix: "_X".into(), resources: vec![("DISK_GB".into(), 5)], ..Default::default() },
             ],
             ..Default::default()
@@ -586,10 +593,7 @@ mod tests {
         let candidates = Candidates {
             allocation_requests: vec![
                 AllocationRequest {
-                    allocations: vec![
-                        (u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]),
-                        (u(2), vec![("DISK_GB", -5)]),
-                    ],
+                    allocations: vec![(u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]), (u(2), vec![("DISK_GB", -5)])],
                     mappings: vec![("", vec![u(1)]), ("_X", vec![u(2), u(3)])],
                 },
                 AllocationRequest { allocations: vec![(u(3), vec![("DISK_GB", 1234567890123)])], mappings: vec![] },
