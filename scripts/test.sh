@@ -32,6 +32,14 @@ fi
 echo "== berth tests on PostgreSQL =="
 TEST_DATABASE_URL="$URL" cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"
 
+# PostgreSQL stopped and restarted under load: only against a server this
+# script started itself (nothing else may be using it at that moment).
+if [ -n "$PG_PID" ]; then
+  echo "== PostgreSQL restart under load =="
+  BERTH_TEST_PG_RESTART="$PG_DIR:$PG_PORT" TEST_DATABASE_URL="$URL" \
+    cargo test -p berth --test integration --locked pg_restart -- --nocapture 2>&1 | tee -a "$LOG"
+fi
+
 # One closing line for both passes (cargo prints one per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "total: %d passed, %d failed\n", p, f }' "$LOG"

@@ -8,4 +8,5 @@ mod durability;
 mod multiprocess;
 mod nested_race;
 mod outage;
+mod pg_restart;
 mod support;
