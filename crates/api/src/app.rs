@@ -151,6 +151,10 @@ impl App {
         let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let changes = match blocking(|| self.store.changes_since(*seen)) {
             Ok(changes) => changes,
+            Err(berth_store::StoreError::FeedGap(_)) => {
+                blocking(|| self.reload_locked(&mut seen))?;
+                return Ok(0);
+            }
             Err(err) => {
                 self.metrics.feed_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Err(err);
@@ -201,24 +205,36 @@ impl App {
         let mut plan = Some(plan);
         let mut outcome: Option<ApiResult<(ChangeSet, T)>> = None;
         let state_lock = &self.state;
-        let start_seq = *seen;
-        let mut caught_up_to = start_seq;
-        let committed = self.store.write(start_seq, &mut |catch_up| {
-            if !catch_up.is_empty() {
-                let mut state = state_lock.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                for (seq, set) in catch_up {
-                    state.apply(&set);
-                    caught_up_to = seq;
+        // At most two attempts: the second after a reload when the change
+        // feed was pruned past what this process had seen.
+        let mut attempts = 0;
+        let committed = loop {
+            attempts += 1;
+            let start_seq = *seen;
+            let mut caught_up_to = start_seq;
+            let result = self.store.write(start_seq, &mut |catch_up| {
+                if !catch_up.is_empty() {
+                    let mut state = state_lock.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    for (seq, set) in catch_up {
+                        state.apply(&set);
+                        caught_up_to = seq;
+                    }
                 }
+                let plan = plan.take()?;
+                let state = state_lock.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let result = plan(&state);
+                let changes = result.as_ref().ok().map(|(changes, _)| changes.clone());
+                outcome = Some(result);
+                changes
+            });
+            *seen = caught_up_to;
+            match result {
+                Err(berth_store::StoreError::FeedGap(_)) if attempts == 1 && plan.is_some() => {
+                    self.reload_locked(&mut seen).map_err(ApiError::from)?;
+                }
+                other => break other,
             }
-            let plan = plan.take()?;
-            let state = state_lock.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let result = plan(&state);
-            let changes = result.as_ref().ok().map(|(changes, _)| changes.clone());
-            outcome = Some(result);
-            changes
-        });
-        *seen = caught_up_to;
+        };
         if matches!(committed, Err(berth_store::StoreError::Unavailable(_))) {
             self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -229,6 +245,17 @@ impl App {
             *seen = seen.max(seq);
         }
         Ok(out)
+    }
+
+    /// Replace the snapshot with a fresh load (the change feed no longer
+    /// covers what this process missed). Called with the writer lock held.
+    fn reload_locked(&self, seen: &mut Seq) -> Result<(), berth_store::StoreError> {
+        let loaded = self.store.load()?;
+        *self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded.state;
+        *seen = loaded.seq;
+        self.metrics.feed_reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(seq = loaded.seq, "change feed pruned past this process's position: snapshot reloaded");
+        Ok(())
     }
 
     /// Group commit for a database only this process writes.

@@ -142,6 +142,10 @@ impl From<StoreError> for ApiError {
                 tracing::error!(error = %msg, "database unavailable");
                 ApiError::unavailable()
             }
+            StoreError::FeedGap(seq) => {
+                tracing::error!(seq, "change feed gap reached a client request");
+                ApiError::internal()
+            }
             StoreError::Internal(msg) => {
                 tracing::error!(error = %msg, "store failure");
                 ApiError::internal()

@@ -30,6 +30,9 @@ pub struct Metrics {
     pub feed_errors: AtomicU64,
     /// Store calls that found the database unavailable.
     pub store_unavailable: AtomicU64,
+    /// Full snapshot reloads because the change feed was pruned past this
+    /// process's position.
+    pub feed_reloads: AtomicU64,
 }
 
 impl Metrics {
@@ -98,6 +101,7 @@ impl Metrics {
             ("berth_change_feed_applied_total", "Change sets applied from other processes.", self.feed_applied.load(Ordering::Relaxed)),
             ("berth_change_feed_errors_total", "Failed change-feed polls.", self.feed_errors.load(Ordering::Relaxed)),
             ("berth_store_unavailable_total", "Store calls that found the database unavailable.", self.store_unavailable.load(Ordering::Relaxed)),
+            ("berth_change_feed_reloads_total", "Full snapshot reloads after the change feed was pruned past this process.", self.feed_reloads.load(Ordering::Relaxed)),
         ];
         for (name, help, value) in counters {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"));

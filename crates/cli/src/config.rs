@@ -32,6 +32,8 @@ pub(crate) struct FileConfig {
     pub(crate) log: Option<String>,
     /// Change-feed poll interval in milliseconds (PostgreSQL).
     pub(crate) change_poll_ms: Option<u64>,
+    /// Change-feed retention in seconds (PostgreSQL).
+    pub(crate) change_feed_retention_secs: Option<u64>,
     /// Shuffle / randomly sample allocation candidates.
     pub(crate) randomize_allocation_candidates: Option<bool>,
     /// Cap on allocation candidates generated per request (-1: unlimited).

@@ -62,6 +62,10 @@ pub(crate) struct ServeOpts {
     /// processes' writes (PostgreSQL only).
     #[arg(long, env = "BERTH_CHANGE_POLL_MS")]
     change_poll_ms: Option<u64>,
+    /// How long (seconds) the shared database keeps change-feed entries
+    /// (PostgreSQL; default 900). A process further behind reloads.
+    #[arg(long, env = "BERTH_CHANGE_FEED_RETENTION_SECS")]
+    change_feed_retention_secs: Option<u64>,
     /// Shuffle allocation candidates; with `limit`, return a random sample
     /// (upstream `[placement] randomize_allocation_candidates`). Default false.
     #[arg(long, env = "BERTH_RANDOMIZE_ALLOCATION_CANDIDATES", num_args = 0..=1, default_missing_value = "true",
@@ -90,6 +94,7 @@ struct Settings {
     api: ApiConfig,
     log: String,
     change_poll: std::time::Duration,
+    feed_retention: Option<std::time::Duration>,
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
@@ -140,11 +145,19 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             candidates,
         },
         log: opts.log.or(file.log).unwrap_or_else(|| "info".to_owned()),
+        feed_retention: opts
+            .change_feed_retention_secs
+            .or(file.change_feed_retention_secs)
+            .map(std::time::Duration::from_secs),
         change_poll: std::time::Duration::from_millis(opts.change_poll_ms.or(file.change_poll_ms).unwrap_or(DEFAULT_CHANGE_POLL_MS)),
     })
 }
 
-fn open_store(database: Option<&str>, data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn Store>> {
+fn open_store(
+    database: Option<&str>,
+    data_dir: &std::path::Path,
+    feed_retention: Option<std::time::Duration>,
+) -> anyhow::Result<Arc<dyn Store>> {
     match database {
         None | Some("") => Ok(Arc::new(SqliteStore::open_dir(data_dir)?)),
         Some(url) if url.starts_with("sqlite://") => {
@@ -152,7 +165,9 @@ fn open_store(database: Option<&str>, data_dir: &std::path::Path) -> anyhow::Res
             Ok(Arc::new(SqliteStore::open_path(&path)?))
         }
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            Ok(Arc::new(berth_store_postgres::PostgresStore::connect(url)?))
+            let store = berth_store_postgres::PostgresStore::connect(url)?;
+            let retention = feed_retention.unwrap_or(berth_store_postgres::DEFAULT_FEED_RETENTION);
+            Ok(Arc::new(store.with_feed_retention(retention)))
         }
         Some(_) => anyhow::bail!("unsupported --database URL: expected sqlite://PATH or postgres://…"),
     }
@@ -166,7 +181,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         .init();
     // The store and the initial snapshot are built before the async
     // runtime starts: the store API is blocking.
-    let store = open_store(settings.database.as_deref(), &settings.data_dir)?;
+    let store = open_store(settings.database.as_deref(), &settings.data_dir, settings.feed_retention)?;
     let follows_others = store.backend_name() != "sqlite";
     let app = Arc::new(App::new(store, settings.api)?);
     if follows_others {

@@ -37,7 +37,15 @@ const WRITE_LOCK_KEY: i64 = 0x62_6572_7468;
 /// Advisory lock key serialising migrations.
 const MIGRATE_LOCK_KEY: i64 = 0x62_6572_746D;
 
-const MIGRATIONS: &[(&str, &str)] = &[("0001_initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_initial", include_str!("../migrations/0001_initial.sql")),
+    ("0002_feed_retention", include_str!("../migrations/0002_feed_retention.sql")),
+];
+
+/// How long change-feed entries are kept by default.
+pub const DEFAULT_FEED_RETENTION: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// Pruning runs inside one write out of this many.
+const PRUNE_EVERY_WRITES: u64 = 256;
 
 /// PostgreSQL-backed store.
 pub struct PostgresStore {
@@ -45,6 +53,8 @@ pub struct PostgresStore {
     schema: Option<String>,
     write_conn: Mutex<Option<Client>>,
     read_conn: Mutex<Option<Client>>,
+    feed_retention: std::time::Duration,
+    writes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -91,7 +101,14 @@ impl PostgresStore {
         let (url, schema) = split_schema(url);
         let config: postgres::Config =
             url.parse().map_err(|e: postgres::Error| StoreError::Unavailable(format!("invalid database URL: {e}")))?;
-        let store = Self { config, schema, write_conn: Mutex::new(None), read_conn: Mutex::new(None) };
+        let store = Self {
+            config,
+            schema,
+            write_conn: Mutex::new(None),
+            read_conn: Mutex::new(None),
+            feed_retention: DEFAULT_FEED_RETENTION,
+            writes: std::sync::atomic::AtomicU64::new(0),
+        };
         store.migrate()?;
         Ok(store)
     }
@@ -124,6 +141,26 @@ impl PostgresStore {
             *guard = None;
         }
         result
+    }
+
+    /// Keep change-feed entries for `retention` (default 15 minutes). A
+    /// process that falls further behind reloads its snapshot.
+    pub fn with_feed_retention(mut self, retention: std::time::Duration) -> Self {
+        self.feed_retention = retention;
+        self
+    }
+
+    /// Delete change-feed entries older than the retention now (also done
+    /// automatically every few hundred writes). Returns how many went.
+    pub fn prune_feed(&self) -> Result<u64, StoreError> {
+        let retention = self.feed_retention;
+        self.with_conn(&self.write_conn, |client| {
+            let mut tx = client.transaction().map_err(classify)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
+            let n = prune(&mut tx, retention)?;
+            tx.commit().map_err(classify)?;
+            Ok(n)
+        })
     }
 
     /// Apply pending migrations under an advisory lock.
@@ -185,7 +222,32 @@ fn split_schema(url: &str) -> (String, Option<String>) {
     (url, schema.filter(|s| !s.is_empty()))
 }
 
+/// Delete feed entries older than `retention` and advance the horizon.
+/// Runs under the write lock.
+fn prune(tx: &mut Transaction<'_>, retention: std::time::Duration) -> Result<u64, StoreError> {
+    let seconds = retention.as_secs_f64();
+    let row = tx
+        .query_one(
+            "WITH gone AS (
+                 DELETE FROM berth_changes
+                 WHERE committed_at < now() - make_interval(secs => $1)
+                 RETURNING seq)
+             UPDATE berth_feed_state
+             SET pruned_through = GREATEST(pruned_through, (SELECT COALESCE(MAX(seq), 0) FROM gone))
+             WHERE id = 1
+             RETURNING (SELECT COUNT(*) FROM gone)",
+            &[&seconds],
+        )
+        .map_err(classify)?;
+    Ok(row.get::<_, i64>(0) as u64)
+}
+
 fn read_changes(tx: &mut impl postgres::GenericClient, seen: Seq) -> Result<CatchUp, StoreError> {
+    let pruned_through: i64 =
+        tx.query_one("SELECT pruned_through FROM berth_feed_state WHERE id = 1", &[]).map_err(classify)?.get(0);
+    if seen < pruned_through {
+        return Err(StoreError::FeedGap(seen));
+    }
     let rows = tx
         .query("SELECT seq, payload FROM berth_changes WHERE seq > $1 ORDER BY seq", &[&seen])
         .map_err(classify)?;
@@ -379,6 +441,9 @@ impl Store for PostgresStore {
                 .map_err(classify)?
                 .get(0);
             tx.execute("SELECT pg_notify('berth_changes', $1)", &[&seq.to_string()]).map_err(classify)?;
+            if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1 {
+                prune(&mut tx, self.feed_retention)?;
+            }
             tx.commit().map_err(classify)?;
             Ok(Some(seq))
         })
@@ -399,7 +464,14 @@ impl Store for PostgresStore {
 
 fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
     let mut set = ChangeSet::new();
-    let seq: i64 = tx.query_one("SELECT COALESCE(MAX(seq), 0) FROM berth_changes", &[]).map_err(classify)?.get(0);
+    let seq: i64 = tx
+        .query_one(
+            "SELECT GREATEST((SELECT COALESCE(MAX(seq), 0) FROM berth_changes),
+                             (SELECT pruned_through FROM berth_feed_state WHERE id = 1))",
+            &[],
+        )
+        .map_err(classify)?
+        .get(0);
     for row in tx.query("SELECT id, name, created_at, updated_at FROM resource_classes ORDER BY id", &[]).map_err(classify)? {
         set.push(Change::PutResourceClass { id: row.get(0), name: row.get(1), created_at: row.get(2), updated_at: row.get(3) });
     }

@@ -53,3 +53,28 @@ fn two_processes_share_one_database() {
     assert_eq!(handed, vec![seq_a], "b must be handed a's change before planning");
     assert!(seq_b > seq_a);
 }
+
+/// Pruned feed entries are reported as a gap to a caller that has not
+/// seen them, and a fresh load covers them.
+#[test]
+fn pruned_feed_reports_a_gap() {
+    let Some(url) = database_url() else { return };
+    let url = fresh(&url, "prune");
+    use berth_model::{Change, ChangeSet};
+    use berth_store::{Store, StoreError};
+    let store = berth_store_postgres::PostgresStore::connect(&url)
+        .expect("connect")
+        .with_feed_retention(std::time::Duration::ZERO);
+    let mut set = ChangeSet::new();
+    set.push(Change::PutTrait { id: 1, name: "CUSTOM_OLD".into(), created_at: 1 });
+    let mut once = Some(set);
+    let seq = store.write(0, &mut |_| once.take()).expect("write").expect("committed");
+    assert!(store.changes_since(0).expect("feed before pruning").len() == 1);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(store.prune_feed().expect("prune"), 1);
+    assert!(matches!(store.changes_since(0), Err(StoreError::FeedGap(0))), "a caller behind the pruned range must reload");
+    assert!(store.changes_since(seq).expect("caller at the horizon").is_empty());
+    let loaded = store.load().expect("load");
+    assert!(loaded.seq >= seq, "a load reflects the pruned changes");
+    assert!(loaded.state.traits.contains_key("CUSTOM_OLD"));
+}

@@ -35,6 +35,11 @@ pub enum StoreError {
     /// writer changed the data the plan was made against.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The change feed no longer holds every change after the caller's last
+    /// seen sequence number (old entries were pruned): reload the snapshot
+    /// with [`Store::load`] instead of catching up.
+    #[error("change feed pruned past sequence {0}; reload required")]
+    FeedGap(Seq),
     /// The database could not be reached or is not usable right now.
     #[error("database unavailable: {0}")]
     Unavailable(String),

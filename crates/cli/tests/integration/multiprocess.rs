@@ -132,3 +132,40 @@ async fn writes_propagate_between_processes() {
         delays[delays.len() - 1]
     );
 }
+
+/// With a zero retention the writer prunes the change feed while a slow
+/// follower is behind: the follower must notice the gap, reload its
+/// snapshot and converge (never silently miss a write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follower_behind_a_pruned_feed_reloads() {
+    let Some(database) = crate::support::test_database("mp-prune") else { return };
+    let dir = crate::support::fresh_dir("mp-prune");
+    let a = TestServer::start_with_args_in(dir.clone(), Some(database.clone()), &["--change-feed-retention-secs", "0"]).await;
+    let b = TestServer::start_with_args_in(dir, Some(database), &["--change-feed-retention-secs", "0", "--change-poll-ms", "3000"])
+        .await;
+    let (ca, cb) = (a.client(), b.client());
+    // Enough writes for pruning to run (every 256 writes) before b polls.
+    let mut uuids = Vec::new();
+    for n in 0..600 {
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let r = ca.post("/resource_providers", &json!({"name": format!("p-{n}"), "uuid": uuid})).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        uuids.push(uuid);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = cb.get("/resource_providers").await;
+        if listed.body["resource_providers"].as_array().map(Vec::len) == Some(uuids.len()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the follower never converged after the feed was pruned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = reqwest::get(format!("{}/metrics", b.base)).await.expect("metrics").text().await.expect("text");
+    let reloads = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("berth_change_feed_reloads_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("reload counter");
+    assert!(reloads >= 1, "the follower must have reloaded after the gap (metrics: {reloads})");
+}

@@ -53,6 +53,13 @@ impl TestServer {
         Self::start_with(fresh_dir(tag), test_database(tag)).await
     }
 
+    /// Start with extra `serve` arguments on a given directory/database.
+    pub(crate) async fn start_with_args_in(dir: PathBuf, database: Option<String>, extra: &[&str]) -> Self {
+        let mut server = Self::launch(dir, database, extra).await;
+        server.keep_dir = true;
+        server
+    }
+
     /// Start with extra `serve` arguments.
     pub(crate) async fn start_with_args(tag: &str, extra: &[&str]) -> Self {
         Self::launch(fresh_dir(tag), test_database(tag), extra).await
@@ -81,7 +88,10 @@ impl TestServer {
                 .args(["--log", "warn"])
                 .args(extra);
             if let Some(url) = &database {
-                command.args(["--database", url, "--change-poll-ms", "10"]);
+                command.args(["--database", url]);
+                if !extra.contains(&"--change-poll-ms") {
+                    command.args(["--change-poll-ms", "10"]);
+                }
             }
             let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn berth");
             let mut server = TestServer {
