@@ -30,6 +30,8 @@ pub(crate) struct FileConfig {
     pub(crate) max_body_bytes: Option<usize>,
     /// Log filter (tracing env-filter syntax).
     pub(crate) log: Option<String>,
+    /// Log line format: text or json.
+    pub(crate) log_format: Option<String>,
     /// Change-feed poll interval in milliseconds (PostgreSQL).
     pub(crate) change_poll_ms: Option<u64>,
     /// Change-feed retention in seconds (PostgreSQL).

@@ -58,6 +58,9 @@ pub(crate) struct ServeOpts {
     /// Log filter, e.g. `info` or `berth_api=debug`.
     #[arg(long, env = "BERTH_LOG")]
     log: Option<String>,
+    /// Log line format: `text` (key=value) or `json` (one object per line).
+    #[arg(long, env = "BERTH_LOG_FORMAT")]
+    log_format: Option<String>,
     /// How often (ms) to poll the shared database's change feed for other
     /// processes' writes (PostgreSQL only).
     #[arg(long, env = "BERTH_CHANGE_POLL_MS")]
@@ -93,6 +96,7 @@ struct Settings {
     database: Option<String>,
     api: ApiConfig,
     log: String,
+    log_json: bool,
     change_poll: std::time::Duration,
     feed_retention: Option<std::time::Duration>,
 }
@@ -145,6 +149,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             candidates,
         },
         log: opts.log.or(file.log).unwrap_or_else(|| "info".to_owned()),
+        log_json: match opts.log_format.or(file.log_format).as_deref().unwrap_or("text") {
+            "text" => false,
+            "json" => true,
+            other => anyhow::bail!("unknown --log-format {other:?}; expected text or json"),
+        },
         feed_retention: opts
             .change_feed_retention_secs
             .or(file.change_feed_retention_secs)
@@ -175,10 +184,15 @@ fn open_store(
 
 pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
     let settings = resolve(opts)?;
-    tracing_subscriber::fmt()
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log))
         .with_target(false)
-        .init();
+        .with_writer(std::io::stderr);
+    if settings.log_json {
+        subscriber.json().flatten_event(true).init();
+    } else {
+        subscriber.init();
+    }
     // The store and the initial snapshot are built before the async
     // runtime starts: the store API is blocking.
     let store = open_store(settings.database.as_deref(), &settings.data_dir, settings.feed_retention)?;
