@@ -87,6 +87,10 @@ pub(crate) struct MigrateOpts {
     /// Directory for the embedded SQLite database.
     #[arg(long, env = "BERTH_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
     data_dir: PathBuf,
+    /// Database URL (`postgres://…` migrates a shared database; safe while
+    /// other berth processes run: migrations take an advisory lock).
+    #[arg(long, env = "BERTH_DATABASE")]
+    database: Option<String>,
 }
 
 /// Fully resolved serve settings.
@@ -244,9 +248,28 @@ async fn shutdown_signal() {
 }
 
 pub(crate) fn migrate(opts: MigrateOpts) -> anyhow::Result<()> {
-    let mut store = SqliteStore::open_dir(&opts.data_dir)?;
-    let ran = store.migrate()?;
-    eprintln!("berth: {} is at the current schema ({ran} migrations applied now)", opts.data_dir.display());
+    match opts.database.as_deref() {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            // Connecting applies pending migrations under the advisory lock.
+            berth_store_postgres::PostgresStore::connect(url)?;
+            eprintln!("berth: the PostgreSQL database is at the current schema");
+        }
+        Some(url) if !url.is_empty() && !url.starts_with("sqlite://") => {
+            anyhow::bail!("unsupported --database URL: expected sqlite://PATH or postgres://…")
+        }
+        Some(url) if url.starts_with("sqlite://") => {
+            let mut store = SqliteStore::open_path(std::path::Path::new(&url["sqlite://".len()..]))?;
+            let ran = store.migrate()?;
+            let _ = ran;
+            eprintln!("berth: {url} is at the current schema");
+        }
+        _ => {
+            let mut store = SqliteStore::open_dir(&opts.data_dir)?;
+            let ran = store.migrate()?;
+            let _ = ran;
+            eprintln!("berth: {} is at the current schema", opts.data_dir.display());
+        }
+    }
     Ok(())
 }
 
