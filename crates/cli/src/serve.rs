@@ -259,14 +259,12 @@ pub(crate) fn migrate(opts: MigrateOpts) -> anyhow::Result<()> {
         }
         Some(url) if url.starts_with("sqlite://") => {
             let mut store = SqliteStore::open_path(std::path::Path::new(&url["sqlite://".len()..]))?;
-            let ran = store.migrate()?;
-            let _ = ran;
+            store.migrate()?;
             eprintln!("berth: {url} is at the current schema");
         }
         _ => {
             let mut store = SqliteStore::open_dir(&opts.data_dir)?;
-            let ran = store.migrate()?;
-            let _ = ran;
+            store.migrate()?;
             eprintln!("berth: {} is at the current schema", opts.data_dir.display());
         }
     }
