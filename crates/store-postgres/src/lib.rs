@@ -51,8 +51,8 @@ const PRUNE_EVERY_WRITES: u64 = 256;
 pub struct PostgresStore {
     config: postgres::Config,
     schema: Option<String>,
-    write_conn: Mutex<Option<Client>>,
-    read_conn: Mutex<Option<Client>>,
+    write_conn: Mutex<Option<Conn>>,
+    read_conn: Mutex<Option<Conn>>,
     feed_retention: std::time::Duration,
     writes: std::sync::atomic::AtomicU64,
 }
@@ -61,6 +61,50 @@ impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the URL: it may hold a password.
         f.debug_struct("PostgresStore").field("schema", &self.schema).finish_non_exhaustive()
+    }
+}
+
+/// A connection and its prepared statements. The sync client re-prepares
+/// a statement given as text on every call (an extra round trip); berth's
+/// statements are few and fixed, so each is prepared once per connection.
+struct Conn {
+    client: Client,
+    statements: HashMap<String, postgres::Statement>,
+}
+
+/// A client or transaction whose statements come from a connection's cache.
+/// Same method names and error type as the postgres client, so call sites
+/// read as plain SQL calls.
+struct Cached<'a, C: postgres::GenericClient> {
+    conn: &'a mut C,
+    statements: &'a mut HashMap<String, postgres::Statement>,
+}
+
+type Params<'p> = [&'p (dyn postgres::types::ToSql + Sync)];
+
+impl<C: postgres::GenericClient> Cached<'_, C> {
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.conn.prepare(sql)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    fn execute(&mut self, sql: &str, params: &Params<'_>) -> Result<u64, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.conn.execute(&statement, params)
+    }
+
+    fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<postgres::Row>, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.conn.query(&statement, params)
+    }
+
+    fn query_one(&mut self, sql: &str, params: &Params<'_>) -> Result<postgres::Row, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.conn.query_one(&statement, params)
     }
 }
 
@@ -128,15 +172,15 @@ impl PostgresStore {
     /// previous one broke.
     fn with_conn<R>(
         &self,
-        slot: &Mutex<Option<Client>>,
-        f: impl FnOnce(&mut Client) -> Result<R, StoreError>,
+        slot: &Mutex<Option<Conn>>,
+        f: impl FnOnce(&mut Conn) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
         let mut guard = slot.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
-        if guard.as_ref().is_none_or(Client::is_closed) {
-            *guard = Some(self.open()?);
+        if guard.as_ref().is_none_or(|conn| conn.client.is_closed()) {
+            *guard = Some(Conn { client: self.open()?, statements: HashMap::new() });
         }
-        let client = guard.as_mut().ok_or_else(|| StoreError::Internal("no connection".into()))?;
-        let result = f(client);
+        let conn = guard.as_mut().ok_or_else(|| StoreError::Internal("no connection".into()))?;
+        let result = f(conn);
         if matches!(result, Err(StoreError::Unavailable(_))) {
             *guard = None;
         }
@@ -154,10 +198,11 @@ impl PostgresStore {
     /// automatically every few hundred writes). Returns how many went.
     pub fn prune_feed(&self) -> Result<u64, StoreError> {
         let retention = self.feed_retention;
-        self.with_conn(&self.write_conn, |client| {
-            let mut tx = client.transaction().map_err(classify)?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
-            let n = prune(&mut tx, retention)?;
+        self.with_conn(&self.write_conn, |conn| {
+            let mut tx = conn.client.transaction().map_err(classify)?;
+            let mut cached = Cached { conn: &mut tx, statements: &mut conn.statements };
+            cached.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
+            let n = prune(&mut cached, retention)?;
             tx.commit().map_err(classify)?;
             Ok(n)
         })
@@ -165,7 +210,8 @@ impl PostgresStore {
 
     /// Apply pending migrations under an advisory lock.
     pub fn migrate(&self) -> Result<usize, StoreError> {
-        self.with_conn(&self.write_conn, |client| {
+        self.with_conn(&self.write_conn, |conn| {
+            let client = &mut conn.client;
             client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK_KEY]).map_err(classify)?;
             let result = (|| {
                 if let Some(schema) = &self.schema {
@@ -224,7 +270,7 @@ fn split_schema(url: &str) -> (String, Option<String>) {
 
 /// Delete feed entries older than `retention` and advance the horizon.
 /// Runs under the write lock.
-fn prune(tx: &mut Transaction<'_>, retention: std::time::Duration) -> Result<u64, StoreError> {
+fn prune<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, retention: std::time::Duration) -> Result<u64, StoreError> {
     let seconds = retention.as_secs_f64();
     let row = tx
         .query_one(
@@ -242,7 +288,7 @@ fn prune(tx: &mut Transaction<'_>, retention: std::time::Duration) -> Result<u64
     Ok(row.get::<_, i64>(0) as u64)
 }
 
-fn read_changes(tx: &mut impl postgres::GenericClient, seen: Seq) -> Result<CatchUp, StoreError> {
+fn read_changes<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, seen: Seq) -> Result<CatchUp, StoreError> {
     let pruned_through: i64 =
         tx.query_one("SELECT pruned_through FROM berth_feed_state WHERE id = 1", &[]).map_err(classify)?.get(0);
     if seen < pruned_through {
@@ -260,7 +306,7 @@ fn read_changes(tx: &mut impl postgres::GenericClient, seen: Seq) -> Result<Catc
         .collect()
 }
 
-fn write_change(tx: &mut Transaction<'_>, change: &Change) -> Result<(), StoreError> {
+fn write_change(tx: &mut Cached<'_, Transaction<'_>>, change: &Change) -> Result<(), StoreError> {
     match change {
         Change::PutProvider { row, expected_generation } => {
             let ProviderRow { id, uuid, name, generation, parent, root, created_at, updated_at } = row;
@@ -386,7 +432,11 @@ fn write_change(tx: &mut Transaction<'_>, change: &Change) -> Result<(), StoreEr
     Ok(())
 }
 
-fn write_allocations(tx: &mut Transaction<'_>, consumer: &str, allocations: &AllocationMap) -> Result<(), StoreError> {
+fn write_allocations(
+    tx: &mut Cached<'_, Transaction<'_>>,
+    consumer: &str,
+    allocations: &AllocationMap,
+) -> Result<(), StoreError> {
     tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&consumer]).map_err(classify)?;
     let mut providers = Vec::new();
     let mut classes = Vec::new();
@@ -411,8 +461,9 @@ fn write_allocations(tx: &mut Transaction<'_>, consumer: &str, allocations: &All
 
 impl Store for PostgresStore {
     fn load(&self) -> Result<Loaded, StoreError> {
-        self.with_conn(&self.read_conn, |client| {
-            let mut tx = client
+        self.with_conn(&self.read_conn, |conn| {
+            let mut tx = conn
+                .client
                 .build_transaction()
                 .isolation_level(postgres::IsolationLevel::RepeatableRead)
                 .read_only(true)
@@ -425,24 +476,24 @@ impl Store for PostgresStore {
     }
 
     fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
-        self.with_conn(&self.write_conn, |client| {
-            let mut tx = client.transaction().map_err(classify)?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
-            let catch_up = read_changes(&mut tx, seen)?;
+        self.with_conn(&self.write_conn, |conn| {
+            let mut tx = conn.client.transaction().map_err(classify)?;
+            let mut cached = Cached { conn: &mut tx, statements: &mut conn.statements };
+            cached.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
+            let catch_up = read_changes(&mut cached, seen)?;
             let Some(changes) = plan(catch_up) else { return Ok(None) };
             if changes.is_empty() {
                 return Ok(None);
             }
             for change in &changes.changes {
-                write_change(&mut tx, change)?;
+                write_change(&mut cached, change)?;
             }
-            let seq: i64 = tx
+            let seq: i64 = cached
                 .query_one("INSERT INTO berth_changes (payload) VALUES ($1) RETURNING seq", &[&codec::encode(&changes)])
                 .map_err(classify)?
                 .get(0);
-            tx.execute("SELECT pg_notify('berth_changes', $1)", &[&seq.to_string()]).map_err(classify)?;
             if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1 {
-                prune(&mut tx, self.feed_retention)?;
+                prune(&mut cached, self.feed_retention)?;
             }
             tx.commit().map_err(classify)?;
             Ok(Some(seq))
@@ -450,11 +501,13 @@ impl Store for PostgresStore {
     }
 
     fn changes_since(&self, seen: Seq) -> Result<CatchUp, StoreError> {
-        self.with_conn(&self.read_conn, |client| read_changes(client, seen))
+        self.with_conn(&self.read_conn, |conn| {
+            read_changes(&mut Cached { conn: &mut conn.client, statements: &mut conn.statements }, seen)
+        })
     }
 
     fn ping(&self) -> Result<(), StoreError> {
-        self.with_conn(&self.read_conn, |client| client.simple_query("SELECT 1").map(|_| ()).map_err(classify))
+        self.with_conn(&self.read_conn, |conn| conn.client.simple_query("SELECT 1").map(|_| ()).map_err(classify))
     }
 
     fn backend_name(&self) -> &'static str {
