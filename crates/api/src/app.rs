@@ -56,6 +56,37 @@ pub struct App {
     /// Process metrics.
     pub metrics: crate::metrics::Metrics,
     group: GroupCommit,
+    shared: SharedBatches,
+}
+
+fn lock_shared(m: &Mutex<SharedState>) -> std::sync::MutexGuard<'_, SharedState> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Group commit for a shared database (see [`App::write_shared`]).
+#[derive(Debug, Default)]
+struct SharedBatches {
+    state: Mutex<SharedState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SharedState {
+    /// The batch writers register for.
+    open_batch: u64,
+    /// A leader is running a batch (from registration to outcome).
+    leader_active: bool,
+    /// The open batch's transaction has caught up: its writers may plan.
+    window_open: bool,
+    /// Writers registered for the open batch that have not planned yet.
+    waiting: usize,
+    /// Change sets planned into the open batch, and their undo sets.
+    changes: ChangeSet,
+    undo: Vec<ChangeSet>,
+    /// Every batch up to this one has its outcome decided.
+    done_through: u64,
+    /// Batches that failed, with the error their writers get.
+    failed: std::collections::BTreeMap<u64, ApiError>,
 }
 
 /// Group-commit state (exclusive stores only).
@@ -126,6 +157,10 @@ impl App {
             store,
             metrics: Default::default(),
             group: GroupCommit { open: Mutex::new(OpenBatch::new(1)), committed: Mutex::new(CommitLog::default()) },
+            shared: SharedBatches {
+                state: Mutex::new(SharedState { open_batch: 1, ..SharedState::default() }),
+                changed: std::sync::Condvar::new(),
+            },
         };
         // Upstream syncs standard traits and classes at start-up; several
         // processes may race here, which the plan-inside-transaction
@@ -186,65 +221,17 @@ impl App {
     /// commit it durably, and apply it to the snapshot so this process reads
     /// its own write. Two strategies, chosen by the store:
     ///
-    /// - **Shared database** (PostgreSQL): inside the store's write
-    ///   transaction, first apply the changes other processes committed
-    ///   since we last looked, then plan against the now-current state,
-    ///   commit (generation compare-and-swap in the database), then apply.
+    /// - **Shared database** (PostgreSQL): group commit inside the store's
+    ///   write transaction, after catching up with the changes other
+    ///   processes committed — see [`App::write_shared`].
     /// - **Exclusive database** (embedded SQLite, one process): group
     ///   commit — see [`App::write_grouped`].
     pub fn write<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
         if self.store.exclusive() {
             blocking(|| self.write_grouped(plan))
         } else {
-            blocking(|| self.write_serial(plan))
+            blocking(|| self.write_shared(plan))
         }
-    }
-
-    fn write_serial<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
-        let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut plan = Some(plan);
-        let mut outcome: Option<ApiResult<(ChangeSet, T)>> = None;
-        let state_lock = &self.state;
-        // At most two attempts: the second after a reload when the change
-        // feed was pruned past what this process had seen.
-        let mut attempts = 0;
-        let committed = loop {
-            attempts += 1;
-            let start_seq = *seen;
-            let mut caught_up_to = start_seq;
-            let result = self.store.write(start_seq, &mut |catch_up| {
-                if !catch_up.is_empty() {
-                    let mut state = state_lock.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    for (seq, set) in catch_up {
-                        state.apply(&set);
-                        caught_up_to = seq;
-                    }
-                }
-                let plan = plan.take()?;
-                let state = state_lock.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let result = plan(&state);
-                let changes = result.as_ref().ok().map(|(changes, _)| changes.clone());
-                outcome = Some(result);
-                changes
-            });
-            *seen = caught_up_to;
-            match result {
-                Err(berth_store::StoreError::FeedGap(_)) if attempts == 1 && plan.is_some() => {
-                    self.reload_locked(&mut seen).map_err(ApiError::from)?;
-                }
-                other => break other,
-            }
-        };
-        if matches!(committed, Err(berth_store::StoreError::Unavailable(_))) {
-            self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        let seq = committed.map_err(ApiError::from)?;
-        let (changes, out) = outcome.unwrap_or_else(|| Err(ApiError::internal()))?;
-        if let Some(seq) = seq {
-            self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
-            *seen = seen.max(seq);
-        }
-        Ok(out)
     }
 
     /// Replace the snapshot with a fresh load (the change feed no longer
@@ -256,6 +243,161 @@ impl App {
         self.metrics.feed_reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(seq = loaded.seq, "change feed pruned past this process's position: snapshot reloaded");
         Ok(())
+    }
+
+    /// Group commit for a database shared with other processes.
+    ///
+    /// Every writer registers for the open batch. The first one becomes its
+    /// leader and runs one store transaction. Inside it, the leader applies
+    /// the other processes' changes (catch-up) and then opens a planning
+    /// window. Every writer registered for the batch, the leader included,
+    /// now plans in turn against the caught-up snapshot and applies its
+    /// change set at once, with an undo set, so the next writer plans on
+    /// top of it. Once nobody is left to plan, the leader closes the window
+    /// and commits all the change sets in the one transaction (one fsync,
+    /// one feed entry).
+    ///
+    /// If the commit fails, every writer's change set is undone in memory
+    /// and every writer gets the error. The catch-up stays applied, since it
+    /// was committed by others. Writers that register while a batch is
+    /// committing wait for the next batch, whose leader is one of them.
+    fn write_shared<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
+        let lock = lock_shared;
+        let shared = &self.shared;
+        let mut st = lock(&shared.state);
+        let my_batch = st.open_batch;
+        st.waiting += 1;
+        let mut plan = Some(plan);
+        let mut out: Option<T> = None;
+        let mut my_error: Option<ApiError> = None;
+        loop {
+            if st.done_through >= my_batch {
+                break;
+            }
+            if st.window_open && st.open_batch == my_batch && plan.is_some() {
+                self.plan_into_batch(&mut st, &mut plan, &mut out, &mut my_error);
+                shared.changed.notify_all();
+                continue;
+            }
+            if !st.leader_active && st.open_batch == my_batch {
+                // Lead this batch.
+                st.leader_active = true;
+                drop(st);
+                let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let start_seq = *seen;
+                let mut caught_up_to = start_seq;
+                let mut window_used = false;
+                let result = self.store.write(start_seq, &mut |catch_up| {
+                    if !catch_up.is_empty() {
+                        let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                        for (seq, set) in catch_up {
+                            state.apply(&set);
+                            caught_up_to = seq;
+                        }
+                    }
+                    window_used = true;
+                    let mut st = lock(&shared.state);
+                    st.window_open = true;
+                    shared.changed.notify_all();
+                    if plan.is_some() {
+                        self.plan_into_batch(&mut st, &mut plan, &mut out, &mut my_error);
+                        shared.changed.notify_all();
+                    }
+                    while st.waiting > 0 {
+                        st = shared.changed.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
+                    }
+                    st.window_open = false;
+                    st.open_batch += 1;
+                    let changes = std::mem::take(&mut st.changes);
+                    (!changes.is_empty()).then_some(changes)
+                });
+                *seen = caught_up_to;
+                if !window_used && matches!(result, Err(berth_store::StoreError::FeedGap(_))) {
+                    // The feed was pruned past this process: nobody has
+                    // planned yet, so reload the snapshot and run the batch
+                    // again (a new leader picks it up).
+                    let reloaded = self.reload_locked(&mut seen);
+                    drop(seen);
+                    st = lock(&shared.state);
+                    st.leader_active = false;
+                    if let Err(err) = reloaded {
+                        st.open_batch += 1;
+                        st.waiting = 0;
+                        st.failed.insert(my_batch, ApiError::from(err));
+                        st.done_through = my_batch;
+                    }
+                    shared.changed.notify_all();
+                    continue;
+                }
+                st = lock(&shared.state);
+                if !window_used {
+                    // The transaction failed before it could catch up: the
+                    // batch never opened and none of its registered writers
+                    // planned. They all get the error.
+                    st.open_batch += 1;
+                    st.waiting = 0;
+                }
+                let undo = std::mem::take(&mut st.undo);
+                match result {
+                    Ok(Some(seq)) => *seen = seen.max(seq),
+                    Ok(None) => {}
+                    Err(err) => {
+                        if matches!(err, berth_store::StoreError::Unavailable(_)) {
+                            self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                        for set in undo.iter().rev() {
+                            state.apply(set);
+                        }
+                        drop(state);
+                        st.failed.insert(my_batch, ApiError::from(err));
+                    }
+                }
+                drop(seen);
+                st.done_through = my_batch;
+                st.leader_active = false;
+                let keep_from = my_batch.saturating_sub(1024);
+                st.failed.retain(|id, _| *id >= keep_from);
+                shared.changed.notify_all();
+                continue;
+            }
+            st = shared.changed.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        if let Some(err) = my_error {
+            return Err(err);
+        }
+        if let Some(err) = st.failed.get(&my_batch) {
+            return Err(err.clone());
+        }
+        drop(st);
+        out.ok_or_else(ApiError::internal)
+    }
+
+    /// One writer plans into the open shared batch (the window is open, so
+    /// the snapshot has caught up) and applies its change set at once.
+    fn plan_into_batch<T>(
+        &self,
+        st: &mut SharedState,
+        plan: &mut Option<impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>>,
+        out: &mut Option<T>,
+        my_error: &mut Option<ApiError>,
+    ) {
+        st.waiting -= 1;
+        let Some(plan) = plan.take() else { return };
+        let state = self.read();
+        match plan(&state) {
+            Ok((changes, value)) => {
+                if !changes.is_empty() {
+                    let undo = state.undo_for(&changes);
+                    drop(state);
+                    self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
+                    st.changes.changes.extend(changes.changes);
+                    st.undo.push(undo);
+                }
+                *out = Some(value);
+            }
+            Err(err) => *my_error = Some(err),
+        }
     }
 
     /// Group commit for a database only this process writes.

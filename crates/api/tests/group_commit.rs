@@ -16,6 +16,9 @@ struct FaultyStore {
     inner: SqliteStore,
     commits: AtomicUsize,
     fail_every: usize,
+    /// Pretend to be a shared database (exercises the shared-database
+    /// group commit instead of the exclusive one).
+    shared: bool,
 }
 
 impl Store for FaultyStore {
@@ -25,8 +28,11 @@ impl Store for FaultyStore {
     fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
         let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
         if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
-            // Let the plan run (as a real failing commit would), then fail.
-            let _ = plan(Vec::new());
+            // Alternate: fail before the plan runs (connection lost at
+            // BEGIN), or let it run and fail the commit.
+            if (n / self.fail_every) % 2 == 0 {
+                let _ = plan(Vec::new());
+            }
             return Err(StoreError::Unavailable("injected commit failure".into()));
         }
         self.inner.write(seen, plan)
@@ -41,7 +47,7 @@ impl Store for FaultyStore {
         "faulty-sqlite"
     }
     fn exclusive(&self) -> bool {
-        true
+        !self.shared
     }
 }
 
@@ -51,11 +57,12 @@ fn summary(state: &State) -> Vec<String> {
     out
 }
 
-fn app(dir: &std::path::Path, fail_every: usize) -> (Arc<App>, Arc<FaultyStore>) {
+fn app(dir: &std::path::Path, fail_every: usize, shared: bool) -> (Arc<App>, Arc<FaultyStore>) {
     let store = Arc::new(FaultyStore {
         inner: SqliteStore::open_path(&dir.join("db.sqlite")).expect("open"),
         commits: AtomicUsize::new(0),
         fail_every,
+        shared,
     });
     let config = ApiConfig {
         auth_mode: AuthMode::NoAuth2,
@@ -78,12 +85,21 @@ fn add_trait(app: &App, name: String) -> Result<(), berth_api::ApiError> {
 }
 
 #[test]
-fn memory_and_database_agree_after_injected_failures() {
-    let dir = std::env::temp_dir().join(format!("berth-group-commit-{}", std::process::id()));
+fn exclusive_group_commit_survives_injected_failures() {
+    injected_failures(false);
+}
+
+#[test]
+fn shared_group_commit_survives_injected_failures() {
+    injected_failures(true);
+}
+
+fn injected_failures(shared: bool) {
+    let dir = std::env::temp_dir().join(format!("berth-group-commit-{}-{shared}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     // The start-up sync is commit #1; fail every 7th commit after that.
-    let (app, store) = app(&dir, 7);
+    let (app, store) = app(&dir, 7, shared);
     let ok = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..8)
