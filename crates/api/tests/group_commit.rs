@@ -30,7 +30,7 @@ impl Store for FaultyStore {
         if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
             // Alternate: fail before the plan runs (connection lost at
             // BEGIN), or let it run and fail the commit.
-            if (n / self.fail_every) % 2 == 0 {
+            if (n / self.fail_every).is_multiple_of(2) {
                 let _ = plan(Vec::new());
             }
             return Err(StoreError::Unavailable("injected commit failure".into()));
