@@ -33,6 +33,8 @@ pub struct Metrics {
     /// Full snapshot reloads because the change feed was pruned past this
     /// process's position.
     pub feed_reloads: AtomicU64,
+    /// GET /allocation_candidates answers cut by `--max-allocation-candidates`.
+    pub candidates_capped: AtomicU64,
 }
 
 impl Metrics {
@@ -101,6 +103,11 @@ impl Metrics {
             ("berth_change_feed_applied_total", "Change sets applied from other processes.", self.feed_applied.load(Ordering::Relaxed)),
             ("berth_change_feed_errors_total", "Failed change-feed polls.", self.feed_errors.load(Ordering::Relaxed)),
             ("berth_store_unavailable_total", "Store calls that found the database unavailable.", self.store_unavailable.load(Ordering::Relaxed)),
+            (
+                "berth_allocation_candidates_capped_total",
+                "Allocation-candidate requests whose candidates were cut by --max-allocation-candidates.",
+                self.candidates_capped.load(Ordering::Relaxed),
+            ),
             ("berth_change_feed_reloads_total", "Full snapshot reloads after the change feed was pruned past this process.", self.feed_reloads.load(Ordering::Relaxed)),
         ];
         for (name, help, value) in counters {

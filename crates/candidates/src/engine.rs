@@ -745,8 +745,18 @@ fn breadth_first(
     shape: (&[bool], &[Vec<usize>]),
     (isolate, exclude_nested): (bool, bool),
     target: usize,
+    seed: Option<u64>,
 ) -> Vec<Found> {
-    let anchors = anchor_ranges(per_group);
+    let mut anchors = anchor_ranges(per_group);
+    // Randomised: visit the anchors in a random order, so the anchors that
+    // make it under the cap are a uniform sample rather than the oldest.
+    if let Some(seed) = seed {
+        let mut rng = Rng(seed ^ 0x5EED_CA95);
+        for i in (1..anchors.len()).rev() {
+            let j = rng.below(i + 1);
+            anchors.swap(i, j);
+        }
+    }
     let n = anchors.len();
     let mut lists: Vec<Vec<Found>> = (0..n).map(|_| Vec::new()).collect();
     // The quota each anchor was last walked with (0: not walked yet).
@@ -864,7 +874,14 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     // One group without sharing: every single-provider match is a final
     // answer in anchor order, so the scan may stop early. With a cap on trees
     // that order is depth-first, not breadth-first: no early stop then.
-    let stop_after = if req.groups.len() == 1 && !idx.any_sharing && (cap.is_none() || !idx.has_trees) {
+    // With a cap and randomisation the capped set must be a sample of all
+    // viable anchors, not the first ones found: no early stop then either.
+    let sample_under_cap = cap.is_some() && req.randomize_seed.is_some();
+    let stop_after = if req.groups.len() == 1
+        && !idx.any_sharing
+        && (cap.is_none() || !idx.has_trees)
+        && !sample_under_cap
+    {
         wanted
     } else {
         usize::MAX
@@ -971,7 +988,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
             }
         }
     } else if cap.is_some() {
-        found = breadth_first(&search, &per_group, shape, (isolate, exclude_nested), wanted);
+        found = breadth_first(&search, &per_group, shape, (isolate, exclude_nested), wanted, req.randomize_seed);
     } else {
         let mut merge = new_merge(&search, &per_group, shape, flags, Vec::new());
         let first = &per_group[0];
@@ -997,6 +1014,8 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         found = std::mem::take(&mut merge.found);
     }
     let idx = &search.idx;
+    // The cap was reached: viable candidates beyond it were not generated.
+    let capped = cap.is_some_and(|c| found.len() >= c);
 
     // Providers summarised: whole trees of the providers used (only the
     // providers used, before 1.29 with trees around).
@@ -1099,5 +1118,5 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
             }
         })
         .collect();
-    Ok(Candidates { allocation_requests, provider_summaries })
+    Ok(Candidates { allocation_requests, provider_summaries, capped })
 }

@@ -162,4 +162,7 @@ pub struct Candidates<'a> {
     pub allocation_requests: Vec<AllocationRequest<'a>>,
     /// Provider summaries, in provider creation order.
     pub provider_summaries: Vec<ProviderSummary<'a>>,
+    /// The `max_candidates` cap was reached, so viable candidates beyond it
+    /// were not generated (the API counts this in a metric).
+    pub capped: bool,
 }

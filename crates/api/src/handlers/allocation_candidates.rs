@@ -41,6 +41,11 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
             }
             CandidatesError::TraitNotFound(_) => ApiError::bad_request(e.to_string()),
         })?;
+        if candidates.capped {
+            // Never silent: a cap that cut viable candidates is counted.
+            app.metrics.candidates_capped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(request_id = %req.request_id, "allocation candidates capped by --max-allocation-candidates");
+        }
         render(|minor| req.at_least(minor), &request, &candidates)
     };
     Ok(Resp::raw_json(StatusCode::OK, body).last_modified(req, now()))

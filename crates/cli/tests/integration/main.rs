@@ -3,6 +3,7 @@
 
 mod auth;
 mod bad_input;
+mod candidate_options;
 mod concurrency;
 mod durability;
 mod multiprocess;
