@@ -617,6 +617,7 @@ mod tests {
                 },
                 ProviderSummary { uuid: u(2), parent: Some(u(1)), root: u(1), resources: vec![], traits: vec![] },
             ],
+            capped: false,
         };
         (request, candidates)
     }
