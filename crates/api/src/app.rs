@@ -139,10 +139,7 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 
 /// Current wall-clock time in Unix seconds.
 pub fn now() -> Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 impl App {

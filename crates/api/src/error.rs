@@ -115,17 +115,13 @@ impl From<ModelError> for ApiError {
     fn from(err: ModelError) -> Self {
         match err {
             ModelError::NotFound(m) => ApiError::not_found(m),
-            ModelError::ProviderNotFound(m) => {
-                ApiError::bad_request(m).with_code(codes::RESOURCE_PROVIDER_NOT_FOUND)
-            }
+            ModelError::ProviderNotFound(m) => ApiError::bad_request(m).with_code(codes::RESOURCE_PROVIDER_NOT_FOUND),
             ModelError::Invalid(m) => ApiError::bad_request(m),
             ModelError::GenerationConflict(m) => ApiError::conflict(m).with_code(codes::CONCURRENT_UPDATE),
             ModelError::InventoryInUse(m) => ApiError::conflict(m).with_code(codes::INVENTORY_INUSE),
             ModelError::DuplicateName(m) => ApiError::conflict(m).with_code(codes::DUPLICATE_NAME),
             ModelError::ProviderInUse(m) => ApiError::conflict(m).with_code(codes::PROVIDER_IN_USE),
-            ModelError::CannotDeleteParent(m) => {
-                ApiError::conflict(m).with_code(codes::PROVIDER_CANNOT_DELETE_PARENT)
-            }
+            ModelError::CannotDeleteParent(m) => ApiError::conflict(m).with_code(codes::PROVIDER_CANNOT_DELETE_PARENT),
             ModelError::Conflict(m) => ApiError::conflict(m),
         }
     }

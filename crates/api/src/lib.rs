@@ -87,7 +87,9 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
 
     // CORS preflight is answered before anything else, as oslo.middleware
     // wraps the whole application.
-    if let (Some(_), true) = (&app.config.cors, method == Method::OPTIONS && headers.contains_key("access-control-request-method")) {
+    if let (Some(_), true) =
+        (&app.config.cors, method == Method::OPTIONS && headers.contains_key("access-control-request-method"))
+    {
         let mut response = Response::builder().status(StatusCode::OK).body(Body::empty()).unwrap_or_default();
         if let Some(origin) = &cors_origin {
             add_preflight_headers(app, &headers, origin, response.headers_mut());
@@ -190,7 +192,13 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
     let elapsed_us = elapsed.as_micros() as u64;
-    app.metrics.observe(route_label, method.as_str(), status, elapsed.as_secs_f64(), error_code.filter(|_| status >= 400));
+    app.metrics.observe(
+        route_label,
+        method.as_str(),
+        status,
+        elapsed.as_secs_f64(),
+        error_code.filter(|_| status >= 400),
+    );
     if status >= 500 {
         tracing::error!(request_id = %request_id, %method, %path, status, elapsed_us, "request");
     } else {
@@ -219,7 +227,8 @@ fn operational(app: &App, path: &str) -> Response<Body> {
         (state.providers.len() as f64, state.consumers.len() as f64)
     };
     let last_poll_ms = app.metrics.feed_last_poll_ms.load(std::sync::atomic::Ordering::Relaxed);
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     let staleness = if last_poll_ms == 0 { 0.0 } else { (now_ms - last_poll_ms).max(0) as f64 / 1000.0 };
     let text = app.metrics.render(&[
         ("berth_providers", "Resource providers in this process's snapshot.", n_providers),

@@ -87,7 +87,10 @@ impl Metrics {
                         h.counts[idx]
                     ));
                 }
-                out.push_str(&format!("berth_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n", h.count));
+                out.push_str(&format!(
+                    "berth_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n",
+                    h.count
+                ));
                 out.push_str(&format!("berth_http_request_duration_seconds_sum{{{labels}}} {}\n", h.sum));
                 out.push_str(&format!("berth_http_request_duration_seconds_count{{{labels}}} {}\n", h.count));
             }
@@ -100,15 +103,27 @@ impl Metrics {
             }
         }
         let counters = [
-            ("berth_change_feed_applied_total", "Change sets applied from other processes.", self.feed_applied.load(Ordering::Relaxed)),
+            (
+                "berth_change_feed_applied_total",
+                "Change sets applied from other processes.",
+                self.feed_applied.load(Ordering::Relaxed),
+            ),
             ("berth_change_feed_errors_total", "Failed change-feed polls.", self.feed_errors.load(Ordering::Relaxed)),
-            ("berth_store_unavailable_total", "Store calls that found the database unavailable.", self.store_unavailable.load(Ordering::Relaxed)),
+            (
+                "berth_store_unavailable_total",
+                "Store calls that found the database unavailable.",
+                self.store_unavailable.load(Ordering::Relaxed),
+            ),
             (
                 "berth_allocation_candidates_capped_total",
                 "Allocation-candidate requests whose candidates were cut by --max-allocation-candidates.",
                 self.candidates_capped.load(Ordering::Relaxed),
             ),
-            ("berth_change_feed_reloads_total", "Full snapshot reloads after the change feed was pruned past this process.", self.feed_reloads.load(Ordering::Relaxed)),
+            (
+                "berth_change_feed_reloads_total",
+                "Full snapshot reloads after the change feed was pruned past this process.",
+                self.feed_reloads.load(Ordering::Relaxed),
+            ),
         ];
         for (name, help, value) in counters {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"));
@@ -131,9 +146,15 @@ mod tests {
         m.observe("/resource_providers", "GET", 200, 0.2, None);
         m.observe("/allocations/{consumer_uuid}", "PUT", 409, 0.001, Some("placement.concurrent_update"));
         let text = m.render(&[("berth_providers", "Providers.", 3.0)]);
-        assert!(text.contains("berth_http_requests_total{route=\"/resource_providers\",method=\"GET\",status=\"200\"} 2"));
-        assert!(text.contains("berth_http_request_duration_seconds_bucket{route=\"/resource_providers\",method=\"GET\",le=\"0.001\"} 1"));
-        assert!(text.contains("berth_http_request_duration_seconds_count{route=\"/resource_providers\",method=\"GET\"} 2"));
+        assert!(
+            text.contains("berth_http_requests_total{route=\"/resource_providers\",method=\"GET\",status=\"200\"} 2")
+        );
+        assert!(text.contains(
+            "berth_http_request_duration_seconds_bucket{route=\"/resource_providers\",method=\"GET\",le=\"0.001\"} 1"
+        ));
+        assert!(
+            text.contains("berth_http_request_duration_seconds_count{route=\"/resource_providers\",method=\"GET\"} 2")
+        );
         assert!(text.contains("berth_api_errors_total{code=\"placement.concurrent_update\"} 1"));
         assert!(text.contains("berth_providers 3"));
     }

@@ -88,10 +88,9 @@ impl Req {
                 format!("The media type {shown} is not supported, use application/json"),
             ));
         }
-        let value: Value = serde_json::from_slice(&self.body)
-            .map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
-        schema::validate(schema, &value)
-            .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
+        let value: Value =
+            serde_json::from_slice(&self.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
+        schema::validate(schema, &value).map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
         Ok(value)
     }
 

@@ -127,26 +127,43 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
             "enum" => {
                 if let Some(options) = spec.as_array() {
                     if !options.contains(instance) {
-                        err(errors, "enum", path, depth, format!("{} is not one of {}", py_repr(instance), py_repr(spec)));
+                        err(
+                            errors,
+                            "enum",
+                            path,
+                            depth,
+                            format!("{} is not one of {}", py_repr(instance), py_repr(spec)),
+                        );
                     }
                 }
             }
-            "format"
-                if spec == "uuid" => {
-                    if let Some(s) = instance.as_str() {
-                        if !is_uuid_like(s) {
-                            err(errors, "format", path, depth, format!("{} is not a 'uuid'", py_repr(instance)));
-                        }
+            "format" if spec == "uuid" => {
+                if let Some(s) = instance.as_str() {
+                    if !is_uuid_like(s) {
+                        err(errors, "format", path, depth, format!("{} is not a 'uuid'", py_repr(instance)));
                     }
                 }
+            }
             "anyOf" | "oneOf" => {
                 if let Some(options) = spec.as_array() {
                     let n_valid = options.iter().filter(|s| is_valid(s, instance)).count();
                     let keyword: &'static str = if keyword == "anyOf" { "anyOf" } else { "oneOf" };
                     if n_valid == 0 {
-                        err(errors, keyword, path, depth, format!("{} is not valid under any of the given schemas", py_repr(instance)));
+                        err(
+                            errors,
+                            keyword,
+                            path,
+                            depth,
+                            format!("{} is not valid under any of the given schemas", py_repr(instance)),
+                        );
                     } else if keyword == "oneOf" && n_valid > 1 {
-                        err(errors, keyword, path, depth, format!("{} is valid under each of the given schemas", py_repr(instance)));
+                        err(
+                            errors,
+                            keyword,
+                            path,
+                            depth,
+                            format!("{} is valid under each of the given schemas", py_repr(instance)),
+                        );
                     }
                 }
             }
@@ -160,38 +177,53 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
                         check(spec, item, &format!("{path}['items']"), depth + 1, errors);
                     }
                 }
-                "minItems"
-                    if spec.as_u64().is_some_and(|min| (items.len() as u64) < min) => {
-                        let msg = if items.is_empty() { "[] should be non-empty".to_owned() } else { format!("{} is too short", py_repr(instance)) };
-                        err(errors, "minItems", path, depth, msg);
+                "minItems" if spec.as_u64().is_some_and(|min| (items.len() as u64) < min) => {
+                    let msg = if items.is_empty() {
+                        "[] should be non-empty".to_owned()
+                    } else {
+                        format!("{} is too short", py_repr(instance))
+                    };
+                    err(errors, "minItems", path, depth, msg);
+                }
+                "maxItems" if spec.as_u64().is_some_and(|max| (items.len() as u64) > max) => {
+                    err(errors, "maxItems", path, depth, format!("{} is too long", py_repr(instance)));
+                }
+                "uniqueItems" if spec == &Value::Bool(true) => {
+                    let dup = items.iter().enumerate().any(|(i, a)| items[..i].contains(a));
+                    if dup {
+                        err(
+                            errors,
+                            "uniqueItems",
+                            path,
+                            depth,
+                            format!("{} has non-unique elements", py_repr(instance)),
+                        );
                     }
-                "maxItems"
-                    if spec.as_u64().is_some_and(|max| (items.len() as u64) > max) => {
-                        err(errors, "maxItems", path, depth, format!("{} is too long", py_repr(instance)));
-                    }
-                "uniqueItems"
-                    if spec == &Value::Bool(true) => {
-                        let dup = items.iter().enumerate().any(|(i, a)| items[..i].contains(a));
-                        if dup {
-                            err(errors, "uniqueItems", path, depth, format!("{} has non-unique elements", py_repr(instance)));
-                        }
-                    }
+                }
                 _ => {}
             },
             Value::String(s) => match keyword.as_str() {
-                "minLength"
-                    if spec.as_u64().is_some_and(|min| (s.chars().count() as u64) < min) => {
-                        let msg = if s.is_empty() { "'' should be non-empty".to_owned() } else { format!("{} is too short", py_repr(instance)) };
-                        err(errors, "minLength", path, depth, msg);
-                    }
-                "maxLength"
-                    if spec.as_u64().is_some_and(|max| (s.chars().count() as u64) > max) => {
-                        err(errors, "maxLength", path, depth, format!("{} is too long", py_repr(instance)));
-                    }
+                "minLength" if spec.as_u64().is_some_and(|min| (s.chars().count() as u64) < min) => {
+                    let msg = if s.is_empty() {
+                        "'' should be non-empty".to_owned()
+                    } else {
+                        format!("{} is too short", py_repr(instance))
+                    };
+                    err(errors, "minLength", path, depth, msg);
+                }
+                "maxLength" if spec.as_u64().is_some_and(|max| (s.chars().count() as u64) > max) => {
+                    err(errors, "maxLength", path, depth, format!("{} is too long", py_repr(instance)));
+                }
                 "pattern" => {
                     if let Some(pattern) = spec.as_str() {
                         if regex(pattern).is_some_and(|re| !re.is_match(s)) {
-                            err(errors, "pattern", path, depth, format!("{} does not match {}", py_repr(instance), py_str(pattern)));
+                            err(
+                                errors,
+                                "pattern",
+                                path,
+                                depth,
+                                format!("{} does not match {}", py_repr(instance), py_str(pattern)),
+                            );
                         }
                     }
                 }
@@ -200,14 +232,12 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
             Value::Number(n) if type_matches("number", instance) => {
                 let v = n.as_f64().unwrap_or(0.0);
                 match keyword.as_str() {
-                    "minimum"
-                        if spec.as_f64().is_some_and(|min| v < min) => {
-                            err(errors, "minimum", path, depth, format!("{} is less than the minimum of {}", n, spec));
-                        }
-                    "maximum"
-                        if spec.as_f64().is_some_and(|max| v > max) => {
-                            err(errors, "maximum", path, depth, format!("{} is greater than the maximum of {}", n, spec));
-                        }
+                    "minimum" if spec.as_f64().is_some_and(|min| v < min) => {
+                        err(errors, "minimum", path, depth, format!("{} is less than the minimum of {}", n, spec));
+                    }
+                    "maximum" if spec.as_f64().is_some_and(|max| v > max) => {
+                        err(errors, "maximum", path, depth, format!("{} is greater than the maximum of {}", n, spec));
+                    }
                     _ => {}
                 }
             }
@@ -258,15 +288,17 @@ fn check_object(
                 }
             }
         }
-        "minProperties"
-            if spec.as_u64().is_some_and(|min| (map.len() as u64) < min) => {
-                let msg = if map.is_empty() { "{} should be non-empty".to_owned() } else { format!("{} does not have enough properties", py_repr(instance)) };
-                err(errors, "minProperties", path, depth, msg);
-            }
-        "maxProperties"
-            if spec.as_u64().is_some_and(|max| (map.len() as u64) > max) => {
-                err(errors, "maxProperties", path, depth, format!("{} has too many properties", py_repr(instance)));
-            }
+        "minProperties" if spec.as_u64().is_some_and(|min| (map.len() as u64) < min) => {
+            let msg = if map.is_empty() {
+                "{} should be non-empty".to_owned()
+            } else {
+                format!("{} does not have enough properties", py_repr(instance))
+            };
+            err(errors, "minProperties", path, depth, msg);
+        }
+        "maxProperties" if spec.as_u64().is_some_and(|max| (map.len() as u64) > max) => {
+            err(errors, "maxProperties", path, depth, format!("{} has too many properties", py_repr(instance)));
+        }
         "additionalProperties" => {
             let props = schema.get("properties").and_then(Value::as_object);
             let patterns: Vec<(String, Regex)> = schema
@@ -276,7 +308,9 @@ fn check_object(
                 .unwrap_or_default();
             let extras: Vec<&String> = map
                 .keys()
-                .filter(|k| !props.is_some_and(|p| p.contains_key(*k)) && !patterns.iter().any(|(_, re)| re.is_match(k)))
+                .filter(|k| {
+                    !props.is_some_and(|p| p.contains_key(*k)) && !patterns.iter().any(|(_, re)| re.is_match(k))
+                })
                 .collect();
             match spec {
                 Value::Bool(false) if !extras.is_empty() => {
@@ -284,11 +318,23 @@ fn check_object(
                         let pats = patterns.iter().map(|(p, _)| py_str(p)).collect::<Vec<_>>().join(", ");
                         let names = extras.iter().map(|k| py_str(k)).collect::<Vec<_>>().join(", ");
                         let verb = if extras.len() == 1 { "does" } else { "do" };
-                        err(errors, "additionalProperties", path, depth, format!("{names} {verb} not match any of the regexes: {pats}"));
+                        err(
+                            errors,
+                            "additionalProperties",
+                            path,
+                            depth,
+                            format!("{names} {verb} not match any of the regexes: {pats}"),
+                        );
                     } else {
                         let names = extras.iter().map(|k| py_str(k)).collect::<Vec<_>>().join(", ");
                         let verb = if extras.len() == 1 { "was" } else { "were" };
-                        err(errors, "additionalProperties", path, depth, format!("Additional properties are not allowed ({names} {verb} unexpected)"));
+                        err(
+                            errors,
+                            "additionalProperties",
+                            path,
+                            depth,
+                            format!("Additional properties are not allowed ({names} {verb} unexpected)"),
+                        );
                     }
                 }
                 Value::Object(_) => {

@@ -877,15 +877,12 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     // With a cap and randomisation the capped set must be a sample of all
     // viable anchors, not the first ones found: no early stop then either.
     let sample_under_cap = cap.is_some() && req.randomize_seed.is_some();
-    let stop_after = if req.groups.len() == 1
-        && !idx.any_sharing
-        && (cap.is_none() || !idx.has_trees)
-        && !sample_under_cap
-    {
-        wanted
-    } else {
-        usize::MAX
-    };
+    let stop_after =
+        if req.groups.len() == 1 && !idx.any_sharing && (cap.is_none() || !idx.has_trees) && !sample_under_cap {
+            wanted
+        } else {
+            usize::MAX
+        };
     // Tree at a time: with a limit (no randomisation) and no sharing
     // providers every candidate is anchored at its own tree, so trees can be
     // matched and combined one by one in anchor order, stopping at the limit.

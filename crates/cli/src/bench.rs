@@ -201,7 +201,11 @@ async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyh
                 }
                 let uuid = uuid::Uuid::new_v4().to_string();
                 let steps = [
-                    (reqwest::Method::POST, "/resource_providers".to_owned(), json!({"name": format!("bench-{idx}"), "uuid": uuid})),
+                    (
+                        reqwest::Method::POST,
+                        "/resource_providers".to_owned(),
+                        json!({"name": format!("bench-{idx}"), "uuid": uuid}),
+                    ),
                     (
                         reqwest::Method::PUT,
                         format!("/resource_providers/{uuid}/inventories"),

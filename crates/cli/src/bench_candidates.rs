@@ -90,7 +90,10 @@ struct Api {
 
 impl Api {
     fn new(url: &str, concurrency: usize) -> anyhow::Result<Self> {
-        Ok(Self { http: reqwest::Client::builder().pool_max_idle_per_host(concurrency * 2).build()?, url: url.to_owned() })
+        Ok(Self {
+            http: reqwest::Client::builder().pool_max_idle_per_host(concurrency * 2).build()?,
+            url: url.to_owned(),
+        })
     }
 
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
@@ -101,7 +104,12 @@ impl Api {
             .header("openstack-api-version", "placement 1.39")
     }
 
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, bytes::Bytes)> {
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, bytes::Bytes)> {
         let mut req = self.req(method, path);
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body.to_string());
@@ -205,7 +213,9 @@ async fn build_unit(api: &Api, shape: &str, idx: usize, agg: &str) -> anyhow::Re
 
 fn query(shape: &str, agg: &str) -> String {
     if shape == "flat" {
-        format!("/allocation_candidates?resources=VCPU:1,DISK_GB:10,MEMORY_MB:256&member_of={agg}&required=HW_CPU_X86_AVX2")
+        format!(
+            "/allocation_candidates?resources=VCPU:1,DISK_GB:10,MEMORY_MB:256&member_of={agg}&required=HW_CPU_X86_AVX2"
+        )
     } else {
         "/allocation_candidates?resources=DISK_GB:10&required=COMPUTE_VOLUME_MULTI_ATTACH\
          &resources_COMPUTE=VCPU:1,MEMORY_MB:256&required_COMPUTE=CUSTOM_FOO\
@@ -476,8 +486,15 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
     if let Some(harness) = &opts.real_placement {
         let real = spawn_real(harness, &opts.python).await?;
         let pid = real.child.id();
-        let r = measure("real placement", std::slice::from_ref(&real.url), Some(pid), &opts, opts.real_scale, opts.real_concurrency)
-            .await?;
+        let r = measure(
+            "real placement",
+            std::slice::from_ref(&real.url),
+            Some(pid),
+            &opts,
+            opts.real_scale,
+            opts.real_concurrency,
+        )
+        .await?;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         println!(
             "ratios berth vs real: full median {:.0}x faster, limit=1 median {:.0}x faster, throughput {:.0}x, claims/s {:.0}x, load {:.1}x faster",

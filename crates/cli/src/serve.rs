@@ -162,7 +162,9 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .change_feed_retention_secs
             .or(file.change_feed_retention_secs)
             .map(std::time::Duration::from_secs),
-        change_poll: std::time::Duration::from_millis(opts.change_poll_ms.or(file.change_poll_ms).unwrap_or(DEFAULT_CHANGE_POLL_MS)),
+        change_poll: std::time::Duration::from_millis(
+            opts.change_poll_ms.or(file.change_poll_ms).unwrap_or(DEFAULT_CHANGE_POLL_MS),
+        ),
     })
 }
 
@@ -331,7 +333,8 @@ mod tests {
         };
         let defaults = resolve_args(&[]).expect("resolve");
         assert_eq!(defaults, CandidateOptions { randomize: false, max_candidates: None });
-        let set = resolve_args(&["--randomize-allocation-candidates", "--max-allocation-candidates", "50"]).expect("ok");
+        let set =
+            resolve_args(&["--randomize-allocation-candidates", "--max-allocation-candidates", "50"]).expect("ok");
         assert_eq!(set, CandidateOptions { randomize: true, max_candidates: Some(50) });
         let off = resolve_args(&["--randomize-allocation-candidates=false", "--max-allocation-candidates", "-1"]);
         assert_eq!(off.expect("ok"), CandidateOptions { randomize: false, max_candidates: None });

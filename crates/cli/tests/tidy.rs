@@ -31,7 +31,8 @@ fn dependencies(crate_dir: &Path) -> Vec<String> {
 /// SQL or serialisation dependencies.
 #[test]
 fn pure_crates_have_no_io_dependencies() {
-    let forbidden = ["tokio", "axum", "hyper", "rusqlite", "sqlx", "postgres", "tokio-postgres", "serde", "serde_json", "reqwest"];
+    let forbidden =
+        ["tokio", "axum", "hyper", "rusqlite", "sqlx", "postgres", "tokio-postgres", "serde", "serde_json", "reqwest"];
     for name in ["model", "candidates"] {
         let dir = workspace_root().join("crates").join(name);
         if !dir.exists() {

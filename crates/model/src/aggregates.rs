@@ -103,7 +103,9 @@ mod tests {
     #[test]
     fn unknown_provider_is_not_found() {
         let (state, _) = state_with_provider();
-        assert!(matches!(provider_aggregates(&state, "non_existed"), Err(ModelError::NotFound(m)) if m == "No resource provider with uuid non_existed found"));
+        assert!(
+            matches!(provider_aggregates(&state, "non_existed"), Err(ModelError::NotFound(m)) if m == "No resource provider with uuid non_existed found")
+        );
         assert!(plan_set_aggregates(&state, &Uuid::from_u128(77).to_string(), &[], None, 1).is_err());
     }
 }

@@ -342,7 +342,9 @@ impl Violation {
             Violation::Constraints => "would violate inventory constraints",
             Violation::Capacity => "would exceed the capacity",
         };
-        format!("Unable to create allocation for '{class}' on resource provider '{provider}'. The requested amount {why}.")
+        format!(
+            "Unable to create allocation for '{class}' on resource provider '{provider}'. The requested amount {why}."
+        )
     }
 }
 
@@ -455,9 +457,7 @@ pub fn plan_reshape(
         if requested.inventories.is_empty() {
             continue;
         }
-        if let Some(class) =
-            requested.inventories.keys().find(|c| !state.resource_classes.contains_key(c.as_str()))
-        {
+        if let Some(class) = requested.inventories.keys().find(|c| !state.resource_classes.contains_key(c.as_str())) {
             return Err(ModelError::Invalid(format!("malformed reshaper data: No such resource class {class}.")));
         }
         let mut merged = state.provider(&requested.provider).map(|p| p.inventories.clone()).unwrap_or_default();
@@ -547,7 +547,13 @@ mod tests {
         (state, uuid)
     }
 
-    fn request(consumer: u128, provider: Uuid, class: &str, amount: i64, generation: ConsumerGeneration) -> ConsumerAllocations {
+    fn request(
+        consumer: u128,
+        provider: Uuid,
+        class: &str,
+        amount: i64,
+        generation: ConsumerGeneration,
+    ) -> ConsumerAllocations {
         let mut allocations = AllocationMap::new();
         if amount > 0 {
             allocations.entry(provider).or_default().insert(class.to_owned(), amount);
@@ -575,7 +581,10 @@ mod tests {
         // Replacing our own 3 with 4 fits; another consumer's 2 does not.
         write(&mut state, &[request(10, rp, "VCPU", 4, ConsumerGeneration::Unchecked)]).expect("own replaced");
         let err = write(&mut state, &[request(11, rp, "VCPU", 1, ConsumerGeneration::Unchecked)]).unwrap_err();
-        assert!(matches!(err, AllocationError::InvalidInventory(ref m) if m.contains("exceed the capacity")), "{err:?}");
+        assert!(
+            matches!(err, AllocationError::InvalidInventory(ref m) if m.contains("exceed the capacity")),
+            "{err:?}"
+        );
         assert_eq!(state.provider(&rp).map(|p| p.used("VCPU")), Some(4));
     }
 
@@ -650,11 +659,17 @@ mod tests {
         assert_eq!(state.consumers.get(&Uuid::from_u128(10)).map(|c| c.row.generation), Some(1));
         assert_eq!(gen(&state), before.map(|g| g + 1));
         let err = write(&mut state, &[request(10, rp, "VCPU", 2, ConsumerGeneration::New)]).unwrap_err();
-        assert_eq!(err, AllocationError::ConsumerConflict("consumer generation conflict - expected 1 but got None".into()));
+        assert_eq!(
+            err,
+            AllocationError::ConsumerConflict("consumer generation conflict - expected 1 but got None".into())
+        );
         let err = write(&mut state, &[request(10, rp, "VCPU", 2, ConsumerGeneration::Is(0))]).unwrap_err();
         assert!(matches!(err, AllocationError::ConsumerConflict(_)));
         let err = write(&mut state, &[request(11, rp, "VCPU", 2, ConsumerGeneration::Is(5))]).unwrap_err();
-        assert_eq!(err, AllocationError::ConsumerConflict("consumer generation conflict - expected null but got 5".into()));
+        assert_eq!(
+            err,
+            AllocationError::ConsumerConflict("consumer generation conflict - expected null but got 5".into())
+        );
         write(&mut state, &[request(10, rp, "VCPU", 2, ConsumerGeneration::Is(1))]).expect("matching");
         assert_eq!(state.consumers.get(&Uuid::from_u128(10)).map(|c| c.row.generation), Some(2));
         // Emptying the allocations deletes the consumer and bumps the provider.

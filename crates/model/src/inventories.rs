@@ -56,9 +56,7 @@ fn capacity_problem(rule: ReservedRule, provider: &Uuid, class: &str, inventory:
 }
 
 fn provider<'a>(state: &'a State, uuid: &Uuid) -> Result<&'a Provider> {
-    state
-        .provider(uuid)
-        .ok_or_else(|| ModelError::NotFound(format!("No resource provider with uuid {uuid} found")))
+    state.provider(uuid).ok_or_else(|| ModelError::NotFound(format!("No resource provider with uuid {uuid} found")))
 }
 
 /// Resource classes of `classes` that have allocations on `provider`, in
@@ -138,9 +136,8 @@ pub fn plan_create_inventory(
     now: Timestamp,
 ) -> Result<(ChangeSet, i64)> {
     let provider = provider(state, &uuid)?;
-    let unable = |why: String| {
-        ModelError::Invalid(format!("Unable to create inventory for resource provider {uuid}: {why}"))
-    };
+    let unable =
+        |why: String| ModelError::Invalid(format!("Unable to create inventory for resource provider {uuid}: {why}"));
     if let Some(problem) = capacity_problem(rule, &uuid, class, &inventory) {
         return Err(unable(problem));
     }
@@ -174,9 +171,7 @@ pub fn plan_update_inventory(
         return Err(ModelError::GenerationConflict("resource provider generation conflict".into()));
     }
     if let Some(problem) = capacity_problem(rule, &uuid, class, &inventory) {
-        return Err(ModelError::Invalid(format!(
-            "Unable to update inventory for resource provider {uuid}: {problem}"
-        )));
+        return Err(ModelError::Invalid(format!("Unable to update inventory for resource provider {uuid}: {problem}")));
     }
     if !state.resource_classes.contains_key(class) {
         // Upstream lets the resource class lookup's NotFound escape: 404.
@@ -197,7 +192,8 @@ pub fn plan_update_inventory(
 /// as a concurrent-update conflict).
 pub fn plan_delete_inventory(state: &State, uuid: Uuid, class: &str, now: Timestamp) -> Result<ChangeSet> {
     let provider = provider(state, &uuid)?;
-    let not_found = |why: String| ModelError::NotFound(format!("No inventory of class {class} found for delete: {why}"));
+    let not_found =
+        |why: String| ModelError::NotFound(format!("No inventory of class {class} found for delete: {why}"));
     if !state.resource_classes.contains_key(class) {
         return Err(not_found(format!("No such resource class {class}.")));
     }
@@ -303,8 +299,8 @@ mod tests {
         assert!(matches!(err, ModelError::GenerationConflict(_)));
         // Shrinking below usage only warns upstream.
         assert!(plan_update_inventory(&state, uuid, "VCPU", 1, inv(2, 0), ReservedRule::LessThanTotal, 3).is_ok());
-        let err = plan_update_inventory(&state, uuid, "MEMORY_MB", 1, inv(2, 0), ReservedRule::LessThanTotal, 3)
-            .unwrap_err();
+        let err =
+            plan_update_inventory(&state, uuid, "MEMORY_MB", 1, inv(2, 0), ReservedRule::LessThanTotal, 3).unwrap_err();
         assert!(err.to_string().contains("No inventory of class MEMORY_MB found."), "{err}");
     }
 }

@@ -27,8 +27,8 @@ pub mod traits;
 pub use change::{parents_first, Change, ChangeSet, ConsumerRow, ProviderRow};
 pub use error::ModelError;
 pub use state::{
-    standard_resource_classes, standard_traits, Consumer, Inventory, Provider, ResourceClass,
-    State, Trait, CUSTOM_RESOURCE_CLASS_BASE_ID,
+    standard_resource_classes, standard_traits, Consumer, Inventory, Provider, ResourceClass, State, Trait,
+    CUSTOM_RESOURCE_CLASS_BASE_ID,
 };
 pub use uuid::Uuid;
 

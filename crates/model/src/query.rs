@@ -72,8 +72,7 @@ pub fn list_providers<'a>(state: &'a State, filter: &ProviderFilter) -> Result<V
                 return Err(unknown_trait(name));
             }
         }
-        candidates
-            .retain(|p| filter.required_traits.iter().all(|any_of| any_of.iter().any(|t| p.traits.contains(t))));
+        candidates.retain(|p| filter.required_traits.iter().all(|any_of| any_of.iter().any(|t| p.traits.contains(t))));
         if candidates.is_empty() {
             return Ok(candidates);
         }

@@ -34,10 +34,7 @@ pub fn list(state: &State) -> Vec<&ResourceClass> {
 
 /// The class called `name`, or upstream's 404.
 pub fn get<'a>(state: &'a State, name: &str) -> Result<&'a ResourceClass> {
-    state
-        .resource_classes
-        .get(name)
-        .ok_or_else(|| ModelError::NotFound(format!("No such resource class {name}.")))
+    state.resource_classes.get(name).ok_or_else(|| ModelError::NotFound(format!("No such resource class {name}.")))
 }
 
 /// The time a class was last changed, `None` for standard classes (which
@@ -110,7 +107,8 @@ pub fn plan_rename(state: &State, name: &str, new_name: &str, now: Timestamp) ->
     if !is_valid_custom_name(new_name) {
         return Err(ModelError::Invalid(format!("Resource class name {new_name} is invalid.")));
     }
-    let renamed = ResourceClass { id: rc.id, name: new_name.to_owned(), created_at: rc.created_at, updated_at: Some(now) };
+    let renamed =
+        ResourceClass { id: rc.id, name: new_name.to_owned(), created_at: rc.created_at, updated_at: Some(now) };
     let mut set = ChangeSet::new();
     set.push(Change::DeleteResourceClass { name: name.to_owned() });
     set.push(Change::PutResourceClass {
@@ -128,11 +126,8 @@ pub fn plan_rename(state: &State, name: &str, new_name: &str, now: Timestamp) ->
         }
         set.push(Change::SetInventories { provider: provider.uuid(), inventories });
     }
-    let mut consumers: Vec<_> = state
-        .consumers
-        .values()
-        .filter(|c| c.allocations.values().any(|amounts| amounts.contains_key(name)))
-        .collect();
+    let mut consumers: Vec<_> =
+        state.consumers.values().filter(|c| c.allocations.values().any(|amounts| amounts.contains_key(name))).collect();
     consumers.sort_by_key(|c| c.row.uuid);
     for consumer in consumers {
         let mut allocations = consumer.allocations.clone();
@@ -207,7 +202,9 @@ mod tests {
         apply(&mut state, set);
         let (_, rc2) = plan_create(&state, "CUSTOM_B", 5).unwrap();
         assert_eq!(rc2.id, CUSTOM_RESOURCE_CLASS_BASE_ID + 1);
-        assert!(matches!(plan_create(&state, "CUSTOM_A", 5), Err(ModelError::Conflict(m)) if m.contains("Conflicting resource class already exists: CUSTOM_A")));
+        assert!(
+            matches!(plan_create(&state, "CUSTOM_A", 5), Err(ModelError::Conflict(m)) if m.contains("Conflicting resource class already exists: CUSTOM_A"))
+        );
         assert!(matches!(plan_create(&state, "VCPU", 5), Err(ModelError::Conflict(_))));
         assert!(matches!(plan_create(&state, "BAD", 5), Err(ModelError::Invalid(_))));
     }
@@ -241,8 +238,12 @@ mod tests {
             apply(&mut state, set);
         }
         let rp = provider_with_inventory(&mut state, "CUSTOM_A");
-        assert!(matches!(plan_rename(&state, "VCPU", "CUSTOM_X", 9), Err(ModelError::Invalid(m)) if m == "Cannot update standard resource class VCPU"));
-        assert!(matches!(plan_rename(&state, "CUSTOM_A", "CUSTOM_B", 9), Err(ModelError::Conflict(m)) if m.contains("Resource class already exists: CUSTOM_B")));
+        assert!(
+            matches!(plan_rename(&state, "VCPU", "CUSTOM_X", 9), Err(ModelError::Invalid(m)) if m == "Cannot update standard resource class VCPU")
+        );
+        assert!(
+            matches!(plan_rename(&state, "CUSTOM_A", "CUSTOM_B", 9), Err(ModelError::Conflict(m)) if m.contains("Resource class already exists: CUSTOM_B"))
+        );
         assert!(matches!(plan_rename(&state, "CUSTOM_NOPE", "CUSTOM_C", 9), Err(ModelError::NotFound(_))));
         let (set, rc) = plan_rename(&state, "CUSTOM_A", "CUSTOM_C", 9).unwrap();
         assert_eq!(rc.updated_at, Some(9));
@@ -258,10 +259,14 @@ mod tests {
         let mut state = State::with_standard_data(1);
         let (set, _) = plan_create(&state, "CUSTOM_GOLD", 5).unwrap();
         apply(&mut state, set);
-        assert!(matches!(plan_delete(&state, "VCPU"), Err(ModelError::Invalid(m)) if m.contains("Cannot delete standard resource class VCPU")));
+        assert!(
+            matches!(plan_delete(&state, "VCPU"), Err(ModelError::Invalid(m)) if m.contains("Cannot delete standard resource class VCPU"))
+        );
         assert!(matches!(plan_delete(&state, "CUSTOM_NOPE"), Err(ModelError::NotFound(_))));
         provider_with_inventory(&mut state, "CUSTOM_GOLD");
-        assert!(matches!(plan_delete(&state, "CUSTOM_GOLD"), Err(ModelError::Conflict(m)) if m.contains("Class is in use in inventory")));
+        assert!(
+            matches!(plan_delete(&state, "CUSTOM_GOLD"), Err(ModelError::Conflict(m)) if m.contains("Class is in use in inventory"))
+        );
         let mut fresh = State::with_standard_data(1);
         let (set, _) = plan_create(&fresh, "CUSTOM_GOLD", 5).unwrap();
         apply(&mut fresh, set);

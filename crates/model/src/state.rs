@@ -334,8 +334,7 @@ impl State {
             Change::PutConsumer { row, allocations, .. } => {
                 self.remove_consumer_allocations(&row.uuid);
                 self.add_consumer_allocations(&row.uuid, allocations);
-                self.consumers
-                    .insert(row.uuid, Consumer { row: row.clone(), allocations: allocations.clone() });
+                self.consumers.insert(row.uuid, Consumer { row: row.clone(), allocations: allocations.clone() });
             }
             Change::DeleteConsumer { uuid, .. } => {
                 self.remove_consumer_allocations(uuid);
@@ -445,7 +444,8 @@ mod tests {
                 p.row, p.inventories, p.traits, p.aggregates, p.usages, p.consumers, p.children
             ));
         }
-        let mut consumers: Vec<_> = state.consumers.values().map(|c| format!("{:?} {:?}", c.row, c.allocations)).collect();
+        let mut consumers: Vec<_> =
+            state.consumers.values().map(|c| format!("{:?} {:?}", c.row, c.allocations)).collect();
         consumers.sort();
         out.push_str(&consumers.join("\n"));
         out.push_str(&format!("{:?} {:?}", state.resource_classes.keys().collect::<Vec<_>>(), state.traits.len()));
@@ -471,7 +471,15 @@ mod tests {
         let mut allocs = AllocationMap::new();
         allocs.entry(child).or_default().insert("VCPU".into(), 2);
         setup.push(Change::PutConsumer {
-            row: ConsumerRow { uuid: consumer, project_id: "p".into(), user_id: "u".into(), generation: 1, consumer_type: None, created_at: 1, updated_at: 1 },
+            row: ConsumerRow {
+                uuid: consumer,
+                project_id: "p".into(),
+                user_id: "u".into(),
+                generation: 1,
+                consumer_type: None,
+                created_at: 1,
+                updated_at: 1,
+            },
             expected_generation: None,
             allocations: allocs,
         });
@@ -483,11 +491,22 @@ mod tests {
         // move the consumer's allocation, add a custom class and trait.
         set.push(Change::PutProvider { row: row(3, other, 0, None, other), expected_generation: None });
         set.push(Change::PutProvider { row: row(2, child, 1, Some(other), other), expected_generation: Some(0) });
-        set.push(Change::SetInventories { provider: child, inventories: [("VCPU".to_owned(), Inventory { total: 16, ..inv })].into() });
+        set.push(Change::SetInventories {
+            provider: child,
+            inventories: [("VCPU".to_owned(), Inventory { total: 16, ..inv })].into(),
+        });
         let mut moved = AllocationMap::new();
         moved.entry(child).or_default().insert("VCPU".into(), 5);
         set.push(Change::PutConsumer {
-            row: ConsumerRow { uuid: consumer, project_id: "p".into(), user_id: "u".into(), generation: 2, consumer_type: None, created_at: 1, updated_at: 2 },
+            row: ConsumerRow {
+                uuid: consumer,
+                project_id: "p".into(),
+                user_id: "u".into(),
+                generation: 2,
+                consumer_type: None,
+                created_at: 1,
+                updated_at: 2,
+            },
             expected_generation: Some(1),
             allocations: moved,
         });

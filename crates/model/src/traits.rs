@@ -31,9 +31,8 @@ pub struct TraitFilter {
 
 /// Traits matching `filter`, in id order (upstream's table order).
 pub fn list<'a>(state: &'a State, filter: &TraitFilter) -> Vec<&'a Trait> {
-    let associated: Option<BTreeSet<&str>> = filter.associated.map(|_| {
-        state.providers.values().flat_map(|p| p.traits.iter().map(String::as_str)).collect()
-    });
+    let associated: Option<BTreeSet<&str>> =
+        filter.associated.map(|_| state.providers.values().flat_map(|p| p.traits.iter().map(String::as_str)).collect());
     let mut out: Vec<&Trait> = state
         .traits
         .values()
@@ -113,8 +112,7 @@ pub fn plan_set_provider_traits(
     let current = provider.row.generation;
     if expected_generation.is_some_and(|g| g != current) {
         return Err(ModelError::GenerationConflict(
-            "Resource provider's generation already changed. Please update the generation and try again."
-                .to_owned(),
+            "Resource provider's generation already changed. Please update the generation and try again.".to_owned(),
         ));
     }
     let unknown: BTreeSet<&str> =
@@ -157,7 +155,9 @@ mod tests {
     #[test]
     fn ensure_validates_and_is_idempotent() {
         let (state, _) = state_with_provider();
-        assert!(matches!(plan_ensure(&state, "TRAIT_X", 1), Err(ModelError::Invalid(m)) if m.starts_with("The trait is invalid.")));
+        assert!(
+            matches!(plan_ensure(&state, "TRAIT_X", 1), Err(ModelError::Invalid(m)) if m.starts_with("The trait is invalid."))
+        );
         let (set, (_, created)) = plan_ensure(&state, "CUSTOM_TRAIT_1", 9).unwrap();
         assert!(set.is_empty() && !created);
         let (set, (t, created)) = plan_ensure(&state, "CUSTOM_NEW", 9).unwrap();
@@ -170,17 +170,26 @@ mod tests {
         let (mut state, uuid) = state_with_provider();
         let s = uuid.to_string();
         let want = vec!["CUSTOM_TRAIT_1".to_owned(), "CUSTOM_TRAIT_2".to_owned()];
-        assert!(matches!(plan_set_provider_traits(&state, "nope", &want, Some(0), 5), Err(ModelError::NotFound(m)) if m == "No resource provider with uuid nope found"));
-        assert!(matches!(plan_set_provider_traits(&state, &s, &want, Some(5), 5), Err(ModelError::GenerationConflict(_))));
+        assert!(
+            matches!(plan_set_provider_traits(&state, "nope", &want, Some(0), 5), Err(ModelError::NotFound(m)) if m == "No resource provider with uuid nope found")
+        );
+        assert!(matches!(
+            plan_set_provider_traits(&state, &s, &want, Some(5), 5),
+            Err(ModelError::GenerationConflict(_))
+        ));
         let bad = vec!["NON_B".to_owned(), "NON_A".to_owned(), "CUSTOM_TRAIT_1".to_owned()];
-        assert!(matches!(plan_set_provider_traits(&state, &s, &bad, Some(0), 5), Err(ModelError::Invalid(m)) if m == "No such trait NON_A, NON_B"));
+        assert!(
+            matches!(plan_set_provider_traits(&state, &s, &bad, Some(0), 5), Err(ModelError::Invalid(m)) if m == "No such trait NON_A, NON_B")
+        );
         let (set, generation) = plan_set_provider_traits(&state, &s, &want, Some(0), 5).unwrap();
         assert_eq!(generation, 1);
         state.apply(&set);
         let (set, generation) = plan_set_provider_traits(&state, &s, &want, Some(1), 6).unwrap();
         assert!(set.is_empty());
         assert_eq!(generation, 1);
-        assert!(matches!(plan_delete(&state, "CUSTOM_TRAIT_1"), Err(ModelError::Conflict(m)) if m == "The trait CUSTOM_TRAIT_1 is in use by a resource provider."));
+        assert!(
+            matches!(plan_delete(&state, "CUSTOM_TRAIT_1"), Err(ModelError::Conflict(m)) if m == "The trait CUSTOM_TRAIT_1 is in use by a resource provider.")
+        );
         let (traits, generation) = provider_traits(&state, &s).unwrap();
         assert_eq!(generation, 1);
         assert_eq!(traits.len(), 2);
@@ -210,7 +219,9 @@ mod tests {
     #[test]
     fn delete_rules() {
         let (state, _) = state_with_provider();
-        assert!(matches!(plan_delete(&state, "HW_CPU_X86_SSE"), Err(ModelError::Invalid(m)) if m.contains("Cannot delete standard trait")));
+        assert!(
+            matches!(plan_delete(&state, "HW_CPU_X86_SSE"), Err(ModelError::Invalid(m)) if m.contains("Cannot delete standard trait"))
+        );
         assert!(matches!(plan_delete(&state, "CUSTOM_NOPE"), Err(ModelError::NotFound(_))));
         assert!(plan_delete(&state, "CUSTOM_TRAIT_1").is_ok());
     }

@@ -27,9 +27,7 @@ fn consumer_row(row: &ConsumerRow) -> Value {
 
 fn allocations(map: &AllocationMap) -> Value {
     Value::Object(
-        map.iter()
-            .map(|(provider, amounts)| (provider.to_string(), json!(amounts)))
-            .collect::<Map<String, Value>>(),
+        map.iter().map(|(provider, amounts)| (provider.to_string(), json!(amounts))).collect::<Map<String, Value>>(),
     )
 }
 
@@ -135,7 +133,9 @@ pub(crate) fn decode(text: &str) -> Result<ChangeSet, DecodeError> {
                     expected_generation: opt_i64(c, "expected"),
                 }
             }
-            "delete_provider" => Change::DeleteProvider { uuid: get_uuid(c, "uuid")?, expected_generation: get_i64(c, "expected")? },
+            "delete_provider" => {
+                Change::DeleteProvider { uuid: get_uuid(c, "uuid")?, expected_generation: get_i64(c, "expected")? }
+            }
             "set_inventories" => {
                 let mut inventories = BTreeMap::new();
                 for (class, v) in c.get("inventories").and_then(Value::as_object).ok_or_else(|| bad("inventories"))? {
@@ -178,7 +178,9 @@ pub(crate) fn decode(text: &str) -> Result<ChangeSet, DecodeError> {
             "put_consumer" => {
                 let r = c.get("row").ok_or_else(|| bad("row"))?;
                 let mut allocs = AllocationMap::new();
-                for (provider, amounts) in c.get("allocations").and_then(Value::as_object).ok_or_else(|| bad("allocations"))? {
+                for (provider, amounts) in
+                    c.get("allocations").and_then(Value::as_object).ok_or_else(|| bad("allocations"))?
+                {
                     let provider = Uuid::parse_str(provider).map_err(|_| bad("allocation provider"))?;
                     let mut per_class = BTreeMap::new();
                     for (class, amount) in amounts.as_object().ok_or_else(|| bad("amounts"))? {
@@ -200,7 +202,9 @@ pub(crate) fn decode(text: &str) -> Result<ChangeSet, DecodeError> {
                     allocations: allocs,
                 }
             }
-            "delete_consumer" => Change::DeleteConsumer { uuid: get_uuid(c, "uuid")?, expected_generation: get_i64(c, "expected")? },
+            "delete_consumer" => {
+                Change::DeleteConsumer { uuid: get_uuid(c, "uuid")?, expected_generation: get_i64(c, "expected")? }
+            }
             "put_class" => Change::PutResourceClass {
                 id: get_i64(c, "id")?,
                 name: get_str(c, "name")?.to_owned(),
@@ -230,20 +234,40 @@ mod tests {
         let p = Uuid::new_v4();
         let c = Uuid::new_v4();
         let mut inventories = BTreeMap::new();
-        inventories.insert("VCPU".to_owned(), Inventory { total: 8, reserved: 1, min_unit: 1, max_unit: 8, step_size: 1, allocation_ratio: 16.0 });
+        inventories.insert(
+            "VCPU".to_owned(),
+            Inventory { total: 8, reserved: 1, min_unit: 1, max_unit: 8, step_size: 1, allocation_ratio: 16.0 },
+        );
         let mut allocs = AllocationMap::new();
         allocs.entry(p).or_default().insert("VCPU".to_owned(), 2);
         let set = ChangeSet {
             changes: vec![
                 Change::PutProvider {
-                    row: ProviderRow { id: 3, uuid: p, name: "n".into(), generation: 2, parent: None, root: p, created_at: 10, updated_at: 11 },
+                    row: ProviderRow {
+                        id: 3,
+                        uuid: p,
+                        name: "n".into(),
+                        generation: 2,
+                        parent: None,
+                        root: p,
+                        created_at: 10,
+                        updated_at: 11,
+                    },
                     expected_generation: Some(1),
                 },
                 Change::SetInventories { provider: p, inventories },
                 Change::SetProviderTraits { provider: p, traits: ["HW_CPU_X86_AVX2".to_owned()].into() },
                 Change::SetProviderAggregates { provider: p, aggregates: [Uuid::new_v4()].into() },
                 Change::PutConsumer {
-                    row: ConsumerRow { uuid: c, project_id: "p".into(), user_id: "u".into(), generation: 1, consumer_type: Some("INSTANCE".into()), created_at: 1, updated_at: 2 },
+                    row: ConsumerRow {
+                        uuid: c,
+                        project_id: "p".into(),
+                        user_id: "u".into(),
+                        generation: 1,
+                        consumer_type: Some("INSTANCE".into()),
+                        created_at: 1,
+                        updated_at: 2,
+                    },
                     expected_generation: None,
                     allocations: allocs,
                 },

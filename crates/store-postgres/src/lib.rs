@@ -161,9 +161,7 @@ impl PostgresStore {
         let mut client = self.config.connect(NoTls).map_err(classify)?;
         if let Some(schema) = &self.schema {
             let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
-            client
-                .batch_execute(&format!("SET search_path TO {quoted}"))
-                .map_err(classify)?;
+            client.batch_execute(&format!("SET search_path TO {quoted}")).map_err(classify)?;
         }
         Ok(client)
     }
@@ -237,8 +235,11 @@ impl PostgresStore {
                     }
                     let mut tx = client.transaction().map_err(classify)?;
                     tx.batch_execute(sql).map_err(classify)?;
-                    tx.execute("INSERT INTO berth_schema_migrations (version, name) VALUES ($1, $2)", &[&version, name])
-                        .map_err(classify)?;
+                    tx.execute(
+                        "INSERT INTO berth_schema_migrations (version, name) VALUES ($1, $2)",
+                        &[&version, name],
+                    )
+                    .map_err(classify)?;
                     tx.commit().map_err(classify)?;
                     ran += 1;
                 }
@@ -270,7 +271,10 @@ fn split_schema(url: &str) -> (String, Option<String>) {
 
 /// Delete feed entries older than `retention` and advance the horizon.
 /// Runs under the write lock.
-fn prune<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, retention: std::time::Duration) -> Result<u64, StoreError> {
+fn prune<C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
+    retention: std::time::Duration,
+) -> Result<u64, StoreError> {
     let seconds = retention.as_secs_f64();
     let row = tx
         .query_one(
@@ -294,9 +298,8 @@ fn read_changes<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, seen: Seq) -
     if seen < pruned_through {
         return Err(StoreError::FeedGap(seen));
     }
-    let rows = tx
-        .query("SELECT seq, payload FROM berth_changes WHERE seq > $1 ORDER BY seq", &[&seen])
-        .map_err(classify)?;
+    let rows =
+        tx.query("SELECT seq, payload FROM berth_changes WHERE seq > $1 ORDER BY seq", &[&seen]).map_err(classify)?;
     rows.iter()
         .map(|row| {
             let seq: i64 = row.get(0);
@@ -336,7 +339,10 @@ fn write_change(tx: &mut Cached<'_, Transaction<'_>>, change: &Change) -> Result
         Change::DeleteProvider { uuid, expected_generation } => {
             let uuid = uuid.to_string();
             let changed = tx
-                .execute("DELETE FROM resource_providers WHERE uuid = $1 AND generation = $2", &[&uuid, expected_generation])
+                .execute(
+                    "DELETE FROM resource_providers WHERE uuid = $1 AND generation = $2",
+                    &[&uuid, expected_generation],
+                )
                 .map_err(classify)?;
             check_one(changed, "resource provider generation changed")?;
             for table in ["inventories", "provider_traits", "provider_aggregates"] {
@@ -351,7 +357,16 @@ fn write_change(tx: &mut Cached<'_, Transaction<'_>>, change: &Change) -> Result
                     "INSERT INTO inventories (provider_uuid, resource_class, total, reserved, min_unit, max_unit,
                                               step_size, allocation_ratio)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                    &[&provider, class, &inv.total, &inv.reserved, &inv.min_unit, &inv.max_unit, &inv.step_size, &inv.allocation_ratio],
+                    &[
+                        &provider,
+                        class,
+                        &inv.total,
+                        &inv.reserved,
+                        &inv.min_unit,
+                        &inv.max_unit,
+                        &inv.step_size,
+                        &inv.allocation_ratio,
+                    ],
                 )
                 .map_err(classify)?;
             }
@@ -492,7 +507,9 @@ impl Store for PostgresStore {
                 .query_one("INSERT INTO berth_changes (payload) VALUES ($1) RETURNING seq", &[&codec::encode(&changes)])
                 .map_err(classify)?
                 .get(0);
-            if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1 {
+            if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES
+                == PRUNE_EVERY_WRITES - 1
+            {
                 prune(&mut cached, self.feed_retention)?;
             }
             tx.commit().map_err(classify)?;
@@ -525,8 +542,15 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
         )
         .map_err(classify)?
         .get(0);
-    for row in tx.query("SELECT id, name, created_at, updated_at FROM resource_classes ORDER BY id", &[]).map_err(classify)? {
-        set.push(Change::PutResourceClass { id: row.get(0), name: row.get(1), created_at: row.get(2), updated_at: row.get(3) });
+    for row in
+        tx.query("SELECT id, name, created_at, updated_at FROM resource_classes ORDER BY id", &[]).map_err(classify)?
+    {
+        set.push(Change::PutResourceClass {
+            id: row.get(0),
+            name: row.get(1),
+            created_at: row.get(2),
+            updated_at: row.get(3),
+        });
     }
     for row in tx.query("SELECT id, name, created_at FROM traits ORDER BY id", &[]).map_err(classify)? {
         set.push(Change::PutTrait { id: row.get(0), name: row.get(1), created_at: row.get(2) });
@@ -594,7 +618,9 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
         set.push(Change::SetProviderAggregates { provider, aggregates });
     }
     let mut allocations: HashMap<Uuid, AllocationMap> = HashMap::new();
-    for row in tx.query("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations", &[]).map_err(classify)? {
+    for row in
+        tx.query("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations", &[]).map_err(classify)?
+    {
         allocations
             .entry(parse_uuid(row.get(0))?)
             .or_default()
@@ -603,7 +629,10 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
             .insert(row.get(2), row.get(3));
     }
     for row in tx
-        .query("SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers", &[])
+        .query(
+            "SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers",
+            &[],
+        )
         .map_err(classify)?
     {
         let uuid = parse_uuid(row.get(0))?;
@@ -625,7 +654,6 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
     state.apply(&set);
     Ok(Loaded { state, seq })
 }
-
 
 #[cfg(test)]
 mod tests {

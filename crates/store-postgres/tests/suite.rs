@@ -72,7 +72,10 @@ fn pruned_feed_reports_a_gap() {
     assert!(store.changes_since(0).expect("feed before pruning").len() == 1);
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(store.prune_feed().expect("prune"), 1);
-    assert!(matches!(store.changes_since(0), Err(StoreError::FeedGap(0))), "a caller behind the pruned range must reload");
+    assert!(
+        matches!(store.changes_since(0), Err(StoreError::FeedGap(0))),
+        "a caller behind the pruned range must reload"
+    );
     assert!(store.changes_since(seq).expect("caller at the horizon").is_empty());
     let loaded = store.load().expect("load");
     assert!(loaded.seq >= seq, "a load reflects the pruned changes");

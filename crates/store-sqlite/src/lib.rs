@@ -13,9 +13,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Mutex;
 
-use berth_model::{
-    AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid,
-};
+use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid};
 use berth_store::{CatchUp, Loaded, PlanFn, Seq, Store, StoreError};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
@@ -183,8 +181,7 @@ fn write_change(tx: &rusqlite::Transaction<'_>, change: &Change) -> Result<(), S
         }
         Change::SetProviderTraits { provider, traits } => {
             let provider = provider.to_string();
-            tx.execute("DELETE FROM provider_traits WHERE provider_uuid = ?1", params![provider])
-                .map_err(internal)?;
+            tx.execute("DELETE FROM provider_traits WHERE provider_uuid = ?1", params![provider]).map_err(internal)?;
             let mut insert = tx
                 .prepare_cached("INSERT INTO provider_traits (provider_uuid, trait) VALUES (?1, ?2)")
                 .map_err(internal)?;
@@ -232,7 +229,10 @@ fn write_change(tx: &rusqlite::Transaction<'_>, change: &Change) -> Result<(), S
         Change::DeleteConsumer { uuid, expected_generation } => {
             let uuid = uuid.to_string();
             let changed = tx
-                .execute("DELETE FROM consumers WHERE uuid = ?1 AND generation = ?2", params![uuid, expected_generation])
+                .execute(
+                    "DELETE FROM consumers WHERE uuid = ?1 AND generation = ?2",
+                    params![uuid, expected_generation],
+                )
                 .map_err(internal)?;
             check_one(changed, "consumer generation changed")?;
             tx.execute("DELETE FROM allocations WHERE consumer_uuid = ?1", params![uuid]).map_err(internal)?;
@@ -249,11 +249,8 @@ fn write_change(tx: &rusqlite::Transaction<'_>, change: &Change) -> Result<(), S
             tx.execute("DELETE FROM resource_classes WHERE name = ?1", params![name]).map_err(internal)?;
         }
         Change::PutTrait { id, name, created_at } => {
-            tx.execute(
-                "INSERT INTO traits (id, name, created_at) VALUES (?1, ?2, ?3)",
-                params![id, name, created_at],
-            )
-            .map_err(unique)?;
+            tx.execute("INSERT INTO traits (id, name, created_at) VALUES (?1, ?2, ?3)", params![id, name, created_at])
+                .map_err(unique)?;
         }
         Change::DeleteTrait { name } => {
             tx.execute("DELETE FROM traits WHERE name = ?1", params![name]).map_err(internal)?;
@@ -262,7 +259,11 @@ fn write_change(tx: &rusqlite::Transaction<'_>, change: &Change) -> Result<(), S
     Ok(())
 }
 
-fn write_allocations(tx: &rusqlite::Transaction<'_>, consumer: &str, allocations: &AllocationMap) -> Result<(), StoreError> {
+fn write_allocations(
+    tx: &rusqlite::Transaction<'_>,
+    consumer: &str,
+    allocations: &AllocationMap,
+) -> Result<(), StoreError> {
     tx.execute("DELETE FROM allocations WHERE consumer_uuid = ?1", params![consumer]).map_err(internal)?;
     let mut insert = tx
         .prepare_cached(
@@ -470,4 +471,3 @@ fn load_state(conn: &Connection) -> Result<State, LoadError> {
     state.apply(&set);
     Ok(state)
 }
-

@@ -21,7 +21,16 @@ fn summary(state: &State) -> String {
     for p in state.providers_in_order() {
         out.push_str(&format!(
             "P {} {} g{} parent={:?} root={} inv={:?} traits={:?} aggs={:?} usages={:?} children={:?}\n",
-            p.row.uuid, p.row.name, p.row.generation, p.row.parent, p.row.root, p.inventories, p.traits, p.aggregates, p.usages, p.children
+            p.row.uuid,
+            p.row.name,
+            p.row.generation,
+            p.row.parent,
+            p.row.root,
+            p.inventories,
+            p.traits,
+            p.aggregates,
+            p.usages,
+            p.children
         ));
     }
     let mut consumers: Vec<_> = state.consumers.values().collect();
@@ -81,8 +90,15 @@ pub fn store_suite(store: &dyn Store) {
         updated_at: 70,
     };
     let mut set = ChangeSet::new();
-    set.push(Change::PutProvider { row: provider(2, child, "child", 1, Some(root), root), expected_generation: Some(0) });
-    set.push(Change::PutConsumer { row: consumer_row.clone(), expected_generation: None, allocations: allocations.clone() });
+    set.push(Change::PutProvider {
+        row: provider(2, child, "child", 1, Some(root), root),
+        expected_generation: Some(0),
+    });
+    set.push(Change::PutConsumer {
+        row: consumer_row.clone(),
+        expected_generation: None,
+        allocations: allocations.clone(),
+    });
     seen = commit(store, seen, set.clone()).expect("commit allocations").unwrap_or(seen);
     mirror.apply(&set);
     assert_eq!(mirror.provider(&child).map(|p| p.used("VCPU")), Some(3));
@@ -90,7 +106,10 @@ pub fn store_suite(store: &dyn Store) {
     // A stale provider generation aborts the WHOLE change set.
     let mut stale = ChangeSet::new();
     stale.push(Change::PutTrait { id: 100_001, name: "CUSTOM_SHOULD_NOT_EXIST".into(), created_at: 80 });
-    stale.push(Change::PutProvider { row: provider(2, child, "child", 5, Some(root), root), expected_generation: Some(0) });
+    stale.push(Change::PutProvider {
+        row: provider(2, child, "child", 5, Some(root), root),
+        expected_generation: Some(0),
+    });
     match commit(store, seen, stale) {
         Err(StoreError::Conflict(_)) => {}
         other => panic!("stale provider generation must conflict, got {other:?}"),
@@ -102,10 +121,16 @@ pub fn store_suite(store: &dyn Store) {
         expected_generation: Some(7),
         allocations: allocations.clone(),
     });
-    assert!(matches!(commit(store, seen, stale), Err(StoreError::Conflict(_))), "stale consumer generation must conflict");
+    assert!(
+        matches!(commit(store, seen, stale), Err(StoreError::Conflict(_))),
+        "stale consumer generation must conflict"
+    );
     // Creating an existing provider (uuid or name) conflicts.
     let mut dup = ChangeSet::new();
-    dup.push(Change::PutProvider { row: provider(3, Uuid::new_v4(), "root", 0, None, Uuid::new_v4()), expected_generation: None });
+    dup.push(Change::PutProvider {
+        row: provider(3, Uuid::new_v4(), "root", 0, None, Uuid::new_v4()),
+        expected_generation: None,
+    });
     assert!(matches!(commit(store, seen, dup), Err(StoreError::Conflict(_))), "duplicate provider name must conflict");
 
     // A plan that declines commits nothing.

@@ -69,11 +69,16 @@ pub fn set_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
     if consider_generation && expected.is_none() {
         return Err(ApiError::bad_request("JSON does not validate: resource_provider_generation is not an integer"));
     }
-    let given: Vec<String> =
-        list.as_array().map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default();
+    let given: Vec<String> = list
+        .as_array()
+        .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
     let parsed = given
         .iter()
-        .map(|s| Uuid::parse_str(s).map_err(|_| ApiError::bad_request(format!("JSON does not validate: '{s}' is not a 'uuid'"))))
+        .map(|s| {
+            Uuid::parse_str(s)
+                .map_err(|_| ApiError::bad_request(format!("JSON does not validate: '{s}' is not a 'uuid'")))
+        })
         .collect::<ApiResult<Vec<Uuid>>>()?;
     let generation =
         app.write(|state| model::plan_set_aggregates(state, &uuid, &parsed, expected, now()).map_err(Into::into))?;

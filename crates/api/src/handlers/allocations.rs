@@ -11,9 +11,9 @@ use berth_model::allocations::{self, AllocationError, ConsumerAllocations, Consu
 use berth_model::{AllocationMap, State, Uuid};
 use serde_json::{json, Map, Value};
 
+use super::resource_providers::path_uuid;
 use crate::app::now;
 use crate::error::{codes, ApiError, ApiResult};
-use super::resource_providers::path_uuid;
 use crate::qparams::uuid_like;
 use crate::request::{Req, Resp};
 use crate::App;
@@ -105,7 +105,8 @@ pub(crate) fn consumer_schema(minor: u16, deletable: bool) -> Value {
     });
     let mut required = vec!["allocations", "project_id", "user_id"];
     if minor >= 28 {
-        schema["properties"]["consumer_generation"] = json!({"type": ["integer", "null"], "additionalProperties": false});
+        schema["properties"]["consumer_generation"] =
+            json!({"type": ["integer", "null"], "additionalProperties": false});
         required.push("consumer_generation");
     }
     if minor >= 34 {
@@ -242,9 +243,7 @@ pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     let raw = req.param(0);
     let state = app.read();
     let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "Resource provider '{raw}' not found: No resource provider with uuid {raw} found"
-        ))
+        ApiError::not_found(format!("Resource provider '{raw}' not found: No resource provider with uuid {raw} found"))
     })?;
     let mut allocations = Map::new();
     let mut last_modified = None;

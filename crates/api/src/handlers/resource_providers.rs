@@ -151,9 +151,8 @@ pub fn create_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
         Some(text) => Some(parse_uuid(text)?),
         None => None,
     };
-    let row = app.write(|state| {
-        providers::plan_create_provider(state, uuid, &name, parent, now()).map_err(Into::into)
-    })?;
+    let row =
+        app.write(|state| providers::plan_create_provider(state, uuid, &name, parent, now()).map_err(Into::into))?;
     let location = req.url(&format!("/resource_providers/{uuid}"));
     if !req.at_least(20) {
         return Ok(Resp::empty(StatusCode::CREATED).location(location));

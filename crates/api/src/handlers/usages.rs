@@ -113,11 +113,8 @@ pub fn get_total_usages(app: &App, req: &Req) -> ApiResult<Resp> {
         json!({"usages": usages})
     } else {
         let groups = totals_by(&state, project_id, user_id, |_| Some(String::new()));
-        let usages: Map<String, Value> = groups
-            .into_values()
-            .flat_map(|totals| totals.usages)
-            .map(|(class, used)| (class, json!(used)))
-            .collect();
+        let usages: Map<String, Value> =
+            groups.into_values().flat_map(|totals| totals.usages).map(|(class, used)| (class, json!(used))).collect();
         json!({"usages": usages})
     };
     Ok(Resp::ok(body).last_modified(req, now()))

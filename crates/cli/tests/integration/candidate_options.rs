@@ -8,9 +8,11 @@ use crate::support::{provider_with_inventory, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cap_and_randomize() {
-    let server =
-        TestServer::start_with_args("cand-opts", &["--max-allocation-candidates", "3", "--randomize-allocation-candidates"])
-            .await;
+    let server = TestServer::start_with_args(
+        "cand-opts",
+        &["--max-allocation-candidates", "3", "--randomize-allocation-candidates"],
+    )
+    .await;
     let client = server.client();
     let mut hosts = BTreeSet::new();
     for n in 0..6 {

@@ -140,9 +140,14 @@ async fn writes_propagate_between_processes() {
 async fn follower_behind_a_pruned_feed_reloads() {
     let Some(database) = crate::support::test_database("mp-prune") else { return };
     let dir = crate::support::fresh_dir("mp-prune");
-    let a = TestServer::start_with_args_in(dir.clone(), Some(database.clone()), &["--change-feed-retention-secs", "0"]).await;
-    let b = TestServer::start_with_args_in(dir, Some(database), &["--change-feed-retention-secs", "0", "--change-poll-ms", "3000"])
+    let a = TestServer::start_with_args_in(dir.clone(), Some(database.clone()), &["--change-feed-retention-secs", "0"])
         .await;
+    let b = TestServer::start_with_args_in(
+        dir,
+        Some(database),
+        &["--change-feed-retention-secs", "0", "--change-poll-ms", "3000"],
+    )
+    .await;
     let (ca, cb) = (a.client(), b.client());
     // Enough writes for pruning to run (every 256 writes) before b polls.
     let mut uuids = Vec::new();

@@ -17,12 +17,18 @@ async fn create(client: &Client, name: &str, parent: Option<&str>, inventories: 
     }
     assert_eq!(client.post("/resource_providers", &body).await.status, 200);
     let r = client
-        .put(&format!("/resource_providers/{uuid}/inventories"), &json!({"resource_provider_generation": 0, "inventories": inventories}))
+        .put(
+            &format!("/resource_providers/{uuid}/inventories"),
+            &json!({"resource_provider_generation": 0, "inventories": inventories}),
+        )
         .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     if !traits.is_empty() {
         let r = client
-            .put(&format!("/resource_providers/{uuid}/traits"), &json!({"resource_provider_generation": 1, "traits": traits}))
+            .put(
+                &format!("/resource_providers/{uuid}/traits"),
+                &json!({"resource_provider_generation": 1, "traits": traits}),
+            )
             .await;
         assert_eq!(r.status, 200, "{:?}", r.body);
     }
@@ -32,7 +38,14 @@ async fn create(client: &Client, name: &str, parent: Option<&str>, inventories: 
 /// Upstream's nested perfload tree: compute root, two NUMA nodes, FPGAs
 /// and a VGPU.
 async fn build_tree(client: &Client, idx: usize) {
-    let root = create(client, &format!("cn{idx}"), None, json!({"DISK_GB": {"total": 20480}}), &["COMPUTE_VOLUME_MULTI_ATTACH"]).await;
+    let root = create(
+        client,
+        &format!("cn{idx}"),
+        None,
+        json!({"DISK_GB": {"total": 20480}}),
+        &["COMPUTE_VOLUME_MULTI_ATTACH"],
+    )
+    .await;
     let numa0 = create(
         client,
         &format!("cn{idx}-n0"),
@@ -97,7 +110,10 @@ async fn assert_no_overcommit(client: &Client) {
             let capacity = (record["total"].as_f64().unwrap_or(0.0) - record["reserved"].as_f64().unwrap_or(0.0))
                 * record["allocation_ratio"].as_f64().unwrap_or(1.0);
             let used = usages["usages"][class].as_f64().unwrap_or(0.0);
-            assert!(used <= capacity.floor(), "provider {uuid} {class} overcommitted: used {used} > capacity {capacity}");
+            assert!(
+                used <= capacity.floor(),
+                "provider {uuid} {class} overcommitted: used {used} > capacity {capacity}"
+            );
         }
     }
 }
@@ -119,7 +135,9 @@ async fn race(processes: usize) {
         clients.push(second.client());
         // Let the second process catch up before it serves candidates.
         for _ in 0..200 {
-            if second.client().get("/resource_providers").await.body["resource_providers"].as_array().map(Vec::len) == Some(70) {
+            if second.client().get("/resource_providers").await.body["resource_providers"].as_array().map(Vec::len)
+                == Some(70)
+            {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;

@@ -94,7 +94,10 @@ async fn database_outage_gives_503_and_recovers() {
         let client = client.clone();
         async move {
             client
-                .post("/resource_providers", &json!({"name": format!("o-{n}"), "uuid": uuid::Uuid::new_v4().to_string()}))
+                .post(
+                    "/resource_providers",
+                    &json!({"name": format!("o-{n}"), "uuid": uuid::Uuid::new_v4().to_string()}),
+                )
                 .await
         }
     };

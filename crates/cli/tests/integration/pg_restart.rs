@@ -18,7 +18,8 @@ fn throwaway_script() -> PathBuf {
 }
 
 fn control(args: &[&str]) {
-    let status = std::process::Command::new("bash").arg(throwaway_script()).args(args).status().expect("run pg-throwaway.sh");
+    let status =
+        std::process::Command::new("bash").arg(throwaway_script()).args(args).status().expect("run pg-throwaway.sh");
     assert!(status.success(), "pg-throwaway.sh {args:?} failed");
 }
 
@@ -95,5 +96,9 @@ async fn postgres_restart_under_load() {
     let acked = acked.lock().expect("lock").clone();
     let lost: Vec<&String> = acked.iter().filter(|u| !present.contains(*u)).collect();
     assert!(lost.is_empty(), "{} acknowledged providers lost across the PostgreSQL restart", lost.len());
-    eprintln!("postgres restart: {} writes acknowledged, {} answered 503 during the outage, none lost", acked.len(), n_503);
+    eprintln!(
+        "postgres restart: {} writes acknowledged, {} answered 503 during the outage, none lost",
+        acked.len(),
+        n_503
+    );
 }

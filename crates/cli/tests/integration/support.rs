@@ -147,7 +147,12 @@ impl TestServer {
 
     /// A client for this server.
     pub(crate) fn client(&self) -> Client {
-        Client { http: reqwest::Client::new(), base: self.base.clone(), version: "latest".into(), token: "admin".into() }
+        Client {
+            http: reqwest::Client::new(),
+            base: self.base.clone(),
+            version: "latest".into(),
+            token: "admin".into(),
+        }
     }
 }
 
