@@ -59,6 +59,15 @@ fn provider<'a>(state: &'a State, uuid: &Uuid) -> Result<&'a Provider> {
     state.provider(uuid).ok_or_else(|| ModelError::NotFound(format!("No resource provider with uuid {uuid} found")))
 }
 
+/// The provider, which the caller expects at `generation`.
+fn provider_at<'a>(state: &'a State, uuid: &Uuid, generation: i64) -> Result<&'a Provider> {
+    let provider = provider(state, uuid)?;
+    if generation != provider.row.generation {
+        return Err(ModelError::GenerationConflict("resource provider generation conflict".into()));
+    }
+    Ok(provider)
+}
+
 /// Resource classes of `classes` that have allocations on `provider`, in
 /// resource class id order, joined as upstream prints them.
 fn classes_in_use<'a>(state: &State, provider: &Provider, classes: impl Iterator<Item = &'a String>) -> Option<String> {
@@ -101,10 +110,7 @@ pub fn plan_set_inventories(
     rule: ReservedRule,
     now: Timestamp,
 ) -> Result<(ChangeSet, i64)> {
-    let provider = provider(state, &uuid)?;
-    if generation != provider.row.generation {
-        return Err(ModelError::GenerationConflict("resource provider generation conflict".into()));
-    }
+    let provider = provider_at(state, &uuid, generation)?;
     for (class, inventory) in &inventories {
         if let Some(problem) = capacity_problem(rule, &uuid, class, inventory) {
             return Err(ModelError::Invalid(format!(
@@ -166,10 +172,7 @@ pub fn plan_update_inventory(
     rule: ReservedRule,
     now: Timestamp,
 ) -> Result<(ChangeSet, i64)> {
-    let provider = provider(state, &uuid)?;
-    if generation != provider.row.generation {
-        return Err(ModelError::GenerationConflict("resource provider generation conflict".into()));
-    }
+    let provider = provider_at(state, &uuid, generation)?;
     if let Some(problem) = capacity_problem(rule, &uuid, class, &inventory) {
         return Err(ModelError::Invalid(format!("Unable to update inventory for resource provider {uuid}: {problem}")));
     }

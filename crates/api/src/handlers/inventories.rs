@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
 use berth_model::inventories::{self, ReservedRule};
-use berth_model::{Inventory, Uuid};
+use berth_model::{Inventory, Provider, State, Uuid};
 use serde_json::{json, Map, Value};
 
 use super::resource_providers::{path_uuid, require_json_content};
@@ -53,7 +53,9 @@ fn post_schema() -> Value {
     })
 }
 
-fn put_all_schema() -> Value {
+/// Upstream's `PUT_INVENTORY_SCHEMA` (one provider's inventories); the
+/// reshaper uses it per provider.
+pub(super) fn put_all_schema() -> Value {
     let record = json!({
         "type": "object",
         "properties": record_properties(),
@@ -72,13 +74,13 @@ fn put_all_schema() -> Value {
 }
 
 /// An integer field; JSON Schema "integer" also admits `3.0`.
-fn int_field(data: &Value, name: &str) -> Option<i64> {
+pub(super) fn int_field(data: &Value, name: &str) -> Option<i64> {
     let value = data.get(name)?;
     value.as_i64().or_else(|| value.as_f64().map(|f| f as i64))
 }
 
 /// An inventory record from validated JSON, with upstream's defaults.
-fn inventory_from(data: &Value) -> Inventory {
+pub(super) fn inventory_from(data: &Value) -> Inventory {
     inventories::inventory_with_defaults(
         int_field(data, "total").unwrap_or(0),
         int_field(data, "reserved"),
@@ -139,17 +141,22 @@ fn existing_provider(app: &App, req: &Req) -> ApiResult<Uuid> {
     Ok(uuid)
 }
 
-/// `GET /resource_providers/{uuid}/inventories`.
-pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:inventories:list")?;
-    let raw = req.param(0);
+/// The provider named in a read path, or upstream's (doubled) 404 message.
+fn provider_for_read<'s>(state: &'s State, raw: &str) -> ApiResult<&'s Provider> {
     let not_found = || {
         let inner = format!("No resource provider with uuid {raw} found");
         ApiError::not_found(format!("{inner} : {inner}"))
     };
     let uuid = path_uuid(raw).ok_or_else(not_found)?;
+    state.provider(&uuid).ok_or_else(not_found)
+}
+
+/// `GET /resource_providers/{uuid}/inventories`.
+pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
+    req.authorize(app, "placement:resource_providers:inventories:list")?;
+    let raw = req.param(0);
     let state = app.read();
-    let provider = state.provider(&uuid).ok_or_else(not_found)?;
+    let provider = provider_for_read(&state, raw)?;
     let body = all_inventories(&provider.inventories, provider.row.generation);
     Ok(Resp::ok(body).last_modified(req, provider.row.updated_at))
 }
@@ -213,13 +220,8 @@ pub fn get_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize(app, "placement:resource_providers:inventories:show")?;
     let raw = req.param(0);
     let class = req.param(1);
-    let not_found = || {
-        let inner = format!("No resource provider with uuid {raw} found");
-        ApiError::not_found(format!("{inner} : {inner}"))
-    };
-    let uuid = path_uuid(raw).ok_or_else(not_found)?;
     let state = app.read();
-    let provider = state.provider(&uuid).ok_or_else(not_found)?;
+    let provider = provider_for_read(&state, raw)?;
     let inventory = provider
         .inventories
         .get(class)

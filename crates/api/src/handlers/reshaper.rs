@@ -5,48 +5,17 @@
 use std::collections::BTreeMap;
 
 use berth_model::allocations::{self, ReshapeInventories};
-use berth_model::inventories::inventory_with_defaults;
 use berth_model::{Inventory, Uuid};
 use serde_json::{json, Value};
 
 use super::allocations::{consumer_request, multi_schema};
+use super::inventories::{int_field, inventory_from, put_all_schema};
 use crate::app::now;
 use crate::error::{codes, ApiError, ApiResult};
 use crate::request::{Req, Resp};
 use crate::App;
 
-const MAX_INT: i64 = 0x7FFF_FFFF;
-const SQL_SP_FLOAT_MAX: f64 = 3.40282e+38;
 const UUID_PATTERN: &str = "^[0-9a-fA-F-]{36}$";
-const RC_PATTERN: &str = "^[A-Z0-9_]+$";
-
-/// Upstream's `PUT_INVENTORY_SCHEMA` (one provider's inventories).
-fn inventories_schema() -> Value {
-    let int = |minimum: i64| json!({"type": "integer", "maximum": MAX_INT, "minimum": minimum});
-    let record = json!({
-        "type": "object",
-        "properties": {
-            "resource_provider_generation": {"type": "integer"},
-            "total": int(1),
-            "reserved": int(0),
-            "min_unit": int(1),
-            "max_unit": int(1),
-            "step_size": int(1),
-            "allocation_ratio": {"type": "number", "maximum": SQL_SP_FLOAT_MAX},
-        },
-        "required": ["total"],
-        "additionalProperties": false,
-    });
-    json!({
-        "type": "object",
-        "properties": {
-            "resource_provider_generation": {"type": "integer"},
-            "inventories": {"type": "object", "patternProperties": {RC_PATTERN: record}},
-        },
-        "required": ["resource_provider_generation", "inventories"],
-        "additionalProperties": false,
-    })
-}
 
 fn schema(req: &Req) -> Value {
     json!({
@@ -54,7 +23,7 @@ fn schema(req: &Req) -> Value {
         "properties": {
             "inventories": {
                 "type": "object",
-                "patternProperties": {UUID_PATTERN: inventories_schema()},
+                "patternProperties": {UUID_PATTERN: put_all_schema()},
                 "minProperties": 1,
                 "additionalProperties": false,
             },
@@ -63,22 +32,6 @@ fn schema(req: &Req) -> Value {
         "required": ["inventories", "allocations"],
         "additionalProperties": false,
     })
-}
-
-fn int(value: &Value, name: &str) -> Option<i64> {
-    let value = value.get(name)?;
-    value.as_i64().or_else(|| value.as_f64().map(|f| f as i64))
-}
-
-fn inventory(data: &Value) -> Inventory {
-    inventory_with_defaults(
-        int(data, "total").unwrap_or(0),
-        int(data, "reserved"),
-        int(data, "min_unit"),
-        int(data, "max_unit"),
-        int(data, "step_size"),
-        data.get("allocation_ratio").and_then(Value::as_f64),
-    )
 }
 
 /// `POST /reshaper`.
@@ -98,11 +51,11 @@ pub fn reshape(app: &App, req: &Req) -> ApiResult<Resp> {
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
-            .map(|(class, record)| (class.clone(), inventory(record)))
+            .map(|(class, record)| (class.clone(), inventory_from(record)))
             .collect();
         inventories.push(ReshapeInventories {
             provider,
-            generation: int(entry, "resource_provider_generation").unwrap_or(-1),
+            generation: int_field(entry, "resource_provider_generation").unwrap_or(-1),
             inventories: records,
         });
     }

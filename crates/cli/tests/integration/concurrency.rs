@@ -55,19 +55,7 @@ async fn fifty_claims_race_for_ten_units() {
     for _ in 0..50 {
         let client = client.clone();
         let uuid = uuid.clone();
-        tasks.push(tokio::spawn(async move {
-            let consumer = uuid::Uuid::new_v4();
-            client
-                .put(
-                    &format!("/allocations/{consumer}"),
-                    &json!({
-                        "allocations": {uuid: {"resources": {"VCPU": 1}}},
-                        "project_id": "p", "user_id": "u",
-                        "consumer_generation": null, "consumer_type": "INSTANCE"
-                    }),
-                )
-                .await
-        }));
+        tasks.push(tokio::spawn(async move { client.claim_new(json!({uuid: {"resources": {"VCPU": 1}}})).await.1 }));
     }
     let mut granted = 0;
     for task in tasks {

@@ -34,30 +34,14 @@ async fn claimers_over_two_processes_never_overcommit() {
     let (ca, cb) = (a.client(), b.client());
     let uuid = provider_with_inventory(&ca, "shared", "VCPU", 100).await;
     // Fill all but the last 20 units.
-    let filler = uuid::Uuid::new_v4();
-    let r = ca
-        .put(
-            &format!("/allocations/{filler}"),
-            &json!({"allocations": {uuid.clone(): {"resources": {"VCPU": 80}}}, "project_id": "p", "user_id": "u",
-                    "consumer_generation": null, "consumer_type": "INSTANCE"}),
-        )
-        .await;
+    let (filler, r) = ca.claim_new(json!({uuid.clone(): {"resources": {"VCPU": 80}}})).await;
     assert_eq!(r.status, 204, "{:?}", r.body);
     wait_visible(&cb, &format!("/allocations/{filler}")).await;
     let mut tasks = Vec::new();
     for i in 0..64 {
         let client = if i % 2 == 0 { ca.clone() } else { cb.clone() };
         let uuid = uuid.clone();
-        tasks.push(tokio::spawn(async move {
-            let consumer = uuid::Uuid::new_v4();
-            client
-                .put(
-                    &format!("/allocations/{consumer}"),
-                    &json!({"allocations": {uuid: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
-                            "consumer_generation": null, "consumer_type": "INSTANCE"}),
-                )
-                .await
-        }));
+        tasks.push(tokio::spawn(async move { client.claim_new(json!({uuid: {"resources": {"VCPU": 1}}})).await.1 }));
     }
     let (mut granted, mut refused) = (0, 0);
     for task in tasks {

@@ -83,14 +83,7 @@ async fn claim_until_full(client: Client, worker: usize) -> (usize, usize) {
             break;
         };
         let pick = &requests[(worker + attempt) % requests.len()];
-        let consumer = uuid::Uuid::new_v4();
-        let r = client
-            .put(
-                &format!("/allocations/{consumer}"),
-                &json!({"allocations": pick["allocations"], "project_id": "p", "user_id": "u",
-                        "consumer_generation": null, "consumer_type": "INSTANCE"}),
-            )
-            .await;
+        let (_, r) = client.claim_new(pick["allocations"].clone()).await;
         match r.status {
             204 => granted += 1,
             409 => conflicts += 1,

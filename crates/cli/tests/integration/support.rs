@@ -219,6 +219,15 @@ impl Client {
         Reply { status, body }
     }
 
+    /// PUT `allocations` (dict form) for a new consumer of project `p`,
+    /// user `u`, type INSTANCE; returns the consumer uuid and the reply.
+    pub(crate) async fn claim_new(&self, allocations: serde_json::Value) -> (uuid::Uuid, Reply) {
+        let consumer = uuid::Uuid::new_v4();
+        let body = serde_json::json!({"allocations": allocations, "project_id": "p", "user_id": "u",
+                                      "consumer_generation": null, "consumer_type": "INSTANCE"});
+        (consumer, self.put(&format!("/allocations/{consumer}"), &body).await)
+    }
+
     /// The server's base URL.
     pub(crate) fn base_url(&self) -> String {
         self.base.clone()
