@@ -55,17 +55,16 @@ pub struct App {
     store: Arc<dyn Store>,
     /// Process metrics.
     pub metrics: crate::metrics::Metrics,
-    group: GroupCommit,
-    shared: SharedBatches,
+    batches: Batches,
 }
 
 fn lock_shared(m: &Mutex<SharedState>) -> std::sync::MutexGuard<'_, SharedState> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Group commit for a shared database (see [`App::write_shared`]).
+/// Group-commit state (see [`App::write`]).
 #[derive(Debug, Default)]
-struct SharedBatches {
+struct Batches {
     state: Mutex<SharedState>,
     changed: std::sync::Condvar,
 }
@@ -85,37 +84,6 @@ struct SharedState {
     undo: Vec<ChangeSet>,
     /// Every batch up to this one has its outcome decided.
     done_through: u64,
-    /// Batches that failed, with the error their writers get.
-    failed: std::collections::BTreeMap<u64, ApiError>,
-}
-
-/// Group-commit state (exclusive stores only).
-#[derive(Debug, Default)]
-struct GroupCommit {
-    /// The batch writers are currently planning into.
-    open: Mutex<OpenBatch>,
-    /// Held while a batch commits; records outcomes.
-    committed: Mutex<CommitLog>,
-}
-
-#[derive(Debug, Default)]
-struct OpenBatch {
-    id: u64,
-    changes: ChangeSet,
-    /// One undo set per writer, in planning order.
-    undo: Vec<ChangeSet>,
-}
-
-impl OpenBatch {
-    fn new(id: u64) -> Self {
-        Self { id, changes: ChangeSet::new(), undo: Vec::new() }
-    }
-}
-
-#[derive(Debug, Default)]
-struct CommitLog {
-    /// Every batch with an id up to this one has its outcome decided.
-    through: u64,
     /// Batches that failed, with the error their writers get.
     failed: std::collections::BTreeMap<u64, ApiError>,
 }
@@ -153,8 +121,7 @@ impl App {
             writer: Mutex::new(loaded.seq),
             store,
             metrics: Default::default(),
-            group: GroupCommit { open: Mutex::new(OpenBatch::new(1)), committed: Mutex::new(CommitLog::default()) },
-            shared: SharedBatches {
+            batches: Batches {
                 state: Mutex::new(SharedState { open_batch: 1, ..SharedState::default() }),
                 changed: std::sync::Condvar::new(),
             },
@@ -216,19 +183,9 @@ impl App {
 
     /// The one write path: plan a change set against the current state,
     /// commit it durably, and apply it to the snapshot so this process reads
-    /// its own write. Two strategies, chosen by the store:
-    ///
-    /// - **Shared database** (PostgreSQL): group commit inside the store's
-    ///   write transaction, after catching up with the changes other
-    ///   processes committed — see [`App::write_shared`].
-    /// - **Exclusive database** (embedded SQLite, one process): group
-    ///   commit — see [`App::write_grouped`].
+    /// its own write. Writes are group-committed: see [`App::write_batched`].
     pub fn write<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
-        if self.store.exclusive() {
-            blocking(|| self.write_grouped(plan))
-        } else {
-            blocking(|| self.write_shared(plan))
-        }
+        blocking(|| self.write_batched(plan))
     }
 
     /// Replace the snapshot with a fresh load (the change feed no longer
@@ -242,7 +199,8 @@ impl App {
         Ok(())
     }
 
-    /// Group commit for a database shared with other processes.
+    /// Group commit, for every store (an embedded database simply never
+    /// hands back changes of other processes to catch up on).
     ///
     /// Every writer registers for the open batch. The first one becomes its
     /// leader and runs one store transaction. Inside it, the leader applies
@@ -258,9 +216,9 @@ impl App {
     /// and every writer gets the error. The catch-up stays applied, since it
     /// was committed by others. Writers that register while a batch is
     /// committing wait for the next batch, whose leader is one of them.
-    fn write_shared<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
+    fn write_batched<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
         let lock = lock_shared;
-        let shared = &self.shared;
+        let shared = &self.batches;
         let mut st = lock(&shared.state);
         let my_batch = st.open_batch;
         st.waiting += 1;
@@ -370,7 +328,7 @@ impl App {
         out.ok_or_else(ApiError::internal)
     }
 
-    /// One writer plans into the open shared batch (the window is open, so
+    /// One writer plans into the open batch (the window is open, so
     /// the snapshot has caught up) and applies its change set at once.
     fn plan_into_batch<T>(
         &self,
@@ -394,76 +352,6 @@ impl App {
                 *out = Some(value);
             }
             Err(err) => *my_error = Some(err),
-        }
-    }
-
-    /// Group commit for a database only this process writes.
-    ///
-    /// 1. Under the planning lock, plan against the snapshot, apply the
-    ///    change set to it at once (so the next writer plans on top of it),
-    ///    record how to undo it, and append it to the open batch.
-    /// 2. Take the commit lock. If a committer already committed (or
-    ///    failed) this writer's batch, return its outcome. Otherwise close
-    ///    the open batch and commit it in one transaction: one fsync for
-    ///    every writer that planned while the previous batch was syncing.
-    /// 3. If the commit fails, undo the batch and everything planned on
-    ///    top of it (the next open batch) in reverse order, and fail all
-    ///    their writers.
-    ///
-    /// No response is sent before its batch is durable. A reader may see a
-    /// write between step 1 and its commit; if that commit fails the write
-    /// is taken back. Capacity is never overcommitted either way: every
-    /// plan is made against all writes ordered before it.
-    fn write_grouped<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
-        let (my_batch, out) = {
-            let mut open = self.group.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let state = self.read();
-            let (changes, out) = plan(&state)?;
-            if changes.is_empty() {
-                return Ok(out);
-            }
-            let undo = state.undo_for(&changes);
-            drop(state);
-            self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
-            open.changes.changes.extend(changes.changes);
-            open.undo.push(undo);
-            (open.id, out)
-        };
-        let mut log = self.group.committed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if log.through < my_batch {
-            let batch = {
-                let mut open = self.group.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let next = OpenBatch::new(open.id + 1);
-                std::mem::replace(&mut *open, next)
-            };
-            let mut pending = Some(batch.changes);
-            match self.store.write(0, &mut |_| pending.take()) {
-                Ok(_) => log.through = batch.id,
-                Err(err) => {
-                    if matches!(err, berth_store::StoreError::Unavailable(_)) {
-                        self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    let later = {
-                        let mut open = self.group.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                        let next = OpenBatch::new(open.id + 1);
-                        std::mem::replace(&mut *open, next)
-                    };
-                    let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    for undo in later.undo.iter().rev().chain(batch.undo.iter().rev()) {
-                        state.apply(undo);
-                    }
-                    let err = ApiError::from(err);
-                    log.failed.insert(batch.id, err.clone());
-                    log.failed.insert(later.id, err);
-                    log.through = later.id;
-                }
-            }
-            let keep_from = log.through.saturating_sub(1024);
-            log.failed.retain(|id, _| *id >= keep_from);
-        }
-        match log.failed.get(&my_batch) {
-            Some(err) => Err(err.clone()),
-            None => Ok(out),
         }
     }
 }

@@ -16,9 +16,6 @@ struct FaultyStore {
     inner: SqliteStore,
     commits: AtomicUsize,
     fail_every: usize,
-    /// Pretend to be a shared database (exercises the shared-database
-    /// group commit instead of the exclusive one).
-    shared: bool,
 }
 
 impl Store for FaultyStore {
@@ -46,9 +43,6 @@ impl Store for FaultyStore {
     fn backend_name(&self) -> &'static str {
         "faulty-sqlite"
     }
-    fn exclusive(&self) -> bool {
-        !self.shared
-    }
 }
 
 fn summary(state: &State) -> Vec<String> {
@@ -57,12 +51,11 @@ fn summary(state: &State) -> Vec<String> {
     out
 }
 
-fn app(dir: &std::path::Path, fail_every: usize, shared: bool) -> (Arc<App>, Arc<FaultyStore>) {
+fn app(dir: &std::path::Path, fail_every: usize) -> (Arc<App>, Arc<FaultyStore>) {
     let store = Arc::new(FaultyStore {
         inner: SqliteStore::open_path(&dir.join("db.sqlite")).expect("open"),
         commits: AtomicUsize::new(0),
         fail_every,
-        shared,
     });
     let config = ApiConfig {
         auth_mode: AuthMode::NoAuth2,
@@ -85,21 +78,12 @@ fn add_trait(app: &App, name: String) -> Result<(), berth_api::ApiError> {
 }
 
 #[test]
-fn exclusive_group_commit_survives_injected_failures() {
-    injected_failures(false);
-}
-
-#[test]
-fn shared_group_commit_survives_injected_failures() {
-    injected_failures(true);
-}
-
-fn injected_failures(shared: bool) {
-    let dir = std::env::temp_dir().join(format!("berth-group-commit-{}-{shared}", std::process::id()));
+fn group_commit_survives_injected_failures() {
+    let dir = std::env::temp_dir().join(format!("berth-group-commit-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     // The start-up sync is commit #1; fail every 7th commit after that.
-    let (app, store) = app(&dir, 7, shared);
+    let (app, store) = app(&dir, 7);
     let ok = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..8)

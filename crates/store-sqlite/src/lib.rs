@@ -317,10 +317,6 @@ impl Store for SqliteStore {
     fn backend_name(&self) -> &'static str {
         "sqlite"
     }
-
-    fn exclusive(&self) -> bool {
-        true
-    }
 }
 
 impl SqliteStore {

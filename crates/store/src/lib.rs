@@ -83,13 +83,4 @@ pub trait Store: Send + Sync {
 
     /// A short name for logs and metrics ("sqlite", "postgres").
     fn backend_name(&self) -> &'static str;
-
-    /// True when this process is the only writer of the database (embedded
-    /// SQLite behind its directory lock). The API may then plan writes
-    /// outside the store transaction and commit several writers' change
-    /// sets in one transaction (group commit), since nobody else can have
-    /// changed the data in between.
-    fn exclusive(&self) -> bool {
-        false
-    }
 }
