@@ -24,11 +24,11 @@
 
 mod codec;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
-use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid};
-use berth_store::{CatchUp, Loaded, PlanFn, Seq, Store, StoreError};
+use berth_model::{AllocationMap, Change, ConsumerRow, Inventory, ProviderRow, Uuid};
+use berth_store::{CatchUp, Loaded, PlanFn, Rows, Seq, Store, StoreError};
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Transaction};
 
@@ -533,7 +533,6 @@ impl Store for PostgresStore {
 }
 
 fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
-    let mut set = ChangeSet::new();
     let seq: i64 = tx
         .query_one(
             "SELECT GREATEST((SELECT COALESCE(MAX(seq), 0) FROM berth_changes),
@@ -542,30 +541,19 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
         )
         .map_err(classify)?
         .get(0);
-    for row in
-        tx.query("SELECT id, name, created_at, updated_at FROM resource_classes ORDER BY id", &[]).map_err(classify)?
-    {
-        set.push(Change::PutResourceClass {
-            id: row.get(0),
-            name: row.get(1),
-            created_at: row.get(2),
-            updated_at: row.get(3),
-        });
+    let mut query = |sql: &str| tx.query(sql, &[]).map_err(classify);
+    let mut rows = Rows::default();
+    for row in query("SELECT id, name, created_at, updated_at FROM resource_classes")? {
+        rows.resource_classes.push((row.get(0), row.get(1), row.get(2), row.get(3)));
     }
-    for row in tx.query("SELECT id, name, created_at FROM traits ORDER BY id", &[]).map_err(classify)? {
-        set.push(Change::PutTrait { id: row.get(0), name: row.get(1), created_at: row.get(2) });
+    for row in query("SELECT id, name, created_at FROM traits")? {
+        rows.traits.push((row.get(0), row.get(1), row.get(2)));
     }
-    let mut providers = Vec::new();
-    for row in tx
-        .query(
-            "SELECT id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at
-             FROM resource_providers ORDER BY id",
-            &[],
-        )
-        .map_err(classify)?
-    {
+    for row in query(
+        "SELECT id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at FROM resource_providers",
+    )? {
         let parent: Option<String> = row.get(4);
-        providers.push(ProviderRow {
+        rows.providers.push(ProviderRow {
             id: row.get(0),
             uuid: parse_uuid(row.get(1))?,
             name: row.get(2),
@@ -576,83 +564,43 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
             updated_at: row.get(7),
         });
     }
-    for idx in berth_model::parents_first(&providers) {
-        set.push(Change::PutProvider { row: providers[idx].clone(), expected_generation: None });
+    for row in query(
+        "SELECT provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio
+         FROM inventories",
+    )? {
+        let inventory = Inventory {
+            total: row.get(2),
+            reserved: row.get(3),
+            min_unit: row.get(4),
+            max_unit: row.get(5),
+            step_size: row.get(6),
+            allocation_ratio: row.get(7),
+        };
+        rows.inventories.push((parse_uuid(row.get(0))?, row.get(1), inventory));
     }
-    let mut inventories: BTreeMap<Uuid, BTreeMap<String, Inventory>> = BTreeMap::new();
-    for row in tx
-        .query(
-            "SELECT provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio
-             FROM inventories",
-            &[],
-        )
-        .map_err(classify)?
-    {
-        inventories.entry(parse_uuid(row.get(0))?).or_default().insert(
-            row.get(1),
-            Inventory {
-                total: row.get(2),
-                reserved: row.get(3),
-                min_unit: row.get(4),
-                max_unit: row.get(5),
-                step_size: row.get(6),
-                allocation_ratio: row.get(7),
-            },
-        );
+    for row in query("SELECT provider_uuid, trait FROM provider_traits")? {
+        rows.provider_traits.push((parse_uuid(row.get(0))?, row.get(1)));
     }
-    for (provider, inventories) in inventories {
-        set.push(Change::SetInventories { provider, inventories });
+    for row in query("SELECT provider_uuid, aggregate_uuid FROM provider_aggregates")? {
+        rows.provider_aggregates.push((parse_uuid(row.get(0))?, parse_uuid(row.get(1))?));
     }
-    let mut traits: BTreeMap<Uuid, BTreeSet<String>> = BTreeMap::new();
-    for row in tx.query("SELECT provider_uuid, trait FROM provider_traits", &[]).map_err(classify)? {
-        traits.entry(parse_uuid(row.get(0))?).or_default().insert(row.get(1));
+    for row in query("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations")? {
+        rows.allocations.push((parse_uuid(row.get(0))?, parse_uuid(row.get(1))?, row.get(2), row.get(3)));
     }
-    for (provider, traits) in traits {
-        set.push(Change::SetProviderTraits { provider, traits });
-    }
-    let mut aggregates: BTreeMap<Uuid, BTreeSet<Uuid>> = BTreeMap::new();
-    for row in tx.query("SELECT provider_uuid, aggregate_uuid FROM provider_aggregates", &[]).map_err(classify)? {
-        aggregates.entry(parse_uuid(row.get(0))?).or_default().insert(parse_uuid(row.get(1))?);
-    }
-    for (provider, aggregates) in aggregates {
-        set.push(Change::SetProviderAggregates { provider, aggregates });
-    }
-    let mut allocations: HashMap<Uuid, AllocationMap> = HashMap::new();
     for row in
-        tx.query("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations", &[]).map_err(classify)?
+        query("SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers")?
     {
-        allocations
-            .entry(parse_uuid(row.get(0))?)
-            .or_default()
-            .entry(parse_uuid(row.get(1))?)
-            .or_default()
-            .insert(row.get(2), row.get(3));
-    }
-    for row in tx
-        .query(
-            "SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers",
-            &[],
-        )
-        .map_err(classify)?
-    {
-        let uuid = parse_uuid(row.get(0))?;
-        set.push(Change::PutConsumer {
-            row: ConsumerRow {
-                uuid,
-                project_id: row.get(1),
-                user_id: row.get(2),
-                generation: row.get(3),
-                consumer_type: row.get(4),
-                created_at: row.get(5),
-                updated_at: row.get(6),
-            },
-            expected_generation: None,
-            allocations: allocations.remove(&uuid).unwrap_or_default(),
+        rows.consumers.push(ConsumerRow {
+            uuid: parse_uuid(row.get(0))?,
+            project_id: row.get(1),
+            user_id: row.get(2),
+            generation: row.get(3),
+            consumer_type: row.get(4),
+            created_at: row.get(5),
+            updated_at: row.get(6),
         });
     }
-    let mut state = State::default();
-    state.apply(&set);
-    Ok(Loaded { state, seq })
+    Ok(Loaded { state: rows.into_state(), seq })
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid};
-use berth_store::{CatchUp, Loaded, PlanFn, Seq, Store, StoreError};
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use berth_store::{CatchUp, Loaded, PlanFn, Rows, Seq, Store, StoreError};
+use rusqlite::{params, Connection, TransactionBehavior};
 
 /// Embedded migrations, applied in order.
 const MIGRATIONS: &[(&str, &str)] = &[("0001_initial", include_str!("../migrations/0001_initial.sql"))];
@@ -346,124 +346,93 @@ impl From<StoreError> for LoadError {
 }
 
 fn load_state(conn: &Connection) -> Result<State, LoadError> {
-    let mut set = ChangeSet::new();
-    let mut stmt = conn.prepare("SELECT id, name, created_at, updated_at FROM resource_classes ORDER BY id")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        set.push(Change::PutResourceClass {
-            id: row.get(0)?,
-            name: row.get(1)?,
-            created_at: row.get(2)?,
-            updated_at: row.get(3)?,
-        });
+    /// Run `sql` and hand each row to `each`.
+    fn each_row(
+        conn: &Connection,
+        sql: &str,
+        mut each: impl FnMut(&rusqlite::Row<'_>) -> Result<(), LoadError>,
+    ) -> Result<(), LoadError> {
+        let mut stmt = conn.prepare(sql)?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            each(row)?;
+        }
+        Ok(())
     }
-    let mut stmt = conn.prepare("SELECT id, name, created_at FROM traits ORDER BY id")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        set.push(Change::PutTrait { id: row.get(0)?, name: row.get(1)?, created_at: row.get(2)? });
-    }
-    // Parents are always created before their children, so id order puts
-    // every parent first and the derived child index builds correctly.
-    let mut stmt = conn.prepare(
-        "SELECT id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at
-         FROM resource_providers ORDER BY id",
+    let uuid_at = |row: &rusqlite::Row<'_>, idx: usize| -> Result<Uuid, LoadError> {
+        Ok(parse_uuid(&row.get::<_, String>(idx)?)?)
+    };
+    let mut rows = Rows::default();
+    each_row(conn, "SELECT id, name, created_at, updated_at FROM resource_classes", |row| {
+        rows.resource_classes.push((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?));
+        Ok(())
+    })?;
+    each_row(conn, "SELECT id, name, created_at FROM traits", |row| {
+        rows.traits.push((row.get(0)?, row.get(1)?, row.get(2)?));
+        Ok(())
+    })?;
+    each_row(
+        conn,
+        "SELECT id, uuid, name, generation, parent_uuid, root_uuid, created_at, updated_at FROM resource_providers",
+        |row| {
+            let parent: Option<String> = row.get(4)?;
+            rows.providers.push(ProviderRow {
+                id: row.get(0)?,
+                uuid: uuid_at(row, 1)?,
+                name: row.get(2)?,
+                generation: row.get(3)?,
+                parent: parent.as_deref().map(parse_uuid).transpose()?,
+                root: uuid_at(row, 5)?,
+                created_at: row.get(6)?,
+                updated_at: row.get(7)?,
+            });
+            Ok(())
+        },
     )?;
-    let mut rows = stmt.query([])?;
-    let mut providers = Vec::new();
-    while let Some(row) = rows.next()? {
-        let parent: Option<String> = row.get(4)?;
-        providers.push(ProviderRow {
-            id: row.get(0)?,
-            uuid: parse_uuid(&row.get::<_, String>(1)?)?,
-            name: row.get(2)?,
-            generation: row.get(3)?,
-            parent: parent.as_deref().map(parse_uuid).transpose()?,
-            root: parse_uuid(&row.get::<_, String>(5)?)?,
-            created_at: row.get(6)?,
-            updated_at: row.get(7)?,
-        });
-    }
-    // Re-parenting (1.37) can give a child a smaller id than its new parent:
-    // insert in an order where parents come first.
-    let order = berth_model::parents_first(&providers);
-    for idx in order {
-        set.push(Change::PutProvider { row: providers[idx].clone(), expected_generation: None });
-    }
-    let mut inventories: std::collections::BTreeMap<Uuid, std::collections::BTreeMap<String, Inventory>> =
-        Default::default();
-    let mut stmt = conn.prepare(
+    each_row(
+        conn,
         "SELECT provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio
          FROM inventories",
-    )?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        let provider = parse_uuid(&row.get::<_, String>(0)?)?;
-        inventories.entry(provider).or_default().insert(
-            row.get(1)?,
-            Inventory {
+        |row| {
+            let inventory = Inventory {
                 total: row.get(2)?,
                 reserved: row.get(3)?,
                 min_unit: row.get(4)?,
                 max_unit: row.get(5)?,
                 step_size: row.get(6)?,
                 allocation_ratio: row.get(7)?,
-            },
-        );
-    }
-    for (provider, inventories) in inventories {
-        set.push(Change::SetInventories { provider, inventories });
-    }
-    let mut traits: std::collections::BTreeMap<Uuid, std::collections::BTreeSet<String>> = Default::default();
-    let mut stmt = conn.prepare("SELECT provider_uuid, trait FROM provider_traits")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        traits.entry(parse_uuid(&row.get::<_, String>(0)?)?).or_default().insert(row.get(1)?);
-    }
-    for (provider, traits) in traits {
-        set.push(Change::SetProviderTraits { provider, traits });
-    }
-    let mut aggregates: std::collections::BTreeMap<Uuid, std::collections::BTreeSet<Uuid>> = Default::default();
-    let mut stmt = conn.prepare("SELECT provider_uuid, aggregate_uuid FROM provider_aggregates")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        aggregates
-            .entry(parse_uuid(&row.get::<_, String>(0)?)?)
-            .or_default()
-            .insert(parse_uuid(&row.get::<_, String>(1)?)?);
-    }
-    for (provider, aggregates) in aggregates {
-        set.push(Change::SetProviderAggregates { provider, aggregates });
-    }
-    let mut allocations: std::collections::HashMap<Uuid, AllocationMap> = Default::default();
-    let mut stmt = conn.prepare("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations")?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        let consumer = parse_uuid(&row.get::<_, String>(0)?)?;
-        let provider = parse_uuid(&row.get::<_, String>(1)?)?;
-        allocations.entry(consumer).or_default().entry(provider).or_default().insert(row.get(2)?, row.get(3)?);
-    }
-    let mut stmt = conn.prepare(
-        "SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers",
+            };
+            rows.inventories.push((uuid_at(row, 0)?, row.get(1)?, inventory));
+            Ok(())
+        },
     )?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        let uuid = parse_uuid(&row.get::<_, String>(0)?)?;
-        set.push(Change::PutConsumer {
-            row: ConsumerRow {
-                uuid,
+    each_row(conn, "SELECT provider_uuid, trait FROM provider_traits", |row| {
+        rows.provider_traits.push((uuid_at(row, 0)?, row.get(1)?));
+        Ok(())
+    })?;
+    each_row(conn, "SELECT provider_uuid, aggregate_uuid FROM provider_aggregates", |row| {
+        rows.provider_aggregates.push((uuid_at(row, 0)?, uuid_at(row, 1)?));
+        Ok(())
+    })?;
+    each_row(conn, "SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations", |row| {
+        rows.allocations.push((uuid_at(row, 0)?, uuid_at(row, 1)?, row.get(2)?, row.get(3)?));
+        Ok(())
+    })?;
+    each_row(
+        conn,
+        "SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers",
+        |row| {
+            rows.consumers.push(ConsumerRow {
+                uuid: uuid_at(row, 0)?,
                 project_id: row.get(1)?,
                 user_id: row.get(2)?,
                 generation: row.get(3)?,
                 consumer_type: row.get(4)?,
                 created_at: row.get(5)?,
                 updated_at: row.get(6)?,
-            },
-            expected_generation: None,
-            allocations: allocations.remove(&uuid).unwrap_or_default(),
-        });
-    }
-    let _ = conn.query_row("SELECT 1", [], |_| Ok(())).optional()?;
-    let mut state = State::default();
-    state.apply(&set);
-    Ok(state)
+            });
+            Ok(())
+        },
+    )?;
+    Ok(rows.into_state())
 }

@@ -22,6 +22,9 @@
 
 use berth_model::{ChangeSet, State};
 
+mod rows;
+pub use rows::Rows;
+
 #[cfg(feature = "testing")]
 pub mod testing;
 
