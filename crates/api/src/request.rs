@@ -72,22 +72,30 @@ impl Req {
         self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    /// The body as JSON validated against `schema`, with placement's 415 and
-    /// 400 answers.
-    pub fn json_body(&self, schema: &Value) -> ApiResult<Value> {
+    /// Upstream's `require_content('application/json')`: 415 unless the
+    /// body is declared JSON. Write handlers whose upstream decorator runs
+    /// before the policy check call this first; `json_body` calls it too.
+    pub fn require_json(&self) -> ApiResult<()> {
         let content_type = self
             .headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
             .unwrap_or_default();
-        if content_type != "application/json" {
-            let shown = if content_type.is_empty() { "None".to_owned() } else { content_type };
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("The media type {shown} is not supported, use application/json"),
-            ));
+        if content_type == "application/json" {
+            return Ok(());
         }
+        let shown = if content_type.is_empty() { "None".to_owned() } else { content_type };
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("The media type {shown} is not supported, use application/json"),
+        ))
+    }
+
+    /// The body as JSON validated against `schema`, with placement's 415 and
+    /// 400 answers.
+    pub fn json_body(&self, schema: &Value) -> ApiResult<Value> {
+        self.require_json()?;
         let value: Value =
             serde_json::from_slice(&self.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
         schema::validate(schema, &value).map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;

@@ -9,7 +9,7 @@ use berth_model::inventories::{self, ReservedRule};
 use berth_model::{Inventory, Provider, State, Uuid};
 use serde_json::{json, Map, Value};
 
-use super::resource_providers::{path_uuid, require_json_content};
+use super::resource_providers::path_uuid;
 use crate::app::now;
 use crate::error::{ApiError, ApiResult};
 use crate::request::{Req, Resp};
@@ -163,7 +163,7 @@ pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `POST /resource_providers/{uuid}/inventories`: add one class (201).
 pub fn create_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
-    require_json_content(req)?;
+    req.require_json()?;
     req.authorize(app, "placement:resource_providers:inventories:create")?;
     let uuid = existing_provider(app, req)?;
     let data = req.json_body(&post_schema())?;
@@ -181,7 +181,7 @@ pub fn create_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `PUT /resource_providers/{uuid}/inventories`: replace all.
 pub fn set_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
-    require_json_content(req)?;
+    req.require_json()?;
     req.authorize(app, "placement:resource_providers:inventories:update")?;
     let uuid = existing_provider(app, req)?;
     let data = req.json_body(&put_all_schema())?;
@@ -231,7 +231,7 @@ pub fn get_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `PUT /resource_providers/{uuid}/inventories/{resource_class}`.
 pub fn update_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
-    require_json_content(req)?;
+    req.require_json()?;
     req.authorize(app, "placement:resource_providers:inventories:update")?;
     let uuid = existing_provider(app, req)?;
     let class = req.param(1).to_owned();

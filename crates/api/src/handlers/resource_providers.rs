@@ -18,25 +18,6 @@ pub(crate) fn path_uuid(raw: &str) -> Option<Uuid> {
     Uuid::parse_str(raw).ok().filter(|uuid| uuid.to_string() == raw)
 }
 
-/// Upstream's `require_content('application/json')` decorator, which runs
-/// before the policy check and the provider lookup (415 first).
-pub(crate) fn require_json_content(req: &Req) -> ApiResult<()> {
-    let content_type = req
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
-        .unwrap_or_default();
-    if content_type == "application/json" {
-        return Ok(());
-    }
-    let shown = if content_type.is_empty() { "None".to_owned() } else { content_type };
-    Err(ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        format!("The media type {shown} is not supported, use application/json"),
-    ))
-}
-
 fn name_schema() -> Value {
     json!({"type": "string", "maxLength": 200})
 }
@@ -139,7 +120,7 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `POST /resource_providers`: 201 without body before 1.20, 200 with the
 /// provider from 1.20; `Location` either way.
 pub fn create_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    require_json_content(req)?;
+    req.require_json()?;
     req.authorize(app, "placement:resource_providers:create")?;
     let body = req.json_body(&post_schema(req))?;
     let name = body["name"].as_str().unwrap_or_default().to_owned();
@@ -185,7 +166,7 @@ pub fn delete_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `PUT /resource_providers/{uuid}`: rename and, from 1.14, set the parent
 /// (re-parenting and un-parenting from 1.37).
 pub fn update_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    require_json_content(req)?;
+    req.require_json()?;
     req.authorize(app, "placement:resource_providers:update")?;
     let raw = req.param(0);
     let not_found = || ApiError::not_found(format!("No resource provider with uuid {raw} found"));

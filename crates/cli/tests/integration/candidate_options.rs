@@ -39,11 +39,6 @@ async fn cap_and_randomize() {
     let hosts_seen: BTreeSet<&String> = samples.iter().flatten().collect();
     assert!(hosts_seen.len() > 3, "over 12 requests the capped samples must reach beyond the first 3 hosts");
     // A cap that cut viable candidates is never silent.
-    let metrics = reqwest::get(format!("{}/metrics", server.base)).await.expect("metrics").text().await.expect("text");
-    let capped = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("berth_allocation_candidates_capped_total "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .expect("capped counter");
+    let capped = server.metric("berth_allocation_candidates_capped_total").await;
     assert_eq!(capped, 12, "every capped answer is counted");
 }

@@ -150,11 +150,6 @@ async fn follower_behind_a_pruned_feed_reloads() {
         assert!(Instant::now() < deadline, "the follower never converged after the feed was pruned");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let metrics = reqwest::get(format!("{}/metrics", b.base)).await.expect("metrics").text().await.expect("text");
-    let reloads = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("berth_change_feed_reloads_total "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .expect("reload counter");
+    let reloads = b.metric("berth_change_feed_reloads_total").await;
     assert!(reloads >= 1, "the follower must have reloaded after the gap (metrics: {reloads})");
 }

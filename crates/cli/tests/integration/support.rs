@@ -145,6 +145,15 @@ impl TestServer {
         next
     }
 
+    /// The value of an unlabelled counter or gauge at `/metrics`.
+    pub(crate) async fn metric(&self, name: &str) -> u64 {
+        let text = reqwest::get(format!("{}/metrics", self.base)).await.expect("metrics").text().await.expect("text");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing"))
+    }
+
     /// A client for this server.
     pub(crate) fn client(&self) -> Client {
         Client {
