@@ -192,13 +192,7 @@ pub async fn dispatch(app: &App, table: &[Route], request: axum::extract::Reques
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
     let elapsed_us = elapsed.as_micros() as u64;
-    app.metrics.observe(
-        route_label,
-        method.as_str(),
-        status,
-        elapsed.as_secs_f64(),
-        error_code.filter(|_| status >= 400),
-    );
+    app.metrics.observe(route_label, &method, status, elapsed.as_secs_f64(), error_code.filter(|_| status >= 400));
     if status >= 500 {
         tracing::error!(request_id = %request_id, %method, %path, status, elapsed_us, "request");
     } else {

@@ -16,12 +16,29 @@ struct Histogram {
     count: u64,
 }
 
+/// The method as a static label (anything unusual is "OTHER").
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::HEAD => "HEAD",
+        Method::PATCH => "PATCH",
+        _ => "OTHER",
+    }
+}
+
 /// All metrics of one process.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    latency: Mutex<BTreeMap<(String, String), Histogram>>,
-    error_codes: Mutex<BTreeMap<String, u64>>,
+    // Keys are static strings (route patterns, method names, error codes),
+    // so recording a request allocates nothing.
+    requests: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
+    latency: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
+    error_codes: Mutex<BTreeMap<&'static str, u64>>,
     /// Change sets applied from other processes (change feed).
     pub feed_applied: AtomicU64,
     /// Unix milliseconds of the last successful change-feed poll (0 = never).
@@ -39,12 +56,20 @@ pub struct Metrics {
 
 impl Metrics {
     /// Record one finished request.
-    pub fn observe(&self, route: &str, method: &str, status: u16, seconds: f64, error_code: Option<&str>) {
+    pub fn observe(
+        &self,
+        route: &'static str,
+        method: &axum::http::Method,
+        status: u16,
+        seconds: f64,
+        error_code: Option<&'static str>,
+    ) {
+        let method = method_label(method);
         if let Ok(mut requests) = self.requests.lock() {
-            *requests.entry((route.to_owned(), method.to_owned(), status)).or_insert(0) += 1;
+            *requests.entry((route, method, status)).or_insert(0) += 1;
         }
         if let Ok(mut latency) = self.latency.lock() {
-            let h = latency.entry((route.to_owned(), method.to_owned())).or_default();
+            let h = latency.entry((route, method)).or_default();
             if h.counts.is_empty() {
                 h.counts = vec![0; BUCKETS.len()];
             }
@@ -58,7 +83,7 @@ impl Metrics {
         }
         if let Some(code) = error_code {
             if let Ok(mut codes) = self.error_codes.lock() {
-                *codes.entry(code.to_owned()).or_insert(0) += 1;
+                *codes.entry(code).or_insert(0) += 1;
             }
         }
     }
@@ -142,9 +167,10 @@ mod tests {
     #[test]
     fn renders_counters_and_histograms() {
         let m = Metrics::default();
-        m.observe("/resource_providers", "GET", 200, 0.0007, None);
-        m.observe("/resource_providers", "GET", 200, 0.2, None);
-        m.observe("/allocations/{consumer_uuid}", "PUT", 409, 0.001, Some("placement.concurrent_update"));
+        use axum::http::Method;
+        m.observe("/resource_providers", &Method::GET, 200, 0.0007, None);
+        m.observe("/resource_providers", &Method::GET, 200, 0.2, None);
+        m.observe("/allocations/{consumer_uuid}", &Method::PUT, 409, 0.001, Some("placement.concurrent_update"));
         let text = m.render(&[("berth_providers", "Providers.", 3.0)]);
         assert!(
             text.contains("berth_http_requests_total{route=\"/resource_providers\",method=\"GET\",status=\"200\"} 2")
