@@ -1,0 +1,1040 @@
+//! Planning functions for control writes: each takes the current
+//! [`World`] and returns the [`WorldChangeSet`] to commit, or refuses.
+//! They run inside the write path, one at a time against a caught-up
+//! snapshot, so what they check is what gets committed.
+//!
+//! The boot path is three plans:
+//!
+//! 1. [`plan_admit_boot`] (API): quota admission, then build requests,
+//!    request specs, instance mappings and group membership, in one write;
+//! 2. [`plan_claim`] (conductor): placement allocations for every instance
+//!    of the request (all or nothing), the server group's hard policy
+//!    re-checked against current allocations, mappings moved to the chosen
+//!    cell and build requests removed, in one write;
+//! 3. [`plan_bury`] (conductor, when no host fits): mappings moved to cell0,
+//!    build requests removed.
+//!
+//! Deleting goes through [`plan_delete_build_request`] (not yet in a cell)
+//! or [`plan_forget_instance`] (removed from its cell).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use berth_model::allocations::{check_allocation, plan_replace_allocations, ConsumerAllocations, ConsumerGeneration};
+use berth_model::{AllocationMap, Change, ChangeSet};
+use uuid::Uuid;
+
+use crate::state::ComputeChange as C;
+use crate::{
+    quota, Aggregate, BuildRequest, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy, HostMapping,
+    Image, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID,
+    CONSUMER_TYPE_INSTANCE,
+};
+
+type Result<T> = std::result::Result<T, ComputeError>;
+
+// ---------------------------------------------------------------------------
+// Boot admission
+// ---------------------------------------------------------------------------
+
+/// A boot request as the API accepted it.
+#[derive(Debug, Clone)]
+pub struct BootAdmission {
+    /// Owning project.
+    pub project_id: String,
+    /// Owning user.
+    pub user_id: String,
+    /// `max_count` instances, each with a fresh uuid and its spec.
+    pub instances: Vec<(Uuid, InstanceSpec)>,
+    /// `min_count`.
+    pub min_count: i64,
+    /// The request spec shared by the instances (`instance_uuid` and
+    /// `num_instances` are filled in per instance).
+    pub request_spec: RequestSpec,
+    /// Acceptance time.
+    pub now: Timestamp,
+}
+
+/// Admit a boot: lower the count to the quota headroom (refusing below
+/// `min_count`), check the server group's member quota, and create the
+/// build requests, request specs and instance mappings. Returns the
+/// admitted instance uuids.
+pub fn plan_admit_boot(world: &World, boot: &BootAdmission) -> Result<(WorldChangeSet, Vec<Uuid>)> {
+    let flavor = &boot.request_spec.flavor;
+    let max_count = boot.instances.len() as i64;
+    let admitted = quota::admit_instances(
+        world,
+        &boot.project_id,
+        &boot.user_id,
+        flavor.vcpus,
+        flavor.memory_mb,
+        boot.min_count,
+        max_count,
+    )?;
+    if let Some((_, first)) = boot.instances.first() {
+        quota::check_metadata_items(world, &boot.project_id, &boot.user_id, first.metadata.len())?;
+    }
+    let mut set = WorldChangeSet::new();
+    let instances: Vec<&(Uuid, InstanceSpec)> = boot.instances.iter().take(admitted as usize).collect();
+    if let Some(group_id) = boot.request_spec.group {
+        let group = world
+            .compute
+            .server_groups
+            .get(&group_id)
+            .ok_or_else(|| ComputeError::Invalid(format!("Invalid server group {group_id}")))?;
+        quota::check_group_members(world, &boot.project_id, &boot.user_id, &group_id, admitted)?;
+        let mut group = group.clone();
+        group.members.extend(instances.iter().map(|(uuid, _)| *uuid));
+        set.compute(C::PutServerGroup(group));
+    }
+    for (uuid, spec) in &instances {
+        if world.compute.instance_mappings.contains_key(uuid) {
+            return Err(ComputeError::Conflict(format!("Instance {uuid} already exists.")));
+        }
+        set.compute(C::PutInstanceMapping(InstanceMapping {
+            instance_uuid: *uuid,
+            cell: None,
+            project_id: boot.project_id.clone(),
+            user_id: boot.user_id.clone(),
+            queued_for_delete: false,
+            created_at: boot.now,
+        }));
+        set.compute(C::PutBuildRequest(BuildRequest {
+            instance_uuid: *uuid,
+            project_id: boot.project_id.clone(),
+            user_id: boot.user_id.clone(),
+            spec: spec.clone(),
+            created_at: boot.now,
+        }));
+        let mut request_spec = boot.request_spec.clone();
+        request_spec.instance_uuid = *uuid;
+        request_spec.num_instances = admitted;
+        set.compute(C::PutRequestSpec(request_spec));
+    }
+    Ok((set, instances.iter().map(|(uuid, _)| *uuid).collect()))
+}
+
+// ---------------------------------------------------------------------------
+// Claims
+// ---------------------------------------------------------------------------
+
+/// One place an instance could go: a compute node's root provider and the
+/// allocation request placement offered for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostChoice {
+    /// Root provider (= compute node uuid).
+    pub root: Uuid,
+    /// What to allocate where (providers of the root's tree, or sharing).
+    pub allocations: AllocationMap,
+}
+
+/// The choices for one instance: the scheduler's selection first, then
+/// its alternates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceChoices {
+    /// Instance.
+    pub instance: Uuid,
+    /// Selection, then alternates, in order of preference.
+    pub choices: Vec<HostChoice>,
+}
+
+/// Where each instance of a claim went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// `(instance, node ref)` for every claimed instance.
+    pub placed: Vec<(Uuid, ComputeNodeRef)>,
+    /// Instances skipped because they were deleted meanwhile (their build
+    /// request is gone).
+    pub gone: Vec<Uuid>,
+}
+
+/// Why a claim could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimFailure {
+    /// No choice of this instance fits anymore (capacity taken, or the
+    /// group policy now excludes every choice): schedule again.
+    NoRoom(Uuid),
+}
+
+/// The host of a placed instance: the compute node of the root of any
+/// provider it has allocations on.
+pub fn host_of_instance<'a>(world: &'a World, instance: &Uuid) -> Option<&'a ComputeNodeRef> {
+    let consumer = world.placement.consumers.get(instance)?;
+    consumer.allocations.keys().find_map(|provider| {
+        let root = world.placement.provider(provider)?.row.root;
+        world.compute.compute_nodes.get(&root)
+    })
+}
+
+/// Members of `group` (other than `except`) per host name.
+pub fn group_hosts(world: &World, group: &ServerGroup, except: &BTreeSet<Uuid>) -> HashMap<String, i64> {
+    let mut out: HashMap<String, i64> = HashMap::new();
+    for member in &group.members {
+        if except.contains(member) {
+            continue;
+        }
+        if let Some(node) = host_of_instance(world, member) {
+            *out.entry(node.host.clone()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// Does placing one more member on `host` keep the group's hard policy?
+/// `on_host` counts members already there, `hosts` the hosts used.
+pub fn group_allows(group: &ServerGroup, host: &str, hosts: &HashMap<String, i64>) -> bool {
+    match group.policy {
+        GroupPolicy::Affinity => hosts.keys().all(|h| h == host),
+        GroupPolicy::AntiAffinity => {
+            let max = group.max_server_per_host.unwrap_or(1);
+            hosts.get(host).copied().unwrap_or(0) < max
+        }
+        GroupPolicy::SoftAffinity | GroupPolicy::SoftAntiAffinity => true,
+    }
+}
+
+/// Claim placement resources for the instances of one request, all or
+/// nothing. For each instance the choices are tried in order: the first
+/// that still fits (capacity, counting the instances claimed before it in
+/// this write) and keeps the server group's hard policy wins. Placement's
+/// own allocation planner then re-checks the whole claim exactly.
+pub fn plan_claim(
+    world: &World,
+    instances: &[InstanceChoices],
+    now: Timestamp,
+) -> Result<std::result::Result<(WorldChangeSet, Claimed), ClaimFailure>> {
+    let mut extra: HashMap<(Uuid, &str), i64> = HashMap::new();
+    let mut requests: Vec<ConsumerAllocations> = Vec::new();
+    let mut placed: Vec<(Uuid, ComputeNodeRef)> = Vec::new();
+    let mut gone = Vec::new();
+    let claiming: BTreeSet<Uuid> = instances.iter().map(|i| i.instance).collect();
+    // Hosts of the group members, plus the ones chosen in this write.
+    let mut group_state: HashMap<Uuid, HashMap<String, i64>> = HashMap::new();
+    for choices in instances {
+        let Some(build) = world.compute.build_requests.get(&choices.instance) else {
+            gone.push(choices.instance);
+            continue;
+        };
+        let group = world.compute.group_of_instance.get(&choices.instance).and_then(|g| world.compute.server_groups.get(g));
+        if let Some(group) = group {
+            group_state.entry(group.uuid).or_insert_with(|| group_hosts(world, group, &claiming));
+        }
+        let mut chosen = None;
+        for choice in &choices.choices {
+            let Some(node) = world.compute.compute_nodes.get(&choice.root) else { continue };
+            if world.compute.cells.get(&node.cell).is_none_or(|c| c.disabled) {
+                continue;
+            }
+            if let Some(group) = group {
+                if !group_allows(group, &node.host, &group_state[&group.uuid]) {
+                    continue;
+                }
+            }
+            if !fits(world, &choice.allocations, &extra) {
+                continue;
+            }
+            chosen = Some((choice, node));
+            break;
+        }
+        let Some((choice, node)) = chosen else {
+            return Ok(Err(ClaimFailure::NoRoom(choices.instance)));
+        };
+        for (provider, amounts) in &choice.allocations {
+            for (class, amount) in amounts {
+                *extra.entry((*provider, class.as_str())).or_insert(0) += amount;
+            }
+        }
+        if let Some(group) = group {
+            *group_state.entry(group.uuid).or_default().entry(node.host.clone()).or_insert(0) += 1;
+        }
+        requests.push(ConsumerAllocations {
+            consumer: choices.instance,
+            project_id: build.project_id.clone(),
+            user_id: build.user_id.clone(),
+            generation: ConsumerGeneration::New,
+            consumer_type: Some(CONSUMER_TYPE_INSTANCE.to_owned()),
+            allocations: choice.allocations.clone(),
+        });
+        placed.push((choices.instance, node.clone()));
+    }
+    let mut set = WorldChangeSet::new();
+    if !requests.is_empty() {
+        let placement = plan_replace_allocations(&world.placement, &requests, now)
+            .map_err(|e| ComputeError::Conflict(format!("{e:?}")))?;
+        set.placement(placement);
+    }
+    for (instance, node) in &placed {
+        if let Some(mapping) = world.compute.instance_mappings.get(instance) {
+            let mut mapping = mapping.clone();
+            mapping.cell = Some(node.cell);
+            set.compute(C::PutInstanceMapping(mapping));
+        }
+        set.compute(C::DeleteBuildRequest(*instance));
+    }
+    Ok(Ok((set, Claimed { placed, gone })))
+}
+
+/// Would `allocations` fit on top of current usage plus `extra`?
+fn fits(world: &World, allocations: &AllocationMap, extra: &HashMap<(Uuid, &str), i64>) -> bool {
+    for (provider_uuid, amounts) in allocations {
+        let Some(provider) = world.placement.provider(provider_uuid) else { return false };
+        for (class, amount) in amounts {
+            let Some(inventory) = provider.inventories.get(class) else { return false };
+            let used = provider.used(class) + extra.get(&(*provider_uuid, class.as_str())).copied().unwrap_or(0);
+            if check_allocation(inventory, *amount, *amount, used, None).is_err() {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Bury instances that could not be scheduled in cell0: their mappings
+/// point at cell0 and their build requests go (the caller writes their
+/// ERROR rows into cell0 first). Instances already deleted are skipped.
+pub fn plan_bury(world: &World, instances: &[Uuid]) -> (WorldChangeSet, Vec<Uuid>) {
+    let mut set = WorldChangeSet::new();
+    let mut buried = Vec::new();
+    for instance in instances {
+        if !world.compute.build_requests.contains_key(instance) {
+            continue;
+        }
+        if let Some(mapping) = world.compute.instance_mappings.get(instance) {
+            let mut mapping = mapping.clone();
+            mapping.cell = Some(CELL0_UUID);
+            set.compute(C::PutInstanceMapping(mapping));
+        }
+        set.compute(C::DeleteBuildRequest(*instance));
+        buried.push(*instance);
+    }
+    (set, buried)
+}
+
+// ---------------------------------------------------------------------------
+// Deletes
+// ---------------------------------------------------------------------------
+
+fn forget_changes(world: &World, instance: &Uuid, set: &mut WorldChangeSet) {
+    if world.compute.instance_mappings.contains_key(instance) {
+        set.compute(C::DeleteInstanceMapping(*instance));
+    }
+    if world.compute.request_specs.contains_key(instance) {
+        set.compute(C::DeleteRequestSpec(*instance));
+    }
+    if world.compute.build_requests.contains_key(instance) {
+        set.compute(C::DeleteBuildRequest(*instance));
+    }
+    if let Some(group) = world.compute.group_of_instance.get(instance).and_then(|g| world.compute.server_groups.get(g))
+    {
+        let mut group = group.clone();
+        group.members.retain(|m| m != instance);
+        set.compute(C::PutServerGroup(group));
+    }
+}
+
+/// Delete an instance that is still only a build request. Returns `false`
+/// (and no changes) when the build request is gone: the instance has been
+/// scheduled (or buried) meanwhile and must be deleted from its cell.
+pub fn plan_delete_build_request(world: &World, instance: &Uuid) -> (WorldChangeSet, bool) {
+    let mut set = WorldChangeSet::new();
+    if !world.compute.build_requests.contains_key(instance) {
+        return (set, false);
+    }
+    forget_changes(world, instance, &mut set);
+    (set, true)
+}
+
+/// Forget an instance that has been removed from its cell: its placement
+/// allocations, mapping, request spec and group membership go.
+pub fn plan_forget_instance(world: &World, instance: &Uuid) -> WorldChangeSet {
+    let mut set = WorldChangeSet::new();
+    if let Some(consumer) = world.placement.consumers.get(instance) {
+        set.placement(ChangeSet {
+            changes: vec![Change::DeleteConsumer { uuid: *instance, expected_generation: consumer.row.generation }],
+        });
+    }
+    forget_changes(world, instance, &mut set);
+    set
+}
+
+/// Mark an instance mapping queued for delete (no longer counted for
+/// quota) while its cell deletes it.
+pub fn plan_queue_for_delete(world: &World, instance: &Uuid) -> WorldChangeSet {
+    let mut set = WorldChangeSet::new();
+    if let Some(mapping) = world.compute.instance_mappings.get(instance) {
+        if !mapping.queued_for_delete {
+            let mut mapping = mapping.clone();
+            mapping.queued_for_delete = true;
+            set.compute(C::PutInstanceMapping(mapping));
+        }
+    }
+    set
+}
+
+// ---------------------------------------------------------------------------
+// Flavors
+// ---------------------------------------------------------------------------
+
+/// What a flavor create asks for (`id` None: generate a uuid).
+#[derive(Debug, Clone)]
+pub struct NewFlavor {
+    /// Requested flavorid (None: a new uuid string).
+    pub flavorid: Option<String>,
+    /// Name.
+    pub name: String,
+    /// RAM MiB.
+    pub memory_mb: i64,
+    /// vCPUs.
+    pub vcpus: i64,
+    /// Root disk GiB.
+    pub root_gb: i64,
+    /// Ephemeral GiB.
+    pub ephemeral_gb: i64,
+    /// Swap MiB.
+    pub swap: i64,
+    /// rxtx factor.
+    pub rxtx_factor: f64,
+    /// Public?
+    pub is_public: bool,
+    /// Description.
+    pub description: Option<String>,
+}
+
+/// Create a flavor; names and ids are unique (409 as Nova).
+pub fn plan_create_flavor(world: &World, new: NewFlavor, generated_id: Uuid, now: Timestamp) -> Result<(WorldChangeSet, Flavor)> {
+    let flavorid = new.flavorid.unwrap_or_else(|| generated_id.to_string());
+    if world.compute.flavors.values().any(|f| f.name == new.name) {
+        return Err(ComputeError::Conflict(format!("Flavor with name {} already exists.", new.name)));
+    }
+    if world.compute.flavors.contains_key(&flavorid) {
+        return Err(ComputeError::Conflict(format!("Flavor with ID {flavorid} already exists.")));
+    }
+    let flavor = Flavor {
+        id: world.compute.max_flavor_id + 1,
+        flavorid,
+        name: new.name,
+        memory_mb: new.memory_mb,
+        vcpus: new.vcpus,
+        root_gb: new.root_gb,
+        ephemeral_gb: new.ephemeral_gb,
+        swap: new.swap,
+        rxtx_factor: new.rxtx_factor,
+        vcpu_weight: None,
+        disabled: false,
+        is_public: new.is_public,
+        description: new.description,
+        extra_specs: BTreeMap::new(),
+        projects: BTreeSet::new(),
+        created_at: now,
+        updated_at: None,
+    };
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutFlavor(flavor.clone()));
+    Ok((set, flavor))
+}
+
+fn flavor<'a>(world: &'a World, flavorid: &str) -> Result<&'a Flavor> {
+    world.compute.flavors.get(flavorid).ok_or_else(|| ComputeError::NotFound(format!("Flavor {flavorid} could not be found.")))
+}
+
+/// Change a flavor with `edit` (description, extra specs, access).
+pub fn plan_edit_flavor(
+    world: &World,
+    flavorid: &str,
+    now: Timestamp,
+    edit: impl FnOnce(&mut Flavor) -> Result<()>,
+) -> Result<(WorldChangeSet, Flavor)> {
+    let mut flavor = flavor(world, flavorid)?.clone();
+    edit(&mut flavor)?;
+    flavor.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutFlavor(flavor.clone()));
+    Ok((set, flavor))
+}
+
+/// Delete a flavor (existing servers keep their copy).
+pub fn plan_delete_flavor(world: &World, flavorid: &str) -> Result<WorldChangeSet> {
+    flavor(world, flavorid)?;
+    let mut set = WorldChangeSet::new();
+    set.compute(C::DeleteFlavor(flavorid.to_owned()));
+    Ok(set)
+}
+
+// ---------------------------------------------------------------------------
+// Images
+// ---------------------------------------------------------------------------
+
+/// Create or replace an image.
+pub fn plan_put_image(world: &World, image: Image) -> Result<WorldChangeSet> {
+    let _ = world;
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutImage(image));
+    Ok(set)
+}
+
+/// Delete an image (protected images are refused with 403, as Glance).
+pub fn plan_delete_image(world: &World, id: &Uuid) -> Result<WorldChangeSet> {
+    let image = world.compute.images.get(id).ok_or_else(|| ComputeError::NotFound(format!("No image found with ID {id}")))?;
+    if image.protected {
+        return Err(ComputeError::Forbidden(format!("Image {id} is protected and cannot be deleted.")));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::DeleteImage(*id));
+    Ok(set)
+}
+
+// ---------------------------------------------------------------------------
+// Server groups
+// ---------------------------------------------------------------------------
+
+/// Create a server group (the `server_groups` quota is checked here).
+pub fn plan_create_server_group(world: &World, group: ServerGroup) -> Result<WorldChangeSet> {
+    quota::check_server_groups(world, &group.project_id, &group.user_id)?;
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutServerGroup(group));
+    Ok(set)
+}
+
+/// Delete a server group.
+pub fn plan_delete_server_group(world: &World, id: &Uuid) -> Result<WorldChangeSet> {
+    if !world.compute.server_groups.contains_key(id) {
+        return Err(ComputeError::NotFound(format!("Instance group {id} could not be found.")));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::DeleteServerGroup(*id));
+    Ok(set)
+}
+
+// ---------------------------------------------------------------------------
+// Quotas
+// ---------------------------------------------------------------------------
+
+/// Set quota limits of a project (or of a user in it). Unless `force`,
+/// a limit below current usage is refused, as Nova does; a user's limit
+/// may not exceed the project's.
+pub fn plan_set_quotas(
+    world: &World,
+    project: &str,
+    user: Option<&str>,
+    limits: &BTreeMap<String, i64>,
+    force: bool,
+) -> Result<WorldChangeSet> {
+    let mut set = WorldChangeSet::new();
+    for (resource, limit) in limits {
+        if !quota::is_resource(resource) {
+            return Err(ComputeError::Invalid(format!("Bad key(s) {resource} in quota_set")));
+        }
+        if *limit < -1 {
+            return Err(ComputeError::Invalid(format!(
+                "Quota limit {limit} for {resource} must be greater than or equal to -1."
+            )));
+        }
+        if !force && *limit >= 0 {
+            let used = quota::usage(world, project, user, resource);
+            if used > *limit {
+                return Err(ComputeError::Invalid(format!(
+                    "Quota limit {limit} for {resource} must be greater than or equal to already used and reserved {used}."
+                )));
+            }
+        }
+        if let Some(_user) = user {
+            let project_limit = quota::project_limit(world, project, resource);
+            if project_limit >= 0 && (*limit < 0 || *limit > project_limit) {
+                return Err(ComputeError::Invalid(format!(
+                    "Quota limit {limit} for {resource} must be less than or equal to {project_limit}."
+                )));
+            }
+        }
+        set.compute(C::PutQuota {
+            project_id: project.to_owned(),
+            user_id: user.unwrap_or("").to_owned(),
+            resource: resource.clone(),
+            limit: *limit,
+        });
+    }
+    Ok(set)
+}
+
+/// Remove every quota override of a project (or of a user in it).
+pub fn plan_delete_quotas(world: &World, project: &str, user: Option<&str>) -> WorldChangeSet {
+    let mut set = WorldChangeSet::new();
+    for (p, u, r) in world.compute.quotas.keys() {
+        let matches = p == project && match user {
+            Some(user) => u == user,
+            None => true,
+        };
+        if matches {
+            set.compute(C::DeleteQuota { project_id: p.clone(), user_id: u.clone(), resource: r.clone() });
+        }
+    }
+    set
+}
+
+/// Set quota-class limits (`default` changes the defaults).
+pub fn plan_set_quota_class(world: &World, class_name: &str, limits: &BTreeMap<String, i64>) -> Result<WorldChangeSet> {
+    let _ = world;
+    let mut set = WorldChangeSet::new();
+    for (resource, limit) in limits {
+        if !quota::is_resource(resource) {
+            return Err(ComputeError::Invalid(format!("Bad key(s) {resource} in quota_set")));
+        }
+        set.compute(C::PutQuotaClass { class_name: class_name.to_owned(), resource: resource.clone(), limit: *limit });
+    }
+    Ok(set)
+}
+
+// ---------------------------------------------------------------------------
+// Aggregates (mirrored into placement aggregates)
+// ---------------------------------------------------------------------------
+
+fn aggregate(world: &World, id: i64) -> Result<&Aggregate> {
+    world.compute.aggregates.get(&id).ok_or_else(|| ComputeError::NotFound(format!("Aggregate {id} could not be found.")))
+}
+
+fn check_az_name(world: &World, name: &str, az: Option<&str>, except: Option<i64>) -> Result<()> {
+    let _ = az;
+    if world.compute.aggregates.values().any(|a| a.name == name && Some(a.id) != except) {
+        return Err(ComputeError::Conflict(format!("Aggregate {name} already exists.")));
+    }
+    Ok(())
+}
+
+/// Create a host aggregate (optionally with an availability zone).
+pub fn plan_create_aggregate(
+    world: &World,
+    name: &str,
+    availability_zone: Option<&str>,
+    uuid: Uuid,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Aggregate)> {
+    check_az_name(world, name, availability_zone, None)?;
+    let mut metadata = BTreeMap::new();
+    if let Some(az) = availability_zone {
+        metadata.insert("availability_zone".to_owned(), az.to_owned());
+    }
+    let aggregate = Aggregate {
+        id: world.compute.max_aggregate_id + 1,
+        uuid,
+        name: name.to_owned(),
+        metadata,
+        hosts: BTreeSet::new(),
+        created_at: now,
+        updated_at: None,
+    };
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutAggregate(aggregate.clone()));
+    Ok((set, aggregate))
+}
+
+/// A host's availability zones if it joined (or left) an aggregate whose
+/// zone is `new_zone`: a host can be in one zone only (409 as Nova).
+fn check_host_zone(world: &World, host: &str, aggregate: &Aggregate, new_zone: Option<&str>) -> Result<()> {
+    let Some(new_zone) = new_zone else { return Ok(()) };
+    for other in world.compute.aggregates_of_host(host) {
+        if other.id == aggregate.id {
+            continue;
+        }
+        if let Some(zone) = other.availability_zone() {
+            if zone != new_zone {
+                return Err(ComputeError::Conflict(format!(
+                    "Cannot add host {host} in aggregate {}: host exists in availability zone {zone}",
+                    aggregate.id
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Update name and/or availability zone of an aggregate.
+pub fn plan_update_aggregate(
+    world: &World,
+    id: i64,
+    name: Option<&str>,
+    availability_zone: Option<&str>,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Aggregate)> {
+    let mut aggregate = aggregate(world, id)?.clone();
+    if let Some(name) = name {
+        check_az_name(world, name, availability_zone, Some(id))?;
+        aggregate.name = name.to_owned();
+    }
+    if let Some(az) = availability_zone {
+        for host in &aggregate.hosts {
+            check_host_zone(world, host, &aggregate, Some(az))?;
+        }
+        aggregate.metadata.insert("availability_zone".to_owned(), az.to_owned());
+    }
+    aggregate.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutAggregate(aggregate.clone()));
+    Ok((set, aggregate))
+}
+
+/// Set (value `Some`) or remove (`None`) aggregate metadata keys.
+pub fn plan_set_aggregate_metadata(
+    world: &World,
+    id: i64,
+    metadata: &BTreeMap<String, Option<String>>,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Aggregate)> {
+    let mut aggregate = aggregate(world, id)?.clone();
+    if let Some(Some(az)) = metadata.get("availability_zone") {
+        for host in &aggregate.hosts {
+            check_host_zone(world, host, &aggregate, Some(az))?;
+        }
+    }
+    for (key, value) in metadata {
+        match value {
+            Some(value) => aggregate.metadata.insert(key.clone(), value.clone()),
+            None => aggregate.metadata.remove(key),
+        };
+    }
+    aggregate.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutAggregate(aggregate.clone()));
+    Ok((set, aggregate))
+}
+
+/// Change the placement aggregates of every compute node of `host`: add
+/// or remove `aggregate` (what Nova's report client does on
+/// `aggregate_add_host`/`_remove_host`).
+fn mirror_host_aggregate(world: &World, host: &str, aggregate: Uuid, add: bool, now: Timestamp, set: &mut WorldChangeSet) {
+    let Some(nodes) = world.compute.nodes_by_host.get(host) else { return };
+    let mut placement = ChangeSet::new();
+    for node in nodes {
+        let Some(provider) = world.placement.provider(node) else { continue };
+        let mut aggregates = provider.aggregates.clone();
+        let changed = if add { aggregates.insert(aggregate) } else { aggregates.remove(&aggregate) };
+        if !changed {
+            continue;
+        }
+        let mut row = provider.row.clone();
+        row.generation += 1;
+        row.updated_at = now;
+        placement.push(Change::PutProvider { row, expected_generation: Some(provider.row.generation) });
+        placement.push(Change::SetProviderAggregates { provider: *node, aggregates });
+    }
+    set.placement(placement);
+}
+
+/// Add a host to an aggregate (and its compute nodes to the placement
+/// aggregate).
+pub fn plan_add_aggregate_host(world: &World, id: i64, host: &str, now: Timestamp) -> Result<(WorldChangeSet, Aggregate)> {
+    let mut aggregate = aggregate(world, id)?.clone();
+    if !world.compute.host_mappings.contains_key(host) {
+        return Err(ComputeError::NotFound(format!("Compute host {host} could not be found.")));
+    }
+    if aggregate.hosts.contains(host) {
+        return Err(ComputeError::Conflict(format!("Aggregate {id} already has host {host}.")));
+    }
+    check_host_zone(world, host, &aggregate, aggregate.availability_zone())?;
+    aggregate.hosts.insert(host.to_owned());
+    aggregate.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutAggregate(aggregate.clone()));
+    mirror_host_aggregate(world, host, aggregate.uuid, true, now, &mut set);
+    Ok((set, aggregate))
+}
+
+/// Remove a host from an aggregate (and from the placement aggregate).
+pub fn plan_remove_aggregate_host(
+    world: &World,
+    id: i64,
+    host: &str,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Aggregate)> {
+    let mut aggregate = aggregate(world, id)?.clone();
+    if !aggregate.hosts.remove(host) {
+        return Err(ComputeError::NotFound(format!("Cannot remove host {host} in aggregate {id}")));
+    }
+    aggregate.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutAggregate(aggregate.clone()));
+    mirror_host_aggregate(world, host, aggregate.uuid, false, now, &mut set);
+    Ok((set, aggregate))
+}
+
+/// Delete an empty aggregate (409 while it has hosts, as Nova's
+/// `InvalidAggregateActionDelete`).
+pub fn plan_delete_aggregate(world: &World, id: i64) -> Result<WorldChangeSet> {
+    let aggregate = aggregate(world, id)?;
+    if !aggregate.hosts.is_empty() {
+        return Err(ComputeError::Invalid(format!(
+            "Cannot delete aggregate {id}. Reason: Host aggregate is not empty."
+        )));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::DeleteAggregate(id));
+    Ok(set)
+}
+
+// ---------------------------------------------------------------------------
+// Cells and hosts
+// ---------------------------------------------------------------------------
+
+/// Create (or update) a cell mapping; names are unique.
+pub fn plan_put_cell(world: &World, cell: CellMapping) -> Result<WorldChangeSet> {
+    if world.compute.cells.values().any(|c| c.name == cell.name && c.uuid != cell.uuid) {
+        return Err(ComputeError::Conflict(format!("Cell {} already exists.", cell.name)));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutCell(cell));
+    Ok(set)
+}
+
+/// Map a host and its compute nodes to a cell (host discovery). A host
+/// already mapped to another cell is refused.
+pub fn plan_map_host(world: &World, host: &str, cell: Uuid, nodes: &[(Uuid, String)]) -> Result<WorldChangeSet> {
+    if !world.compute.cells.contains_key(&cell) {
+        return Err(ComputeError::NotFound(format!("Cell {cell} could not be found.")));
+    }
+    let mut set = WorldChangeSet::new();
+    match world.compute.host_mappings.get(host) {
+        Some(existing) if existing.cell != cell => {
+            return Err(ComputeError::Conflict(format!(
+                "Host {host} is already mapped to cell {}.",
+                existing.cell
+            )))
+        }
+        Some(_) => {}
+        None => set.compute(C::PutHostMapping(HostMapping { host: host.to_owned(), cell })),
+    }
+    for (uuid, node) in nodes {
+        let wanted = ComputeNodeRef { uuid: *uuid, host: host.to_owned(), node: node.clone(), cell };
+        if world.compute.compute_nodes.get(uuid) != Some(&wanted) {
+            set.compute(C::PutComputeNode(wanted));
+        }
+    }
+    Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use berth_model::{Inventory, ProviderRow};
+
+    use super::*;
+    use crate::ComputeChange;
+
+    fn flavor(vcpus: i64, ram: i64) -> Flavor {
+        Flavor {
+            id: 1,
+            flavorid: "f1".into(),
+            name: "small".into(),
+            memory_mb: ram,
+            vcpus,
+            root_gb: 1,
+            ephemeral_gb: 0,
+            swap: 0,
+            rxtx_factor: 1.0,
+            vcpu_weight: None,
+            disabled: false,
+            is_public: true,
+            description: None,
+            extra_specs: BTreeMap::new(),
+            projects: Default::default(),
+            created_at: 0,
+            updated_at: None,
+        }
+    }
+
+    fn spec(name: &str) -> InstanceSpec {
+        InstanceSpec {
+            display_name: name.into(),
+            display_description: None,
+            hostname: name.into(),
+            image_ref: None,
+            image_properties: BTreeMap::new(),
+            flavor: flavor(1, 512),
+            metadata: BTreeMap::new(),
+            key_name: None,
+            availability_zone: None,
+            reservation_id: "r-1".into(),
+            launch_index: 0,
+            config_drive: String::new(),
+            user_data: None,
+            access_ip_v4: None,
+            access_ip_v6: None,
+            tags: vec![],
+            scheduler_hints: BTreeMap::new(),
+        }
+    }
+
+    fn request_spec(group: Option<Uuid>) -> RequestSpec {
+        RequestSpec {
+            instance_uuid: Uuid::nil(),
+            project_id: "p".into(),
+            user_id: "u".into(),
+            flavor: flavor(1, 512),
+            image: None,
+            num_instances: 1,
+            availability_zone: None,
+            force_host: None,
+            force_node: None,
+            group,
+            same_host: vec![],
+            different_host: vec![],
+            hints: BTreeMap::new(),
+            reservation_id: "r-1".into(),
+        }
+    }
+
+    /// A world with one cell and `hosts` compute nodes of 4 VCPU each.
+    fn world_with_hosts(hosts: usize) -> (World, Vec<Uuid>) {
+        let mut world = World::with_standard_data(0);
+        let cell = Uuid::new_v4();
+        let mut set = WorldChangeSet::new();
+        set.compute(ComputeChange::PutCell(CellMapping {
+            uuid: cell,
+            name: "cell1".into(),
+            database_connection: "sqlite://x".into(),
+            disabled: false,
+        }));
+        let mut roots = Vec::new();
+        for i in 0..hosts {
+            let uuid = Uuid::new_v4();
+            roots.push(uuid);
+            let mut placement = ChangeSet::new();
+            placement.push(Change::PutProvider {
+                row: ProviderRow {
+                    id: i as i64 + 1,
+                    uuid,
+                    name: format!("h{i}"),
+                    generation: 0,
+                    parent: None,
+                    root: uuid,
+                    created_at: 0,
+                    updated_at: 0,
+                },
+                expected_generation: None,
+            });
+            let inv = Inventory { total: 4, reserved: 0, min_unit: 1, max_unit: 4, step_size: 1, allocation_ratio: 1.0 };
+            placement.push(Change::SetInventories { provider: uuid, inventories: [("VCPU".to_owned(), inv)].into() });
+            set.placement(placement);
+            set.compute(ComputeChange::PutHostMapping(HostMapping { host: format!("h{i}"), cell }));
+            set.compute(ComputeChange::PutComputeNode(ComputeNodeRef {
+                uuid,
+                host: format!("h{i}"),
+                node: format!("h{i}"),
+                cell,
+            }));
+        }
+        world.apply(&set);
+        (world, roots)
+    }
+
+    fn admit(world: &mut World, n: usize, group: Option<Uuid>) -> Vec<Uuid> {
+        let boot = BootAdmission {
+            project_id: "p".into(),
+            user_id: "u".into(),
+            instances: (0..n).map(|i| (Uuid::new_v4(), spec(&format!("vm{i}")))).collect(),
+            min_count: n as i64,
+            request_spec: request_spec(group),
+            now: 1,
+        };
+        let (set, admitted) = plan_admit_boot(world, &boot).expect("admitted");
+        world.apply(&set);
+        admitted
+    }
+
+    fn choice(root: Uuid, vcpus: i64) -> HostChoice {
+        let mut allocations = AllocationMap::new();
+        allocations.entry(root).or_default().insert("VCPU".into(), vcpus);
+        HostChoice { root, allocations }
+    }
+
+    #[test]
+    fn quota_admission_lowers_to_headroom_and_refuses_below_min() {
+        let (mut world, _) = world_with_hosts(1);
+        let mut limits = BTreeMap::new();
+        limits.insert("instances".to_owned(), 3);
+        world.apply(&plan_set_quotas(&world, "p", None, &limits, false).expect("quota"));
+        admit(&mut world, 2, None);
+        let boot = BootAdmission {
+            project_id: "p".into(),
+            user_id: "u".into(),
+            instances: (0..5).map(|i| (Uuid::new_v4(), spec(&format!("m{i}")))).collect(),
+            min_count: 1,
+            request_spec: request_spec(None),
+            now: 1,
+        };
+        let (_, admitted) = plan_admit_boot(&world, &boot).expect("lowered");
+        assert_eq!(admitted.len(), 1, "max_count lowered to the headroom");
+        let strict = BootAdmission { min_count: 2, ..boot };
+        let err = plan_admit_boot(&world, &strict).unwrap_err();
+        assert_eq!(
+            err,
+            ComputeError::OverQuota(
+                "Quota exceeded for instances: Requested 2-5, but already used 2 of 3 instances".into()
+            )
+        );
+    }
+
+    #[test]
+    fn claim_tries_alternates_and_is_all_or_nothing() {
+        let (mut world, roots) = world_with_hosts(2);
+        let instances = admit(&mut world, 2, None);
+        // Both want 3 of 4 VCPU on host 0 first; the second must fall back.
+        let claims: Vec<InstanceChoices> = instances
+            .iter()
+            .map(|i| InstanceChoices { instance: *i, choices: vec![choice(roots[0], 3), choice(roots[1], 3)] })
+            .collect();
+        let (set, claimed) = plan_claim(&world, &claims, 2).expect("plan").expect("fits");
+        assert_eq!(claimed.placed[0].1.uuid, roots[0]);
+        assert_eq!(claimed.placed[1].1.uuid, roots[1]);
+        world.apply(&set);
+        assert!(world.compute.build_requests.is_empty());
+        assert!(world.compute.instance_mappings.values().all(|m| m.cell.is_some()));
+
+        // No room for two more 3-VCPU instances: nothing is claimed.
+        let more = admit(&mut world, 2, None);
+        let claims: Vec<InstanceChoices> = more
+            .iter()
+            .map(|i| InstanceChoices { instance: *i, choices: vec![choice(roots[0], 1), choice(roots[1], 3)] })
+            .collect();
+        assert_eq!(plan_claim(&world, &claims, 3).expect("plan"), Err(ClaimFailure::NoRoom(more[1])));
+    }
+
+    #[test]
+    fn claim_keeps_hard_anti_affinity() {
+        let (mut world, roots) = world_with_hosts(2);
+        let group = ServerGroup {
+            uuid: Uuid::new_v4(),
+            name: "g".into(),
+            project_id: "p".into(),
+            user_id: "u".into(),
+            policy: GroupPolicy::AntiAffinity,
+            max_server_per_host: None,
+            members: vec![],
+            created_at: 0,
+        };
+        world.apply(&plan_create_server_group(&world, group.clone()).expect("group"));
+        let first = admit(&mut world, 1, Some(group.uuid));
+        let second = admit(&mut world, 1, Some(group.uuid));
+        let claim = |instance: Uuid| vec![InstanceChoices { instance, choices: vec![choice(roots[0], 1)] }];
+        let (set, _) = plan_claim(&world, &claim(first[0]), 2).expect("plan").expect("fits");
+        world.apply(&set);
+        // The second was scheduled concurrently onto the same host: refused.
+        assert_eq!(plan_claim(&world, &claim(second[0]), 2).expect("plan"), Err(ClaimFailure::NoRoom(second[0])));
+        let alternate = vec![InstanceChoices { instance: second[0], choices: vec![choice(roots[0], 1), choice(roots[1], 1)] }];
+        let (_, claimed) = plan_claim(&world, &alternate, 2).expect("plan").expect("fits");
+        assert_eq!(claimed.placed[0].1.uuid, roots[1]);
+    }
+
+    #[test]
+    fn delete_pending_and_forget() {
+        let (mut world, roots) = world_with_hosts(1);
+        let instances = admit(&mut world, 2, None);
+        let (set, deleted) = plan_delete_build_request(&world, &instances[0]);
+        assert!(deleted);
+        world.apply(&set);
+        assert_eq!(world.compute.instance_count("p", None), 1);
+        let claims = vec![InstanceChoices { instance: instances[1], choices: vec![choice(roots[0], 1)] }];
+        let (set, _) = plan_claim(&world, &claims, 2).expect("plan").expect("fits");
+        world.apply(&set);
+        assert!(!plan_delete_build_request(&world, &instances[1]).1, "scheduled: delete goes to the cell");
+        world.apply(&plan_forget_instance(&world, &instances[1]));
+        assert!(world.placement.consumers.is_empty());
+        assert!(world.compute.instance_mappings.is_empty());
+        assert_eq!(world.compute.counted("p", None), Default::default());
+    }
+}

@@ -1,0 +1,356 @@
+//! The control-database entities (Nova's API database tables).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use crate::Timestamp;
+
+/// The uuid Nova gives cell0 (where instances that could not be scheduled
+/// are buried).
+pub const CELL0_UUID: Uuid = Uuid::nil();
+
+/// A flavor (Nova's `flavors` table with its extra specs and access list).
+/// Instances and request specs carry a copy, so a later change to the
+/// flavor does not change existing servers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flavor {
+    /// Internal id (creation order; Nova's `flavors.id`).
+    pub id: i64,
+    /// Public id (`flavorid`, a string).
+    pub flavorid: String,
+    /// Unique name.
+    pub name: String,
+    /// RAM in MiB.
+    pub memory_mb: i64,
+    /// Virtual CPUs.
+    pub vcpus: i64,
+    /// Root disk in GiB.
+    pub root_gb: i64,
+    /// Ephemeral disk in GiB.
+    pub ephemeral_gb: i64,
+    /// Swap in MiB.
+    pub swap: i64,
+    /// Network bandwidth factor.
+    pub rxtx_factor: f64,
+    /// CPU weight, if set.
+    pub vcpu_weight: Option<i64>,
+    /// `OS-FLV-DISABLED:disabled`.
+    pub disabled: bool,
+    /// `os-flavor-access:is_public`.
+    pub is_public: bool,
+    /// Description (2.55).
+    pub description: Option<String>,
+    /// Extra specs.
+    pub extra_specs: BTreeMap<String, String>,
+    /// Projects with access to a private flavor.
+    pub projects: BTreeSet<String>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last update.
+    pub updated_at: Option<Timestamp>,
+}
+
+impl Flavor {
+    /// Disk placement must find for it: root + ephemeral + swap (rounded up
+    /// to GiB), as Nova's `ResourceRequest` computes `DISK_GB`.
+    pub fn disk_gb(&self) -> i64 {
+        self.root_gb + self.ephemeral_gb + (self.swap + 1023) / 1024
+    }
+}
+
+/// An image (the subset of Glance v2 berth serves).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image {
+    /// Image id.
+    pub id: Uuid,
+    /// Name (may be absent in Glance).
+    pub name: Option<String>,
+    /// `queued` until data is uploaded, then `active` (berth images have
+    /// no data and are `active` at once unless created otherwise).
+    pub status: String,
+    /// `public`, `private`, `shared` or `community`.
+    pub visibility: String,
+    /// Deletion protection.
+    pub protected: bool,
+    /// Owning project.
+    pub owner: Option<String>,
+    /// Disk format (`qcow2`, `raw`, ...).
+    pub disk_format: Option<String>,
+    /// Container format (`bare`, ...).
+    pub container_format: Option<String>,
+    /// Minimum disk in GiB.
+    pub min_disk: i64,
+    /// Minimum RAM in MiB.
+    pub min_ram: i64,
+    /// Size in bytes, if known.
+    pub size: Option<i64>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Every other property (`hw_*`, `img_*`, `trait:*`, `os_distro`, ...).
+    pub properties: BTreeMap<String, String>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last update.
+    pub updated_at: Timestamp,
+}
+
+impl Image {
+    /// Traits this image requires (`trait:NAME=required` properties), as
+    /// Nova's `ImageMetaProps.traits_required`.
+    pub fn required_traits(&self) -> Vec<String> {
+        image_required_traits(&self.properties)
+    }
+}
+
+/// Traits required by image properties (`trait:NAME=required`).
+pub fn image_required_traits(properties: &BTreeMap<String, String>) -> Vec<String> {
+    properties
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("trait:").filter(|_| v == "required").map(str::to_owned))
+        .collect()
+}
+
+/// A server group's policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupPolicy {
+    /// All members on one host (hard).
+    Affinity,
+    /// Members on different hosts (hard; `max_server_per_host` relaxes it).
+    AntiAffinity,
+    /// Prefer one host.
+    SoftAffinity,
+    /// Prefer different hosts.
+    SoftAntiAffinity,
+}
+
+impl GroupPolicy {
+    /// Parse Nova's policy name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "affinity" => Some(Self::Affinity),
+            "anti-affinity" => Some(Self::AntiAffinity),
+            "soft-affinity" => Some(Self::SoftAffinity),
+            "soft-anti-affinity" => Some(Self::SoftAntiAffinity),
+            _ => None,
+        }
+    }
+
+    /// Nova's policy name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Affinity => "affinity",
+            Self::AntiAffinity => "anti-affinity",
+            Self::SoftAffinity => "soft-affinity",
+            Self::SoftAntiAffinity => "soft-anti-affinity",
+        }
+    }
+
+    /// Hard policies are enforced at claim time.
+    pub fn is_hard(self) -> bool {
+        matches!(self, Self::Affinity | Self::AntiAffinity)
+    }
+}
+
+/// A server group (`instance_groups` with its members).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerGroup {
+    /// Group id.
+    pub uuid: Uuid,
+    /// Name.
+    pub name: String,
+    /// Owning project.
+    pub project_id: String,
+    /// Creating user.
+    pub user_id: String,
+    /// Policy.
+    pub policy: GroupPolicy,
+    /// `rules.max_server_per_host` (anti-affinity only, 2.64).
+    pub max_server_per_host: Option<i64>,
+    /// Member instance uuids in the order they joined.
+    pub members: Vec<Uuid>,
+    /// Creation time.
+    pub created_at: Timestamp,
+}
+
+/// A cell mapping (`cell_mappings`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellMapping {
+    /// Cell id ([`CELL0_UUID`] for cell0).
+    pub uuid: Uuid,
+    /// Name (`cell0`, `cell1`, ...).
+    pub name: String,
+    /// Where the cell's database is: `sqlite://PATH` or `postgres://...`.
+    pub database_connection: String,
+    /// A disabled cell is never chosen for new instances.
+    pub disabled: bool,
+}
+
+/// A host mapping (`host_mappings`): which cell a compute host is in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostMapping {
+    /// Host name.
+    pub host: String,
+    /// Its cell.
+    pub cell: Uuid,
+}
+
+/// Which host, node and cell a compute node resource provider belongs to.
+/// The scheduler maps placement's root providers back to hosts with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeNodeRef {
+    /// Compute node uuid, which is its placement root provider's uuid.
+    pub uuid: Uuid,
+    /// Service host.
+    pub host: String,
+    /// Hypervisor hostname (the provider's name).
+    pub node: String,
+    /// Cell the host is mapped to.
+    pub cell: Uuid,
+}
+
+/// A host aggregate (Nova's `aggregates`, hosts and metadata). Its hosts'
+/// compute node providers are members of the placement aggregate with the
+/// same uuid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aggregate {
+    /// Integer id (Nova's API shows it).
+    pub id: i64,
+    /// Uuid (also the placement aggregate's uuid).
+    pub uuid: Uuid,
+    /// Unique name.
+    pub name: String,
+    /// Metadata, including `availability_zone`.
+    pub metadata: BTreeMap<String, String>,
+    /// Member hosts.
+    pub hosts: BTreeSet<String>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last update.
+    pub updated_at: Option<Timestamp>,
+}
+
+impl Aggregate {
+    /// The availability zone this aggregate defines, if any.
+    pub fn availability_zone(&self) -> Option<&str> {
+        self.metadata.get("availability_zone").map(String::as_str)
+    }
+}
+
+/// An instance mapping (`instance_mappings`): which cell holds an instance.
+/// `cell` is `None` while the instance is only a build request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceMapping {
+    /// Instance id.
+    pub instance_uuid: Uuid,
+    /// Cell, once scheduled (or buried in cell0).
+    pub cell: Option<Uuid>,
+    /// Owning project.
+    pub project_id: String,
+    /// Owning user.
+    pub user_id: String,
+    /// Being deleted: no longer counted for quota.
+    pub queued_for_delete: bool,
+    /// Creation time.
+    pub created_at: Timestamp,
+}
+
+/// What a user asked for one instance: everything a server shows before it
+/// exists in a cell, and what its cell row is built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceSpec {
+    /// `name`.
+    pub display_name: String,
+    /// `description` (2.19).
+    pub display_description: Option<String>,
+    /// Hostname (2.90 shows it).
+    pub hostname: String,
+    /// Image, if booted from one.
+    pub image_ref: Option<Uuid>,
+    /// Image properties at boot time (2.98 shows them).
+    pub image_properties: BTreeMap<String, String>,
+    /// The flavor, copied.
+    pub flavor: Flavor,
+    /// User metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// Key pair name.
+    pub key_name: Option<String>,
+    /// The availability zone the user asked for.
+    pub availability_zone: Option<String>,
+    /// `r-xxxxxxxx`, shared by the instances of one request.
+    pub reservation_id: String,
+    /// Position within a multi-create.
+    pub launch_index: i64,
+    /// `config_drive`.
+    pub config_drive: String,
+    /// Base64 user data.
+    pub user_data: Option<String>,
+    /// `accessIPv4`.
+    pub access_ip_v4: Option<String>,
+    /// `accessIPv6`.
+    pub access_ip_v6: Option<String>,
+    /// Tags (2.52 at create).
+    pub tags: Vec<String>,
+    /// Scheduler hints as given (2.100 shows them).
+    pub scheduler_hints: BTreeMap<String, Vec<String>>,
+}
+
+/// A build request: an instance accepted by the API but not yet in a cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildRequest {
+    /// Instance id.
+    pub instance_uuid: Uuid,
+    /// Owning project.
+    pub project_id: String,
+    /// Owning user.
+    pub user_id: String,
+    /// What was asked.
+    pub spec: InstanceSpec,
+    /// Acceptance time (the server's `created`).
+    pub created_at: Timestamp,
+}
+
+/// The image part of a request spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageRef {
+    /// Image id.
+    pub id: Uuid,
+    /// Disk format (image type prefilter).
+    pub disk_format: Option<String>,
+    /// Properties (`trait:*`, `hw_*`, ...).
+    pub properties: BTreeMap<String, String>,
+}
+
+/// A request spec (`request_specs`): what the scheduler needs to place
+/// one instance, kept for the instance's life (moves re-use it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestSpec {
+    /// Instance id.
+    pub instance_uuid: Uuid,
+    /// Owning project.
+    pub project_id: String,
+    /// Owning user.
+    pub user_id: String,
+    /// Flavor copy.
+    pub flavor: Flavor,
+    /// Image, if any.
+    pub image: Option<ImageRef>,
+    /// Instances in the request (multi-create).
+    pub num_instances: i64,
+    /// Requested availability zone.
+    pub availability_zone: Option<String>,
+    /// Forced host (`az:host`).
+    pub force_host: Option<String>,
+    /// Forced node (`az:host:node`).
+    pub force_node: Option<String>,
+    /// Server group (scheduler hint `group`).
+    pub group: Option<Uuid>,
+    /// `same_host` hint: instances whose hosts are required.
+    pub same_host: Vec<Uuid>,
+    /// `different_host` hint: instances whose hosts are excluded.
+    pub different_host: Vec<Uuid>,
+    /// Every hint as given.
+    pub hints: BTreeMap<String, Vec<String>>,
+    /// Reservation id of the request.
+    pub reservation_id: String,
+}
