@@ -21,8 +21,9 @@ pub fn valid_group_suffix(suffix: &str) -> bool {
 }
 
 fn custom_name(name: &str) -> bool {
-    name.strip_prefix("CUSTOM_")
-        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
+    name.strip_prefix("CUSTOM_").is_some_and(|rest| {
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    })
 }
 
 /// A parsed `resources[S]:RC` or `trait[S]:NAME` key.
@@ -120,10 +121,14 @@ mod tests {
         assert!(validate("resources:VCPU", "2").is_ok());
         assert!(validate("resources1:CUSTOM_MAGIC", "0").is_ok());
         assert!(validate("resources_ABC:DISK_GB", "10").is_ok());
-        assert_eq!(validate("resources:VCPU", "two"), Err("Validation failed; 'two' is not a valid integer value.".into()));
+        assert_eq!(
+            validate("resources:VCPU", "two"),
+            Err("Validation failed; 'two' is not a valid integer value.".into())
+        );
         assert_eq!(
             validate("resources:NOT_A_CLASS", "1"),
-            Err("Validation failed; extra spec 'resources:NOT_A_CLASS' does not appear to be a valid extra spec.".into())
+            Err("Validation failed; extra spec 'resources:NOT_A_CLASS' does not appear to be a valid extra spec."
+                .into())
         );
         assert!(validate("trait:HW_CPU_X86_AVX2", "required").is_ok());
         assert!(validate("trait2:CUSTOM_GOLD", "forbidden").is_ok());

@@ -25,8 +25,8 @@ use uuid::Uuid;
 
 use crate::state::ComputeChange as C;
 use crate::{
-    quota, Aggregate, BuildRequest, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy, HostMapping,
-    Image, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID,
+    quota, Aggregate, BuildRequest, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image,
+    InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID,
     CONSUMER_TYPE_INSTANCE,
 };
 
@@ -214,7 +214,8 @@ pub fn plan_claim(
             gone.push(choices.instance);
             continue;
         };
-        let group = world.compute.group_of_instance.get(&choices.instance).and_then(|g| world.compute.server_groups.get(g));
+        let group =
+            world.compute.group_of_instance.get(&choices.instance).and_then(|g| world.compute.server_groups.get(g));
         if let Some(group) = group {
             group_state.entry(group.uuid).or_insert_with(|| group_hosts(world, group, &claiming));
         }
@@ -273,8 +274,9 @@ pub fn plan_claim(
     Ok(Ok((set, Claimed { placed, gone })))
 }
 
-/// Would `allocations` fit on top of current usage plus `extra`?
-fn fits(world: &World, allocations: &AllocationMap, extra: &HashMap<(Uuid, &str), i64>) -> bool {
+/// Would `allocations` fit on top of current usage plus `extra` (amounts
+/// already promised in the same write or request, by provider and class)?
+pub fn fits(world: &World, allocations: &AllocationMap, extra: &HashMap<(Uuid, &str), i64>) -> bool {
     for (provider_uuid, amounts) in allocations {
         let Some(provider) = world.placement.provider(provider_uuid) else { return false };
         for (class, amount) in amounts {
@@ -400,7 +402,12 @@ pub struct NewFlavor {
 }
 
 /// Create a flavor; names and ids are unique (409 as Nova).
-pub fn plan_create_flavor(world: &World, new: NewFlavor, generated_id: Uuid, now: Timestamp) -> Result<(WorldChangeSet, Flavor)> {
+pub fn plan_create_flavor(
+    world: &World,
+    new: NewFlavor,
+    generated_id: Uuid,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Flavor)> {
     let flavorid = new.flavorid.unwrap_or_else(|| generated_id.to_string());
     if world.compute.flavors.values().any(|f| f.name == new.name) {
         return Err(ComputeError::Conflict(format!("Flavor with name {} already exists.", new.name)));
@@ -433,7 +440,11 @@ pub fn plan_create_flavor(world: &World, new: NewFlavor, generated_id: Uuid, now
 }
 
 fn flavor<'a>(world: &'a World, flavorid: &str) -> Result<&'a Flavor> {
-    world.compute.flavors.get(flavorid).ok_or_else(|| ComputeError::NotFound(format!("Flavor {flavorid} could not be found.")))
+    world
+        .compute
+        .flavors
+        .get(flavorid)
+        .ok_or_else(|| ComputeError::NotFound(format!("Flavor {flavorid} could not be found.")))
 }
 
 /// Change a flavor with `edit` (description, extra specs, access).
@@ -473,7 +484,8 @@ pub fn plan_put_image(world: &World, image: Image) -> Result<WorldChangeSet> {
 
 /// Delete an image (protected images are refused with 403, as Glance).
 pub fn plan_delete_image(world: &World, id: &Uuid) -> Result<WorldChangeSet> {
-    let image = world.compute.images.get(id).ok_or_else(|| ComputeError::NotFound(format!("No image found with ID {id}")))?;
+    let image =
+        world.compute.images.get(id).ok_or_else(|| ComputeError::NotFound(format!("No image found with ID {id}")))?;
     if image.protected {
         return Err(ComputeError::Forbidden(format!("Image {id} is protected and cannot be deleted.")));
     }
@@ -558,10 +570,11 @@ pub fn plan_set_quotas(
 pub fn plan_delete_quotas(world: &World, project: &str, user: Option<&str>) -> WorldChangeSet {
     let mut set = WorldChangeSet::new();
     for (p, u, r) in world.compute.quotas.keys() {
-        let matches = p == project && match user {
-            Some(user) => u == user,
-            None => true,
-        };
+        let matches = p == project
+            && match user {
+                Some(user) => u == user,
+                None => true,
+            };
         if matches {
             set.compute(C::DeleteQuota { project_id: p.clone(), user_id: u.clone(), resource: r.clone() });
         }
@@ -587,7 +600,11 @@ pub fn plan_set_quota_class(world: &World, class_name: &str, limits: &BTreeMap<S
 // ---------------------------------------------------------------------------
 
 fn aggregate(world: &World, id: i64) -> Result<&Aggregate> {
-    world.compute.aggregates.get(&id).ok_or_else(|| ComputeError::NotFound(format!("Aggregate {id} could not be found.")))
+    world
+        .compute
+        .aggregates
+        .get(&id)
+        .ok_or_else(|| ComputeError::NotFound(format!("Aggregate {id} could not be found.")))
 }
 
 fn check_az_name(world: &World, name: &str, az: Option<&str>, except: Option<i64>) -> Result<()> {
@@ -698,7 +715,14 @@ pub fn plan_set_aggregate_metadata(
 /// Change the placement aggregates of every compute node of `host`: add
 /// or remove `aggregate` (what Nova's report client does on
 /// `aggregate_add_host`/`_remove_host`).
-fn mirror_host_aggregate(world: &World, host: &str, aggregate: Uuid, add: bool, now: Timestamp, set: &mut WorldChangeSet) {
+fn mirror_host_aggregate(
+    world: &World,
+    host: &str,
+    aggregate: Uuid,
+    add: bool,
+    now: Timestamp,
+    set: &mut WorldChangeSet,
+) {
     let Some(nodes) = world.compute.nodes_by_host.get(host) else { return };
     let mut placement = ChangeSet::new();
     for node in nodes {
@@ -719,7 +743,12 @@ fn mirror_host_aggregate(world: &World, host: &str, aggregate: Uuid, add: bool, 
 
 /// Add a host to an aggregate (and its compute nodes to the placement
 /// aggregate).
-pub fn plan_add_aggregate_host(world: &World, id: i64, host: &str, now: Timestamp) -> Result<(WorldChangeSet, Aggregate)> {
+pub fn plan_add_aggregate_host(
+    world: &World,
+    id: i64,
+    host: &str,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Aggregate)> {
     let mut aggregate = aggregate(world, id)?.clone();
     if !world.compute.host_mappings.contains_key(host) {
         return Err(ComputeError::NotFound(format!("Compute host {host} could not be found.")));
@@ -791,10 +820,7 @@ pub fn plan_map_host(world: &World, host: &str, cell: Uuid, nodes: &[(Uuid, Stri
     let mut set = WorldChangeSet::new();
     match world.compute.host_mappings.get(host) {
         Some(existing) if existing.cell != cell => {
-            return Err(ComputeError::Conflict(format!(
-                "Host {host} is already mapped to cell {}.",
-                existing.cell
-            )))
+            return Err(ComputeError::Conflict(format!("Host {host} is already mapped to cell {}.", existing.cell)))
         }
         Some(_) => {}
         None => set.compute(C::PutHostMapping(HostMapping { host: host.to_owned(), cell })),
@@ -907,7 +933,8 @@ mod tests {
                 },
                 expected_generation: None,
             });
-            let inv = Inventory { total: 4, reserved: 0, min_unit: 1, max_unit: 4, step_size: 1, allocation_ratio: 1.0 };
+            let inv =
+                Inventory { total: 4, reserved: 0, min_unit: 1, max_unit: 4, step_size: 1, allocation_ratio: 1.0 };
             placement.push(Change::SetInventories { provider: uuid, inventories: [("VCPU".to_owned(), inv)].into() });
             set.placement(placement);
             set.compute(ComputeChange::PutHostMapping(HostMapping { host: format!("h{i}"), cell }));
@@ -1015,7 +1042,8 @@ mod tests {
         world.apply(&set);
         // The second was scheduled concurrently onto the same host: refused.
         assert_eq!(plan_claim(&world, &claim(second[0]), 2).expect("plan"), Err(ClaimFailure::NoRoom(second[0])));
-        let alternate = vec![InstanceChoices { instance: second[0], choices: vec![choice(roots[0], 1), choice(roots[1], 1)] }];
+        let alternate =
+            vec![InstanceChoices { instance: second[0], choices: vec![choice(roots[0], 1), choice(roots[1], 1)] }];
         let (_, claimed) = plan_claim(&world, &alternate, 2).expect("plan").expect("fits");
         assert_eq!(claimed.placed[0].1.uuid, roots[1]);
     }

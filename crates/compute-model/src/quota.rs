@@ -243,7 +243,9 @@ pub fn check_server_groups(world: &World, project: &str, user: &str) -> Result<(
 pub fn check_metadata_items(world: &World, project: &str, user: &str, items: usize) -> Result<(), ComputeError> {
     let limit = effective_limit(world, project, Some(user), "metadata_items");
     if limit >= 0 && items as i64 > limit {
-        return Err(ComputeError::OverQuota(format!("Quota exceeded for metadata_items: Requested {items}, but already used 0 of {limit} metadata_items")));
+        return Err(ComputeError::OverQuota(format!(
+            "Quota exceeded for metadata_items: Requested {items}, but already used 0 of {limit} metadata_items"
+        )));
     }
     Ok(())
 }

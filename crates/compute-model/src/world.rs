@@ -20,6 +20,10 @@ pub struct World {
 
 /// One change to either half.
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "change sets are short-lived lists; boxing would cost an allocation per change"
+)]
 pub enum WorldChange {
     /// A placement change.
     Placement(Change),

@@ -1,0 +1,248 @@
+//! The scheduler: a pure pipeline from a request spec to a host per
+//! instance, with alternates.
+//!
+//! ```text
+//! RequestSpec ─▶ placement query ─▶ allocation candidates ─▶ hosts
+//!   (request.rs: Nova's ResourceRequest     (berth-candidates, on the
+//!    and request filters)                    in-memory placement state)
+//!   ─▶ filters ─▶ weighers ─▶ selection + alternates per instance
+//!      (filters.rs)  (weighers.rs, min–max normalised, Nova's multipliers)
+//! ```
+//!
+//! Selection is a sampled ranking: each instance goes to a host drawn at
+//! random among the `host_subset_size` best, so that concurrent boots of
+//! the same flavor do not all pick one host (Nova's `host_subset_size`).
+//! Instances of one request consume capacity as they are placed, so a
+//! multi-create never plans two instances into the same last slot.
+//!
+//! The result is a *proposal*: the conductor claims it through the write
+//! path (`berth_compute_model::plan::plan_claim`), which re-checks
+//! capacity and the server group's hard policy against current state and
+//! falls back to the alternates. Nothing here does I/O or reads the clock;
+//! randomness comes from the seed the caller passes.
+#![deny(missing_docs)]
+
+mod filters;
+mod request;
+mod rng;
+mod weighers;
+
+use std::collections::HashMap;
+
+use berth_compute_model::plan::{fits, group_hosts, HostChoice, InstanceChoices};
+use berth_compute_model::{ComputeNodeRef, RequestSpec, ServerGroup, World};
+use berth_model::AllocationMap;
+use uuid::Uuid;
+
+pub use request::{placement_query, PlacementQuery};
+pub use rng::Rng;
+
+/// Scheduler settings (Nova's `[scheduler]` and `[filter_scheduler]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Placement results asked for (`max_placement_results`, 1000).
+    pub max_placement_results: usize,
+    /// Pick among this many best hosts at random (`host_subset_size`).
+    pub host_subset_size: usize,
+    /// Attempts per instance; alternates = this − 1 (`max_attempts`, 3).
+    pub max_attempts: usize,
+    /// `ram_weight_multiplier`.
+    pub ram_weight_multiplier: f64,
+    /// `cpu_weight_multiplier`.
+    pub cpu_weight_multiplier: f64,
+    /// `disk_weight_multiplier`.
+    pub disk_weight_multiplier: f64,
+    /// `soft_affinity_weight_multiplier`.
+    pub soft_affinity_weight_multiplier: f64,
+    /// `soft_anti_affinity_weight_multiplier`.
+    pub soft_anti_affinity_weight_multiplier: f64,
+    /// `build_failure_weight_multiplier`.
+    pub build_failure_weight_multiplier: f64,
+    /// `limit_tenants_to_placement_aggregate`.
+    pub limit_tenants_to_placement_aggregate: bool,
+    /// `placement_aggregate_required_for_tenants`.
+    pub placement_aggregate_required_for_tenants: bool,
+    /// `enable_isolated_aggregate_filtering`.
+    pub enable_isolated_aggregate_filtering: bool,
+    /// `query_placement_for_image_type_support`.
+    pub query_placement_for_image_type_support: bool,
+    /// `image_metadata_prefilter`.
+    pub image_metadata_prefilter: bool,
+    /// `default_availability_zone` (`nova`).
+    pub default_availability_zone: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_placement_results: 1000,
+            host_subset_size: 1,
+            max_attempts: 3,
+            ram_weight_multiplier: 1.0,
+            cpu_weight_multiplier: 1.0,
+            disk_weight_multiplier: 1.0,
+            soft_affinity_weight_multiplier: 1.0,
+            soft_anti_affinity_weight_multiplier: 1.0,
+            build_failure_weight_multiplier: 1_000_000.0,
+            limit_tenants_to_placement_aggregate: false,
+            placement_aggregate_required_for_tenants: false,
+            enable_isolated_aggregate_filtering: false,
+            query_placement_for_image_type_support: false,
+            image_metadata_prefilter: false,
+            default_availability_zone: "nova".to_owned(),
+        }
+    }
+}
+
+/// What the scheduler needs to know about hosts beyond the control state:
+/// liveness and build history, which the control plane tracks in memory.
+pub trait HostHealth {
+    /// Is the host's compute service up (heartbeat recent, not forced
+    /// down)?
+    fn is_up(&self, host: &str) -> bool;
+    /// Is the host's compute service disabled by an operator?
+    fn is_disabled(&self, host: &str) -> bool;
+    /// Recent failed builds on the host (reset by a success).
+    fn failed_builds(&self, host: &str) -> i64;
+}
+
+/// No host can take the request (Nova's `NoValidHost`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoValidHost(pub String);
+
+impl std::fmt::Display for NoValidHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "No valid host was found. {}", self.0)
+    }
+}
+
+/// One request to schedule: a spec and the instances that share it.
+#[derive(Debug, Clone)]
+pub struct ScheduleRequest<'a> {
+    /// The request spec.
+    pub spec: &'a RequestSpec,
+    /// Instances to place (a multi-create has several).
+    pub instances: &'a [Uuid],
+    /// Hosts not to use (retries).
+    pub ignore_hosts: &'a [String],
+    /// Randomness.
+    pub seed: u64,
+}
+
+/// A host that passed the placement query: its node, its candidates.
+#[derive(Debug, Clone)]
+pub(crate) struct HostState<'w> {
+    pub(crate) node: &'w ComputeNodeRef,
+    pub(crate) candidates: Vec<AllocationMap>,
+}
+
+/// Counters of one scheduling run (for metrics and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Allocation candidates placement returned.
+    pub candidates: usize,
+    /// Hosts among them.
+    pub hosts: usize,
+    /// Hosts left after the filters.
+    pub filtered: usize,
+}
+
+/// Place every instance of `request`, or fail the whole request.
+pub fn schedule(
+    world: &World,
+    request: &ScheduleRequest<'_>,
+    health: &dyn HostHealth,
+    config: &Config,
+) -> Result<(Vec<InstanceChoices>, Stats), NoValidHost> {
+    let spec = request.spec;
+    let query = placement_query(world, spec, config)?;
+    let candidates = berth_candidates::find(&world.placement, &query.request)
+        .map_err(|e| NoValidHost(format!("Placement refused the request: {e}")))?;
+    let mut stats = Stats { candidates: candidates.allocation_requests.len(), ..Stats::default() };
+
+    // Group the candidates by host (the root of their first provider).
+    let mut order: Vec<Uuid> = Vec::new();
+    let mut by_root: HashMap<Uuid, Vec<AllocationMap>> = HashMap::new();
+    for candidate in &candidates.allocation_requests {
+        let Some((first, _)) = candidate.allocations.first() else { continue };
+        let Some(root) = world.placement.provider(first).map(|p| p.row.root) else { continue };
+        let mut map = AllocationMap::new();
+        for (provider, amounts) in &candidate.allocations {
+            let entry = map.entry(*provider).or_default();
+            for (class, amount) in amounts {
+                *entry.entry((*class).to_owned()).or_insert(0) += amount;
+            }
+        }
+        let entry = by_root.entry(root).or_default();
+        if entry.is_empty() {
+            order.push(root);
+        }
+        entry.push(map);
+    }
+    stats.hosts = order.len();
+    let group: Option<&ServerGroup> = spec.group.and_then(|g| world.compute.server_groups.get(&g));
+    let mut hosts: Vec<HostState<'_>> = Vec::new();
+    for root in order {
+        let Some(node) = world.compute.compute_nodes.get(&root) else { continue };
+        let host = HostState { node, candidates: by_root.remove(&root).unwrap_or_default() };
+        if filters::passes_static(world, &host, spec, health, request.ignore_hosts) {
+            hosts.push(host);
+        }
+    }
+    stats.filtered = hosts.len();
+
+    let mut rng = Rng::new(request.seed);
+    let mut extra: HashMap<(Uuid, &str), i64> = HashMap::new();
+    let claiming: std::collections::BTreeSet<Uuid> = request.instances.iter().copied().collect();
+    let mut members_on: HashMap<String, i64> = match group {
+        Some(group) => group_hosts(world, group, &claiming),
+        None => HashMap::new(),
+    };
+    let mut out = Vec::new();
+    for instance in request.instances {
+        // Hosts (with the first candidate that still fits) for this instance.
+        let viable: Vec<(usize, usize)> = hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| group.is_none_or(|g| filters::group_passes(g, &h.node.host, &members_on)))
+            .filter_map(|(idx, h)| h.candidates.iter().position(|c| fits(world, c, &extra)).map(|c| (idx, c)))
+            .collect();
+        if viable.is_empty() {
+            return Err(NoValidHost(format!(
+                "There are not enough hosts available. ({} candidates, {} hosts, {} after filters)",
+                stats.candidates, stats.hosts, stats.filtered
+            )));
+        }
+        let weights = weighers::weigh(world, &hosts, &viable, spec, group, &members_on, &extra, health, config);
+        let mut ranked: Vec<usize> = (0..viable.len()).collect();
+        ranked.sort_by(|a, b| weights[*b].partial_cmp(&weights[*a]).unwrap_or(std::cmp::Ordering::Equal));
+        let subset = config.host_subset_size.max(1).min(ranked.len());
+        let pick = ranked.remove(rng.below(subset));
+        let (host_idx, cand_idx) = viable[pick];
+        let selected = &hosts[host_idx];
+        let mut choices =
+            vec![HostChoice { root: selected.node.uuid, allocations: selected.candidates[cand_idx].clone() }];
+        for alt in ranked {
+            if choices.len() >= config.max_attempts.max(1) {
+                break;
+            }
+            let (h, c) = viable[alt];
+            if hosts[h].node.cell == selected.node.cell {
+                choices.push(HostChoice { root: hosts[h].node.uuid, allocations: hosts[h].candidates[c].clone() });
+            }
+        }
+        for (provider, amounts) in &selected.candidates[cand_idx] {
+            for (class, amount) in amounts {
+                *extra.entry((*provider, class.as_str())).or_insert(0) += amount;
+            }
+        }
+        if group.is_some() {
+            *members_on.entry(selected.node.host.clone()).or_insert(0) += 1;
+        }
+        out.push(InstanceChoices { instance: *instance, choices });
+    }
+    Ok((out, stats))
+}
+
+#[cfg(test)]
+mod tests;

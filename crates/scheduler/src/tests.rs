@@ -1,0 +1,269 @@
+//! Scheduler pipeline tests on small worlds built from change sets.
+
+use std::collections::{BTreeMap, HashSet};
+
+use berth_compute_model::plan::{plan_add_aggregate_host, plan_create_aggregate};
+use berth_compute_model::{
+    CellMapping, ComputeChange, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, RequestSpec, ServerGroup, World,
+    WorldChangeSet,
+};
+use berth_model::{Change, ChangeSet, Inventory, ProviderRow};
+use uuid::Uuid;
+
+use super::*;
+
+struct Health {
+    down: HashSet<String>,
+    failures: HashMap<String, i64>,
+}
+
+impl HostHealth for Health {
+    fn is_up(&self, host: &str) -> bool {
+        !self.down.contains(host)
+    }
+    fn is_disabled(&self, _host: &str) -> bool {
+        false
+    }
+    fn failed_builds(&self, host: &str) -> i64 {
+        self.failures.get(host).copied().unwrap_or(0)
+    }
+}
+
+fn healthy() -> Health {
+    Health { down: HashSet::new(), failures: HashMap::new() }
+}
+
+fn inv(total: i64) -> Inventory {
+    Inventory { total, reserved: 0, min_unit: 1, max_unit: total, step_size: 1, allocation_ratio: 1.0 }
+}
+
+struct Cloud {
+    world: World,
+    cell: Uuid,
+    roots: Vec<Uuid>,
+}
+
+impl Cloud {
+    /// `rams[i]` MiB and 8 VCPU per host `h{i}`, all mapped to one cell.
+    fn new(rams: &[i64]) -> Self {
+        let mut world = World::with_standard_data(0);
+        let cell = Uuid::new_v4();
+        let mut set = WorldChangeSet::new();
+        set.compute(ComputeChange::PutCell(CellMapping {
+            uuid: cell,
+            name: "cell1".into(),
+            database_connection: String::new(),
+            disabled: false,
+        }));
+        world.apply(&set);
+        let mut cloud = Cloud { world, cell, roots: Vec::new() };
+        for ram in rams {
+            cloud.add_host(*ram, true);
+        }
+        cloud
+    }
+
+    fn add_host(&mut self, ram: i64, mapped: bool) -> Uuid {
+        let idx = self.roots.len();
+        let uuid = Uuid::new_v4();
+        let host = format!("h{idx}");
+        let mut placement = ChangeSet::new();
+        placement.push(Change::PutProvider {
+            row: ProviderRow {
+                id: idx as i64 + 1,
+                uuid,
+                name: host.clone(),
+                generation: 0,
+                parent: None,
+                root: uuid,
+                created_at: 0,
+                updated_at: 0,
+            },
+            expected_generation: None,
+        });
+        placement.push(Change::SetInventories {
+            provider: uuid,
+            inventories: [
+                ("VCPU".to_owned(), inv(8)),
+                ("MEMORY_MB".to_owned(), inv(ram)),
+                ("DISK_GB".to_owned(), inv(100)),
+            ]
+            .into(),
+        });
+        let mut set = WorldChangeSet::from(placement);
+        if mapped {
+            set.compute(ComputeChange::PutHostMapping(HostMapping { host: host.clone(), cell: self.cell }));
+        }
+        set.compute(ComputeChange::PutComputeNode(ComputeNodeRef {
+            uuid,
+            host: host.clone(),
+            node: host,
+            cell: self.cell,
+        }));
+        self.world.apply(&set);
+        self.roots.push(uuid);
+        uuid
+    }
+
+    fn group(&mut self, policy: GroupPolicy) -> Uuid {
+        let uuid = Uuid::new_v4();
+        let mut set = WorldChangeSet::new();
+        set.compute(ComputeChange::PutServerGroup(ServerGroup {
+            uuid,
+            name: "g".into(),
+            project_id: "p".into(),
+            user_id: "u".into(),
+            policy,
+            max_server_per_host: None,
+            members: vec![],
+            created_at: 0,
+        }));
+        self.world.apply(&set);
+        uuid
+    }
+}
+
+fn spec(ram: i64) -> RequestSpec {
+    RequestSpec {
+        instance_uuid: Uuid::nil(),
+        project_id: "p".into(),
+        user_id: "u".into(),
+        flavor: Flavor {
+            id: 1,
+            flavorid: "1".into(),
+            name: "f".into(),
+            memory_mb: ram,
+            vcpus: 1,
+            root_gb: 1,
+            ephemeral_gb: 0,
+            swap: 0,
+            rxtx_factor: 1.0,
+            vcpu_weight: None,
+            disabled: false,
+            is_public: true,
+            description: None,
+            extra_specs: BTreeMap::new(),
+            projects: Default::default(),
+            created_at: 0,
+            updated_at: None,
+        },
+        image: None,
+        num_instances: 1,
+        availability_zone: None,
+        force_host: None,
+        force_node: None,
+        group: None,
+        same_host: vec![],
+        different_host: vec![],
+        hints: BTreeMap::new(),
+        reservation_id: "r".into(),
+    }
+}
+
+fn run(
+    cloud: &Cloud,
+    spec: &RequestSpec,
+    n: usize,
+    health: &Health,
+    config: &Config,
+) -> Result<Vec<InstanceChoices>, NoValidHost> {
+    let instances: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
+    let request = ScheduleRequest { spec, instances: &instances, ignore_hosts: &[], seed: 7 };
+    schedule(&cloud.world, &request, health, config).map(|(choices, _)| choices)
+}
+
+#[test]
+fn ram_weigher_prefers_the_freest_host_with_alternates() {
+    let cloud = Cloud::new(&[1024, 4096, 2048]);
+    let choices = run(&cloud, &spec(512), 1, &healthy(), &Config::default()).expect("placed");
+    let roots: Vec<Uuid> = choices[0].choices.iter().map(|c| c.root).collect();
+    assert_eq!(roots, vec![cloud.roots[1], cloud.roots[2], cloud.roots[0]], "selection then max_attempts-1 alternates");
+}
+
+#[test]
+fn multi_create_consumes_capacity_as_it_goes() {
+    let cloud = Cloud::new(&[1024, 1024]);
+    let choices = run(&cloud, &spec(1024), 2, &healthy(), &Config::default()).expect("placed");
+    assert_ne!(choices[0].choices[0].root, choices[1].choices[0].root, "the last slot of a host is not planned twice");
+    assert!(run(&cloud, &spec(1024), 3, &healthy(), &Config::default()).is_err(), "all or nothing");
+}
+
+#[test]
+fn anti_affinity_spreads_and_fails_when_hosts_run_out() {
+    let mut cloud = Cloud::new(&[8192, 8192, 8192]);
+    let group = cloud.group(GroupPolicy::AntiAffinity);
+    let mut s = spec(256);
+    s.group = Some(group);
+    let choices = run(&cloud, &s, 3, &healthy(), &Config::default()).expect("placed");
+    let hosts: HashSet<Uuid> = choices.iter().map(|c| c.choices[0].root).collect();
+    assert_eq!(hosts.len(), 3);
+    assert!(run(&cloud, &s, 4, &healthy(), &Config::default()).is_err());
+}
+
+#[test]
+fn affinity_keeps_a_request_together() {
+    let mut cloud = Cloud::new(&[8192, 8192, 8192]);
+    let group = cloud.group(GroupPolicy::Affinity);
+    let mut s = spec(256);
+    s.group = Some(group);
+    let choices = run(&cloud, &s, 3, &healthy(), &Config::default()).expect("placed");
+    let hosts: HashSet<Uuid> = choices.iter().map(|c| c.choices[0].root).collect();
+    assert_eq!(hosts.len(), 1);
+}
+
+#[test]
+fn down_unmapped_and_disabled_hosts_are_never_chosen() {
+    let mut cloud = Cloud::new(&[1024, 1024]);
+    let unmapped = cloud.add_host(65536, false);
+    let health = Health { down: ["h0".to_owned()].into(), failures: HashMap::new() };
+    let choices = run(&cloud, &spec(512), 1, &health, &Config::default()).expect("placed");
+    let roots: Vec<Uuid> = choices[0].choices.iter().map(|c| c.root).collect();
+    assert_eq!(roots, vec![cloud.roots[1]], "h0 is down and h2 has no host mapping");
+    assert!(!roots.contains(&unmapped));
+    // COMPUTE_STATUS_DISABLED on h1 excludes it in placement itself.
+    let mut set = ChangeSet::new();
+    set.push(Change::SetProviderTraits {
+        provider: cloud.roots[1],
+        traits: [berth_compute_model::COMPUTE_STATUS_DISABLED.to_owned()].into(),
+    });
+    cloud.world.apply(&set.into());
+    assert!(run(&cloud, &spec(512), 1, &health, &Config::default()).is_err());
+}
+
+#[test]
+fn build_failures_push_a_host_down_the_ranking() {
+    let cloud = Cloud::new(&[4096, 2048]);
+    let health = Health { down: HashSet::new(), failures: [("h0".to_owned(), 1)].into() };
+    let choices = run(&cloud, &spec(512), 1, &health, &Config::default()).expect("placed");
+    assert_eq!(choices[0].choices[0].root, cloud.roots[1]);
+}
+
+#[test]
+fn availability_zone_maps_to_aggregates() {
+    let mut cloud = Cloud::new(&[4096, 1024]);
+    let (set, agg) = plan_create_aggregate(&cloud.world, "a1", Some("az1"), Uuid::new_v4(), 0).expect("agg");
+    cloud.world.apply(&set);
+    let (set, _) = plan_add_aggregate_host(&cloud.world, agg.id, "h1", 0).expect("add");
+    cloud.world.apply(&set);
+    let mut s = spec(512);
+    s.availability_zone = Some("az1".into());
+    let choices = run(&cloud, &s, 1, &healthy(), &Config::default()).expect("placed");
+    assert_eq!(choices[0].choices.iter().map(|c| c.root).collect::<Vec<_>>(), vec![cloud.roots[1]]);
+    s.availability_zone = Some("nova".into());
+    let choices = run(&cloud, &s, 1, &healthy(), &Config::default()).expect("placed");
+    assert_eq!(choices[0].choices.iter().map(|c| c.root).collect::<Vec<_>>(), vec![cloud.roots[0]]);
+}
+
+#[test]
+fn host_subset_size_spreads_identical_requests() {
+    let cloud = Cloud::new(&[4096, 4096, 4096, 4096]);
+    let config = Config { host_subset_size: 4, ..Config::default() };
+    let mut picked = HashSet::new();
+    for seed in 0..40 {
+        let instances = [Uuid::new_v4()];
+        let request = ScheduleRequest { spec: &spec(512), instances: &instances, ignore_hosts: &[], seed };
+        let (choices, _) = schedule(&cloud.world, &request, &healthy(), &config).expect("placed");
+        picked.insert(choices[0].choices[0].root);
+    }
+    assert_eq!(picked.len(), 4, "every one of the equally good hosts gets picked by some seed");
+}
