@@ -397,7 +397,7 @@ pub const SORT_KEYS: &[&str] = &[
 /// A sortable value of one instance column.
 #[derive(Debug, Clone, PartialEq, PartialOrd)]
 pub enum SortValue {
-    /// Missing (sorts first ascending, as NULLs do in Nova's MySQL).
+    /// An unknown column.
     Null,
     /// Integer (timestamps, counters).
     Int(i64),
@@ -408,9 +408,11 @@ pub enum SortValue {
 impl Instance {
     /// The value of a sort column.
     pub fn sort_value(&self, key: &str) -> SortValue {
+        // Missing values sort as the smallest value of their type (as NULLs
+        // do in Nova's MySQL); the cell stores compare the same way.
         let text = |s: &str| SortValue::Text(s.to_owned());
-        let opt_text = |s: &Option<String>| s.as_deref().map_or(SortValue::Null, text);
-        let opt_int = |t: &Option<i64>| t.map_or(SortValue::Null, SortValue::Int);
+        let opt_text = |s: &Option<String>| SortValue::Text(s.clone().unwrap_or_default());
+        let opt_int = |t: &Option<i64>| SortValue::Int(t.unwrap_or(i64::MIN));
         match key {
             "created_at" => SortValue::Int(self.created_at),
             "updated_at" => opt_int(&self.updated_at),

@@ -22,7 +22,9 @@
 
 use berth_model::{ChangeSet, State};
 
+pub mod cell;
 mod rows;
+pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate};
 pub use rows::Rows;
 
 #[cfg(feature = "testing")]
