@@ -1,0 +1,415 @@
+//! The fake hypervisor agent: one process (or one task inside `berth
+//! serve --fake-hosts`) plays N compute hosts.
+//!
+//! It talks to the control plane over HTTP only:
+//!
+//! 1. `POST /agent/v1/register` with its hosts: the control plane creates
+//!    their services and compute nodes in the chosen cell and maps them
+//!    (host discovery), and answers each compute node's uuid;
+//! 2. each host's provider tree goes through the Placement API the way
+//!    nova-compute's report client reports it ([`placement`]);
+//! 3. `POST /agent/v1/heartbeat` every report interval;
+//! 4. `GET /agent/v1/work?agent=ID&wait=S` long-polls for tasks (build,
+//!    delete, start, stop, reboot); each task runs after the configured
+//!    latency and may fail a build (failure rate, or a bad host);
+//! 5. `POST /agent/v1/events` reports the transitions (`spawned`,
+//!    `build_failed`, `deleted`, `started`, `stopped`, `rebooted`), batched.
+//!
+//! No message broker: the kubelet model.
+
+pub mod placement;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// The shape of every host an agent plays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostShape {
+    /// vCPUs.
+    pub vcpus: i64,
+    /// Reserved vCPUs.
+    pub reserved_vcpus: i64,
+    /// Dedicated CPUs (PCPU inventory).
+    pub pcpus: i64,
+    /// RAM in MiB.
+    pub memory_mb: i64,
+    /// Reserved RAM in MiB.
+    pub reserved_memory_mb: i64,
+    /// Local disk in GiB.
+    pub disk_gb: i64,
+    /// `VCPU` allocation ratio.
+    pub cpu_allocation_ratio: f64,
+    /// `MEMORY_MB` allocation ratio.
+    pub ram_allocation_ratio: f64,
+    /// `DISK_GB` allocation ratio.
+    pub disk_allocation_ratio: f64,
+    /// NUMA nodes as child providers (0: everything on the root).
+    pub numa_nodes: usize,
+    /// Devices per NUMA node (or per host): `(resource class, count)`.
+    pub devices: Vec<(String, i64)>,
+    /// Traits of the compute node provider.
+    pub traits: Vec<String>,
+}
+
+impl Default for HostShape {
+    fn default() -> Self {
+        HostShape {
+            vcpus: 8,
+            reserved_vcpus: 0,
+            pcpus: 0,
+            memory_mb: 16384,
+            reserved_memory_mb: 0,
+            disk_gb: 200,
+            cpu_allocation_ratio: 4.0,
+            ram_allocation_ratio: 1.0,
+            disk_allocation_ratio: 1.0,
+            numa_nodes: 0,
+            devices: Vec::new(),
+            traits: vec!["COMPUTE_NODE".to_owned()],
+        }
+    }
+}
+
+/// Everything one agent needs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Control plane base URL (placement at its root, `/agent/v1`).
+    pub url: String,
+    /// `X-Auth-Token` (noauth2: `admin`).
+    pub token: String,
+    /// Agent id (unique per process).
+    pub agent_id: String,
+    /// Host names are `{prefix}{index}`.
+    pub prefix: String,
+    /// Number of hosts.
+    pub count: usize,
+    /// First index.
+    pub first_index: usize,
+    /// Cell to register the hosts in (None: the control plane's default).
+    pub cell: Option<String>,
+    /// Shape of each host.
+    pub shape: HostShape,
+    /// How long a build takes.
+    pub build_time: Duration,
+    /// Fraction of builds that fail (0.0–1.0).
+    pub fail_rate: f64,
+    /// Hosts whose every build fails.
+    pub bad_hosts: Vec<String>,
+    /// Heartbeat interval.
+    pub report_interval: Duration,
+    /// Concurrent placement requests while reporting trees.
+    pub concurrency: usize,
+}
+
+impl AgentConfig {
+    /// The host names this agent plays.
+    pub fn host_names(&self) -> Vec<String> {
+        (self.first_index..self.first_index + self.count).map(|i| format!("{}{i}", self.prefix)).collect()
+    }
+}
+
+/// The HTTP link to the control plane.
+#[derive(Debug, Clone)]
+pub struct Link {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Link {
+    /// A link to `base` with `token`.
+    pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+        Ok(Link { client, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
+    }
+
+    /// A placement request (microversion 1.39).
+    pub async fn placement(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<reqwest::Response> {
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .header("X-Auth-Token", &self.token)
+            .header("OpenStack-API-Version", "placement 1.39");
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        Ok(req.send().await?)
+    }
+
+    /// An agent-API request; returns status and JSON body (Null when none).
+    pub async fn agent(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut req =
+            self.client.request(method, format!("{}/agent/v1{path}", self.base)).header("X-Auth-Token", &self.token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await?;
+        let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+        Ok((status, value))
+    }
+}
+
+/// A registered host.
+#[derive(Debug, Clone)]
+struct Registered {
+    host: String,
+    node: String,
+    node_uuid: Uuid,
+}
+
+async fn register(link: &Link, config: &AgentConfig) -> anyhow::Result<Vec<Registered>> {
+    let shape = &config.shape;
+    let hosts: Vec<Value> = config
+        .host_names()
+        .into_iter()
+        .map(|h| {
+            json!({"host": h, "node": h, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
+                   "local_gb": shape.disk_gb, "hypervisor_type": "fake"})
+        })
+        .collect();
+    let mut body = json!({"agent": config.agent_id, "hosts": hosts});
+    if let Some(cell) = &config.cell {
+        body["cell"] = json!(cell);
+    }
+    let (status, answer) = link.agent(reqwest::Method::POST, "/register", Some(body)).await?;
+    if status != 200 {
+        bail!("register: HTTP {status}: {answer}");
+    }
+    answer["hosts"]
+        .as_array()
+        .context("register answer without hosts")?
+        .iter()
+        .map(|h| {
+            Ok(Registered {
+                host: h["host"].as_str().context("host")?.to_owned(),
+                node: h["node"].as_str().context("node")?.to_owned(),
+                node_uuid: h["node_uuid"].as_str().and_then(|u| Uuid::parse_str(u).ok()).context("node_uuid")?,
+            })
+        })
+        .collect()
+}
+
+/// Report every host's provider tree, `concurrency` hosts at a time.
+async fn report_trees(link: &Link, config: &AgentConfig, hosts: &[Registered]) -> anyhow::Result<()> {
+    let queue = Arc::new(Mutex::new(hosts.to_vec()));
+    let mut workers = Vec::new();
+    for _ in 0..config.concurrency.max(1) {
+        let queue = queue.clone();
+        let link = link.clone();
+        let shape = config.shape.clone();
+        workers.push(tokio::spawn(async move {
+            loop {
+                let next = queue.lock().map(|mut q| q.pop()).unwrap_or(None);
+                let Some(host) = next else { return Ok::<(), anyhow::Error>(()) };
+                let tree = placement::desired_tree(&host.node, &shape);
+                placement::ensure_tree(&link, host.node_uuid, &tree)
+                    .await
+                    .with_context(|| format!("reporting the provider tree of {}", host.host))?;
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    Ok(())
+}
+
+/// A cheap deterministic coin for the failure rate (no RNG dependency):
+/// hash of the instance uuid.
+fn fails(config: &AgentConfig, host: &str, instance: &str) -> bool {
+    if config.bad_hosts.iter().any(|h| h == host) {
+        return true;
+    }
+    if config.fail_rate <= 0.0 {
+        return false;
+    }
+    let hash = instance.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    (hash % 1_000_000) as f64 / 1_000_000.0 < config.fail_rate
+}
+
+/// Run one task and return its event.
+async fn run_task(config: &AgentConfig, task: &Value) -> Value {
+    let kind = task["kind"].as_str().unwrap_or("");
+    let instance = task["instance"].as_str().unwrap_or("").to_owned();
+    let host = task["host"].as_str().unwrap_or("").to_owned();
+    let event = match kind {
+        "build" => {
+            if !config.build_time.is_zero() {
+                tokio::time::sleep(config.build_time).await;
+            }
+            if fails(config, &host, &instance) {
+                return json!({"instance": instance, "host": host, "kind": "build_failed",
+                              "message": format!("Build of instance {instance} aborted: fake driver failure on {host}")});
+            }
+            "spawned"
+        }
+        "delete" => "deleted",
+        "start" => "started",
+        "stop" => "stopped",
+        "reboot" => "rebooted",
+        other => {
+            tracing::warn!(kind = other, "unknown task kind");
+            return Value::Null;
+        }
+    };
+    json!({"instance": instance, "host": host, "kind": event, "task": task["id"]})
+}
+
+/// Run the agent until `shutdown` resolves.
+pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+    let link = Link::new(&config.url, &config.token)?;
+    let hosts = register(&link, &config).await?;
+    report_trees(&link, &config, &hosts).await?;
+    tracing::info!(agent = %config.agent_id, hosts = hosts.len(), "agent registered and reported its hosts");
+    let config = Arc::new(config);
+    let host_names: Vec<String> = hosts.iter().map(|h| h.host.clone()).collect();
+
+    // Heartbeats.
+    let heartbeat = {
+        let (link, config, host_names) = (link.clone(), config.clone(), host_names.clone());
+        tokio::spawn(async move {
+            loop {
+                let body = json!({"agent": config.agent_id, "hosts": host_names});
+                match link.agent(reqwest::Method::POST, "/heartbeat", Some(body)).await {
+                    Ok((404, _)) => {
+                        if let Err(err) = register(&link, &config).await {
+                            tracing::warn!(error = %err, "re-register failed");
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!(error = %err, "heartbeat failed"),
+                }
+                tokio::time::sleep(config.report_interval).await;
+            }
+        })
+    };
+
+    // Events are batched: tasks push them here, one reporter posts them.
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let reporter = {
+        let (link, config, in_flight) = (link.clone(), config.clone(), in_flight.clone());
+        tokio::spawn(async move {
+            while let Some(first) = events_rx.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = events_rx.try_recv() {
+                    batch.push(more);
+                    if batch.len() >= 500 {
+                        break;
+                    }
+                }
+                let body = json!({"agent": config.agent_id, "events": batch});
+                for attempt in 0..5u32 {
+                    match link.agent(reqwest::Method::POST, "/events", Some(body.clone())).await {
+                        Ok((200, _)) => break,
+                        Ok((status, answer)) => {
+                            tracing::warn!(status, %answer, "reporting events refused");
+                            break;
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, attempt, "reporting events failed; retrying");
+                            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt + 1))).await;
+                        }
+                    }
+                }
+                if let Ok(mut set) = in_flight.lock() {
+                    for event in &batch {
+                        if let Some(task) = event["task"].as_str() {
+                            set.remove(task);
+                        }
+                    }
+                }
+            }
+        })
+    };
+
+    // Work loop.
+    let work = {
+        let (link, config) = (link.clone(), config.clone());
+        tokio::spawn(async move {
+            loop {
+                let path = format!("/work?agent={}&wait=20", config.agent_id);
+                let (status, body) = match link.agent(reqwest::Method::GET, &path, None).await {
+                    Ok(answer) => answer,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "work poll failed");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                };
+                if status == 404 {
+                    if let Err(err) = register(&link, &config).await {
+                        tracing::warn!(error = %err, "re-register failed");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    continue;
+                }
+                for task in body["tasks"].as_array().cloned().unwrap_or_default() {
+                    let id = task["id"].as_str().unwrap_or("").to_owned();
+                    let fresh = in_flight.lock().map(|mut s| s.insert(id)).unwrap_or(false);
+                    if !fresh {
+                        continue;
+                    }
+                    let (config, events_tx) = (config.clone(), events_tx.clone());
+                    tokio::spawn(async move {
+                        let event = run_task(&config, &task).await;
+                        if !event.is_null() {
+                            let _ = events_tx.send(event);
+                        }
+                    });
+                }
+            }
+        })
+    };
+
+    shutdown.await;
+    heartbeat.abort();
+    work.abort();
+    reporter.abort();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_rate_is_roughly_honoured_and_bad_hosts_always_fail() {
+        let config = AgentConfig {
+            url: String::new(),
+            token: String::new(),
+            agent_id: "a".into(),
+            prefix: "h".into(),
+            count: 1,
+            first_index: 0,
+            cell: None,
+            shape: HostShape::default(),
+            build_time: Duration::ZERO,
+            fail_rate: 0.1,
+            bad_hosts: vec!["bad".into()],
+            report_interval: Duration::from_secs(10),
+            concurrency: 1,
+        };
+        let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
+        assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
+        assert!(fails(&config, "bad", "x"));
+        assert_eq!(config.host_names(), vec!["h0".to_owned()]);
+    }
+}
