@@ -69,6 +69,9 @@ pub struct Expect {
 pub enum CellOp {
     /// Insert an instance, or replace the row with the same uuid.
     PutInstance(Instance),
+    /// Insert an instance unless a row with its uuid exists (then
+    /// `Mismatch`, nothing changed).
+    InsertInstance(Instance),
     /// Update an instance if it matches `expect` (else `Mismatch`; a
     /// missing row is `Missing`).
     UpdateInstance {
