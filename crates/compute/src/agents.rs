@@ -1,0 +1,400 @@
+//! What agents ask of the control plane: register their hosts (host
+//! discovery), heartbeat, take work, report what happened. Plus the sweep
+//! that keeps agents fed with work committed elsewhere and the health view
+//! in step with the cell databases.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use berth_compute_model::cell::{power_state, task_state, vm_state, ComputeNode, Fault, Service};
+use berth_compute_model::plan::{plan_forget_instance, plan_map_host};
+use berth_compute_model::{ComputeError, WorldChangeSet};
+use berth_model::{Change, ChangeSet};
+use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
+use uuid::Uuid;
+
+use crate::conductor::EVENT_BUILD;
+use crate::control::{read, write};
+use crate::hub::{Task, AGENT_TASK_STATES};
+use crate::servers::ServiceError;
+use crate::Compute;
+
+/// A host an agent registers.
+#[derive(Debug, Clone)]
+pub struct HostRegistration {
+    /// Service host name.
+    pub host: String,
+    /// Hypervisor hostname (the compute node and its provider name).
+    pub node: String,
+    /// Physical vCPUs.
+    pub vcpus: i64,
+    /// RAM MiB.
+    pub memory_mb: i64,
+    /// Disk GiB.
+    pub local_gb: i64,
+    /// Hypervisor type.
+    pub hypervisor_type: String,
+    /// Host IP.
+    pub host_ip: String,
+}
+
+/// A registered host: where its compute node provider must be reported.
+#[derive(Debug, Clone)]
+pub struct RegisteredHost {
+    /// Host.
+    pub host: String,
+    /// Node.
+    pub node: String,
+    /// Compute node uuid (= root provider uuid).
+    pub node_uuid: Uuid,
+    /// Service id in the cell.
+    pub service_id: i64,
+    /// Cell.
+    pub cell: Uuid,
+}
+
+/// What an agent reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentEvent {
+    /// Instance.
+    pub instance: Uuid,
+    /// Host it happened on.
+    pub host: String,
+    /// `spawned`, `build_failed`, `deleted`, `started`, `stopped`, `rebooted`.
+    pub kind: String,
+    /// Failure message.
+    pub message: Option<String>,
+    /// The task id it answers.
+    pub task: Option<String>,
+}
+
+impl Compute {
+    /// Register an agent's hosts in `cell` (default: the configured
+    /// default cell): services and compute nodes in the cell database,
+    /// host mappings and compute-node references in the control database.
+    pub async fn register_agent(
+        &self,
+        agent: &str,
+        cell_name: Option<&str>,
+        hosts: &[HostRegistration],
+    ) -> Result<Vec<RegisteredHost>, ServiceError> {
+        let name = cell_name.unwrap_or(&self.config.default_cell);
+        let cell = self
+            .cell_by_name(name)
+            .ok_or_else(|| ServiceError::Refused(ComputeError::NotFound(format!("Cell {name} could not be found."))))?;
+        if cell.uuid == berth_compute_model::CELL0_UUID {
+            return Err(ServiceError::Refused(ComputeError::Invalid("Hosts cannot be mapped to cell0.".into())));
+        }
+        // A host mapped to another cell is refused before anything is written.
+        let conflicts: Vec<String> = read(&*self.control, |w| {
+            hosts
+                .iter()
+                .filter(|h| w.compute.host_mappings.get(&h.host).is_some_and(|m| m.cell != cell.uuid))
+                .map(|h| h.host.clone())
+                .collect()
+        });
+        if let Some(host) = conflicts.first() {
+            return Err(ServiceError::Refused(ComputeError::Conflict(format!(
+                "Host {host} is already mapped to another cell."
+            ))));
+        }
+        let handle = self.cells.get(&cell)?;
+        let (services, nodes) = self.cells.read(&handle, |s| Ok((s.services()?, s.compute_nodes()?))).await?;
+        let services: HashMap<String, Service> =
+            services.into_iter().filter(|s| s.binary == "nova-compute").map(|s| (s.host.clone(), s)).collect();
+        let nodes: HashMap<(String, String), ComputeNode> =
+            nodes.into_iter().map(|n| ((n.host.clone(), n.hypervisor_hostname.clone()), n)).collect();
+        let now = self.now();
+        let mut ops = Vec::new();
+        let mut wanted = Vec::new();
+        for host in hosts {
+            let service = services.get(&host.host).cloned().unwrap_or(Service {
+                id: 0,
+                uuid: Uuid::new_v4(),
+                host: host.host.clone(),
+                binary: "nova-compute".to_owned(),
+                disabled: false,
+                disabled_reason: None,
+                forced_down: false,
+                last_seen_up: Some(now),
+                created_at: now,
+                updated_at: Some(now),
+            });
+            let existing = nodes.get(&(host.host.clone(), host.node.clone()));
+            let node = ComputeNode {
+                id: existing.map_or(0, |n| n.id),
+                uuid: existing.map_or_else(Uuid::new_v4, |n| n.uuid),
+                host: host.host.clone(),
+                hypervisor_hostname: host.node.clone(),
+                hypervisor_type: host.hypervisor_type.clone(),
+                hypervisor_version: 1000,
+                host_ip: host.host_ip.clone(),
+                vcpus: host.vcpus,
+                memory_mb: host.memory_mb,
+                local_gb: host.local_gb,
+                cpu_info: "{}".to_owned(),
+                created_at: existing.map_or(now, |n| n.created_at),
+                updated_at: Some(now),
+            };
+            wanted.push((host.host.clone(), host.node.clone(), node.uuid));
+            ops.push(CellOp::EnsureService(service));
+            ops.push(CellOp::EnsureComputeNode(node));
+        }
+        let outcomes = handle.write(ops).await?;
+        let service_ids: Vec<i64> =
+            outcomes.iter().step_by(2).map(|o| if let CellOutcome::Id(id) = o { *id } else { 0 }).collect();
+        write(&*self.control, |w| {
+            let mut set = WorldChangeSet::new();
+            for (host, node, uuid) in &wanted {
+                set.extend(plan_map_host(w, host, cell.uuid, &[(*uuid, node.clone())])?);
+            }
+            Ok((set, ()))
+        })?;
+        let names: Vec<String> = hosts.iter().map(|h| h.host.clone()).collect();
+        self.hub.register(agent, &names);
+        for (name, service) in &services {
+            self.health.set_flags(name, service.disabled, service.forced_down);
+        }
+        for name in &names {
+            self.health.heartbeat(name, now);
+        }
+        Ok(wanted
+            .into_iter()
+            .zip(service_ids)
+            .map(|((host, node, node_uuid), service_id)| RegisteredHost {
+                host,
+                node,
+                node_uuid,
+                service_id,
+                cell: cell.uuid,
+            })
+            .collect())
+    }
+
+    /// Heartbeats of an agent's hosts. `false` when the agent is not
+    /// registered with this process (it must register again).
+    pub async fn heartbeat(&self, agent: &str, hosts: &[String]) -> Result<bool, ServiceError> {
+        if !self.hub.knows(agent) {
+            return Ok(false);
+        }
+        let now = self.now();
+        for host in hosts {
+            self.health.heartbeat(host, now);
+        }
+        let by_cell: HashMap<Uuid, Vec<String>> = read(&*self.control, |w| {
+            let mut out: HashMap<Uuid, Vec<String>> = HashMap::new();
+            for host in hosts {
+                if let Some(cell) = w.compute.cell_of_host(host) {
+                    out.entry(cell).or_default().push(host.clone());
+                }
+            }
+            out
+        });
+        for (cell_id, hosts) in by_cell {
+            if let Some(mapping) = self.cell(&cell_id) {
+                self.cells.get(&mapping)?.write(vec![CellOp::Heartbeat { hosts, at: now }]).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Apply what an agent reports. Each event's result says whether it
+    /// took effect (a transition conditional on the task state is refused
+    /// when the instance moved on, e.g. was deleted while building).
+    pub async fn agent_events(&self, events: &[AgentEvent]) -> Vec<Result<bool, ServiceError>> {
+        let mut out = Vec::with_capacity(events.len());
+        for event in events {
+            out.push(self.agent_event(event).await);
+            if let Some(task) = &event.task {
+                self.hub.completed(task);
+            }
+        }
+        out
+    }
+
+    async fn agent_event(&self, event: &AgentEvent) -> Result<bool, ServiceError> {
+        let uuid = event.instance;
+        let Some(cell_id) = read(&*self.control, |w| w.compute.instance_mappings.get(&uuid).and_then(|m| m.cell))
+        else {
+            // Forgotten already (deleted): nothing to do.
+            return Ok(false);
+        };
+        let cell = self.cell(&cell_id).ok_or_else(|| ServiceError::Internal(format!("cell {cell_id} vanished")))?;
+        let handle = self.cells.get(&cell)?;
+        let now = self.now();
+        let request_id = self.create_request_id(&handle, &uuid).await;
+        let expect = |task: &[&str]| Expect {
+            vm_states: vec![],
+            task_states: task.iter().map(|t| Some((*t).to_owned())).collect(),
+            not_deleted: true,
+        };
+        let finish = |result: &str, traceback: Option<String>| {
+            request_id.as_ref().map(|request_id| CellOp::FinishEvent {
+                instance: uuid,
+                request_id: request_id.clone(),
+                event: EVENT_BUILD.to_owned(),
+                result: result.to_owned(),
+                traceback,
+                at: now,
+            })
+        };
+        let mut ops = Vec::new();
+        match event.kind.as_str() {
+            "spawned" => {
+                let update = InstanceUpdate {
+                    vm_state: Some(vm_state::ACTIVE.to_owned()),
+                    task_state: Some(None),
+                    power_state: Some(power_state::RUNNING),
+                    launched_at: Some(Some(now)),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                ops.push(CellOp::UpdateInstance { uuid, expect: expect(&[task_state::SPAWNING]), update });
+                ops.extend(finish("Success", None));
+            }
+            "build_failed" => {
+                let message = event.message.clone().unwrap_or_else(|| "Build failed on the host.".to_owned());
+                let update = InstanceUpdate {
+                    vm_state: Some(vm_state::ERROR.to_owned()),
+                    task_state: Some(None),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                ops.push(CellOp::UpdateInstance { uuid, expect: expect(&[task_state::SPAWNING]), update });
+                ops.push(CellOp::AddFault(Fault {
+                    instance_uuid: uuid,
+                    code: 500,
+                    message: message.clone(),
+                    details: message.clone(),
+                    host: Some(event.host.clone()),
+                    created_at: now,
+                }));
+                ops.extend(finish("Error", Some(message)));
+            }
+            "deleted" => {
+                // Allocations, mapping and quota go first; the row is then
+                // soft-deleted. If the row update is lost, the row is an
+                // orphan no listing shows (its mapping is gone).
+                write(&*self.control, |w| Ok((plan_forget_instance(w, &uuid), ())))?;
+                let update = InstanceUpdate {
+                    vm_state: Some(vm_state::DELETED.to_owned()),
+                    task_state: Some(None),
+                    power_state: Some(power_state::NOSTATE),
+                    terminated_at: Some(Some(now)),
+                    deleted_at: Some(now),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                ops.push(CellOp::UpdateInstance { uuid, expect: expect(&[task_state::DELETING]), update });
+            }
+            "started" | "stopped" | "rebooted" => {
+                let (from, to, power): (&[&str], &str, i64) = match event.kind.as_str() {
+                    "started" => (&[task_state::POWERING_ON], vm_state::ACTIVE, power_state::RUNNING),
+                    "stopped" => (&[task_state::POWERING_OFF], vm_state::STOPPED, power_state::SHUTDOWN),
+                    _ => (&[task_state::REBOOTING, task_state::REBOOTING_HARD], vm_state::ACTIVE, power_state::RUNNING),
+                };
+                let update = InstanceUpdate {
+                    vm_state: Some(to.to_owned()),
+                    task_state: Some(None),
+                    power_state: Some(power),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                ops.push(CellOp::UpdateInstance { uuid, expect: expect(from), update });
+            }
+            other => {
+                return Err(ServiceError::Refused(ComputeError::Invalid(format!("Unknown event kind {other}."))));
+            }
+        }
+        let outcomes = handle.write(ops).await?;
+        let applied = outcomes.first() == Some(&CellOutcome::Done);
+        match event.kind.as_str() {
+            "spawned" if applied => {
+                self.health.build_succeeded(&event.host);
+                self.metrics.instances_active.fetch_add(1, Ordering::Relaxed);
+            }
+            "build_failed" if applied => {
+                self.health.build_failed(&event.host);
+                self.metrics.builds_failed.fetch_add(1, Ordering::Relaxed);
+                // The host keeps nothing of a failed build.
+                write(&*self.control, |w| {
+                    let mut set = WorldChangeSet::new();
+                    if let Some(consumer) = w.placement.consumers.get(&uuid) {
+                        set.placement(ChangeSet {
+                            changes: vec![Change::DeleteConsumer {
+                                uuid,
+                                expected_generation: consumer.row.generation,
+                            }],
+                        });
+                    }
+                    Ok((set, ()))
+                })?;
+            }
+            "spawned" | "build_failed" if !applied => {
+                // The instance moved on while building (deleted): hand the
+                // delete to the agent now that the build is done.
+                let id = uuid;
+                if let Ok(Some(row)) = self.cells.read(&handle, move |s| s.instance(&id)).await {
+                    if let (Some(task), Some(host)) = (row.task_state.as_deref(), row.host.as_deref()) {
+                        if let Some(task) = Task::new(uuid, host, task) {
+                            self.hub.push(task);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(applied)
+    }
+
+    async fn create_request_id(&self, handle: &Arc<crate::cells::Cell>, uuid: &Uuid) -> Option<String> {
+        let id = *uuid;
+        let actions = self.cells.read(handle, move |s| s.instance_actions(&id)).await.ok()?;
+        actions.into_iter().find(|a| a.action == "create").map(|a| a.request_id)
+    }
+}
+
+/// Start the periodic sweep: re-offer agent work found in the cells for
+/// hosts served by agents connected here, and refresh host health from
+/// the cells' service rows (other processes' heartbeats, operator flags).
+pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
+    tokio::spawn(async move {
+        let mut ticks: u64 = 0;
+        loop {
+            tokio::time::sleep(compute.config.sweep_interval).await;
+            ticks += 1;
+            let refresh_health = ticks % 10 == 1;
+            let local: HashSet<String> = compute.hub.local_hosts();
+            if local.is_empty() && !refresh_health {
+                continue;
+            }
+            for mapping in compute.cell_mappings() {
+                if mapping.uuid == berth_compute_model::CELL0_UUID {
+                    continue;
+                }
+                let Ok(handle) = compute.cells.get(&mapping) else { continue };
+                if !local.is_empty() {
+                    let rows = compute.cells.read(&handle, |s| s.instances_with_tasks(AGENT_TASK_STATES)).await;
+                    if let Ok(rows) = rows {
+                        for row in rows {
+                            let (Some(host), Some(task)) = (row.host.as_deref(), row.task_state.as_deref()) else {
+                                continue;
+                            };
+                            if local.contains(host) {
+                                if let Some(task) = Task::new(row.uuid, host, task) {
+                                    compute.hub.offer(task);
+                                }
+                            }
+                        }
+                    }
+                }
+                if refresh_health {
+                    if let Ok(services) = compute.cells.read(&handle, |s| s.services()).await {
+                        compute.health.merge_services(&services);
+                    }
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,406 @@
+//! The conductor: turns accepted boots into instances on hosts.
+//!
+//! For each boot (the instances of one request):
+//!
+//! 1. schedule them (`berth_scheduler::schedule` on the in-memory world);
+//! 2. write their rows into the chosen cell, in `scheduling` and with no
+//!    host (invisible to listings until their mapping points there);
+//! 3. claim through the write path (`plan_claim`): allocations for every
+//!    instance, all or nothing, with the group policy re-checked; mappings
+//!    move to the cell and build requests go, in the same write. A claim
+//!    whose choices were all taken meanwhile schedules again (up to
+//!    `schedule_retries` rounds);
+//! 4. give the rows their host and `spawning`, and hand the build to the
+//!    host's agent.
+//!
+//! When no host fits, the instances are buried in cell0 in ERROR with a
+//! fault and an instance action (rows first, then the mappings), and any
+//! rows written in step 2 are purged. A build request deleted meanwhile is
+//! simply skipped (`Claimed::gone`). Every step is safe to run twice, so a
+//! boot left pending by a stopped process is resumed at start-up.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_compute_model::cell::{task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction};
+use berth_compute_model::plan::{plan_bury, plan_claim, plan_forget_instance, ClaimFailure, Claimed, InstanceChoices};
+use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet, CELL0_UUID};
+use berth_scheduler::{schedule, ScheduleRequest};
+use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
+use uuid::Uuid;
+
+use crate::control::{read, write};
+use crate::hub::Task;
+use crate::Compute;
+
+/// The conductor's event of an instance's create action.
+pub const EVENT_SCHEDULE: &str = "conductor_schedule_and_build_instances";
+/// The agent's event of an instance's create action.
+pub const EVENT_BUILD: &str = "compute__do_build_and_run_instance";
+
+/// One accepted boot request.
+#[derive(Debug, Clone)]
+pub struct BootJob {
+    /// Its instances, in launch order.
+    pub instances: Vec<Uuid>,
+    /// The API request id (the create action's id).
+    pub request_id: String,
+}
+
+impl Compute {
+    /// Queue a boot for the conductor.
+    pub fn submit(&self, job: BootJob) {
+        if self.jobs.send(job).is_err() {
+            tracing::error!("conductor queue closed; boot left pending until restart");
+        }
+    }
+}
+
+pub(crate) fn spawn_workers(compute: Arc<Compute>, rx: tokio::sync::mpsc::UnboundedReceiver<BootJob>) {
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    for _ in 0..compute.config.conductor_workers.max(1) {
+        let (compute, rx) = (compute.clone(), rx.clone());
+        tokio::spawn(async move {
+            loop {
+                let job = rx.lock().await.recv().await;
+                let Some(job) = job else { return };
+                run_boot(&compute, job).await;
+            }
+        });
+    }
+}
+
+/// Re-submit boots whose build requests are older than a grace period (a
+/// process accepted them and stopped before scheduling).
+pub(crate) fn resume_pending(compute: &Arc<Compute>) {
+    let grace = 10;
+    let now = compute.now();
+    let jobs: Vec<BootJob> = read(&*compute.control, |w| {
+        let mut by_reservation: HashMap<String, Vec<&BuildRequest>> = HashMap::new();
+        for build in w.compute.build_requests.values().filter(|b| now - b.created_at >= grace) {
+            by_reservation.entry(build.spec.reservation_id.clone()).or_default().push(build);
+        }
+        by_reservation
+            .into_values()
+            .map(|mut builds| {
+                builds.sort_by_key(|b| b.spec.launch_index);
+                BootJob {
+                    instances: builds.iter().map(|b| b.instance_uuid).collect(),
+                    request_id: format!("req-{}", Uuid::new_v4()),
+                }
+            })
+            .collect()
+    });
+    if !jobs.is_empty() {
+        tracing::info!(boots = jobs.len(), "resuming boots accepted before a restart");
+    }
+    for job in jobs {
+        compute.submit(job);
+    }
+}
+
+fn create_action(build: &BuildRequest, request_id: &str, now: i64, events: Vec<ActionEvent>) -> InstanceAction {
+    InstanceAction {
+        instance_uuid: build.instance_uuid,
+        action: "create".to_owned(),
+        request_id: request_id.to_owned(),
+        user_id: build.user_id.clone(),
+        project_id: build.project_id.clone(),
+        start_time: build.created_at,
+        message: None,
+        updated_at: Some(now),
+        events,
+    }
+}
+
+fn event(name: &str, at: i64) -> ActionEvent {
+    ActionEvent {
+        event: name.to_owned(),
+        start_time: at,
+        finish_time: None,
+        result: None,
+        traceback: None,
+        host: None,
+        details: None,
+    }
+}
+
+/// Run one boot to its end (claimed and handed to agents, or buried).
+pub async fn run_boot(compute: &Arc<Compute>, job: BootJob) {
+    compute.hooks.pass("before-schedule").await;
+    let (builds, spec): (Vec<BuildRequest>, Option<RequestSpec>) = read(&*compute.control, |w| {
+        let builds: Vec<BuildRequest> =
+            job.instances.iter().filter_map(|i| w.compute.build_requests.get(i).cloned()).collect();
+        let spec = builds.first().and_then(|b| w.compute.request_specs.get(&b.instance_uuid).cloned());
+        (builds, spec)
+    });
+    let Some(spec) = spec else { return };
+    let pending: Vec<Uuid> = builds.iter().map(|b| b.instance_uuid).collect();
+    let mut inserted: HashMap<Uuid, Uuid> = HashMap::new();
+    let mut reason = "There are not enough hosts available.".to_owned();
+    for round in 0..compute.config.schedule_retries.max(1) {
+        let now = compute.now();
+        let seed = compute.next_seed();
+        compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
+        let scheduled = read(&*compute.control, |w| {
+            let request = ScheduleRequest { spec: &spec, instances: &pending, ignore_hosts: &[], seed };
+            schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
+                let cells: Vec<Option<Uuid>> = choices
+                    .iter()
+                    .map(|c| c.choices.first().and_then(|h| w.compute.compute_nodes.get(&h.root)).map(|n| n.cell))
+                    .collect();
+                (choices, cells)
+            })
+        });
+        let (choices, cells) = match scheduled {
+            Ok(found) => found,
+            Err(no_host) => {
+                tracing::debug!(instances = pending.len(), reason = %no_host, "no valid host");
+                reason = no_host.0;
+                break;
+            }
+        };
+        if let Err(err) = insert_rows(compute, &job, &builds, &choices, &cells, &mut inserted).await {
+            tracing::warn!(error = %err, "writing instance rows failed; retrying");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        compute.hooks.pass("before-claim").await;
+        let now = compute.now();
+        let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now)? {
+            Ok((set, claimed)) => Ok((set, Ok(claimed))),
+            Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
+        });
+        match claim {
+            Ok(Ok(claimed)) => {
+                finish_claim(compute, &job, claimed, &inserted).await;
+                return;
+            }
+            Ok(Err(ClaimFailure::NoRoom(instance))) => {
+                compute.metrics.claim_retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%instance, round, "claim lost a race; scheduling again");
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, round, "claim failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    bury(compute, &job, &builds, &inserted, &reason).await;
+}
+
+/// Write the instances' rows (scheduling, no host) into their chosen
+/// cells, moving any row written by an earlier round to another cell.
+async fn insert_rows(
+    compute: &Arc<Compute>,
+    job: &BootJob,
+    builds: &[BuildRequest],
+    choices: &[InstanceChoices],
+    cells: &[Option<Uuid>],
+    inserted: &mut HashMap<Uuid, Uuid>,
+) -> anyhow::Result<()> {
+    let now = compute.now();
+    let mut ops: HashMap<Uuid, Vec<CellOp>> = HashMap::new();
+    for (choice, cell) in choices.iter().zip(cells) {
+        let Some(cell) = cell else { continue };
+        let Some(build) = builds.iter().find(|b| b.instance_uuid == choice.instance) else { continue };
+        match inserted.get(&choice.instance) {
+            Some(current) if current == cell => continue,
+            Some(other) => ops.entry(*other).or_default().push(CellOp::PurgeInstance(choice.instance)),
+            None => {}
+        }
+        let row = Instance::from_spec(
+            build.instance_uuid,
+            &build.project_id,
+            &build.user_id,
+            build.spec.clone(),
+            build.created_at,
+            vm_state::BUILDING,
+            Some(task_state::SCHEDULING),
+        );
+        let entry = ops.entry(*cell).or_default();
+        entry.push(CellOp::InsertInstance(row));
+        entry.push(CellOp::StartAction(create_action(build, &job.request_id, now, vec![event(EVENT_SCHEDULE, now)])));
+        inserted.insert(choice.instance, *cell);
+    }
+    for (cell_id, ops) in ops {
+        let mapping = compute.cell(&cell_id).ok_or_else(|| anyhow::anyhow!("cell {cell_id} vanished"))?;
+        compute.cells.get(&mapping)?.write(ops).await?;
+    }
+    Ok(())
+}
+
+async fn finish_claim(compute: &Arc<Compute>, job: &BootJob, claimed: Claimed, inserted: &HashMap<Uuid, Uuid>) {
+    let now = compute.now();
+    compute.metrics.instances_claimed.fetch_add(claimed.placed.len() as u64, Ordering::Relaxed);
+    let mut ops: HashMap<Uuid, Vec<(Uuid, String, CellOp)>> = HashMap::new();
+    for (instance, node) in &claimed.placed {
+        let zone = read(&*compute.control, |w| {
+            w.compute.availability_zone_of_host(&node.host, &compute.config.scheduler.default_availability_zone)
+        });
+        let update = InstanceUpdate {
+            host: Some(Some(node.host.clone())),
+            node: Some(Some(node.node.clone())),
+            availability_zone: Some(Some(zone)),
+            task_state: Some(Some(task_state::SPAWNING.to_owned())),
+            updated_at: now,
+            ..InstanceUpdate::default()
+        };
+        let expect = Expect {
+            task_states: vec![Some(task_state::SCHEDULING.to_owned())],
+            not_deleted: true,
+            ..Expect::default()
+        };
+        let entry = ops.entry(node.cell).or_default();
+        entry.push((*instance, node.host.clone(), CellOp::UpdateInstance { uuid: *instance, expect, update }));
+        entry.push((
+            *instance,
+            String::new(),
+            CellOp::FinishEvent {
+                instance: *instance,
+                request_id: job.request_id.clone(),
+                event: EVENT_SCHEDULE.to_owned(),
+                result: "Success".to_owned(),
+                traceback: None,
+                at: now,
+            },
+        ));
+        entry.push((
+            *instance,
+            String::new(),
+            CellOp::StartEvent {
+                instance: *instance,
+                request_id: job.request_id.clone(),
+                event: EVENT_BUILD.to_owned(),
+                host: Some(node.host.clone()),
+                at: now,
+            },
+        ));
+    }
+    for (cell_id, entries) in ops {
+        let Some(mapping) = compute.cell(&cell_id) else { continue };
+        let cell = match compute.cells.get(&mapping) {
+            Ok(cell) => cell,
+            Err(err) => {
+                tracing::error!(error = %err, "cell unavailable after a claim; the sweep will hand the builds out");
+                continue;
+            }
+        };
+        let cell_ops: Vec<CellOp> = entries.iter().map(|(_, _, op)| op.clone()).collect();
+        match cell.write(cell_ops).await {
+            Ok(outcomes) => {
+                for ((instance, host, op), outcome) in entries.iter().zip(outcomes) {
+                    if !matches!(op, CellOp::UpdateInstance { .. }) {
+                        continue;
+                    }
+                    if outcome == CellOutcome::Done {
+                        if let Some(task) = Task::new(*instance, host, task_state::SPAWNING) {
+                            compute.hub.push(task);
+                        }
+                    } else {
+                        // Deleted while being claimed: whoever deleted the
+                        // row may not have seen the allocation yet.
+                        let _ = write(&*compute.control, |w| Ok((plan_forget_instance(w, instance), ())));
+                    }
+                }
+            }
+            Err(err) => tracing::error!(error = %err, "updating claimed instances failed; the sweep will retry"),
+        }
+    }
+    // Instances deleted before the claim: drop rows nobody maps to.
+    for instance in &claimed.gone {
+        let Some(cell_id) = inserted.get(instance) else { continue };
+        let mapped_here = read(&*compute.control, |w| {
+            w.compute.instance_mappings.get(instance).is_some_and(|m| m.cell == Some(*cell_id))
+        });
+        if !mapped_here {
+            if let Some(mapping) = compute.cell(cell_id) {
+                if let Ok(cell) = compute.cells.get(&mapping) {
+                    let _ = cell.write(vec![CellOp::PurgeInstance(*instance)]).await;
+                }
+            }
+        }
+    }
+}
+
+async fn bury(
+    compute: &Arc<Compute>,
+    job: &BootJob,
+    builds: &[BuildRequest],
+    inserted: &HashMap<Uuid, Uuid>,
+    reason: &str,
+) {
+    let now = compute.now();
+    // Rows written in scheduling rounds go.
+    let mut purge: HashMap<Uuid, Vec<CellOp>> = HashMap::new();
+    for (instance, cell) in inserted {
+        purge.entry(*cell).or_default().push(CellOp::PurgeInstance(*instance));
+    }
+    for (cell_id, ops) in purge {
+        if let Some(mapping) = compute.cell(&cell_id) {
+            if let Ok(cell) = compute.cells.get(&mapping) {
+                let _ = cell.write(ops).await;
+            }
+        }
+    }
+    let Some(cell0) = compute.cell(&CELL0_UUID) else {
+        tracing::error!("no cell0 mapping: cannot bury unschedulable instances");
+        return;
+    };
+    let cell0 = match compute.cells.get(&cell0) {
+        Ok(cell) => cell,
+        Err(err) => {
+            tracing::error!(error = %err, "cell0 unavailable: boot stays pending");
+            return;
+        }
+    };
+    let message = "No valid host was found. There are not enough hosts available.".to_owned();
+    let mut ops = Vec::new();
+    for build in builds {
+        let mut row = Instance::from_spec(
+            build.instance_uuid,
+            &build.project_id,
+            &build.user_id,
+            build.spec.clone(),
+            build.created_at,
+            vm_state::ERROR,
+            None,
+        );
+        row.updated_at = Some(now);
+        ops.push(CellOp::InsertInstance(row));
+        ops.push(CellOp::AddFault(Fault {
+            instance_uuid: build.instance_uuid,
+            code: 500,
+            message: message.clone(),
+            details: reason.to_owned(),
+            host: None,
+            created_at: now,
+        }));
+        let mut schedule_event = event(EVENT_SCHEDULE, now);
+        schedule_event.finish_time = Some(now);
+        schedule_event.result = Some("Error".to_owned());
+        schedule_event.traceback = Some(reason.to_owned());
+        let mut action = create_action(build, &job.request_id, now, vec![schedule_event]);
+        action.message = Some("Error".to_owned());
+        ops.push(CellOp::StartAction(action));
+    }
+    if let Err(err) = cell0.write(ops).await {
+        tracing::error!(error = %err, "writing buried instances to cell0 failed; boot stays pending");
+        return;
+    }
+    let instances: Vec<Uuid> = builds.iter().map(|b| b.instance_uuid).collect();
+    match write(&*compute.control, |w| {
+        let (set, buried) = plan_bury(w, &instances);
+        Ok((set, buried))
+    }) {
+        Ok(buried) => {
+            compute.metrics.instances_buried.fetch_add(buried.len() as u64, Ordering::Relaxed);
+            let gone: Vec<CellOp> =
+                instances.iter().filter(|i| !buried.contains(i)).map(|i| CellOp::PurgeInstance(*i)).collect();
+            let _ = cell0.write(gone).await;
+        }
+        Err(err) => tracing::error!(error = %err, "burying instances failed; boot stays pending"),
+    }
+}

@@ -1,0 +1,165 @@
+//! Service health: which hosts are up (heartbeats within
+//! `service_down_time`, not forced down), which are disabled, and how many
+//! builds failed on each since its last success.
+//!
+//! Heartbeats reach the process the agent talks to, which records them in
+//! memory at once and in the cell database (batched); other processes
+//! learn them from the cell databases when they refresh ([`Health::merge_services`]).
+//! Time comes from a [`Clock`], which tests can move.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::RwLock;
+
+use berth_compute_model::cell::Service;
+use berth_compute_model::Timestamp;
+
+/// Where time comes from.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Now, in Unix seconds.
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock, shifted by an offset that tests may set (only when the
+/// server runs with test hooks).
+#[derive(Debug, Default)]
+pub struct SystemClock {
+    offset: AtomicI64,
+}
+
+impl SystemClock {
+    /// Move time forward (or back) by `seconds`.
+    pub fn advance(&self, seconds: i64) {
+        self.offset.fetch_add(seconds, Ordering::SeqCst);
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let wall =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+        wall + self.offset.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct HostRecord {
+    last_seen: Option<Timestamp>,
+    disabled: bool,
+    forced_down: bool,
+    failed_builds: i64,
+}
+
+/// Health of every known host.
+#[derive(Debug)]
+pub struct Health {
+    /// Seconds without a heartbeat after which a service is down (Nova's
+    /// `service_down_time`, 60).
+    pub service_down_time: i64,
+    hosts: RwLock<HashMap<String, HostRecord>>,
+}
+
+impl Health {
+    /// Empty health with `service_down_time`.
+    pub fn new(service_down_time: i64) -> Self {
+        Health { service_down_time, hosts: RwLock::new(HashMap::new()) }
+    }
+
+    fn update(&self, host: &str, f: impl FnOnce(&mut HostRecord)) {
+        let mut hosts = self.hosts.write().unwrap_or_else(|p| p.into_inner());
+        f(hosts.entry(host.to_owned()).or_default());
+    }
+
+    /// A heartbeat from `host` at `at`.
+    pub fn heartbeat(&self, host: &str, at: Timestamp) {
+        self.update(host, |r| r.last_seen = Some(r.last_seen.map_or(at, |t| t.max(at))));
+    }
+
+    /// Take in what the cell databases say (other processes' heartbeats,
+    /// operator flags).
+    pub fn merge_services(&self, services: &[Service]) {
+        let mut hosts = self.hosts.write().unwrap_or_else(|p| p.into_inner());
+        for service in services.iter().filter(|s| s.binary == "nova-compute") {
+            let record = hosts.entry(service.host.clone()).or_default();
+            record.disabled = service.disabled;
+            record.forced_down = service.forced_down;
+            if let Some(at) = service.last_seen_up {
+                record.last_seen = Some(record.last_seen.map_or(at, |t| t.max(at)));
+            }
+        }
+    }
+
+    /// An operator changed the service flags of `host`.
+    pub fn set_flags(&self, host: &str, disabled: bool, forced_down: bool) {
+        self.update(host, |r| {
+            r.disabled = disabled;
+            r.forced_down = forced_down;
+        });
+    }
+
+    /// A build failed on `host`.
+    pub fn build_failed(&self, host: &str) {
+        self.update(host, |r| r.failed_builds += 1);
+    }
+
+    /// A build succeeded on `host`: its failure count resets.
+    pub fn build_succeeded(&self, host: &str) {
+        self.update(host, |r| r.failed_builds = 0);
+    }
+
+    /// Is `host` up at `now`?
+    pub fn is_up_at(&self, host: &str, now: Timestamp) -> bool {
+        let hosts = self.hosts.read().unwrap_or_else(|p| p.into_inner());
+        hosts
+            .get(host)
+            .is_some_and(|r| !r.forced_down && r.last_seen.is_some_and(|t| now - t <= self.service_down_time))
+    }
+
+    /// The health at `now`, as the scheduler asks for it.
+    pub fn at(&self, now: Timestamp) -> HealthAt<'_> {
+        HealthAt { health: self, now }
+    }
+}
+
+/// [`Health`] at one instant (implements the scheduler's view).
+#[derive(Debug)]
+pub struct HealthAt<'a> {
+    health: &'a Health,
+    now: Timestamp,
+}
+
+impl berth_scheduler::HostHealth for HealthAt<'_> {
+    fn is_up(&self, host: &str) -> bool {
+        self.health.is_up_at(host, self.now)
+    }
+    fn is_disabled(&self, host: &str) -> bool {
+        self.health.hosts.read().unwrap_or_else(|p| p.into_inner()).get(host).is_some_and(|r| r.disabled)
+    }
+    fn failed_builds(&self, host: &str) -> i64 {
+        self.health.hosts.read().unwrap_or_else(|p| p.into_inner()).get(host).map_or(0, |r| r.failed_builds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use berth_scheduler::HostHealth;
+
+    use super::*;
+
+    #[test]
+    fn up_down_forced_and_failures() {
+        let health = Health::new(60);
+        assert!(!health.is_up_at("h", 100), "never heard of");
+        health.heartbeat("h", 100);
+        assert!(health.is_up_at("h", 160));
+        assert!(!health.is_up_at("h", 161), "silent for longer than service_down_time");
+        health.set_flags("h", true, true);
+        assert!(!health.is_up_at("h", 100), "forced down");
+        assert!(health.at(100).is_disabled("h"));
+        health.build_failed("h");
+        health.build_failed("h");
+        assert_eq!(health.at(0).failed_builds("h"), 2);
+        health.build_succeeded("h");
+        assert_eq!(health.at(0).failed_builds("h"), 0);
+    }
+}

@@ -1,0 +1,212 @@
+//! The compute control plane's runtime: everything between the compute API
+//! and the databases that is not pure.
+//!
+//! - [`cells`]: handles on the cell databases (batched writes, per-cell
+//!   read deadlines);
+//! - [`health`]: service liveness, operator flags, build failures, and the
+//!   [`health::Clock`];
+//! - [`hub`]: the tasks waiting for each agent connected to this process;
+//! - [`conductor`]: the boot pipeline (schedule → claim → cell row →
+//!   agent), run by worker tasks fed from a queue;
+//! - [`servers`]: what the API asks of servers: show, list across cells,
+//!   delete, start/stop/reboot;
+//! - [`agents`]: what agents ask: register, heartbeat, work, events.
+//!
+//! Control-state reads and writes go through [`control::Control`] (the
+//! one write path of `berth-core`); pure decisions are made by
+//! `berth-compute-model`'s plans and `berth-scheduler`.
+
+pub mod agents;
+pub mod cells;
+pub mod conductor;
+pub mod control;
+pub mod health;
+pub mod hub;
+pub mod servers;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_compute_model::{CellMapping, Timestamp};
+
+use crate::cells::Cells;
+use crate::control::Control;
+use crate::health::{Clock, Health};
+use crate::hub::Hub;
+
+/// Settings of the compute runtime.
+#[derive(Debug, Clone)]
+pub struct ComputeConfig {
+    /// Scheduler settings.
+    pub scheduler: berth_scheduler::Config,
+    /// Cell for agents that name none.
+    pub default_cell: String,
+    /// Scheduling rounds per boot when claims keep losing races.
+    pub schedule_retries: usize,
+    /// Concurrent conductor workers.
+    pub conductor_workers: usize,
+    /// How often the work sweep and health refresh run.
+    pub sweep_interval: Duration,
+    /// Nova's `service_down_time` in seconds.
+    pub service_down_time: i64,
+    /// Listings never return more than this (`[api] max_limit`).
+    pub max_limit: usize,
+}
+
+impl Default for ComputeConfig {
+    fn default() -> Self {
+        ComputeConfig {
+            scheduler: berth_scheduler::Config::default(),
+            default_cell: "cell1".to_owned(),
+            schedule_retries: 3,
+            conductor_workers: 4,
+            sweep_interval: Duration::from_millis(200),
+            service_down_time: 60,
+            max_limit: 1000,
+        }
+    }
+}
+
+/// Counters of the compute runtime (exported at `/metrics`).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Boots accepted (instances).
+    pub boots_accepted: AtomicU64,
+    /// Instances claimed onto a host.
+    pub instances_claimed: AtomicU64,
+    /// Instances buried in cell0.
+    pub instances_buried: AtomicU64,
+    /// Scheduler runs.
+    pub scheduler_runs: AtomicU64,
+    /// Claims that found their choices taken and scheduled again.
+    pub claim_retries: AtomicU64,
+    /// Instances that went ACTIVE.
+    pub instances_active: AtomicU64,
+    /// Builds that failed on their host.
+    pub builds_failed: AtomicU64,
+}
+
+/// Named points where a test can hold the conductor (only with
+/// `serve --test-hooks`).
+#[derive(Debug, Default)]
+pub struct TestHooks {
+    held: std::sync::Mutex<std::collections::HashSet<String>>,
+    released: tokio::sync::Notify,
+}
+
+impl TestHooks {
+    /// Hold every boot at `point` until released.
+    pub fn hold(&self, point: &str) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(point.to_owned());
+    }
+
+    /// Release `point`.
+    pub fn release(&self, point: &str) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(point);
+        self.released.notify_waiters();
+    }
+
+    /// Wait while `point` is held.
+    pub async fn pass(&self, point: &str) {
+        loop {
+            let released = self.released.notified();
+            if !self.held.lock().unwrap_or_else(|p| p.into_inner()).contains(point) {
+                return;
+            }
+            released.await;
+        }
+    }
+}
+
+/// The compute runtime.
+pub struct Compute {
+    /// Control state (placement + compute tables).
+    pub control: Arc<dyn Control>,
+    /// Cell databases.
+    pub cells: Cells,
+    /// Agents' work.
+    pub hub: Hub,
+    /// Host health.
+    pub health: Health,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Settings.
+    pub config: ComputeConfig,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Test breakpoints.
+    pub hooks: TestHooks,
+    seed: AtomicU64,
+    jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
+    jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
+}
+
+impl std::fmt::Debug for Compute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compute").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Compute {
+    /// Build the runtime (nothing runs until [`Compute::start`]).
+    pub fn new(control: Arc<dyn Control>, cells: Cells, clock: Arc<dyn Clock>, config: ComputeConfig) -> Arc<Self> {
+        let (jobs, jobs_rx) = tokio::sync::mpsc::unbounded_channel();
+        let seed =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+        Arc::new(Compute {
+            control,
+            cells,
+            hub: Hub::default(),
+            health: Health::new(config.service_down_time),
+            clock,
+            metrics: Metrics::default(),
+            hooks: TestHooks::default(),
+            seed: AtomicU64::new(seed),
+            jobs,
+            jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
+            config,
+        })
+    }
+
+    /// Start the conductor workers, the work sweep and the health refresh
+    /// on the current tokio runtime, and pick up boots that were accepted
+    /// but never scheduled (a previous process stopped).
+    pub fn start(self: &Arc<Self>) {
+        let rx = self.jobs_rx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(rx) = rx {
+            conductor::spawn_workers(self.clone(), rx);
+        }
+        agents::spawn_sweep(self.clone());
+        conductor::resume_pending(self);
+    }
+
+    /// Now.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// A fresh seed for the scheduler.
+    pub fn next_seed(&self) -> u64 {
+        self.seed.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+    }
+
+    /// Every cell mapping, cell0 first.
+    pub fn cell_mappings(&self) -> Vec<CellMapping> {
+        control::read(&*self.control, |w| {
+            let mut cells: Vec<CellMapping> = w.compute.cells.values().cloned().collect();
+            cells.sort_by_key(|c| (c.uuid != berth_compute_model::CELL0_UUID, c.name.clone()));
+            cells
+        })
+    }
+
+    /// The cell mapping called `name`.
+    pub fn cell_by_name(&self, name: &str) -> Option<CellMapping> {
+        control::read(&*self.control, |w| w.compute.cells.values().find(|c| c.name == name).cloned())
+    }
+
+    /// The cell mapping with id `uuid`.
+    pub fn cell(&self, uuid: &uuid::Uuid) -> Option<CellMapping> {
+        control::read(&*self.control, |w| w.compute.cells.get(uuid).cloned())
+    }
+}

@@ -1,0 +1,713 @@
+//! What the compute API asks of servers: accept a boot, show one, list
+//! across cells, delete, start/stop/reboot.
+//!
+//! A server is, in turn, a build request (control database, no cell yet),
+//! an instance row in its cell (the mapping says which), or — when its
+//! cell does not answer in time — only its mapping (a "down cell" stub).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use berth_compute_model::cell::{
+    compare_instances, task_state, vm_state, Fault, Instance, InstanceAction, InstanceFilter, InstanceQuery, Marker,
+    SortKey,
+};
+use berth_compute_model::plan::{
+    plan_admit_boot, plan_delete_build_request, plan_forget_instance, plan_queue_for_delete, BootAdmission,
+};
+use berth_compute_model::{BuildRequest, CellMapping, ComputeError, InstanceMapping, CELL0_UUID};
+use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, StoreError};
+use uuid::Uuid;
+
+use crate::cells::{Cell, CellError};
+use crate::conductor::BootJob;
+use crate::control::{read, write, WriteError};
+use crate::hub::Task;
+use crate::Compute;
+
+/// Why a server operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Refused by the model (404, 400, 409, 403 quota, ...).
+    #[error(transparent)]
+    Refused(#[from] ComputeError),
+    /// A database is unavailable (503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else (500; details logged).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<WriteError> for ServiceError {
+    fn from(err: WriteError) -> Self {
+        match err {
+            WriteError::Refused(e) => ServiceError::Refused(e),
+            WriteError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Unavailable(m) => ServiceError::Unavailable(m),
+            StoreError::Conflict(m) => {
+                ServiceError::Refused(ComputeError::Conflict(format!("Concurrent update, retry the request: {m}")))
+            }
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<CellError> for ServiceError {
+    fn from(err: CellError) -> Self {
+        match err {
+            CellError::Store(e) => e.into(),
+            other => ServiceError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// Who asks (for instance actions).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// API request id.
+    pub request_id: String,
+    /// User.
+    pub user_id: String,
+    /// Project.
+    pub project_id: String,
+}
+
+/// A server as the API shows it.
+#[derive(Debug, Clone)]
+#[expect(clippy::large_enum_variant, reason = "built once per request and rendered at once")]
+pub enum ServerRecord {
+    /// Accepted, not yet in a cell.
+    Pending(BuildRequest),
+    /// In a cell.
+    Placed {
+        /// The row.
+        instance: Instance,
+        /// Its latest fault (ERROR servers).
+        fault: Option<Fault>,
+        /// The cell.
+        cell: CellMapping,
+    },
+    /// Its cell did not answer: only the mapping is known.
+    Unreachable(InstanceMapping),
+}
+
+impl ServerRecord {
+    /// The server's uuid.
+    pub fn uuid(&self) -> Uuid {
+        match self {
+            ServerRecord::Pending(b) => b.instance_uuid,
+            ServerRecord::Placed { instance, .. } => instance.uuid,
+            ServerRecord::Unreachable(m) => m.instance_uuid,
+        }
+    }
+
+    /// The owning project.
+    pub fn project_id(&self) -> &str {
+        match self {
+            ServerRecord::Pending(b) => &b.project_id,
+            ServerRecord::Placed { instance, .. } => &instance.project_id,
+            ServerRecord::Unreachable(m) => &m.project_id,
+        }
+    }
+}
+
+/// A build request seen as an instance row (BUILD, scheduling, no host),
+/// so listings can filter and sort both alike.
+pub fn pending_row(build: &BuildRequest) -> Instance {
+    Instance::from_spec(
+        build.instance_uuid,
+        &build.project_id,
+        &build.user_id,
+        build.spec.clone(),
+        build.created_at,
+        vm_state::BUILDING,
+        Some(task_state::SCHEDULING),
+    )
+}
+
+fn not_found(uuid: &Uuid) -> ServiceError {
+    ServiceError::Refused(ComputeError::NotFound(format!("Instance {uuid} could not be found.")))
+}
+
+/// A listing request.
+#[derive(Debug, Clone)]
+pub struct ListRequest {
+    /// Filters (project scoping included).
+    pub filter: InstanceFilter,
+    /// Sort keys (default `created_at` descending).
+    pub sort: Vec<SortKey>,
+    /// Page size.
+    pub limit: usize,
+    /// Start after this server.
+    pub marker: Option<Uuid>,
+    /// Show servers of unreachable cells as stubs (2.69, no filters/sort).
+    pub down_cell_stubs: bool,
+}
+
+/// One listed server.
+#[derive(Debug, Clone)]
+#[expect(clippy::large_enum_variant, reason = "a page is built and rendered at once")]
+pub enum Listed {
+    /// A build request.
+    Pending(BuildRequest),
+    /// An instance row with its latest fault.
+    Placed(Instance, Option<Fault>),
+    /// A server in a cell that did not answer.
+    Stub(InstanceMapping),
+}
+
+/// Does a build request (as a pending row) pass the filter? The cell
+/// stores apply the same filter in SQL to their rows.
+pub fn pending_matches(filter: &InstanceFilter, row: &Instance) -> bool {
+    let eq = |want: &Option<String>, have: Option<&str>| want.as_deref().is_none_or(|w| have == Some(w));
+    if !eq(&filter.project_id, Some(&row.project_id)) || !eq(&filter.user_id, Some(&row.user_id)) {
+        return false;
+    }
+    if filter.host.is_some() || filter.node.is_some() || filter.deleted == Some(true) {
+        return false;
+    }
+    if let Some(states) = &filter.vm_states {
+        if !states.iter().any(|s| s == &row.vm_state) {
+            return false;
+        }
+    }
+    if let Some(tasks) = &filter.task_states {
+        let ok = if tasks.is_empty() {
+            row.task_state.is_none()
+        } else {
+            tasks.iter().any(|t| Some(t) == row.task_state.as_ref())
+        };
+        if !ok {
+            return false;
+        }
+    }
+    if let Some(pattern) = &filter.name_regex {
+        match regex::Regex::new(pattern) {
+            Ok(re) if re.is_match(&row.spec.display_name) => {}
+            _ => return false,
+        }
+    }
+    if !eq(&filter.availability_zone, row.availability_zone.as_deref())
+        || !eq(&filter.reservation_id, Some(&row.spec.reservation_id))
+        || !eq(&filter.image_ref, row.spec.image_ref.map(|i| i.to_string()).as_deref())
+    {
+        return false;
+    }
+    if filter.flavor_id.is_some_and(|f| f != row.spec.flavor.id) {
+        return false;
+    }
+    if filter.changes_since.is_some_and(|t| row.created_at < t)
+        || filter.changes_before.is_some_and(|t| row.created_at > t)
+    {
+        return false;
+    }
+    if filter.uuids.as_ref().is_some_and(|u| !u.contains(&row.uuid)) {
+        return false;
+    }
+    if filter.locked == Some(true) {
+        return false;
+    }
+    let tags = &row.spec.tags;
+    let has = |t: &String| tags.contains(t);
+    if !filter.tags.iter().all(has)
+        || (!filter.tags_any.is_empty() && !filter.tags_any.iter().any(has))
+        || (!filter.not_tags.is_empty() && filter.not_tags.iter().all(has))
+        || filter.not_tags_any.iter().any(has)
+    {
+        return false;
+    }
+    for (column, value) in &filter.exact {
+        let have = match column.as_str() {
+            "key_name" => row.spec.key_name.clone(),
+            "hostname" => Some(row.spec.hostname.clone()),
+            "config_drive" => Some(row.spec.config_drive.clone()),
+            "access_ip_v4" => row.spec.access_ip_v4.clone(),
+            "access_ip_v6" => row.spec.access_ip_v6.clone(),
+            _ => None,
+        };
+        if have.as_deref() != Some(value.as_str()) {
+            return false;
+        }
+    }
+    true
+}
+
+/// One cell's rows in a merge, refilled a page at a time.
+struct Stream {
+    cell: Arc<Cell>,
+    buffer: VecDeque<Instance>,
+    next_marker: Option<Marker>,
+    exhausted: bool,
+}
+
+impl Compute {
+    /// Accept a boot: quota admission and build requests in one write,
+    /// then queue it for the conductor. Returns the admitted instances.
+    pub fn accept_boot(&self, boot: BootAdmission, request_id: &str) -> Result<Vec<Uuid>, ServiceError> {
+        let admitted = write(&*self.control, |w| plan_admit_boot(w, &boot))?;
+        self.metrics.boots_accepted.fetch_add(admitted.len() as u64, Ordering::Relaxed);
+        self.submit(BootJob { instances: admitted.clone(), request_id: request_id.to_owned() });
+        Ok(admitted)
+    }
+
+    /// Show one server.
+    pub async fn get_server(&self, uuid: &Uuid) -> Result<ServerRecord, ServiceError> {
+        let (mapping, build) = read(&*self.control, |w| {
+            (w.compute.instance_mappings.get(uuid).cloned(), w.compute.build_requests.get(uuid).cloned())
+        });
+        let mapping = mapping.ok_or_else(|| not_found(uuid))?;
+        if let Some(build) = build {
+            return Ok(ServerRecord::Pending(build));
+        }
+        let Some(cell) = mapping.cell.and_then(|c| self.cell(&c)) else { return Err(not_found(uuid)) };
+        let handle = match self.cells.get(&cell) {
+            Ok(handle) => handle,
+            Err(_) => return Ok(ServerRecord::Unreachable(mapping)),
+        };
+        let id = *uuid;
+        let found = self.cells.read(&handle, move |s| Ok((s.instance(&id)?, s.faults(&[id])?))).await;
+        match found {
+            Ok((Some(instance), faults)) if !instance.deleted => {
+                Ok(ServerRecord::Placed { fault: faults.into_iter().next(), instance, cell })
+            }
+            Ok(_) => Err(not_found(uuid)),
+            Err(CellError::Timeout(_)) | Err(CellError::Store(StoreError::Unavailable(_))) => {
+                Ok(ServerRecord::Unreachable(mapping))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// The instance actions of a server (newest first, as Nova lists them).
+    pub async fn instance_actions(&self, uuid: &Uuid) -> Result<Vec<InstanceAction>, ServiceError> {
+        let cell = read(&*self.control, |w| w.compute.instance_mappings.get(uuid).cloned())
+            .ok_or_else(|| not_found(uuid))?
+            .cell
+            .and_then(|c| self.cell(&c));
+        let Some(cell) = cell else { return Ok(Vec::new()) };
+        let handle = self.cells.get(&cell)?;
+        let id = *uuid;
+        let mut actions = self.cells.read(&handle, move |s| s.instance_actions(&id)).await?;
+        actions.reverse();
+        Ok(actions)
+    }
+
+    /// List servers: build requests first (sorted), then the cells'
+    /// instances merge-sorted by the sort keys with `uuid` as the last
+    /// tie-breaker. The marker may be a build request or an instance in
+    /// any cell; an unknown or deleted marker is a 400.
+    pub async fn list_servers(&self, request: &ListRequest) -> Result<Vec<Listed>, ServiceError> {
+        let mut sort = request.sort.clone();
+        if sort.is_empty() {
+            sort.push(SortKey { key: "created_at".to_owned(), ascending: false });
+        }
+        let limit = request.limit;
+        let (mut pending, marker_mapping, cells): (Vec<BuildRequest>, Option<InstanceMapping>, Vec<CellMapping>) =
+            read(&*self.control, |w| {
+                let pending = w
+                    .compute
+                    .build_requests
+                    .values()
+                    .filter(|b| pending_matches(&request.filter, &pending_row(b)))
+                    .cloned()
+                    .collect();
+                let marker = request.marker.and_then(|m| w.compute.instance_mappings.get(&m).cloned());
+                (pending, marker, w.compute.cells.values().cloned().collect())
+            });
+        pending.sort_by(|a, b| compare_instances(&pending_row(a), &pending_row(b), &sort));
+        let bad_marker = |m: &Uuid| ServiceError::Refused(ComputeError::Invalid(format!("marker [{m}] not found")));
+
+        // Where does the page start?
+        let mut skip_pending = false;
+        let mut cell_marker: Option<Marker> = None;
+        if let Some(marker) = request.marker {
+            if let Some(pos) = pending.iter().position(|b| b.instance_uuid == marker) {
+                pending.drain(..=pos);
+            } else {
+                let mapping = marker_mapping.ok_or_else(|| bad_marker(&marker))?;
+                let cell =
+                    mapping.cell.and_then(|c| cells.iter().find(|m| m.uuid == c)).ok_or_else(|| bad_marker(&marker))?;
+                let handle = self.cells.get(cell)?;
+                let row = self.cells.read(&handle, move |s| s.instance(&marker)).await?;
+                let row = row.filter(|r| {
+                    !r.deleted || request.filter.deleted == Some(true) || request.filter.changes_since.is_some()
+                });
+                let row = row.ok_or_else(|| bad_marker(&marker))?;
+                cell_marker =
+                    Some(Marker { values: sort.iter().map(|k| row.sort_value(&k.key)).collect(), uuid: row.uuid });
+                skip_pending = true;
+            }
+        }
+        let mut out: Vec<Listed> = Vec::new();
+        if !skip_pending {
+            out.extend(pending.into_iter().take(limit).map(Listed::Pending));
+        }
+        if out.len() >= limit {
+            return Ok(out);
+        }
+        let remaining = limit - out.len();
+
+        // One stream per cell; unreachable cells become stubs or are skipped.
+        let mut streams: Vec<Stream> = Vec::new();
+        let mut stubs: Vec<InstanceMapping> = Vec::new();
+        let mut fetches = Vec::new();
+        for cell in &cells {
+            let handle = match self.cells.get(cell) {
+                Ok(handle) => handle,
+                Err(err) => {
+                    tracing::warn!(cell = %cell.name, error = %err, "cell cannot be opened; skipped in listing");
+                    if request.down_cell_stubs {
+                        stubs.extend(self.stubs_of(cell.uuid, &request.filter));
+                    }
+                    continue;
+                }
+            };
+            let query = InstanceQuery {
+                filter: request.filter.clone(),
+                sort: sort.clone(),
+                marker: cell_marker.clone(),
+                limit: remaining + 8,
+            };
+            fetches.push(async move {
+                let result = self.cells.read(&handle, move |s| s.list_instances(&query)).await;
+                (handle, result)
+            });
+        }
+        for (handle, result) in join_all(fetches).await {
+            match result {
+                Ok(rows) => {
+                    let exhausted = rows.len() < remaining + 8;
+                    let next_marker = rows
+                        .last()
+                        .map(|r| Marker { values: sort.iter().map(|k| r.sort_value(&k.key)).collect(), uuid: r.uuid });
+                    streams.push(Stream { cell: handle, buffer: rows.into(), next_marker, exhausted });
+                }
+                Err(err) => {
+                    tracing::warn!(cell = %handle.mapping.name, error = %err, "cell did not answer; skipped in listing");
+                    if request.down_cell_stubs {
+                        stubs.extend(self.stubs_of(handle.mapping.uuid, &request.filter));
+                    }
+                }
+            }
+        }
+        // Merge, dropping rows whose mapping points elsewhere (a boot in
+        // flight is listed as its build request; orphans are not listed).
+        let mut placed: Vec<(Instance, Uuid)> = Vec::new();
+        while placed.len() < remaining {
+            for stream in streams.iter_mut() {
+                if stream.buffer.is_empty() && !stream.exhausted {
+                    self.refill(stream, &request.filter, &sort, remaining - placed.len() + 8).await;
+                }
+            }
+            let best = streams
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.buffer.front().map(|row| (i, row)))
+                .min_by(|(_, a), (_, b)| compare_instances(a, b, &sort))
+                .map(|(i, _)| i);
+            let Some(idx) = best else { break };
+            let Some(row) = streams[idx].buffer.pop_front() else { break };
+            let cell_id = streams[idx].cell.mapping.uuid;
+            let mapped = read(&*self.control, |w| {
+                w.compute.instance_mappings.get(&row.uuid).is_some_and(|m| m.cell == Some(cell_id))
+            });
+            if mapped || row.deleted {
+                placed.push((row, cell_id));
+            }
+        }
+        if !stubs.is_empty() {
+            stubs.retain(|m| cell_marker.as_ref().is_none_or(|mk| stub_after(m, mk)));
+        }
+        // Faults of ERROR rows.
+        let mut faults: HashMap<Uuid, Fault> = HashMap::new();
+        let mut errored: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+        for (row, cell) in &placed {
+            if row.vm_state == vm_state::ERROR {
+                errored.entry(*cell).or_default().push(row.uuid);
+            }
+        }
+        for stream in &streams {
+            if let Some(uuids) = errored.remove(&stream.cell.mapping.uuid) {
+                if let Ok(found) = self.cells.read(&stream.cell, move |s| s.faults(&uuids)).await {
+                    faults.extend(found.into_iter().map(|f| (f.instance_uuid, f)));
+                }
+            }
+        }
+        let mut merged: Vec<Listed> = placed
+            .into_iter()
+            .map(|(row, _)| {
+                let fault = faults.remove(&row.uuid);
+                Listed::Placed(row, fault)
+            })
+            .collect();
+        if !stubs.is_empty() {
+            merged.extend(stubs.into_iter().map(Listed::Stub));
+            merged.sort_by(|a, b| listed_order(a, b, &sort));
+            merged.truncate(remaining);
+        }
+        out.extend(merged);
+        Ok(out)
+    }
+
+    async fn refill(&self, stream: &mut Stream, filter: &InstanceFilter, sort: &[SortKey], limit: usize) {
+        let query =
+            InstanceQuery { filter: filter.clone(), sort: sort.to_vec(), marker: stream.next_marker.clone(), limit };
+        match self.cells.read(&stream.cell, move |s| s.list_instances(&query)).await {
+            Ok(rows) => {
+                stream.exhausted = rows.len() < limit;
+                stream.next_marker = rows
+                    .last()
+                    .map(|r| Marker { values: sort.iter().map(|k| r.sort_value(&k.key)).collect(), uuid: r.uuid })
+                    .or(stream.next_marker.take());
+                stream.buffer.extend(rows);
+            }
+            Err(err) => {
+                tracing::warn!(cell = %stream.cell.mapping.name, error = %err, "cell stopped answering mid-listing");
+                stream.exhausted = true;
+            }
+        }
+    }
+
+    fn stubs_of(&self, cell: Uuid, filter: &InstanceFilter) -> Vec<InstanceMapping> {
+        read(&*self.control, |w| {
+            w.compute
+                .instance_mappings
+                .values()
+                .filter(|m| m.cell == Some(cell) && !m.queued_for_delete)
+                .filter(|m| filter.project_id.as_ref().is_none_or(|p| *p == m.project_id))
+                .cloned()
+                .collect()
+        })
+    }
+
+    /// Delete a server, wherever it is in its life.
+    pub async fn delete_server(&self, uuid: &Uuid, caller: &Caller) -> Result<(), ServiceError> {
+        for _ in 0..5 {
+            let (mapping, pending) = read(&*self.control, |w| {
+                (w.compute.instance_mappings.get(uuid).cloned(), w.compute.build_requests.contains_key(uuid))
+            });
+            let mapping = mapping.ok_or_else(|| not_found(uuid))?;
+            if pending {
+                let deleted = write(&*self.control, |w| Ok(plan_delete_build_request(w, uuid)))?;
+                if deleted {
+                    return Ok(());
+                }
+                continue;
+            }
+            let Some(cell) = mapping.cell.and_then(|c| self.cell(&c)) else { return Err(not_found(uuid)) };
+            let handle = self.cells.get(&cell)?;
+            let id = *uuid;
+            let row = self.cells.read(&handle, move |s| s.instance(&id)).await?;
+            let Some(row) = row.filter(|r| !r.deleted) else {
+                // Row gone: forget whatever is left of the server.
+                write(&*self.control, |w| Ok((plan_forget_instance(w, uuid), ())))?;
+                return Err(not_found(uuid));
+            };
+            if row.task_state.as_deref() == Some(task_state::DELETING) {
+                return Ok(());
+            }
+            let now = self.now();
+            let action = InstanceAction {
+                instance_uuid: *uuid,
+                action: "delete".to_owned(),
+                request_id: caller.request_id.clone(),
+                user_id: caller.user_id.clone(),
+                project_id: caller.project_id.clone(),
+                start_time: now,
+                message: None,
+                updated_at: Some(now),
+                events: Vec::new(),
+            };
+            let local = cell.uuid == CELL0_UUID || row.host.as_deref().is_none_or(|h| !self.health.is_up_at(h, now));
+            let expect = Expect { vm_states: vec![], task_states: vec![row.task_state.clone()], not_deleted: true };
+            if local {
+                // No host to ask (cell0, never placed, or its service is
+                // down): delete here, as Nova's local delete does.
+                write(&*self.control, |w| Ok((plan_forget_instance(w, uuid), ())))?;
+                let update = InstanceUpdate {
+                    vm_state: Some(vm_state::DELETED.to_owned()),
+                    task_state: Some(None),
+                    terminated_at: Some(Some(now)),
+                    deleted_at: Some(now),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                let outcomes = handle
+                    .write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(action)])
+                    .await?;
+                if outcomes.first() == Some(&CellOutcome::Done) {
+                    return Ok(());
+                }
+                continue;
+            }
+            let update = InstanceUpdate {
+                task_state: Some(Some(task_state::DELETING.to_owned())),
+                updated_at: now,
+                ..InstanceUpdate::default()
+            };
+            let outcomes = handle
+                .write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(action)])
+                .await?;
+            if outcomes.first() != Some(&CellOutcome::Done) {
+                continue;
+            }
+            write(&*self.control, |w| Ok((plan_queue_for_delete(w, uuid), ())))?;
+            if let Some(task) = row.host.as_deref().and_then(|h| Task::new(*uuid, h, task_state::DELETING)) {
+                self.hub.push(task);
+            }
+            return Ok(());
+        }
+        Err(ServiceError::Refused(ComputeError::Conflict(format!(
+            "Instance {uuid} changed state repeatedly while being deleted; retry."
+        ))))
+    }
+
+    /// `os-start`, `os-stop`, `reboot`: check the state, set the task
+    /// state and hand the task to the host's agent.
+    pub async fn server_action(&self, uuid: &Uuid, action: ServerAction, caller: &Caller) -> Result<(), ServiceError> {
+        let record = self.get_server(uuid).await?;
+        let (instance, cell) = match record {
+            ServerRecord::Placed { instance, cell, .. } => (instance, cell),
+            ServerRecord::Pending(_) => return Err(invalid_state(action.name(), uuid, "vm_state", vm_state::BUILDING)),
+            ServerRecord::Unreachable(_) => {
+                return Err(ServiceError::Unavailable("the server's cell is not answering".into()))
+            }
+        };
+        let (vm_states, task): (&[&str], &str) = match action {
+            ServerAction::Start => (&[vm_state::STOPPED], task_state::POWERING_ON),
+            ServerAction::Stop => (&[vm_state::ACTIVE, vm_state::ERROR, vm_state::RESCUED], task_state::POWERING_OFF),
+            ServerAction::Reboot { hard: false } => (&[vm_state::ACTIVE], task_state::REBOOTING),
+            ServerAction::Reboot { hard: true } => (
+                &[vm_state::ACTIVE, vm_state::STOPPED, vm_state::PAUSED, vm_state::SUSPENDED, vm_state::ERROR],
+                task_state::REBOOTING_HARD,
+            ),
+        };
+        if instance.task_state.is_some() {
+            return Err(invalid_state(action.name(), uuid, "task_state", instance.task_state.as_deref().unwrap_or("")));
+        }
+        if !vm_states.contains(&instance.vm_state.as_str()) {
+            return Err(invalid_state(action.name(), uuid, "vm_state", &instance.vm_state));
+        }
+        let Some(host) = instance.host.clone() else {
+            return Err(invalid_state(action.name(), uuid, "vm_state", &instance.vm_state));
+        };
+        let now = self.now();
+        let expect = Expect {
+            vm_states: vm_states.iter().map(|s| (*s).to_owned()).collect(),
+            task_states: vec![None],
+            not_deleted: true,
+        };
+        let update =
+            InstanceUpdate { task_state: Some(Some(task.to_owned())), updated_at: now, ..InstanceUpdate::default() };
+        let record = InstanceAction {
+            instance_uuid: *uuid,
+            action: action.name().to_owned(),
+            request_id: caller.request_id.clone(),
+            user_id: caller.user_id.clone(),
+            project_id: caller.project_id.clone(),
+            start_time: now,
+            message: None,
+            updated_at: Some(now),
+            events: Vec::new(),
+        };
+        let handle = self.cells.get(&cell)?;
+        let outcomes = handle
+            .write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(record)])
+            .await?;
+        if outcomes.first() != Some(&CellOutcome::Done) {
+            return Err(invalid_state(action.name(), uuid, "task_state", "changing"));
+        }
+        if let Some(task) = Task::new(*uuid, &host, task) {
+            self.hub.push(task);
+        }
+        Ok(())
+    }
+}
+
+fn invalid_state(action: &str, uuid: &Uuid, attr: &str, state: &str) -> ServiceError {
+    ServiceError::Refused(ComputeError::Conflict(format!(
+        "Cannot '{action}' instance {uuid} while it is in {attr} {state}"
+    )))
+}
+
+/// Power actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerAction {
+    /// `os-start`.
+    Start,
+    /// `os-stop`.
+    Stop,
+    /// `reboot` (`hard`: `HARD`).
+    Reboot {
+        /// Hard reboot.
+        hard: bool,
+    },
+}
+
+impl ServerAction {
+    /// Nova's action name (instance actions and error texts).
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerAction::Start => "start",
+            ServerAction::Stop => "stop",
+            ServerAction::Reboot { .. } => "reboot",
+        }
+    }
+}
+
+fn stub_after(mapping: &InstanceMapping, marker: &Marker) -> bool {
+    // Stubs only appear without sort keys: default order created_at desc.
+    match marker.values.first() {
+        Some(berth_compute_model::cell::SortValue::Int(t)) => {
+            mapping.created_at < *t || (mapping.created_at == *t && mapping.instance_uuid < marker.uuid)
+        }
+        _ => true,
+    }
+}
+
+fn listed_order(a: &Listed, b: &Listed, sort: &[SortKey]) -> std::cmp::Ordering {
+    let key = |l: &Listed| match l {
+        Listed::Pending(b) => (b.created_at, b.instance_uuid),
+        Listed::Placed(i, _) => (i.created_at, i.uuid),
+        Listed::Stub(m) => (m.created_at, m.instance_uuid),
+    };
+    let ord = key(a).cmp(&key(b));
+    if sort.first().is_none_or(|k| !k.ascending) {
+        ord.reverse()
+    } else {
+        ord
+    }
+}
+
+/// Await every future, in order (the cells are queried concurrently).
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, slot) in pinned.iter_mut().zip(results.iter_mut()) {
+            if slot.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *slot = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().flatten().collect()
+}
