@@ -4,6 +4,7 @@
 mod auth;
 mod bad_input;
 mod candidate_options;
+mod compute;
 mod concurrency;
 mod durability;
 mod multiprocess;

@@ -4,80 +4,11 @@
 //! PostgreSQL pass; the outage is made by a TCP proxy between berth and
 //! PostgreSQL that the test cuts and restores.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
-use crate::support::{fresh_dir, test_database, TestServer};
-
-/// A loopback TCP proxy that can drop all connections and refuse new ones.
-struct Proxy {
-    port: u16,
-    enabled: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    accept: JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let port = listener.local_addr().expect("addr").port();
-        let enabled = Arc::new(AtomicBool::new(true));
-        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (e, c) = (enabled.clone(), conns.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !e.load(Ordering::SeqCst) {
-                    drop(inbound);
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let handle = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                if let Ok(mut list) = c.lock() {
-                    list.push(handle);
-                }
-            }
-        });
-        Proxy { port, enabled, conns, accept }
-    }
-
-    fn cut(&self) {
-        self.enabled.store(false, Ordering::SeqCst);
-        if let Ok(mut list) = self.conns.lock() {
-            for handle in list.drain(..) {
-                handle.abort();
-            }
-        }
-    }
-
-    fn restore(&self) {
-        self.enabled.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.cut();
-        self.accept.abort();
-    }
-}
-
-/// `postgres://user@host:port/db?schema=…` -> (`host:port`, url with the
-/// proxy's port instead).
-fn via_proxy(url: &str, proxy_port: u16) -> (String, String) {
-    let after_at = url.split_once('@').map(|(_, rest)| rest).expect("url has user@host");
-    let host_port = after_at.split(['/', '?']).next().expect("host:port");
-    let host = host_port.split(':').next().expect("host");
-    (host_port.to_owned(), url.replacen(host_port, &format!("{host}:{proxy_port}"), 1))
-}
+use crate::support::{fresh_dir, test_database, via_proxy, Proxy, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn database_outage_gives_503_and_recovers() {

@@ -3,10 +3,13 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -275,4 +278,113 @@ pub(crate) async fn provider_with_inventory(client: &Client, name: &str, class: 
         .await;
     assert_eq!(inv.status, 200, "set inventory: {:?}", inv.body);
     uuid
+}
+
+/// A loopback TCP proxy in front of PostgreSQL that can drop every
+/// connection and refuse new ones (`cut`), or keep connections open but
+/// stop forwarding (`blackhole`: the database looks hung, as behind a
+/// network partition).
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
+    enabled: Arc<AtomicBool>,
+    forwarding: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+async fn pump(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, forwarding: Arc<AtomicBool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while !forwarding.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Proxy {
+    pub(crate) async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let enabled = Arc::new(AtomicBool::new(true));
+        let forwarding = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (e, f, c) = (enabled.clone(), forwarding.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                if !e.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let (upstream, f) = (upstream.clone(), f.clone());
+                let handle = tokio::spawn(async move {
+                    if let Ok(outbound) = TcpStream::connect(&upstream).await {
+                        let (in_read, in_write) = inbound.into_split();
+                        let (out_read, out_write) = outbound.into_split();
+                        let up = tokio::spawn(pump(in_read, out_write, f.clone()));
+                        pump(out_read, in_write, f).await;
+                        up.abort();
+                    }
+                });
+                if let Ok(mut list) = c.lock() {
+                    list.push(handle);
+                }
+            }
+        });
+        Proxy { port, enabled, forwarding, conns, accept }
+    }
+
+    /// Drop every connection and refuse new ones.
+    pub(crate) fn cut(&self) {
+        self.enabled.store(false, Ordering::SeqCst);
+        if let Ok(mut list) = self.conns.lock() {
+            for handle in list.drain(..) {
+                handle.abort();
+            }
+        }
+    }
+
+    /// Keep connections open but forward nothing (a hung database).
+    pub(crate) fn blackhole(&self) {
+        self.forwarding.store(false, Ordering::SeqCst);
+    }
+
+    /// Accept and forward again.
+    pub(crate) fn restore(&self) {
+        self.enabled.store(true, Ordering::SeqCst);
+        self.forwarding.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}
+
+/// `postgres://user@host:port/db?schema=…` -> (`host:port`, url with the
+/// proxy's port instead).
+pub(crate) fn via_proxy(url: &str, proxy_port: u16) -> (String, String) {
+    let after_at = url.split_once('@').map(|(_, rest)| rest).expect("url has user@host");
+    let host_port = after_at.split(['/', '?']).next().expect("host:port");
+    let host = host_port.split(':').next().expect("host");
+    (host_port.to_owned(), url.replacen(host_port, &format!("{host}:{proxy_port}"), 1))
+}
+
+/// The `host:port` of a PostgreSQL URL.
+pub(crate) fn pg_host_port(url: &str) -> String {
+    via_proxy(url, 0).0
+}
+
+/// The URL with its port replaced by `port`.
+pub(crate) fn via_port(url: &str, port: u16) -> String {
+    via_proxy(url, port).1
 }

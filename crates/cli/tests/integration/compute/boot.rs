@@ -1,0 +1,173 @@
+//! The boot path end to end: accept, schedule, claim, build on an agent,
+//! ACTIVE; show, list, delete; capacity with reserved and overcommit;
+//! scheduling failures buried in cell0; deleting while the conductor is
+//! held; multi-create.
+
+use serde_json::json;
+
+use super::support::{by_status, Cloud, Hosts};
+
+#[tokio::test]
+async fn boot_show_list_delete() {
+    let mut cloud = Cloud::start("boot-basic", &[]).await;
+    cloud.add_agent(Hosts::new("cmp", 2, &[])).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    let id = nova.boot_id("vm1", &flavor, &image).await;
+    let server = nova.wait_settled(&id).await;
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    assert!(server["OS-EXT-SRV-ATTR:host"].as_str().is_some_and(|h| h.starts_with("cmp")), "{server}");
+    assert_eq!(server["flavor"]["vcpus"], 1, "2.47+ embeds the flavor");
+    assert_eq!(server["OS-EXT-STS:power_state"], 1);
+    let list = nova.get("/servers").await;
+    assert_eq!(list.status, 200);
+    assert_eq!(list.body["servers"][0]["id"], id.as_str());
+    cloud.check_invariants().await;
+
+    let deleted = nova.delete(&format!("/servers/{id}")).await;
+    assert_eq!(deleted.status, 204, "{:?}", deleted.body);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while nova.get(&format!("/servers/{id}")).await.status != 404 {
+        assert!(std::time::Instant::now() < deadline, "server never went away");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let usages = cloud.server.client().get("/usages?project_id=admin").await;
+    assert_eq!(usages.body["usages"]["VCPU"].as_i64().unwrap_or(0), 0, "allocation released: {:?}", usages.body);
+    cloud.check_invariants().await;
+}
+
+/// VCPU total 8, reserved 1, allocation ratio 4.0: exactly 28 one-vCPU
+/// servers fit, the rest go to ERROR.
+#[tokio::test]
+async fn reserved_and_overcommit_admit_exactly_28() {
+    let mut cloud = Cloud::start("boot-28", &[]).await;
+    cloud
+        .add_agent(Hosts::new("big", 1, &["--vcpus", "8", "--reserved-vcpus", "1", "--cpu-ratio", "4.0", "--memory-mb", "65536"]))
+        .await;
+    let nova = cloud.nova("admin");
+    let limits = json!({"quota_set": {"instances": 100, "cores": 100, "ram": 1000000}});
+    assert_eq!(nova.put("/os-quota-sets/admin", &limits).await.status, 200);
+    let flavor = nova.flavor("one", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let mut boots = Vec::new();
+    for i in 0..32 {
+        let nova = nova.clone();
+        let (flavor, image) = (flavor.clone(), image.clone());
+        boots.push(tokio::spawn(async move { nova.boot(&format!("v{i}"), &flavor, &image, json!({})).await.status }));
+    }
+    for boot in boots {
+        assert_eq!(boot.await.expect("join"), 202);
+    }
+    let servers = nova.wait_all_settled().await;
+    let counts = by_status(&servers);
+    assert_eq!(counts.get("ACTIVE"), Some(&28), "{counts:?}");
+    assert_eq!(counts.get("ERROR"), Some(&4), "{counts:?}");
+    cloud.check_invariants().await;
+}
+
+/// A boot no host can take is buried in cell0: ERROR with a fault and a
+/// create action, listable, deletable, and its quota freed.
+#[tokio::test]
+async fn unschedulable_is_buried_in_cell0() {
+    let mut cloud = Cloud::start("boot-cell0", &[]).await;
+    cloud.add_agent(Hosts::new("h", 1, &["--vcpus", "2"])).await;
+    let nova = cloud.nova("admin");
+    let huge = nova.flavor("huge", 64, 512, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let id = nova.boot_id("nope", &huge, &image).await;
+    let server = nova.wait_settled(&id).await;
+    assert_eq!(server["status"], "ERROR");
+    assert_eq!(server["fault"]["code"], 500, "{server}");
+    assert!(server["fault"]["message"].as_str().unwrap_or("").starts_with("No valid host was found"), "{server}");
+    assert!(server["OS-EXT-SRV-ATTR:host"].is_null());
+    let actions = nova.get(&format!("/servers/{id}/os-instance-actions")).await;
+    assert_eq!(actions.status, 200, "{:?}", actions.body);
+    assert_eq!(actions.body["instanceActions"][0]["action"], "create");
+    let listed = nova.all_servers().await;
+    assert_eq!(listed.len(), 1);
+    let quota = nova.get("/os-quota-sets/admin/detail").await;
+    assert_eq!(quota.body["quota_set"]["instances"]["in_use"], 1);
+    cloud.check_invariants().await;
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    assert_eq!(nova.get(&format!("/servers/{id}")).await.status, 404);
+    let quota = nova.get("/os-quota-sets/admin/detail").await;
+    assert_eq!(quota.body["quota_set"]["instances"]["in_use"], 0, "quota freed");
+    cloud.check_invariants().await;
+}
+
+async fn hold(cloud: &Cloud, point: &str, held: bool) {
+    let url = format!("{}/admin/v1/test/{}", cloud.server.base, if held { "hold" } else { "release" });
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("x-auth-token", "admin")
+        .json(&json!({"point": point}))
+        .send()
+        .await
+        .expect("test hook");
+    assert_eq!(resp.status().as_u16(), 204, "test hook {point}");
+}
+
+/// Deleting while the conductor is held before its claim leaves no
+/// instance, no mapping and no allocation.
+#[tokio::test]
+async fn delete_during_build_leaves_nothing() {
+    let mut cloud = Cloud::start("boot-del-build", &[]).await;
+    cloud.add_agent(Hosts::new("h", 1, &[])).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("f", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+    for point in ["before-schedule", "before-claim"] {
+        hold(&cloud, point, true).await;
+        let id = nova.boot_id("doomed", &flavor, &image).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(nova.get(&format!("/servers/{id}")).await.body["server"]["status"], "BUILD");
+        assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+        hold(&cloud, point, false).await;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(nova.get(&format!("/servers/{id}")).await.status, 404, "{point}");
+        assert!(nova.all_servers().await.is_empty(), "{point}");
+        let usages = cloud.server.client().get("/usages?project_id=admin").await;
+        assert_eq!(usages.body["usages"]["VCPU"].as_i64().unwrap_or(0), 0, "{point}: no allocation left");
+        let quota = nova.get("/os-quota-sets/admin/detail").await;
+        assert_eq!(quota.body["quota_set"]["instances"]["in_use"], 0, "{point}: no mapping left");
+    }
+    // With the conductor running, the same host still takes a server.
+    let id = nova.boot_id("fine", &flavor, &image).await;
+    assert_eq!(nova.wait_settled(&id).await["status"], "ACTIVE");
+    cloud.check_invariants().await;
+}
+
+/// `min_count=3, max_count=10` where quota allows 5 and capacity fits 4:
+/// the count is lowered to the quota headroom (5) at the API; the
+/// scheduler cannot place all 5, so all 5 are buried in cell0 (Nova's
+/// all-or-nothing), with no allocation left anywhere.
+#[tokio::test]
+async fn multi_create_lowered_to_quota_then_all_or_nothing() {
+    let mut cloud = Cloud::start("boot-multi", &[]).await;
+    cloud.add_agent(Hosts::new("h", 1, &["--vcpus", "4", "--cpu-ratio", "1.0"])).await;
+    let nova = cloud.nova("admin");
+    assert_eq!(nova.put("/os-quota-sets/admin", &json!({"quota_set": {"instances": 5}})).await.status, 200);
+    let flavor = nova.flavor("f", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let answer = nova.boot("m", &flavor, &image, json!({"min_count": 3, "max_count": 10, "return_reservation_id": true})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let reservation = answer.body["reservation_id"].as_str().expect("reservation id").to_owned();
+    let servers = nova.wait_all_settled().await;
+    assert_eq!(servers.len(), 5, "lowered to the quota headroom");
+    assert!(servers.iter().all(|s| s["status"] == "ERROR"), "{:?}", by_status(&servers));
+    let listed = nova.get(&format!("/servers?reservation_id={reservation}")).await;
+    assert_eq!(listed.body["servers"].as_array().map(Vec::len), Some(5));
+    let usages = cloud.server.client().get("/usages?project_id=admin").await;
+    assert_eq!(usages.body["usages"]["VCPU"].as_i64().unwrap_or(0), 0);
+    cloud.check_invariants().await;
+    // Within capacity, a multi-create lands whole.
+    for s in &servers {
+        nova.delete(&format!("/servers/{}", s["id"].as_str().unwrap_or(""))).await;
+    }
+    let answer = nova.boot("ok", &flavor, &image, json!({"min_count": 4, "max_count": 4})).await;
+    assert_eq!(answer.status, 202);
+    let servers = nova.wait_all_settled().await;
+    assert_eq!(by_status(&servers).get("ACTIVE"), Some(&4));
+    cloud.check_invariants().await;
+}

@@ -1,0 +1,194 @@
+//! Cells: listing across cells (build requests first, then the cells
+//! merge-sorted with `uuid` as the last tie-breaker, markers anywhere), a
+//! cell whose database stops answering (deadline, stubs at 2.69), disabled
+//! cells and unmapped hosts never chosen.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::support::{Cloud, Hosts, Nova};
+
+pub(crate) async fn admin(cloud: &Cloud, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .request(method.parse().expect("method"), format!("{}/admin/v1{path}", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .json(&body)
+        .send()
+        .await
+        .expect("admin api");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn create_cell(cloud: &Cloud, name: &str, database: Option<&str>) -> String {
+    let mut body = json!({"name": name});
+    if let Some(url) = database {
+        body["database_connection"] = json!(url);
+    }
+    let (status, answer) = admin(cloud, "POST", "/cells", body).await;
+    assert_eq!(status, 201, "create cell {name}: {answer}");
+    answer["cell"]["uuid"].as_str().expect("cell uuid").to_owned()
+}
+
+async fn boot_on(nova: &Nova, name: &str, flavor: &str, image: &str, host: &str) -> String {
+    let answer = nova.boot(name, flavor, image, json!({"availability_zone": format!("nova:{host}")})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    answer.body["server"]["id"].as_str().expect("id").to_owned()
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["servers"].as_array().map(|a| a.iter().filter_map(|s| s["id"].as_str().map(str::to_owned)).collect()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn listing_pages_across_cells_and_build_requests() {
+    let mut cloud = Cloud::start("cells-list", &[]).await;
+    create_cell(&cloud, "cellA", None).await;
+    create_cell(&cloud, "cellB", None).await;
+    cloud.add_agent(Hosts::new("one", 1, &[])).await;
+    cloud.add_agent(Hosts::new("a", 1, &[]).in_cell("cellA")).await;
+    cloud.add_agent(Hosts::new("b", 1, &[]).in_cell("cellB")).await;
+    let nova = cloud.nova("admin");
+    assert_eq!(nova.put("/os-quota-sets/admin", &json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})).await.status, 200);
+    let flavor = nova.flavor("f", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    // Boots in quick succession share created_at seconds.
+    let mut expected: HashSet<String> = HashSet::new();
+    for i in 0..8 {
+        for host in ["one0", "a0", "b0"] {
+            expected.insert(boot_on(&nova, &format!("{host}-{i}"), &flavor, &image, host).await);
+        }
+    }
+    nova.wait_all_settled().await;
+    // Some build requests: the conductor is held.
+    let (status, _) = admin(&cloud, "POST", "/test/hold", json!({"point": "before-schedule"})).await;
+    assert_eq!(status, 204);
+    for i in 0..5 {
+        expected.insert(nova.boot_id(&format!("pending-{i}"), &flavor, &image).await);
+    }
+    let full = nova.get("/servers?limit=1000").await;
+    let order = ids(&full.body);
+    assert_eq!(order.len(), expected.len());
+    assert_eq!(order.iter().cloned().collect::<HashSet<_>>(), expected);
+    // Build requests first, then the cells in (created_at desc, uuid desc).
+    let detail = nova.get("/servers/detail?limit=1000").await.body;
+    let servers = detail["servers"].as_array().expect("servers").clone();
+    let first_placed = servers.iter().position(|s| s["status"] != "BUILD").expect("placed servers");
+    assert_eq!(first_placed, 5, "the 5 build requests come first");
+    for pair in servers[5..].windows(2) {
+        let key = |s: &Value| (s["created"].as_str().unwrap_or("").to_owned(), s["id"].as_str().unwrap_or("").to_owned());
+        assert!(key(&pair[0]) > key(&pair[1]), "merge order: {:?} then {:?}", key(&pair[0]), key(&pair[1]));
+    }
+    // Pages of 7 concatenate to the same order, no duplicate, no gap.
+    let mut paged: Vec<String> = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let path = match &marker {
+            Some(m) => format!("/servers?limit=7&marker={m}"),
+            None => "/servers?limit=7".to_owned(),
+        };
+        let page = ids(&nova.get(&path).await.body);
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 7);
+        marker = page.last().cloned();
+        paged.extend(page);
+    }
+    assert_eq!(paged, order);
+    // A marker in each cell and in the build requests.
+    for (idx, id) in order.iter().enumerate() {
+        let page = ids(&nova.get(&format!("/servers?limit=3&marker={id}")).await.body);
+        let want: Vec<String> = order.iter().skip(idx + 1).take(3).cloned().collect();
+        assert_eq!(page, want, "page after marker {id} (position {idx})");
+    }
+    let bad = nova.get(&format!("/servers?marker={}", uuid::Uuid::new_v4())).await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body["badRequest"]["message"].as_str().unwrap_or("").starts_with("marker ["), "{:?}", bad.body);
+    let (status, _) = admin(&cloud, "POST", "/test/release", json!({"point": "before-schedule"})).await;
+    assert_eq!(status, 204);
+    nova.wait_all_settled().await;
+    cloud.check_invariants().await;
+}
+
+#[tokio::test]
+async fn disabled_cells_and_unmapped_hosts_are_never_chosen() {
+    let mut cloud = Cloud::start("cells-disabled", &[]).await;
+    create_cell(&cloud, "cellX", None).await;
+    cloud.add_agent(Hosts::new("one", 1, &["--vcpus", "1", "--cpu-ratio", "1.0"])).await;
+    cloud.add_agent(Hosts::new("x", 2, &["--vcpus", "64"]).in_cell("cellX")).await;
+    let (status, _) = admin(&cloud, "POST", "/cells/cellX/disable", json!({})).await;
+    assert_eq!(status, 204);
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("f", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    for i in 0..3 {
+        nova.boot_id(&format!("d{i}"), &flavor, &image).await;
+    }
+    let servers = nova.wait_all_settled().await;
+    assert!(servers.iter().all(|s| !s["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or("").starts_with('x')), "disabled cell chosen");
+    assert_eq!(servers.iter().filter(|s| s["status"] == "ACTIVE").count(), 1);
+    cloud.check_invariants().await;
+
+    // A provider that looks like a compute node but has no host mapping
+    // (reported straight to placement) is never chosen.
+    let placement = cloud.server.client();
+    let rogue = crate::support::provider_with_inventory(&placement, "rogue", "VCPU", 64).await;
+    let inv = placement
+        .put(
+            &format!("/resource_providers/{rogue}/inventories"),
+            &json!({"resource_provider_generation": 1, "inventories": {
+                "VCPU": {"total": 64}, "MEMORY_MB": {"total": 65536}, "DISK_GB": {"total": 1000}}}),
+        )
+        .await;
+    assert_eq!(inv.status, 200, "{:?}", inv.body);
+    let id = nova.boot_id("r", &flavor, &image).await;
+    assert_eq!(nova.wait_settled(&id).await["status"], "ERROR");
+    let usages = placement.get(&format!("/resource_providers/{rogue}/usages")).await;
+    assert_eq!(usages.body["usages"]["VCPU"], 0);
+}
+
+/// A cell whose database stops answering (PostgreSQL behind a proxy that
+/// blackholes traffic): listings answer within the deadline, with stubs at
+/// 2.69 and without that cell's servers before, and the other cells keep
+/// serving.
+#[tokio::test]
+async fn unreachable_cell_is_skipped_within_the_deadline() {
+    let Some(url) = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) else { return };
+    let mut cloud = Cloud::start("cells-down", &["--cell-timeout-ms", "1000"]).await;
+    let proxy = crate::support::Proxy::start(crate::support::pg_host_port(&url)).await;
+    let schema = format!("downcell_{}_{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let cell_url = format!("{}{sep}schema={schema}", crate::support::via_port(&url, proxy.port));
+    create_cell(&cloud, "far", Some(&cell_url)).await;
+    cloud.add_agent(Hosts::new("near", 1, &[])).await;
+    cloud.add_agent(Hosts::new("far", 1, &[]).in_cell("far")).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("f", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let near = boot_on(&nova, "near", &flavor, &image, "near0").await;
+    let far = boot_on(&nova, "far", &flavor, &image, "far0").await;
+    nova.wait_all_settled().await;
+    proxy.blackhole();
+    let started = Instant::now();
+    let old = nova.at("2.68").get("/servers/detail").await;
+    assert!(started.elapsed() < Duration::from_secs(3), "listing took {:?}", started.elapsed());
+    assert_eq!(old.status, 200);
+    assert_eq!(ids(&old.body), vec![near.clone()], "before 2.69 the down cell is left out");
+    let stubs = nova.at("2.69").get("/servers/detail").await;
+    assert_eq!(stubs.status, 200);
+    let listed = stubs.body["servers"].as_array().expect("servers").clone();
+    assert_eq!(listed.len(), 2);
+    let stub = listed.iter().find(|s| s["id"] == far.as_str()).expect("stub of the far server");
+    assert_eq!(stub["status"], "UNKNOWN");
+    let shown = nova.at("2.69").get(&format!("/servers/{far}")).await;
+    assert_eq!(shown.status, 200, "{:?}", shown.body);
+    assert_eq!(shown.body["server"]["status"], "UNKNOWN");
+    // The near cell keeps serving at full speed meanwhile.
+    let started = Instant::now();
+    assert_eq!(nova.get(&format!("/servers/{near}")).await.status, 200);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    proxy.restore();
+}

@@ -1,0 +1,10 @@
+//! Compute API tests: the real binary with real agent processes, each test
+//! ending with the invariants of `support::check_invariants`.
+
+mod boot;
+mod cells;
+mod groups;
+mod prefilters;
+mod quota;
+mod race;
+pub(crate) mod support;

@@ -1,0 +1,105 @@
+//! Scheduler pre-filters that become placement query terms: tenant
+//! isolation by aggregate, availability zones, a disabled service's host
+//! (excluded at once through COMPUTE_STATUS_DISABLED), and required traits
+//! from image properties.
+
+use std::collections::HashSet;
+
+use serde_json::{json, Value};
+
+use super::support::{Cloud, Hosts, Nova};
+
+async fn aggregate(nova: &Nova, name: &str, zone: Option<&str>, hosts: &[&str], metadata: Value) -> i64 {
+    let mut body = json!({"aggregate": {"name": name}});
+    if let Some(zone) = zone {
+        body["aggregate"]["availability_zone"] = json!(zone);
+    }
+    let created = nova.post("/os-aggregates", &body).await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    let id = created.body["aggregate"]["id"].as_i64().expect("id");
+    for host in hosts {
+        let added = nova.post(&format!("/os-aggregates/{id}/action"), &json!({"add_host": {"host": host}})).await;
+        assert_eq!(added.status, 200, "{:?}", added.body);
+    }
+    if metadata.as_object().is_some_and(|m| !m.is_empty()) {
+        let set = nova.post(&format!("/os-aggregates/{id}/action"), &json!({"set_metadata": {"metadata": metadata}})).await;
+        assert_eq!(set.status, 200, "{:?}", set.body);
+    }
+    id
+}
+
+async fn hosts_of_boots(nova: &Nova, n: usize, flavor: &str, image: &str, extra: Value) -> HashSet<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let answer = nova.boot(&format!("p{i}"), flavor, image, extra.clone()).await;
+        assert_eq!(answer.status, 202, "{:?}", answer.body);
+        ids.push(answer.body["server"]["id"].as_str().expect("id").to_owned());
+    }
+    let admin = Nova::new(&nova_base(nova), "admin");
+    let mut hosts = HashSet::new();
+    for id in ids {
+        let server = admin.wait_settled(&id).await;
+        hosts.insert(server["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or("ERROR").to_owned());
+    }
+    hosts
+}
+
+fn nova_base(nova: &Nova) -> String {
+    nova.base_url()
+}
+
+#[tokio::test]
+async fn tenant_isolation_and_availability_zones() {
+    let mut cloud = Cloud::start("prefilter-tenant", &["--scheduler-limit-tenants-to-placement-aggregate"]).await;
+    cloud.add_agent(Hosts::new("t", 3, &[])).await;
+    let admin = cloud.nova("admin");
+    let flavor = admin.flavor("f", 1, 64, 1).await;
+    let image = admin.image("img", json!({})).await;
+    aggregate(&admin, "tenant-a", None, &["t0"], json!({"filter_tenant_id": "proj-a"})).await;
+    let hosts = hosts_of_boots(&cloud.nova("u:proj-a"), 4, &flavor, &image, json!({})).await;
+    assert_eq!(hosts, HashSet::from(["t0".to_owned()]), "the tenant's servers land in its aggregate");
+
+    aggregate(&admin, "zone-1", Some("az1"), &["t1"], json!({})).await;
+    let hosts = hosts_of_boots(&admin, 3, &flavor, &image, json!({"availability_zone": "az1"})).await;
+    assert_eq!(hosts, HashSet::from(["t1".to_owned()]));
+    let hosts = hosts_of_boots(&admin, 3, &flavor, &image, json!({"availability_zone": "nova"})).await;
+    assert!(!hosts.contains("t1"), "the default zone excludes hosts of other zones: {hosts:?}");
+    let zones = admin.get("/os-availability-zone").await;
+    let names: HashSet<&str> = zones.body["availabilityZoneInfo"]
+        .as_array()
+        .expect("zones")
+        .iter()
+        .filter_map(|z| z["zoneName"].as_str())
+        .collect();
+    assert!(names.contains("az1") && names.contains("nova"), "{names:?}");
+    let unknown = admin.boot("z", &flavor, &image, json!({"availability_zone": "nowhere"})).await;
+    assert_eq!(unknown.status, 400, "{:?}", unknown.body);
+    cloud.check_invariants().await;
+}
+
+#[tokio::test]
+async fn disabled_service_and_image_traits() {
+    let mut cloud = Cloud::start("prefilter-traits", &[]).await;
+    cloud.add_agent(Hosts::new("plain", 2, &[])).await;
+    cloud.add_agent(Hosts::new("gold", 1, &["--traits", "CUSTOM_GOLD"])).await;
+    let admin = cloud.nova("admin");
+    let flavor = admin.flavor("f", 1, 64, 1).await;
+    let plain_image = admin.image("plain", json!({})).await;
+    let gold_image = admin.image("gold", json!({"trait:CUSTOM_GOLD": "required"})).await;
+    let hosts = hosts_of_boots(&admin, 3, &flavor, &gold_image, json!({})).await;
+    assert_eq!(hosts, HashSet::from(["gold0".to_owned()]));
+
+    // Disable plain1: no later boot lands there, from the next request on.
+    let services = admin.get("/os-services?binary=nova-compute&host=plain1").await;
+    let id = services.body["services"][0]["id"].as_str().expect("service uuid (2.53+)").to_owned();
+    let disabled = admin
+        .put(&format!("/os-services/{id}"), &json!({"status": "disabled", "disabled_reason": "maintenance"}))
+        .await;
+    assert_eq!(disabled.status, 200, "{:?}", disabled.body);
+    assert_eq!(disabled.body["service"]["status"], "disabled");
+    let hosts = hosts_of_boots(&admin, 6, &flavor, &plain_image, json!({})).await;
+    assert!(!hosts.contains("plain1"), "{hosts:?}");
+    let listed = admin.get("/os-services?host=plain1").await;
+    assert_eq!(listed.body["services"][0]["disabled_reason"], "maintenance");
+    cloud.check_invariants().await;
+}

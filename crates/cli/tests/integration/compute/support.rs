@@ -1,0 +1,361 @@
+//! Compute test support: a `Cloud` (a real `berth serve` plus real
+//! `berth agent` processes), a compute API client, and the invariants every
+//! compute test ends with.
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{fresh_dir, test_database, TestServer};
+
+/// A berth server with agents.
+pub(crate) struct Cloud {
+    /// The first server process.
+    pub(crate) server: TestServer,
+    /// More server processes on the same database (PostgreSQL).
+    pub(crate) siblings: Vec<TestServer>,
+    agents: Vec<Child>,
+}
+
+/// One agent process's hosts.
+#[derive(Debug, Clone)]
+pub(crate) struct Hosts {
+    pub(crate) prefix: String,
+    pub(crate) count: usize,
+    pub(crate) cell: Option<String>,
+    pub(crate) args: Vec<String>,
+}
+
+impl Hosts {
+    /// `count` hosts named `{prefix}{i}` with the agent's default shape
+    /// plus `args` (e.g. `--vcpus 2`).
+    pub(crate) fn new(prefix: &str, count: usize, args: &[&str]) -> Self {
+        Hosts { prefix: prefix.to_owned(), count, cell: None, args: args.iter().map(|a| a.to_string()).collect() }
+    }
+
+    /// In this cell.
+    pub(crate) fn in_cell(mut self, cell: &str) -> Self {
+        self.cell = Some(cell.to_owned());
+        self
+    }
+}
+
+impl Cloud {
+    /// A server (with `serve_args`) and no agents yet.
+    pub(crate) async fn start(tag: &str, serve_args: &[&str]) -> Self {
+        let mut args: Vec<&str> = vec!["--test-hooks"];
+        args.extend_from_slice(serve_args);
+        let server = TestServer::start_with_args_in(fresh_dir(tag), test_database(tag), &args).await;
+        Cloud { server, siblings: Vec::new(), agents: Vec::new() }
+    }
+
+    /// Start another server process on the same database.
+    pub(crate) async fn add_process(&mut self, serve_args: &[&str]) {
+        let mut args: Vec<&str> = vec!["--test-hooks"];
+        args.extend_from_slice(serve_args);
+        let sibling = TestServer::start_with_args_in(self.server.dir.clone(), self.server.database.clone(), &args).await;
+        self.siblings.push(sibling);
+    }
+
+    /// Start an agent process for `hosts` and wait until all of them are
+    /// hypervisors with inventory in placement.
+    pub(crate) async fn add_agent(&mut self, hosts: Hosts) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        command
+            .args(["agent", "--url", &self.server.base, "--hosts", &hosts.count.to_string(), "--prefix", &hosts.prefix])
+            .args(["--report-interval-secs", "1", "--log", "warn"])
+            .args(&hosts.args);
+        if let Some(cell) = &hosts.cell {
+            command.args(["--cell", cell]);
+        }
+        let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn agent");
+        self.agents.push(child);
+        let names: Vec<String> = (0..hosts.count).map(|i| format!("{}{i}", hosts.prefix)).collect();
+        self.wait_hosts(&names).await;
+    }
+
+    /// Wait until every named host is a compute node with inventory.
+    pub(crate) async fn wait_hosts(&self, names: &[String]) {
+        let placement = self.server.client();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let reply = placement.get("/resource_providers?resources=VCPU:1").await;
+            let have: HashSet<String> = reply.body["resource_providers"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|p| p["name"].as_str().map(str::to_owned)).collect())
+                .unwrap_or_default();
+            let roots: HashSet<String> = have.iter().map(|n| n.split("_NUMA").next().unwrap_or(n).to_owned()).collect();
+            if names.iter().all(|n| roots.contains(n)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "hosts {names:?} never reported inventory (have {have:?})");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A compute client on the first process, as `token` (`admin` or
+    /// `user:project`).
+    pub(crate) fn nova(&self, token: &str) -> Nova {
+        Nova::new(&self.server.base, token)
+    }
+
+    /// Run the invariant checks every compute test ends with.
+    pub(crate) async fn check_invariants(&self) {
+        check_invariants(&self.server).await;
+    }
+}
+
+impl Drop for Cloud {
+    fn drop(&mut self) {
+        for child in &mut self.agents {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A compute (Nova) API client.
+#[derive(Clone)]
+pub(crate) struct Nova {
+    http: reqwest::Client,
+    base: String,
+    /// `X-Auth-Token`.
+    pub(crate) token: String,
+    /// Microversion sent (`OpenStack-API-Version: compute X`).
+    pub(crate) version: String,
+}
+
+/// Status and JSON body.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+}
+
+impl Nova {
+    pub(crate) fn new(base: &str, token: &str) -> Self {
+        Nova { http: reqwest::Client::new(), base: base.to_owned(), token: token.to_owned(), version: "2.96".to_owned() }
+    }
+
+    /// The server's base URL.
+    pub(crate) fn base_url(&self) -> String {
+        self.base.clone()
+    }
+
+    /// The same client at another microversion.
+    pub(crate) fn at(&self, version: &str) -> Self {
+        let mut other = self.clone();
+        other.version = version.to_owned();
+        other
+    }
+
+    /// A request to `/compute/v2.1{path}`.
+    pub(crate) async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
+        let mut req = self
+            .http
+            .request(method.parse().expect("method"), format!("{}/compute/v2.1{path}", self.base))
+            .header("x-auth-token", &self.token)
+            .header("openstack-api-version", format!("compute {}", self.version));
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body.to_string());
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Answer {
+        self.call("GET", path, None).await
+    }
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> Answer {
+        self.call("POST", path, Some(body)).await
+    }
+    pub(crate) async fn put(&self, path: &str, body: &Value) -> Answer {
+        self.call("PUT", path, Some(body)).await
+    }
+    pub(crate) async fn delete(&self, path: &str) -> Answer {
+        self.call("DELETE", path, None).await
+    }
+
+    /// Create a public flavor; returns its id.
+    pub(crate) async fn flavor(&self, name: &str, vcpus: i64, ram: i64, disk: i64) -> String {
+        let answer =
+            self.post("/flavors", &json!({"flavor": {"name": name, "vcpus": vcpus, "ram": ram, "disk": disk}})).await;
+        assert_eq!(answer.status, 200, "create flavor: {:?}", answer.body);
+        answer.body["flavor"]["id"].as_str().expect("flavor id").to_owned()
+    }
+
+    /// Create an image through the image API; returns its id.
+    pub(crate) async fn image(&self, name: &str, properties: Value) -> String {
+        let mut body = json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": "public"});
+        if let (Some(body), Some(props)) = (body.as_object_mut(), properties.as_object()) {
+            for (k, v) in props {
+                body.insert(k.clone(), v.clone());
+            }
+        }
+        let resp = self
+            .http
+            .post(format!("{}/image/v2/images", self.base))
+            .header("x-auth-token", &self.token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("image create");
+        assert_eq!(resp.status().as_u16(), 201, "create image");
+        let value: Value = resp.json().await.expect("image json");
+        value["id"].as_str().expect("image id").to_owned()
+    }
+
+    /// Boot; returns the answer (202 with the server, or the error).
+    pub(crate) async fn boot(&self, name: &str, flavor: &str, image: &str, extra: Value) -> Answer {
+        let mut server = json!({"name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"});
+        let mut hints = None;
+        if let Some(extra) = extra.as_object() {
+            for (k, v) in extra {
+                if k == "os:scheduler_hints" {
+                    hints = Some(v.clone());
+                } else {
+                    server[k] = v.clone();
+                }
+            }
+        }
+        let mut body = json!({"server": server});
+        if let Some(hints) = hints {
+            body["os:scheduler_hints"] = hints;
+        }
+        self.post("/servers", &body).await
+    }
+
+    /// Boot one server and return its id (asserting 202).
+    pub(crate) async fn boot_id(&self, name: &str, flavor: &str, image: &str) -> String {
+        let answer = self.boot(name, flavor, image, json!({})).await;
+        assert_eq!(answer.status, 202, "boot: {:?}", answer.body);
+        answer.body["server"]["id"].as_str().expect("server id").to_owned()
+    }
+
+    /// Wait until the server leaves BUILD; returns its body.
+    pub(crate) async fn wait_settled(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let answer = self.get(&format!("/servers/{id}")).await;
+            assert_eq!(answer.status, 200, "show {id}: {:?}", answer.body);
+            let status = answer.body["server"]["status"].as_str().unwrap_or("").to_owned();
+            if status != "BUILD" {
+                return answer.body["server"].clone();
+            }
+            assert!(Instant::now() < deadline, "server {id} stuck in BUILD");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Every server (admin, all tenants), paging through.
+    pub(crate) async fn all_servers(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let mut path = "/servers/detail?all_tenants=1&limit=500".to_owned();
+            if let Some(m) = &marker {
+                path.push_str(&format!("&marker={m}"));
+            }
+            let answer = self.get(&path).await;
+            assert_eq!(answer.status, 200, "list: {:?}", answer.body);
+            let page = answer.body["servers"].as_array().cloned().unwrap_or_default();
+            if page.is_empty() {
+                return out;
+            }
+            marker = page.last().and_then(|s| s["id"].as_str()).map(str::to_owned);
+            out.extend(page);
+        }
+    }
+
+    /// Wait until no server is in BUILD; returns all servers.
+    pub(crate) async fn wait_all_settled(&self) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let servers = self.all_servers().await;
+            if servers.iter().all(|s| s["status"] != "BUILD") {
+                return servers;
+            }
+            assert!(Instant::now() < deadline, "servers stuck in BUILD");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Count servers by status.
+pub(crate) fn by_status(servers: &[Value]) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for server in servers {
+        *out.entry(server["status"].as_str().unwrap_or("").to_owned()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// The invariants: no provider over capacity; every allocation belongs to
+/// a live server on that provider's host; every server listed once; quota
+/// usage equals a recount.
+pub(crate) async fn check_invariants(server: &TestServer) {
+    let placement = server.client();
+    let nova = Nova::new(&server.base, "admin");
+    let servers = nova.all_servers().await;
+    let mut seen = HashSet::new();
+    for s in &servers {
+        assert!(seen.insert(s["id"].as_str().unwrap_or("").to_owned()), "server listed twice: {}", s["id"]);
+    }
+    let live: HashMap<String, &Value> =
+        servers.iter().map(|s| (s["id"].as_str().unwrap_or("").to_owned(), s)).collect();
+    let providers = placement.get("/resource_providers").await.body["resource_providers"].as_array().cloned().unwrap_or_default();
+    let names: HashMap<String, String> = providers
+        .iter()
+        .map(|p| (p["uuid"].as_str().unwrap_or("").to_owned(), p["name"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    let roots: HashMap<String, String> = providers
+        .iter()
+        .map(|p| (p["uuid"].as_str().unwrap_or("").to_owned(), p["root_provider_uuid"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    for provider in &providers {
+        let uuid = provider["uuid"].as_str().unwrap_or("");
+        let inventories = placement.get(&format!("/resource_providers/{uuid}/inventories")).await.body;
+        let usages = placement.get(&format!("/resource_providers/{uuid}/usages")).await.body;
+        if let Some(invs) = inventories["inventories"].as_object() {
+            for (class, inv) in invs {
+                let total = inv["total"].as_i64().unwrap_or(0);
+                let reserved = inv["reserved"].as_i64().unwrap_or(0);
+                let ratio = inv["allocation_ratio"].as_f64().unwrap_or(1.0);
+                let capacity = ((total - reserved) as f64 * ratio) as i64;
+                let used = usages["usages"][class].as_i64().unwrap_or(0);
+                assert!(used <= capacity, "provider {uuid} over capacity on {class}: {used} > {capacity}");
+            }
+        }
+        let allocations = placement.get(&format!("/resource_providers/{uuid}/allocations")).await.body;
+        if let Some(consumers) = allocations["allocations"].as_object() {
+            for consumer in consumers.keys() {
+                let server = live.get(consumer).unwrap_or_else(|| panic!("allocation of {consumer} on {uuid} has no live server"));
+                let root = roots.get(uuid).and_then(|r| names.get(r)).cloned().unwrap_or_default();
+                assert_eq!(
+                    server["OS-EXT-SRV-ATTR:hypervisor_hostname"].as_str().unwrap_or(""),
+                    root,
+                    "server {consumer} allocated on a host it is not on"
+                );
+            }
+        }
+    }
+    // Quota usage equals a recount, per project.
+    let mut projects: HashMap<String, (i64, i64)> = HashMap::new();
+    for s in &servers {
+        let entry = projects.entry(s["tenant_id"].as_str().unwrap_or("").to_owned()).or_default();
+        entry.0 += 1;
+        if s["OS-EXT-SRV-ATTR:host"].as_str().is_some() && s["status"] != "ERROR" {
+            entry.1 += s["flavor"]["vcpus"].as_i64().unwrap_or(0);
+        }
+    }
+    for (project, (instances, cores)) in projects {
+        let detail = nova.get(&format!("/os-quota-sets/{project}/detail")).await.body;
+        assert_eq!(detail["quota_set"]["instances"]["in_use"].as_i64(), Some(instances), "instances in use of {project}");
+        assert_eq!(detail["quota_set"]["cores"]["in_use"].as_i64(), Some(cores), "cores in use of {project}");
+    }
+}
