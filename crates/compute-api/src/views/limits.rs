@@ -1,0 +1,60 @@
+//! The `GET /limits` body (Nova's `views/limits.py`).
+
+use serde_json::{json, Map, Value};
+
+use crate::ComputeVersion;
+
+/// `max*` absolute limits and the quota resource each shows.
+const ABSOLUTE: &[(&str, &str)] = &[
+    ("maxImageMeta", "metadata_items"),
+    ("maxPersonality", "injected_files"),
+    ("maxPersonalitySize", "injected_file_content_bytes"),
+    ("maxServerMeta", "metadata_items"),
+    ("maxTotalCores", "cores"),
+    ("maxTotalFloatingIps", "floating_ips"),
+    ("maxTotalInstances", "instances"),
+    ("maxTotalKeypairs", "key_pairs"),
+    ("maxTotalRAMSize", "ram"),
+    ("maxSecurityGroups", "security_groups"),
+    ("maxSecurityGroupRules", "security_group_rules"),
+    ("maxServerGroups", "server_groups"),
+    ("maxServerGroupMembers", "server_group_members"),
+];
+
+/// `total*Used` values and the quota resource each counts.
+const USED: &[(&str, &str)] = &[
+    ("totalCoresUsed", "cores"),
+    ("totalInstancesUsed", "instances"),
+    ("totalRAMUsed", "ram"),
+    ("totalSecurityGroupsUsed", "security_groups"),
+    ("totalFloatingIpsUsed", "floating_ips"),
+    ("totalServerGroupsUsed", "server_groups"),
+];
+
+/// Resources hidden at `version`: the network ones from 2.36, and the
+/// file-injection ones from 2.57.
+fn hidden(version: ComputeVersion, resource: &str) -> bool {
+    (version.at_least(36) && ["floating_ips", "security_groups", "security_group_rules"].contains(&resource))
+        || (version.at_least(57) && ["injected_files", "injected_file_content_bytes"].contains(&resource))
+}
+
+/// The `GET /limits` body: `{"limits": {"absolute": {...}, "rate": []}}`.
+/// `limit` and `in_use` give each quota resource's project limit and
+/// counted usage. 2.36 drops the network limits and usages, 2.39
+/// `maxImageMeta` (the image-metadata proxy went away), 2.57 the
+/// personality limits.
+pub fn show(version: ComputeVersion, limit: impl Fn(&str) -> i64, in_use: impl Fn(&str) -> i64) -> Value {
+    let mut absolute = Map::new();
+    for (name, resource) in ABSOLUTE {
+        if hidden(version, resource) || (*name == "maxImageMeta" && version.at_least(39)) {
+            continue;
+        }
+        absolute.insert((*name).into(), json!(limit(resource)));
+    }
+    for (name, resource) in USED {
+        if !hidden(version, resource) {
+            absolute.insert((*name).into(), json!(in_use(resource)));
+        }
+    }
+    json!({"limits": {"absolute": absolute, "rate": []}})
+}

@@ -1,0 +1,2 @@
+//! The crate's one integration-test binary: views checked against Nova's
+//! api-samples and response schemas, request schemas against Nova's.
