@@ -1,2 +1,6 @@
 //! The crate's one integration-test binary: views checked against Nova's
 //! api-samples and response schemas, request schemas against Nova's.
+
+mod fixtures;
+mod servers;
+mod support;
