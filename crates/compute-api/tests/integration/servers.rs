@@ -265,7 +265,8 @@ fn every_version_fits_nova_response_schemas() {
 fn nova_response_schemas_refuse_wrong_bodies() {
     let links = links();
     let active = fixtures::instance("fake");
-    let body = servers::show(v(100), &links, &MEMBER, &active, &ServerExtras::default());
+    let extras = ServerExtras { server_groups: Some(&[]), ..Default::default() };
+    let body = servers::show(v(100), &links, &MEMBER, &active, &extras);
     let schema = crate::support::nova_response_schema("servers.show", v(100));
     assert!(berth_api::schema::validate(&schema, &body).is_ok());
     let mut missing = body.clone();
@@ -274,6 +275,9 @@ fn nova_response_schemas_refuse_wrong_bodies() {
     let mut extra = body;
     extra["server"]["not_nova"] = json!(1);
     assert!(berth_api::schema::validate(&schema, &extra).is_err());
+    // `server_groups` is required in 2.71+ show bodies: the caller must pass them.
+    let without = servers::show(v(100), &links, &MEMBER, &active, &ServerExtras::default());
+    assert!(berth_api::schema::validate(&schema, &without).is_err());
 }
 
 #[test]
