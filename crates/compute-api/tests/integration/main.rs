@@ -2,5 +2,6 @@
 //! api-samples and response schemas, request schemas against Nova's.
 
 mod fixtures;
+mod flavors_quotas;
 mod servers;
 mod support;
