@@ -138,8 +138,8 @@ pub fn show(
 }
 
 /// The `GET /os-hypervisors` (and `detail`) body from rendered items,
-/// with `hypervisors_links` when `next` is given (2.33+ paging; the marker
-/// is the last hypervisor's `id`).
-pub fn list(items: Vec<Value>, next: Option<Value>) -> Value {
-    list_body("hypervisors", items, "hypervisors_links", next)
+/// with `hypervisors_links` when `next` is given and `version` pages
+/// (2.33+; the marker is the last hypervisor's `id`).
+pub fn list(version: ComputeVersion, items: Vec<Value>, next: Option<Value>) -> Value {
+    list_body("hypervisors", items, "hypervisors_links", next.filter(|_| version.at_least(33)))
 }

@@ -3,5 +3,6 @@
 
 mod fixtures;
 mod flavors_quotas;
+mod hosts;
 mod servers;
 mod support;

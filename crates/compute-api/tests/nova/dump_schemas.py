@@ -51,7 +51,7 @@ METHODS = {
     "quota_sets": {"show", "detail", "defaults", "update"},
     "aggregates": {"index", "show", "create", "update", "_add_host", "_remove_host", "_set_metadata"},
     "services": {"index", "update"},
-    "hypervisors": {"index", "detail", "show"},
+    "hypervisors": {"index", "detail", "show", "servers"},
     "availability_zone": {"index", "detail"},
     "instance_actions": {"index", "show"},
     "limits": {"index"},
