@@ -4,5 +4,6 @@
 mod fixtures;
 mod flavors_quotas;
 mod hosts;
+mod misc;
 mod servers;
 mod support;
