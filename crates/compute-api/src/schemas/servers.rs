@@ -64,7 +64,9 @@ fn networks(version: ComputeVersion) -> Value {
         "port": {"type": ["string", "null"], "format": "uuid"},
         "uuid": {"type": "string"},
     }));
-    if version.at_least(32) {
+    // Network tags came at 2.32, were lost when 2.37 rewrote `networks`,
+    // and came back at 2.42.
+    if (32..37).contains(&version.0) || version.at_least(42) {
         network.insert("tag".into(), tag());
     }
     if !version.at_least(37) {

@@ -75,8 +75,7 @@ pub(crate) fn spec() -> InstanceSpec {
 
 /// An ACTIVE server on host `compute`, as in Nova's samples.
 pub(crate) fn instance(user: &str) -> Instance {
-    let mut instance =
-        Instance::from_spec(uuid(1), PROJECT, user, spec(), T0, vm_state::ACTIVE, None);
+    let mut instance = Instance::from_spec(uuid(1), PROJECT, user, spec(), T0, vm_state::ACTIVE, None);
     instance.host = Some("compute".into());
     instance.node = Some("fake-mini".into());
     instance.availability_zone = Some("us-west".into());
@@ -119,13 +118,21 @@ pub(crate) fn request_spec(instance: &Instance) -> RequestSpec {
         group: None,
         same_host: vec![],
         different_host: vec![],
-        hints: [("same_host".to_owned(), vec!["48e6a9f6-30af-47e0-bc04-acaed113bb4e".to_owned()])].into_iter().collect(),
+        hints: [("same_host".to_owned(), vec!["48e6a9f6-30af-47e0-bc04-acaed113bb4e".to_owned()])]
+            .into_iter()
+            .collect(),
         reservation_id: instance.spec.reservation_id.clone(),
     }
 }
 
 pub(crate) fn build_request() -> BuildRequest {
-    BuildRequest { instance_uuid: uuid(3), project_id: PROJECT.into(), user_id: "fake".into(), spec: spec(), created_at: T0 }
+    BuildRequest {
+        instance_uuid: uuid(3),
+        project_id: PROJECT.into(),
+        user_id: "fake".into(),
+        spec: spec(),
+        created_at: T0,
+    }
 }
 
 pub(crate) fn mapping(user: &str) -> InstanceMapping {

@@ -48,7 +48,9 @@ fn nova_flavors(with_description: bool) -> Vec<Flavor> {
 #[test]
 fn flavors_match_samples() {
     let links = links();
-    for (dir, minor) in [("flavors", 1), ("flavors/v2.55", 55), ("flavors/v2.61", 61), ("flavors/v2.75", 75), ("flavors/v2.102", 102)] {
+    for (dir, minor) in
+        [("flavors", 1), ("flavors/v2.55", 55), ("flavors/v2.61", 61), ("flavors/v2.75", 75), ("flavors/v2.102", 102)]
+    {
         let all = nova_flavors(minor >= 55);
         let index = flavors::index(v(minor), &links, &all, None);
         assert_sample(&index, &format!("{dir}/flavors-list-resp.json.tpl"), &[]);
@@ -75,8 +77,16 @@ fn flavors_match_samples() {
     let extra = specs(&[("hw:cpu_policy", "shared"), ("hw:numa_nodes", "1")]);
     assert_sample(&flavors::extra_specs(&extra), "flavor-extra-specs/flavor-extra-specs-list-resp.json.tpl", &[]);
     assert_sample(&flavors::extra_specs(&extra), "flavor-extra-specs/flavor-extra-specs-create-resp.json.tpl", &[]);
-    assert_sample(&flavors::extra_spec("hw:numa_nodes", "1"), "flavor-extra-specs/flavor-extra-specs-get-resp.json.tpl", &[]);
-    assert_sample(&flavors::extra_spec("hw:numa_nodes", "2"), "flavor-extra-specs/flavor-extra-specs-update-resp.json.tpl", &[]);
+    assert_sample(
+        &flavors::extra_spec("hw:numa_nodes", "1"),
+        "flavor-extra-specs/flavor-extra-specs-get-resp.json.tpl",
+        &[],
+    );
+    assert_sample(
+        &flavors::extra_spec("hw:numa_nodes", "2"),
+        "flavor-extra-specs/flavor-extra-specs-update-resp.json.tpl",
+        &[],
+    );
 
     let mut private = Flavor { is_public: false, ..flavor("10", "test_flavor", 1024, 2, 10) };
     private.projects.insert(PROJECT.into());
@@ -97,7 +107,9 @@ fn flavor_version_rules() {
     assert!(flavors::show(v(60), &links, &tiny, true)["flavor"].get("extra_specs").is_none(), "extra_specs is 2.61+");
     assert!(flavors::show(v(61), &links, &tiny, false)["flavor"].get("extra_specs").is_none(), "policy hides them");
     let modern = flavors::show(v(102), &links, &tiny, false);
-    assert!(modern["flavor"].get("rxtx_factor").is_none() && modern["flavor"].get("OS-FLV-DISABLED:disabled").is_none());
+    assert!(
+        modern["flavor"].get("rxtx_factor").is_none() && modern["flavor"].get("OS-FLV-DISABLED:disabled").is_none()
+    );
     let with_swap = Flavor { swap: 512, ..flavor_tiny() };
     assert_eq!(flavors::show(v(1), &links, &with_swap, false)["flavor"]["swap"], json!(512));
 }
@@ -110,7 +122,11 @@ fn flavors_fit_nova_response_schemas() {
     for version in all_versions() {
         for see in [true, false] {
             assert_nova_response("flavors.index", version, &flavors::index(version, &links, &all, Some(next.clone())));
-            assert_nova_response("flavors.detail", version, &flavors::detail(version, &links, &all, see, Some(next.clone())));
+            assert_nova_response(
+                "flavors.detail",
+                version,
+                &flavors::detail(version, &links, &all, see, Some(next.clone())),
+            );
             let body = flavors::show(version, &links, &all[6], see);
             assert_nova_response("flavors.show", version, &body);
             assert_nova_response("flavors.create", version, &body);
@@ -137,12 +153,22 @@ fn server_groups_match_samples() {
     let body = server_groups::show(v(64), &group, &[]);
     assert_sample(&body, "os-server-groups/v2.64/server-groups-get-resp.json.tpl", &[]);
     assert_sample(&body, "os-server-groups/v2.64/server-groups-post-resp.json.tpl", &[]);
-    assert_sample(&server_groups::index(v(64), &[(&group, &[])]), "os-server-groups/v2.64/server-groups-list-resp.json.tpl", &[]);
+    assert_sample(
+        &server_groups::index(v(64), &[(&group, &[])]),
+        "os-server-groups/v2.64/server-groups-list-resp.json.tpl",
+        &[],
+    );
     group.max_server_per_host = None;
     assert_sample(&server_groups::show(v(1), &group, &[]), "os-server-groups/server-groups-get-resp.json.tpl", &[]);
-    assert_sample(&server_groups::index(v(13), &[(&group, &[])]), "os-server-groups/v2.13/server-groups-list-resp.json.tpl", &[]);
+    assert_sample(
+        &server_groups::index(v(13), &[(&group, &[])]),
+        "os-server-groups/v2.13/server-groups-list-resp.json.tpl",
+        &[],
+    );
     for version in all_versions() {
-        for policy in [GroupPolicy::Affinity, GroupPolicy::AntiAffinity, GroupPolicy::SoftAffinity, GroupPolicy::SoftAntiAffinity] {
+        for policy in
+            [GroupPolicy::Affinity, GroupPolicy::AntiAffinity, GroupPolicy::SoftAffinity, GroupPolicy::SoftAntiAffinity]
+        {
             let group = fixtures::group(policy, Some(2).filter(|_| policy == GroupPolicy::AntiAffinity));
             let members: &[Uuid] = &member;
             assert_nova_response("server_groups.show", version, &server_groups::show(version, &group, members));
@@ -162,9 +188,21 @@ fn default_limit(resource: &str) -> i64 {
 fn quotas_match_samples() {
     for (dir, minor) in [("os-quota-sets", 1), ("os-quota-sets/v2.36", 36), ("os-quota-sets/v2.57", 57)] {
         let version = v(minor);
-        assert_sample(&quotas::show(version, "fake_tenant", default_limit), &format!("{dir}/quotas-show-get-resp.json.tpl"), &[]);
-        assert_sample(&quotas::show(version, "fake_tenant", default_limit), &format!("{dir}/user-quotas-show-get-resp.json.tpl"), &[]);
-        assert_sample(&quotas::defaults(version, "fake_tenant", default_limit), &format!("{dir}/quotas-show-defaults-get-resp.json.tpl"), &[]);
+        assert_sample(
+            &quotas::show(version, "fake_tenant", default_limit),
+            &format!("{dir}/quotas-show-get-resp.json.tpl"),
+            &[],
+        );
+        assert_sample(
+            &quotas::show(version, "fake_tenant", default_limit),
+            &format!("{dir}/user-quotas-show-get-resp.json.tpl"),
+            &[],
+        );
+        assert_sample(
+            &quotas::defaults(version, "fake_tenant", default_limit),
+            &format!("{dir}/quotas-show-defaults-get-resp.json.tpl"),
+            &[],
+        );
         let detail = quotas::detail(version, "fake_tenant", |r| (default_limit(r), 0));
         assert_sample(&detail, &format!("{dir}/quotas-show-detail-get-resp.json.tpl"), &[]);
         // What each update sample raised.
@@ -183,7 +221,11 @@ fn quotas_match_samples() {
     for version in all_versions() {
         assert_nova_response("quota_sets.show", version, &quotas::show(version, PROJECT, default_limit));
         assert_nova_response("quota_sets.defaults", version, &quotas::defaults(version, PROJECT, default_limit));
-        assert_nova_response("quota_sets.detail", version, &quotas::detail(version, PROJECT, |r| (default_limit(r), 1)));
+        assert_nova_response(
+            "quota_sets.detail",
+            version,
+            &quotas::detail(version, PROJECT, |r| (default_limit(r), 1)),
+        );
         assert_nova_response("quota_sets.update", version, &quotas::update(version, default_limit));
     }
 }

@@ -49,34 +49,53 @@ fn hypervisors_match_samples() {
     second.id = 2;
     second.hypervisor_hostname = "host2".into();
     let paged = HypervisorSource { node: &second, ..plain };
-    for (dir, minor) in [("os-hypervisors", 1), ("os-hypervisors/v2.28", 28), ("os-hypervisors/v2.53", 53), ("os-hypervisors/v2.88", 88)] {
+    for (dir, minor) in [
+        ("os-hypervisors", 1),
+        ("os-hypervisors/v2.28", 28),
+        ("os-hypervisors/v2.53", 53),
+        ("os-hypervisors/v2.88", 88),
+    ] {
         let version = v(minor);
         if minor >= 53 {
             let marker = second.uuid.to_string();
             let next = links.next("os-hypervisors/detail", &[("limit", "1")], &marker);
-            let detail = hypervisors::list(version, vec![hypervisors::detail_item(version, &paged, &SAMPLE_USAGE, None)], Some(next));
+            let detail = hypervisors::list(
+                version,
+                vec![hypervisors::detail_item(version, &paged, &SAMPLE_USAGE, None)],
+                Some(next),
+            );
             assert_sample(&detail, &format!("{dir}/hypervisors-detail-resp.json.tpl"), &[]);
             let next = links.next("os-hypervisors", &[("limit", "1")], &marker);
             let list = hypervisors::list(version, vec![hypervisors::index_item(version, &paged)], Some(next));
             assert_sample(&list, &format!("{dir}/hypervisors-list-resp.json.tpl"), &[]);
         } else {
-            let detail = hypervisors::list(version, vec![hypervisors::detail_item(version, &plain, &SAMPLE_USAGE, None)], None);
+            let detail =
+                hypervisors::list(version, vec![hypervisors::detail_item(version, &plain, &SAMPLE_USAGE, None)], None);
             assert_sample(&detail, &format!("{dir}/hypervisors-detail-resp.json.tpl"), &[]);
             let list = hypervisors::list(version, vec![hypervisors::index_item(version, &plain)], None);
             assert_sample(&list, &format!("{dir}/hypervisors-list-resp.json.tpl"), &[]);
         }
-        assert_sample(&hypervisors::show(version, &plain, &SAMPLE_USAGE, None), &format!("{dir}/hypervisors-show-resp.json.tpl"), &[]);
+        assert_sample(
+            &hypervisors::show(version, &plain, &SAMPLE_USAGE, None),
+            &format!("{dir}/hypervisors-show-resp.json.tpl"),
+            &[],
+        );
         let with_servers = hypervisors::list(version, vec![hypervisors::index_item(version, &with)], None);
         assert_sample(&with_servers, &format!("{dir}/hypervisors-with-servers-resp.json.tpl"), &[]);
         // Before 2.53 `/os-hypervisors/{name}/servers` of a node without
         // servers; from 2.53 a listing that did not ask for them.
         let asked: Option<&[(Uuid, &str)]> = if minor >= 53 { None } else { Some(&[]) };
-        let without = hypervisors::list(version, vec![hypervisors::index_item(version, &HypervisorSource { servers: asked, ..plain })], None);
+        let without = hypervisors::list(
+            version,
+            vec![hypervisors::index_item(version, &HypervisorSource { servers: asked, ..plain })],
+            None,
+        );
         assert_sample(&without, &format!("{dir}/hypervisors-without-servers-resp.json.tpl"), &[]);
         if minor >= 53 {
             let body = hypervisors::show(version, &with, &SAMPLE_USAGE, None);
             assert_sample(&body, &format!("{dir}/hypervisors-show-with-servers-resp.json.tpl"), &[]);
-            let body = hypervisors::list(version, vec![hypervisors::detail_item(version, &with, &SAMPLE_USAGE, None)], None);
+            let body =
+                hypervisors::list(version, vec![hypervisors::detail_item(version, &with, &SAMPLE_USAGE, None)], None);
             assert_sample(&body, &format!("{dir}/hypervisors-detail-with-servers-resp.json.tpl"), &[]);
         }
     }
@@ -84,7 +103,8 @@ fn hypervisors_match_samples() {
     second.hypervisor_hostname = "host1".into();
     let paged = HypervisorSource { node: &second, ..plain };
     let next = links.next("os-hypervisors/detail", &[("limit", "1")], "2");
-    let detail = hypervisors::list(v(33), vec![hypervisors::detail_item(v(33), &paged, &SAMPLE_USAGE, None)], Some(next));
+    let detail =
+        hypervisors::list(v(33), vec![hypervisors::detail_item(v(33), &paged, &SAMPLE_USAGE, None)], Some(next));
     assert_sample(&detail, "os-hypervisors/v2.33/hypervisors-detail-resp.json.tpl", &[]);
     let next = links.next("os-hypervisors", &[("limit", "1")], "2");
     let list = hypervisors::list(v(33), vec![hypervisors::index_item(v(33), &paged)], Some(next));
@@ -106,7 +126,11 @@ fn hypervisors_match_samples() {
                 assert_nova_response("hypervisors.index", version, &list);
                 let item = hypervisors::detail_item(version, &source, &SAMPLE_USAGE, Some("up 1 day"));
                 assert_nova_response("hypervisors.detail", version, &hypervisors::list(version, vec![item], next));
-                assert_nova_response("hypervisors.show", version, &hypervisors::show(version, &source, &SAMPLE_USAGE, None));
+                assert_nova_response(
+                    "hypervisors.show",
+                    version,
+                    &hypervisors::show(version, &source, &SAMPLE_USAGE, None),
+                );
             }
         }
     }
@@ -138,22 +162,42 @@ fn services_match_samples() {
     let down = services::index(vec![services::down_cell_item("host1"), services::down_cell_item("host2")]);
     assert_sample(&down, "os-services/v2.69/services-list-get-resp.json.tpl", &[]);
 
-    assert_sample(&services::legacy_status("host1", "nova-compute", false, None), "os-services/service-enable-put-resp.json.tpl", &[]);
-    assert_sample(&services::legacy_status("host1", "nova-compute", true, None), "os-services/service-disable-put-resp.json.tpl", &[]);
+    assert_sample(
+        &services::legacy_status("host1", "nova-compute", false, None),
+        "os-services/service-enable-put-resp.json.tpl",
+        &[],
+    );
+    assert_sample(
+        &services::legacy_status("host1", "nova-compute", true, None),
+        "os-services/service-disable-put-resp.json.tpl",
+        &[],
+    );
     assert_sample(
         &services::legacy_status("host1", "nova-compute", true, Some("test2")),
         "os-services/service-disable-log-put-resp.json.tpl",
         &[],
     );
-    assert_sample(&services::legacy_forced_down("host1", "nova-compute", true), "os-services/v2.11/service-force-down-put-resp.json.tpl", &[]);
+    assert_sample(
+        &services::legacy_forced_down("host1", "nova-compute", true),
+        "os-services/v2.11/service-force-down-put-resp.json.tpl",
+        &[],
+    );
 
     let mut svc = list[1].0.clone();
     svc.uuid = Uuid::parse_str("e81d66a4-ddd3-4aba-8a84-171d1cb4d339").expect("uuid");
     svc.forced_down = true;
-    assert_sample(&services::update(v(53), &svc, "nova", false), "os-services/v2.53/service-force-down-put-resp.json.tpl", &[]);
+    assert_sample(
+        &services::update(v(53), &svc, "nova", false),
+        "os-services/v2.53/service-force-down-put-resp.json.tpl",
+        &[],
+    );
     svc.forced_down = false;
     svc.disabled_reason = Some("maintenance".into());
-    assert_sample(&services::update(v(53), &svc, "nova", true), "os-services/v2.53/service-disable-log-put-resp.json.tpl", &[]);
+    assert_sample(
+        &services::update(v(53), &svc, "nova", true),
+        "os-services/v2.53/service-disable-log-put-resp.json.tpl",
+        &[],
+    );
 
     for version in all_versions() {
         let mut items: Vec<_> = list.iter().map(|(svc, zone, up)| services::item(version, svc, zone, *up)).collect();
@@ -181,9 +225,21 @@ fn aggregates_match_samples() {
         let version = v(minor);
         assert_sample(&aggregates::create(version, &bare), &format!("{dir}/aggregate-post-resp.json.tpl"), &[]);
         assert_sample(&aggregates::show(version, &bare), &format!("{dir}/aggregates-get-resp.json.tpl"), &[]);
-        assert_sample(&aggregates::index(version, &[with_host.clone()]), &format!("{dir}/aggregates-list-get-resp.json.tpl"), &[]);
-        assert_sample(&aggregates::show(version, &with_host), &format!("{dir}/aggregates-add-host-post-resp.json.tpl"), &[]);
-        assert_sample(&aggregates::show(version, &bare), &format!("{dir}/aggregates-remove-host-post-resp.json.tpl"), &[]);
+        assert_sample(
+            &aggregates::index(version, std::slice::from_ref(&with_host)),
+            &format!("{dir}/aggregates-list-get-resp.json.tpl"),
+            &[],
+        );
+        assert_sample(
+            &aggregates::show(version, &with_host),
+            &format!("{dir}/aggregates-add-host-post-resp.json.tpl"),
+            &[],
+        );
+        assert_sample(
+            &aggregates::show(version, &bare),
+            &format!("{dir}/aggregates-remove-host-post-resp.json.tpl"),
+            &[],
+        );
         let mut updated = bare.clone();
         updated.name = "newname".into();
         updated.metadata.insert("availability_zone".into(), "nova2".into());
@@ -192,19 +248,33 @@ fn aggregates_match_samples() {
         let mut tagged = bare.clone();
         tagged.metadata.insert("key".into(), "value".into());
         tagged.updated_at = Some(fixtures::T0 + 1);
-        assert_sample(&aggregates::show(version, &tagged), &format!("{dir}/aggregates-metadata-post-resp.json.tpl"), &[]);
+        assert_sample(
+            &aggregates::show(version, &tagged),
+            &format!("{dir}/aggregates-metadata-post-resp.json.tpl"),
+            &[],
+        );
     }
     let mut no_zone = with_host.clone();
     no_zone.metadata.clear();
     for version in all_versions() {
         for aggregate in [&bare, &with_host, &no_zone] {
             let shown = aggregates::show(version, aggregate);
-            for key in ["aggregates.show", "aggregates.update", "aggregates._add_host", "aggregates._remove_host", "aggregates._set_metadata"] {
+            for key in [
+                "aggregates.show",
+                "aggregates.update",
+                "aggregates._add_host",
+                "aggregates._remove_host",
+                "aggregates._set_metadata",
+            ] {
                 assert_nova_response(key, version, &shown);
             }
             assert_nova_response("aggregates.create", version, &aggregates::create(version, aggregate));
         }
-        assert_nova_response("aggregates.index", version, &aggregates::index(version, &[bare.clone(), no_zone.clone()]));
+        assert_nova_response(
+            "aggregates.index",
+            version,
+            &aggregates::index(version, &[bare.clone(), no_zone.clone()]),
+        );
     }
 }
 
@@ -227,7 +297,11 @@ fn availability_zones_match_samples() {
         ZoneDetail { name: "empty", available: false, services: &[] },
     ]);
     for version in all_versions() {
-        assert_nova_response("availability_zone.index", version, &availability_zones::index(&[("nova", true), ("b", false)]));
+        assert_nova_response(
+            "availability_zone.index",
+            version,
+            &availability_zones::index(&[("nova", true), ("b", false)]),
+        );
         assert_nova_response("availability_zone.detail", version, &body);
         assert_nova_response("availability_zone.detail", version, &with_down);
     }

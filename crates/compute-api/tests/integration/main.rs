@@ -5,5 +5,6 @@ mod fixtures;
 mod flavors_quotas;
 mod hosts;
 mod misc;
+mod schemas;
 mod servers;
 mod support;

@@ -152,13 +152,15 @@ fn lists_match_samples() {
     let admin = fixtures::instance("admin");
     let id = admin.uuid.to_string();
     let next = |collection| Some(links.next(collection, &[("limit", "1")], &id));
-    let index = servers::index(vec![servers::index_item(&links, admin.uuid, &admin.spec.display_name)], next("servers"));
+    let index =
+        servers::index(vec![servers::index_item(&links, admin.uuid, &admin.spec.display_name)], next("servers"));
     assert_sample(&index, "servers/servers-list-resp.json.tpl", &[]);
 
     let skip: Vec<String> = BERTH_DIFFERENCES.iter().map(|p| p.replace("/server/", "/servers/0/")).collect();
     let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
     let extras = ServerExtras { host_status: Some(HostStatus::Up), ..Default::default() };
-    let detail = servers::detail(vec![servers::detail_item(v(1), &links, &ADMIN, &admin, &extras)], next("servers/detail"));
+    let detail =
+        servers::detail(vec![servers::detail_item(v(1), &links, &ADMIN, &admin, &extras)], next("servers/detail"));
     assert_sample(&detail, "servers/servers-details-resp.json.tpl", &skip);
 
     let mut user = fixtures::instance("fake");
@@ -202,7 +204,11 @@ fn create_and_update_match_samples() {
     let groups = [uuid(9)];
     let extras = ServerExtras { server_groups: Some(&groups), ..Default::default() };
     let body = servers::update(v(71), &links, &MEMBER, &instance, &extras);
-    assert_sample(&body, "servers/v2.71/server-update-resp.json.tpl", &["/server/addresses", "/server/OS-DCF:diskConfig"]);
+    assert_sample(
+        &body,
+        "servers/v2.71/server-update-resp.json.tpl",
+        &["/server/addresses", "/server/OS-DCF:diskConfig"],
+    );
     let extras = ServerExtras { server_groups: Some(&[]), host_status: Some(HostStatus::Up), ..Default::default() };
     let body = servers::update(v(75), &links, &ADMIN, &instance, &extras);
     assert_sample(&body, "servers/v2.75/server-update-resp.json.tpl", BERTH_DIFFERENCES);
@@ -237,8 +243,16 @@ fn every_version_fits_nova_response_schemas() {
                     server_groups: Some(&groups),
                     request_spec: Some(&spec),
                 };
-                assert_nova_response("servers.show", version, &servers::show(version, &links, access, instance, &shown));
-                assert_nova_response("servers.update", version, &servers::update(version, &links, access, instance, &shown));
+                assert_nova_response(
+                    "servers.show",
+                    version,
+                    &servers::show(version, &links, access, instance, &shown),
+                );
+                assert_nova_response(
+                    "servers.update",
+                    version,
+                    &servers::update(version, &links, access, instance, &shown),
+                );
                 let listed = ServerExtras { server_groups: None, ..shown };
                 details.push(servers::detail_item(version, &links, access, instance, &listed));
             }
@@ -246,7 +260,8 @@ fn every_version_fits_nova_response_schemas() {
             if version.at_least(69) {
                 details.push(servers::down_cell_detail_item(&links, &mapping));
                 index.push(servers::down_cell_index_item(&links, &mapping));
-                let stub = servers::down_cell_show(version, &links, &mapping, &spec, access.show_flavor_extra_specs, &groups);
+                let stub =
+                    servers::down_cell_show(version, &links, &mapping, &spec, access.show_flavor_extra_specs, &groups);
                 assert_nova_response("servers.show", version, &stub);
             }
             let next = Some(links.next("servers/detail", &[("limit", "5")], &active.uuid.to_string()));
@@ -270,7 +285,9 @@ fn nova_response_schemas_refuse_wrong_bodies() {
     let schema = crate::support::nova_response_schema("servers.show", v(100));
     assert!(berth_api::schema::validate(&schema, &body).is_ok());
     let mut missing = body.clone();
-    missing["server"].as_object_mut().map(|s| s.remove("scheduler_hints"));
+    if let Some(server) = missing["server"].as_object_mut() {
+        server.remove("scheduler_hints");
+    }
     assert!(berth_api::schema::validate(&schema, &missing).is_err());
     let mut extra = body;
     extra["server"]["not_nova"] = json!(1);
@@ -310,7 +327,10 @@ fn policy_and_state_rules() {
     let mut active = fixtures::instance("fake");
     active.spec.flavor.extra_specs.insert("hw:numa_nodes".into(), "1".into());
     let old = servers::show(v(46), &links, &ADMIN, &active, &ServerExtras::default());
-    assert_eq!(old["server"]["flavor"]["links"][0]["href"], json!(format!("{}/flavors/1", crate::support::HOST.to_owned() + "/" + crate::support::PROJECT)));
+    assert_eq!(
+        old["server"]["flavor"]["links"][0]["href"],
+        json!(format!("{}/flavors/1", crate::support::HOST.to_owned() + "/" + crate::support::PROJECT))
+    );
     let new = servers::show(v(47), &links, &ADMIN, &active, &ServerExtras::default());
     assert_eq!(new["server"]["flavor"]["extra_specs"], json!({"hw:numa_nodes": "1"}));
     let no_specs = ServerAccess { show_flavor_extra_specs: false, ..MEMBER };

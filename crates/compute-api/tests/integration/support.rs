@@ -112,7 +112,8 @@ fn placeholder_fits(name: &str, text: &str) -> bool {
         "strtime" => is_time(text, true, false),
         "request_id" => text.strip_prefix("req-").is_some_and(is_uuid),
         "hostid" | "event_hostId" => {
-            text.is_empty() || (text.len() == 56 && text.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
+            text.is_empty()
+                || (text.len() == 56 && text.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
         }
         "reservation_id" => text.len() == 10 && text.starts_with("r-"),
         "int" => !text.is_empty() && text.bytes().all(|c| c.is_ascii_digit()),
