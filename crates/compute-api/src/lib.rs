@@ -29,9 +29,10 @@
 //! | 2.26 | R server | `tags` |
 //! | 2.28 | R hypervisor | `cpu_info` is an object, not a JSON string |
 //! | 2.32 | Q server create | `tag` on networks and block devices |
+//! | 2.33 | R hypervisor list | `hypervisors_links` paging |
 //! | 2.33 | Q server create | block-device `tag` dropped again (until 2.42) |
 //! | 2.36 | R quota set, limits; Q quota update | network quotas and limits gone (`fixed_ips`, `floating_ips`, `security_groups`, `security_group_rules`) |
-//! | 2.37 | Q server create | `networks` required: `"none"`, `"auto"` or a list |
+//! | 2.37 | Q server create | `networks` required: `"none"`, `"auto"` or a list of uuids (network `tag` dropped until 2.42) |
 //! | 2.39 | R limits | `maxImageMeta` gone |
 //! | 2.41 | R aggregate | `uuid` |
 //! | 2.42 | Q server create | `tag` on networks and block devices again |
@@ -48,7 +49,7 @@
 //! | 2.64 | R server group; Q server group create | `policy` + `rules` instead of `policies` + `metadata` |
 //! | 2.67 | Q server create | block-device `volume_type` |
 //! | 2.69 | R server, service | down-cell stubs (`status: UNKNOWN`) |
-//! | 2.71 | R server (show, update) | `server_groups` |
+//! | 2.71 | R server (show, update; not detail) | `server_groups` |
 //! | 2.73 | R server | `locked_reason` |
 //! | 2.74 | Q server create | `host`, `hypervisor_hostname` |
 //! | 2.75 | R flavor, server update, hypervisor | `swap` is `0` not `""`; `PUT /servers/{id}` answers the full server; `servers: []` when asked and none |

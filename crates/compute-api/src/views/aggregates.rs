@@ -4,7 +4,7 @@ use serde_json::{json, Map, Value};
 
 use berth_compute_model::Aggregate;
 
-use super::{list_body, opt_str, string_map, strtime, strtime_or_null, wrap};
+use super::{opt_str, string_map, strtime, strtime_or_null, wrap};
 use crate::ComputeVersion;
 
 /// One aggregate, keys in Nova's object-field order: `id`, `uuid` (2.41+),
@@ -48,5 +48,5 @@ pub fn create(version: ComputeVersion, aggregate: &Aggregate) -> Value {
 
 /// The `GET /os-aggregates` body.
 pub fn index(version: ComputeVersion, aggregates: &[Aggregate]) -> Value {
-    list_body("aggregates", aggregates.iter().map(|a| item(version, a)).collect(), "", None)
+    wrap("aggregates", Value::Array(aggregates.iter().map(|a| item(version, a)).collect()))
 }

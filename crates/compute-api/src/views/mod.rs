@@ -10,8 +10,10 @@
 //!   `*_item` functions return one element, for callers that compose;
 //! - policy is decided by the caller and passed in as booleans (or small
 //!   enums): views never look at roles;
-//! - keys are inserted in the order of Nova's api-samples, which is the
-//!   order clients see (`serde_json` keeps insertion order here).
+//! - keys are inserted in the order Nova's view code inserts them, which is
+//!   the order Nova's clients receive (`serde_json` keeps insertion order
+//!   here); the api-samples files are not a guide to order, as they are
+//!   hand-edited and disagree with each other.
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha224};

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use berth_compute_model::{GroupPolicy, ServerGroup};
 
-use super::{list_body, wrap};
+use super::wrap;
 use crate::ComputeVersion;
 
 /// One server group. `members` are the members to show: Nova lists only
@@ -48,5 +48,5 @@ pub fn show(version: ComputeVersion, group: &ServerGroup, members: &[Uuid]) -> V
 /// (Nova pages this listing with `limit`/`offset` but never adds links.)
 pub fn index(version: ComputeVersion, groups: &[(&ServerGroup, &[Uuid])]) -> Value {
     let items = groups.iter().map(|(group, members)| item(version, group, members)).collect();
-    list_body("server_groups", items, "", None)
+    wrap("server_groups", Value::Array(items))
 }

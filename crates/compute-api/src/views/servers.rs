@@ -76,7 +76,7 @@ pub enum HostStatus {
     /// The service's state could not be read (e.g. its cell is down).
     Unknown,
     /// The server has no host.
-    None,
+    NoHost,
 }
 
 impl HostStatus {
@@ -87,7 +87,7 @@ impl HostStatus {
             HostStatus::Down => "DOWN",
             HostStatus::Maintenance => "MAINTENANCE",
             HostStatus::Unknown => "UNKNOWN",
-            HostStatus::None => "",
+            HostStatus::NoHost => "",
         }
     }
 }
@@ -101,10 +101,10 @@ pub struct ServerExtras<'a> {
     /// The status of the instance's host (2.16+); filtered by
     /// [`ServerAccess::host_status`]. `None` leaves the key out.
     pub host_status: Option<HostStatus>,
-    /// The server groups the server belongs to (2.71+). Nova shows them in
-    /// `GET /servers/{id}` and the update response, never in
-    /// `/servers/detail`: pass `Some` for the former, `None` for the latter.
-    pub server_groups: Option<&'a [Uuid]>,
+    /// The server groups the server belongs to (at most one). From 2.71
+    /// [`show`] and [`update`] always carry `server_groups` (empty when
+    /// this is); [`detail_item`] never does, as in Nova.
+    pub server_groups: &'a [Uuid],
     /// The server's request spec: `pinned_availability_zone` (2.96) is its
     /// `availability_zone` and `scheduler_hints` (2.100) its hints. Without
     /// one, Nova shows `null` and `{}`.
@@ -181,10 +181,11 @@ pub fn detail_item(
     instance: &Instance,
     extras: &ServerExtras<'_>,
 ) -> Value {
-    render(version, links, access, instance, extras, Parts::all(access))
+    render(version, links, access, instance, extras, Parts::all(access), false)
 }
 
-/// The `GET /servers/{id}` body.
+/// The `GET /servers/{id}` body: [`detail_item`] plus, from 2.71,
+/// `server_groups`.
 pub fn show(
     version: ComputeVersion,
     links: &Links,
@@ -192,7 +193,7 @@ pub fn show(
     instance: &Instance,
     extras: &ServerExtras<'_>,
 ) -> Value {
-    wrap("server", detail_item(version, links, access, instance, extras))
+    wrap("server", render(version, links, access, instance, extras, Parts::all(access), true))
 }
 
 /// The `PUT /servers/{id}` body: from 2.75 the same as [`show`]; before, a
@@ -206,7 +207,7 @@ pub fn update(
     extras: &ServerExtras<'_>,
 ) -> Value {
     let parts = if version.at_least(75) { Parts::all(access) } else { Parts::legacy_update() };
-    wrap("server", render(version, links, access, instance, extras, parts))
+    wrap("server", render(version, links, access, instance, extras, parts, true))
 }
 
 /// The instance Nova shows for a build request: the requested server in
@@ -494,6 +495,7 @@ fn render(
     instance: &Instance,
     extras: &ServerExtras<'_>,
     parts: Parts,
+    show_server_groups: bool,
 ) -> Value {
     let spec = &instance.spec;
     let id = instance.uuid.to_string();
@@ -583,10 +585,8 @@ fn render(
         // berth does not verify image signatures: no trusted certificates.
         server.insert("trusted_image_certificates".into(), Value::Null);
     }
-    if version.at_least(71) {
-        if let Some(groups) = extras.server_groups {
-            server.insert("server_groups".into(), uuids(groups));
-        }
+    if version.at_least(71) && show_server_groups {
+        server.insert("server_groups".into(), uuids(extras.server_groups));
     }
     if version.at_least(73) {
         server.insert("locked_reason".into(), opt_str(instance.locked_reason.as_deref()));

@@ -4,7 +4,7 @@ use serde_json::{json, Map, Value};
 
 use berth_compute_model::cell::Service;
 
-use super::{list_body, strtime_or_null, wrap};
+use super::{strtime_or_null, wrap};
 use crate::ComputeVersion;
 
 /// One service of `GET /os-services` (and the 2.53+ `PUT` response):
@@ -46,7 +46,7 @@ pub fn down_cell_item(host: &str) -> Value {
 
 /// The `GET /os-services` body.
 pub fn index(items: Vec<Value>) -> Value {
-    list_body("services", items, "", None)
+    wrap("services", Value::Array(items))
 }
 
 /// The `PUT /os-services/{service_id}` body (2.53+): the updated service.

@@ -53,8 +53,6 @@ struct ShowCase {
     user: &'static str,
     /// host_status UP passed in (the admin samples).
     host_up: bool,
-    /// server_groups (2.71+ show) passed in, empty.
-    groups: bool,
     /// The request spec passed in.
     request_spec: bool,
     tweak: fn(&mut Instance),
@@ -80,7 +78,6 @@ fn show_matches_samples() {
         access: ADMIN,
         user: "admin",
         host_up: true,
-        groups: minor >= 71,
         request_spec: false,
         tweak,
     };
@@ -90,7 +87,6 @@ fn show_matches_samples() {
         access: MEMBER,
         user: "fake",
         host_up: false,
-        groups: true,
         request_spec: minor >= 96,
         tweak,
     };
@@ -128,7 +124,7 @@ fn show_matches_samples() {
         let extras = ServerExtras {
             fault: None,
             host_status: case.host_up.then_some(HostStatus::Up),
-            server_groups: case.groups.then_some(&groups[..]),
+            server_groups: &groups,
             request_spec: case.request_spec.then_some(&spec),
         };
         let body = servers::show(v(case.minor), &links, &case.access, &instance, &extras);
@@ -202,14 +198,14 @@ fn create_and_update_match_samples() {
     let mut instance = fixtures::instance("admin");
     instance.spec.display_description = Some("Sample description".into());
     let groups = [uuid(9)];
-    let extras = ServerExtras { server_groups: Some(&groups), ..Default::default() };
+    let extras = ServerExtras { server_groups: &groups, ..Default::default() };
     let body = servers::update(v(71), &links, &MEMBER, &instance, &extras);
     assert_sample(
         &body,
         "servers/v2.71/server-update-resp.json.tpl",
         &["/server/addresses", "/server/OS-DCF:diskConfig"],
     );
-    let extras = ServerExtras { server_groups: Some(&[]), host_status: Some(HostStatus::Up), ..Default::default() };
+    let extras = ServerExtras { host_status: Some(HostStatus::Up), ..Default::default() };
     let body = servers::update(v(75), &links, &ADMIN, &instance, &extras);
     assert_sample(&body, "servers/v2.75/server-update-resp.json.tpl", BERTH_DIFFERENCES);
 }
@@ -239,8 +235,8 @@ fn every_version_fits_nova_response_schemas() {
             for (instance, fault) in [(&active, None), (&errored, Some(&fault)), (&building, None), (&deleted, None)] {
                 let shown = ServerExtras {
                     fault,
-                    host_status: Some(if instance.host.is_some() { HostStatus::Up } else { HostStatus::None }),
-                    server_groups: Some(&groups),
+                    host_status: Some(if instance.host.is_some() { HostStatus::Up } else { HostStatus::NoHost }),
+                    server_groups: &groups,
                     request_spec: Some(&spec),
                 };
                 assert_nova_response(
@@ -253,8 +249,7 @@ fn every_version_fits_nova_response_schemas() {
                     version,
                     &servers::update(version, &links, access, instance, &shown),
                 );
-                let listed = ServerExtras { server_groups: None, ..shown };
-                details.push(servers::detail_item(version, &links, access, instance, &listed));
+                details.push(servers::detail_item(version, &links, access, instance, &shown));
             }
             let mut index: Vec<Value> = vec![servers::index_item(&links, active.uuid, "a")];
             if version.at_least(69) {
@@ -280,8 +275,7 @@ fn every_version_fits_nova_response_schemas() {
 fn nova_response_schemas_refuse_wrong_bodies() {
     let links = links();
     let active = fixtures::instance("fake");
-    let extras = ServerExtras { server_groups: Some(&[]), ..Default::default() };
-    let body = servers::show(v(100), &links, &MEMBER, &active, &extras);
+    let body = servers::show(v(100), &links, &MEMBER, &active, &ServerExtras::default());
     let schema = crate::support::nova_response_schema("servers.show", v(100));
     assert!(berth_api::schema::validate(&schema, &body).is_ok());
     let mut missing = body.clone();
@@ -289,12 +283,13 @@ fn nova_response_schemas_refuse_wrong_bodies() {
         server.remove("scheduler_hints");
     }
     assert!(berth_api::schema::validate(&schema, &missing).is_err());
+    assert_eq!(body["server"]["server_groups"], json!([]));
     let mut extra = body;
     extra["server"]["not_nova"] = json!(1);
     assert!(berth_api::schema::validate(&schema, &extra).is_err());
-    // `server_groups` is required in 2.71+ show bodies: the caller must pass them.
-    let without = servers::show(v(100), &links, &MEMBER, &active, &ServerExtras::default());
-    assert!(berth_api::schema::validate(&schema, &without).is_err());
+    // `server_groups` belongs to show, not to detail listings.
+    let detail = servers::detail_item(v(100), &links, &MEMBER, &active, &ServerExtras::default());
+    assert!(detail.get("server_groups").is_none());
 }
 
 #[test]
