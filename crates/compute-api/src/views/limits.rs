@@ -4,30 +4,31 @@ use serde_json::{json, Map, Value};
 
 use crate::ComputeVersion;
 
-/// `max*` absolute limits and the quota resource each shows.
+/// `max*` absolute limits and the quota resource each shows, in the order
+/// Nova builds them (its quota resources in registration order).
 const ABSOLUTE: &[(&str, &str)] = &[
-    ("maxImageMeta", "metadata_items"),
+    ("maxTotalCores", "cores"),
     ("maxPersonality", "injected_files"),
     ("maxPersonalitySize", "injected_file_content_bytes"),
-    ("maxServerMeta", "metadata_items"),
-    ("maxTotalCores", "cores"),
-    ("maxTotalFloatingIps", "floating_ips"),
     ("maxTotalInstances", "instances"),
     ("maxTotalKeypairs", "key_pairs"),
+    ("maxServerMeta", "metadata_items"),
+    ("maxImageMeta", "metadata_items"),
     ("maxTotalRAMSize", "ram"),
-    ("maxSecurityGroups", "security_groups"),
-    ("maxSecurityGroupRules", "security_group_rules"),
     ("maxServerGroups", "server_groups"),
     ("maxServerGroupMembers", "server_group_members"),
+    ("maxTotalFloatingIps", "floating_ips"),
+    ("maxSecurityGroups", "security_groups"),
+    ("maxSecurityGroupRules", "security_group_rules"),
 ];
 
 /// `total*Used` values and the quota resource each counts.
 const USED: &[(&str, &str)] = &[
+    ("totalRAMUsed", "ram"),
     ("totalCoresUsed", "cores"),
     ("totalInstancesUsed", "instances"),
-    ("totalRAMUsed", "ram"),
-    ("totalSecurityGroupsUsed", "security_groups"),
     ("totalFloatingIpsUsed", "floating_ips"),
+    ("totalSecurityGroupsUsed", "security_groups"),
     ("totalServerGroupsUsed", "server_groups"),
 ];
 

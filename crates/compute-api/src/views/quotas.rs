@@ -70,10 +70,10 @@ pub fn update(version: ComputeVersion, limit: impl Fn(&str) -> i64) -> Value {
 }
 
 /// The `GET /os-quota-sets/{project_id}/detail` body: per resource
-/// `{in_use, limit, reserved: 0}`; `usage` returns `(limit, in_use)`.
+/// `{limit, in_use, reserved: 0}`; `usage` returns `(limit, in_use)`.
 pub fn detail(version: ComputeVersion, project_id: &str, usage: impl Fn(&str) -> (i64, i64)) -> Value {
     quota_set(version, Some(project_id), |r| {
         let (limit, in_use) = usage(r);
-        json!({"in_use": in_use, "limit": limit, "reserved": 0})
+        json!({"limit": limit, "in_use": in_use, "reserved": 0})
     })
 }
