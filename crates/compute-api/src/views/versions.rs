@@ -1,0 +1,48 @@
+//! Version documents: `GET /compute/` (all versions) and
+//! `GET /compute/v2.1/` (Nova's `views/versions.py` and `versionsV21.py`).
+//!
+//! berth serves only v2.1 with its microversions; the legacy v2.0 API
+//! Nova still lists as `DEPRECATED` is not served, so it is not listed.
+
+use serde_json::{json, Value};
+
+use super::{Links, API_VERSION_SEGMENT};
+use crate::ComputeVersion;
+
+/// When v2.1 was last changed, as Nova reports it.
+const V21_UPDATED: &str = "2013-07-23T11:33:21Z";
+
+fn self_href(links: &Links) -> String {
+    format!("{}/{API_VERSION_SEGMENT}/", links.base())
+}
+
+/// The `GET /compute/` body: `{"versions": [v2.1]}` with its `self` link.
+pub fn index(links: &Links) -> Value {
+    json!({"versions": [{
+        "id": "v2.1",
+        "status": "CURRENT",
+        "version": ComputeVersion::MAX.to_string(),
+        "min_version": ComputeVersion::MIN.to_string(),
+        "updated": V21_UPDATED,
+        "links": [{"rel": "self", "href": self_href(links)}],
+    }]})
+}
+
+/// The `GET /compute/v2.1/` body: the v2.1 version document with its
+/// `self` and `describedby` links and media types.
+pub fn show(links: &Links) -> Value {
+    json!({"version": {
+        "id": "v2.1",
+        "status": "CURRENT",
+        "version": ComputeVersion::MAX.to_string(),
+        "min_version": ComputeVersion::MIN.to_string(),
+        "updated": V21_UPDATED,
+        "links": [
+            {"rel": "self", "href": self_href(links)},
+            {"rel": "describedby", "type": "text/html", "href": "http://docs.openstack.org/"},
+        ],
+        "media-types": [
+            {"base": "application/json", "type": "application/vnd.openstack.compute+json;version=2.1"},
+        ],
+    }})
+}

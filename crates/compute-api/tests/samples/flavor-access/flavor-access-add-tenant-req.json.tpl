@@ -1,0 +1,5 @@
+{
+    "addTenantAccess": {
+        "tenant": "%(tenant_id)s"
+    }
+}

@@ -1,0 +1,5 @@
+{
+    "removeTenantAccess": {
+        "tenant": "%(tenant_id)s"
+    }
+}

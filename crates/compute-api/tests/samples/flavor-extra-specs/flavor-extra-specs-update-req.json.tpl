@@ -1,0 +1,3 @@
+{
+    "hw:numa_nodes": "%(value1)s"
+}

@@ -1,0 +1,7 @@
+{
+    "aggregate":
+    {
+        "name": "name",
+        "availability_zone": "london"
+    }
+}

@@ -1,0 +1,5 @@
+{
+    "add_host": {
+        "host": "%(host_name)s"
+    }
+}

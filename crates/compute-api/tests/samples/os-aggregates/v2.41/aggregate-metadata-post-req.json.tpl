@@ -1,0 +1,9 @@
+{
+    "set_metadata":
+        {
+            "metadata":
+                {
+                    "key": "value"
+                }
+        }
+}

@@ -1,0 +1,7 @@
+{
+    "aggregate":
+    {
+        "name": "newname",
+        "availability_zone": "nova2"
+    }
+}

@@ -1,0 +1,10 @@
+{
+    "hypervisors": [
+        {
+            "hypervisor_hostname": "fake-mini",
+            "id": 1,
+            "state": "up",
+            "status": "enabled"
+        }
+    ]
+}

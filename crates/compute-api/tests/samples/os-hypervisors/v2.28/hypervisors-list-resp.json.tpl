@@ -1,0 +1,10 @@
+{
+    "hypervisors": [
+        {
+            "hypervisor_hostname": "fake-mini",
+            "state": "up",
+            "status": "enabled",
+            "id": 1
+        }
+    ]
+}

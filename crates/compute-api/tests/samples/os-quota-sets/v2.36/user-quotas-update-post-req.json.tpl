@@ -1,0 +1,6 @@
+{
+    "quota_set": {
+        "force": "True",
+        "instances": 9
+    }
+}

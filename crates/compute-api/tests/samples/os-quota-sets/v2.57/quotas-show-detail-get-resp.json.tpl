@@ -1,0 +1,40 @@
+{
+    "quota_set": {
+        "cores": {
+            "in_use": 0,
+            "limit": 20,
+            "reserved": 0
+        },
+        "id": "fake_tenant",
+        "instances": {
+            "in_use": 0,
+            "limit": 10,
+            "reserved": 0
+        },
+        "key_pairs": {
+            "in_use": 0,
+            "limit": 100,
+            "reserved": 0
+        },
+        "metadata_items": {
+            "in_use": 0,
+            "limit": 128,
+            "reserved": 0
+        },
+        "ram": {
+            "in_use": 0,
+            "limit": 51200,
+            "reserved": 0
+        },
+        "server_group_members": {
+            "in_use": 0,
+            "limit": 10,
+            "reserved": 0
+        },
+        "server_groups": {
+            "in_use": 0,
+            "limit": 10,
+            "reserved": 0
+        }
+    }
+}

@@ -1,0 +1,5 @@
+{
+    "quota_set": {
+        "instances": 9
+    }
+}

@@ -1,0 +1,11 @@
+{
+    "server_groups": [
+        {
+            "id": "%(id)s",
+            "name": "test",
+            "policies": ["anti-affinity"],
+            "members": [],
+            "metadata": {}
+        }
+   ]
+}

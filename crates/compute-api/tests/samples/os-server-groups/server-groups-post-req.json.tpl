@@ -1,0 +1,6 @@
+{
+    "server_group": {
+        "name": "%(name)s",
+        "policies": ["anti-affinity"]
+    }
+}

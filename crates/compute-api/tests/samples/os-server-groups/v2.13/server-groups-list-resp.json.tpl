@@ -1,0 +1,13 @@
+{
+    "server_groups": [
+        {
+            "id": "%(id)s",
+            "name": "test",
+            "policies": ["anti-affinity"],
+            "members": [],
+            "metadata": {},
+            "project_id": "6f70656e737461636b20342065766572",
+            "user_id": "fake"
+        }
+   ]
+}

@@ -1,0 +1,7 @@
+{
+    "service": {
+        "binary": "nova-compute",
+        "host": "host1",
+        "status": "disabled"
+    }
+}

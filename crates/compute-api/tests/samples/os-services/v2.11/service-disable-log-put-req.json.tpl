@@ -1,0 +1,5 @@
+{
+    "host": "%(host)s",
+    "binary": "%(binary)s",
+    "disabled_reason": "%(disabled_reason)s"
+}

@@ -1,0 +1,4 @@
+{
+    "host": "%(host)s",
+    "binary": "%(binary)s"
+}

@@ -1,0 +1,5 @@
+{
+    "host": "%(host)s",
+    "binary": "%(binary)s",
+    "forced_down": %(forced_down)s
+}

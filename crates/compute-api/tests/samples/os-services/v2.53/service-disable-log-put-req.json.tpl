@@ -1,0 +1,4 @@
+{
+    "status": "disabled",
+    "disabled_reason": "%(disabled_reason)s"
+}

@@ -1,0 +1,13 @@
+{
+    "service": {
+        "id": "e81d66a4-ddd3-4aba-8a84-171d1cb4d339",
+        "binary": "nova-compute",
+        "disabled_reason": null,
+        "host": "host1",
+        "state": "up",
+        "status": "enabled",
+        "updated_at": "2012-10-29T13:42:05.000000",
+        "forced_down": false,
+        "zone": "nova"
+    }
+}

@@ -1,0 +1,3 @@
+{
+    "forced_down": %(forced_down)s
+}

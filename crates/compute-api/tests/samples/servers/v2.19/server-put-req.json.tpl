@@ -1,0 +1,6 @@
+{
+    "server" : {
+        "name" : "updated-server-test",
+        "description" : "updated-server-description"
+    }
+}
