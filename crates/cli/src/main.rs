@@ -1,9 +1,12 @@
 //! The `berth` binary: one subcommand per module. Only this crate reads
 //! arguments, the environment and files.
 
+mod agent;
 mod bench;
 mod bench_candidates;
+mod compute_wiring;
 mod config;
+mod router;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +27,8 @@ enum Command {
     Migrate(serve::MigrateOpts),
     /// Run benchmarks against a berth (and optionally the real placement).
     Bench(bench::BenchOpts),
+    /// Run fake compute hosts (a hypervisor agent) against a berth.
+    Agent(agent::AgentOpts),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +37,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(opts) => serve::run(opts),
         Command::Migrate(opts) => serve::migrate(opts),
         Command::Bench(opts) => bench::run(opts),
+        Command::Agent(opts) => agent::run(opts),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

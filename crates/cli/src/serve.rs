@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use berth_api::{ApiConfig, App, AuthMode, CandidateOptions, CorsConfig, Policy};
+use berth_core::App;
+use berth_http::{AuthMode, CorsConfig, HttpConfig, Policy, Server};
+use berth_placement_api::{CandidateOptions, Placement};
 use berth_store::Store;
 use berth_store_sqlite::SqliteStore;
 
@@ -98,7 +100,9 @@ struct Settings {
     listen: SocketAddr,
     data_dir: PathBuf,
     database: Option<String>,
-    api: ApiConfig,
+    http: HttpConfig,
+    policy_overrides: std::collections::BTreeMap<String, String>,
+    candidates: CandidateOptions,
     log: String,
     log_json: bool,
     change_poll: std::time::Duration,
@@ -113,9 +117,9 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     let policy = match opts.policy_file.or(file.policy_file) {
         Some(path) => {
             let text = std::fs::read_to_string(&path).with_context(|| format!("reading policy {}", path.display()))?;
-            Policy::from_file_text(&text).with_context(|| format!("parsing policy {}", path.display()))?
+            Policy::overrides_from_text(&text).with_context(|| format!("parsing policy {}", path.display()))?
         }
-        None => Policy::new(&Default::default())?,
+        None => Default::default(),
     };
     let auth_mode = match opts.auth.or(file.auth).as_deref().unwrap_or("noauth2") {
         "noauth2" => AuthMode::NoAuth2,
@@ -145,13 +149,13 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         listen,
         data_dir,
         database: opts.database.or(file.database),
-        api: ApiConfig {
+        http: HttpConfig {
             auth_mode,
-            policy,
             cors,
             max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
-            candidates,
         },
+        policy_overrides: policy,
+        candidates,
         log: opts.log.or(file.log).unwrap_or_else(|| "info".to_owned()),
         log_json: match opts.log_format.or(file.log_format).as_deref().unwrap_or("text") {
             "text" => false,
@@ -203,17 +207,27 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
     // runtime starts: the store API is blocking.
     let store = open_store(settings.database.as_deref(), &settings.data_dir, settings.feed_retention)?;
     let follows_others = store.backend_name() != "sqlite";
-    let app = Arc::new(App::new(store, settings.api)?);
+    let app = Arc::new(App::new(store)?);
     if follows_others {
         spawn_change_follower(app.clone(), settings.change_poll);
     }
+    // Every API checks the policy file's rules against its own defaults.
+    let placement_api = berth_placement_api::api(&settings.policy_overrides)?;
+    let placement = Arc::new(Placement::new(app.clone(), settings.candidates.clone()));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
+        let services = Arc::new(crate::router::Services {
+            server: Server { config: settings.http.clone(), metrics: Default::default() },
+            core: app,
+            placement,
+            placement_api,
+            compute: None,
+        });
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
-        tracing::info!(listen = %listener.local_addr()?, data_dir = %settings.data_dir.display(), "berth serving placement");
-        axum::serve(listener, berth_api::router(app)).with_graceful_shutdown(shutdown_signal()).await?;
+        tracing::info!(listen = %listener.local_addr()?, data_dir = %settings.data_dir.display(), "berth serving");
+        axum::serve(listener, crate::router::router(services, false)).with_graceful_shutdown(shutdown_signal()).await?;
         tracing::info!("berth stopped");
         Ok(())
     })
@@ -234,7 +248,7 @@ fn spawn_change_follower(app: Arc<App>, interval: std::time::Duration) {
     }
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -312,9 +326,9 @@ mod tests {
         std::env::remove_var("BERTH_MAX_BODY_BYTES");
         assert_eq!(settings.listen.to_string(), "127.0.0.1:1111", "file value used when nothing overrides it");
         assert_eq!(settings.data_dir, PathBuf::from("/from/env"), "environment beats file");
-        assert_eq!(settings.api.max_body_bytes, 9999, "flag beats environment");
-        assert_eq!(settings.api.auth_mode, AuthMode::TrustedHeaders);
-        assert!(settings.api.cors.is_none(), "CORS is off by default");
+        assert_eq!(settings.http.max_body_bytes, 9999, "flag beats environment");
+        assert_eq!(settings.http.auth_mode, AuthMode::TrustedHeaders);
+        assert!(settings.http.cors.is_none(), "CORS is off by default");
 
         std::fs::write(&file, "listen: 127.0.0.1:1111\nbogus_key: 1\n").expect("write config");
         let parsed = Wrapper::try_parse_from(["berth", "--config", file.to_str().expect("utf8 path")]).expect("parse");
@@ -329,7 +343,7 @@ mod tests {
         let resolve_args = |args: &[&str]| {
             let mut all = vec!["berth"];
             all.extend_from_slice(args);
-            resolve(Wrapper::try_parse_from(all).expect("parse").opts).map(|s| s.api.candidates)
+            resolve(Wrapper::try_parse_from(all).expect("parse").opts).map(|s| s.candidates)
         };
         let defaults = resolve_args(&[]).expect("resolve");
         assert_eq!(defaults, CandidateOptions { randomize: false, max_candidates: None });

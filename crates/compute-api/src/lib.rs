@@ -4,7 +4,7 @@
 //! - [`views`]: domain values (`berth-compute-model` types, which are not
 //!   `Serialize`) to response bodies, per microversion;
 //! - [`schemas`]: request-body JSON schemas, per microversion, in the
-//!   draft-4 dialect of berth's validator (`berth_api::schema`).
+//!   draft-4 dialect of berth's validator (`berth_http::schema`).
 //!
 //! Everything here is a pure function: no I/O, no HTTP types, no clock
 //! (times are the model's Unix seconds), no policy engine (callers pass

@@ -292,7 +292,11 @@ pub(crate) struct Proxy {
     accept: JoinHandle<()>,
 }
 
-async fn pump(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, forwarding: Arc<AtomicBool>) {
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    forwarding: Arc<AtomicBool>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 16 * 1024];
     loop {

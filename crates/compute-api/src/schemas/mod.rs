@@ -2,7 +2,7 @@
 //! `api/openstack/compute/schemas/*.py` (and Glance's image schema for
 //! `POST /image/v2/images`).
 //!
-//! They are written for berth's validator (`berth_api::schema`: draft-4
+//! They are written for berth's validator (`berth_http::schema`: draft-4
 //! keywords plus `format: uuid`, patterns in Rust `regex` syntax). Where
 //! Nova relies on something that validator lacks, the schema says the same
 //! thing another way, or a little less; the tests apply exactly these

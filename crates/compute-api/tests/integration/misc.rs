@@ -146,7 +146,7 @@ fn glance_images() {
     }
     // The image validates against the schema document clients fetch.
     let schema = images::image_schema();
-    assert!(berth_api::schema::validate(&schema, &body).is_ok(), "{:?}", berth_api::schema::validate(&schema, &body));
+    assert!(berth_http::schema::validate(&schema, &body).is_ok(), "{:?}", berth_http::schema::validate(&schema, &body));
     let listing = images::list(std::slice::from_ref(&image), &[("limit", "1"), ("marker", "old")], Some(&id));
     assert_eq!(listing["first"], json!("/v2/images"));
     assert_eq!(listing["schema"], json!("/v2/schemas/images"));
@@ -154,5 +154,5 @@ fn glance_images() {
     assert!(images::list(&[], &[], None).get("next").is_none());
     let schemas = images::images_schema();
     assert_eq!(schemas["properties"]["images"]["items"], schema);
-    assert!(berth_api::schema::validate(&schemas, &listing).is_ok());
+    assert!(berth_http::schema::validate(&schemas, &listing).is_ok());
 }

@@ -189,7 +189,7 @@ fn every_pattern_compiles() {
 }
 
 fn valid(schema: &Value, body: &Value) -> bool {
-    berth_api::schema::validate(schema, body).is_ok()
+    berth_http::schema::validate(schema, body).is_ok()
 }
 
 /// The sample values Nova's request samples are rendered with.
@@ -287,7 +287,7 @@ fn nova_request_samples_validate() {
         let version = sample_version(path);
         let Some(schema) = schema_for_sample(path, version) else { continue };
         let body = render_request(path);
-        if let Err(e) = berth_api::schema::validate(&schema, &body) {
+        if let Err(e) = berth_http::schema::validate(&schema, &body) {
             panic!("{path} at {version}: {e}\n{body}");
         }
         checked += 1;

@@ -277,16 +277,16 @@ fn nova_response_schemas_refuse_wrong_bodies() {
     let active = fixtures::instance("fake");
     let body = servers::show(v(100), &links, &MEMBER, &active, &ServerExtras::default());
     let schema = crate::support::nova_response_schema("servers.show", v(100));
-    assert!(berth_api::schema::validate(&schema, &body).is_ok());
+    assert!(berth_http::schema::validate(&schema, &body).is_ok());
     let mut missing = body.clone();
     if let Some(server) = missing["server"].as_object_mut() {
         server.remove("scheduler_hints");
     }
-    assert!(berth_api::schema::validate(&schema, &missing).is_err());
+    assert!(berth_http::schema::validate(&schema, &missing).is_err());
     assert_eq!(body["server"]["server_groups"], json!([]));
     let mut extra = body;
     extra["server"]["not_nova"] = json!(1);
-    assert!(berth_api::schema::validate(&schema, &extra).is_err());
+    assert!(berth_http::schema::validate(&schema, &extra).is_err());
     // `server_groups` belongs to show, not to detail listings.
     let detail = servers::detail_item(v(100), &links, &MEMBER, &active, &ServerExtras::default());
     assert!(detail.get("server_groups").is_none());

@@ -265,7 +265,7 @@ pub(crate) fn nova_response_schema(key: &str, version: ComputeVersion) -> Value 
 /// `controller.method` at `version`.
 pub(crate) fn assert_nova_response(key: &str, version: ComputeVersion, body: &Value) {
     let schema = nova_response_schema(key, version);
-    if let Err(e) = berth_api::schema::validate(&schema, body) {
+    if let Err(e) = berth_http::schema::validate(&schema, body) {
         panic!("{key} at {version}: {e}\nbody: {}", serde_json::to_string_pretty(body).unwrap_or_default());
     }
 }

@@ -43,7 +43,11 @@ async fn boot_show_list_delete() {
 async fn reserved_and_overcommit_admit_exactly_28() {
     let mut cloud = Cloud::start("boot-28", &[]).await;
     cloud
-        .add_agent(Hosts::new("big", 1, &["--vcpus", "8", "--reserved-vcpus", "1", "--cpu-ratio", "4.0", "--memory-mb", "65536"]))
+        .add_agent(Hosts::new(
+            "big",
+            1,
+            &["--vcpus", "8", "--reserved-vcpus", "1", "--cpu-ratio", "4.0", "--memory-mb", "65536"],
+        ))
         .await;
     let nova = cloud.nova("admin");
     let limits = json!({"quota_set": {"instances": 100, "cores": 100, "ram": 1000000}});
@@ -150,7 +154,8 @@ async fn multi_create_lowered_to_quota_then_all_or_nothing() {
     assert_eq!(nova.put("/os-quota-sets/admin", &json!({"quota_set": {"instances": 5}})).await.status, 200);
     let flavor = nova.flavor("f", 1, 128, 1).await;
     let image = nova.image("img", json!({})).await;
-    let answer = nova.boot("m", &flavor, &image, json!({"min_count": 3, "max_count": 10, "return_reservation_id": true})).await;
+    let answer =
+        nova.boot("m", &flavor, &image, json!({"min_count": 3, "max_count": 10, "return_reservation_id": true})).await;
     assert_eq!(answer.status, 202, "{:?}", answer.body);
     let reservation = answer.body["reservation_id"].as_str().expect("reservation id").to_owned();
     let servers = nova.wait_all_settled().await;

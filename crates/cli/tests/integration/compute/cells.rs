@@ -39,7 +39,10 @@ async fn boot_on(nova: &Nova, name: &str, flavor: &str, image: &str, host: &str)
 }
 
 fn ids(page: &Value) -> Vec<String> {
-    page["servers"].as_array().map(|a| a.iter().filter_map(|s| s["id"].as_str().map(str::to_owned)).collect()).unwrap_or_default()
+    page["servers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s["id"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -51,7 +54,10 @@ async fn listing_pages_across_cells_and_build_requests() {
     cloud.add_agent(Hosts::new("a", 1, &[]).in_cell("cellA")).await;
     cloud.add_agent(Hosts::new("b", 1, &[]).in_cell("cellB")).await;
     let nova = cloud.nova("admin");
-    assert_eq!(nova.put("/os-quota-sets/admin", &json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})).await.status, 200);
+    assert_eq!(
+        nova.put("/os-quota-sets/admin", &json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})).await.status,
+        200
+    );
     let flavor = nova.flavor("f", 1, 64, 1).await;
     let image = nova.image("img", json!({})).await;
     // Boots in quick succession share created_at seconds.
@@ -78,7 +84,8 @@ async fn listing_pages_across_cells_and_build_requests() {
     let first_placed = servers.iter().position(|s| s["status"] != "BUILD").expect("placed servers");
     assert_eq!(first_placed, 5, "the 5 build requests come first");
     for pair in servers[5..].windows(2) {
-        let key = |s: &Value| (s["created"].as_str().unwrap_or("").to_owned(), s["id"].as_str().unwrap_or("").to_owned());
+        let key =
+            |s: &Value| (s["created"].as_str().unwrap_or("").to_owned(), s["id"].as_str().unwrap_or("").to_owned());
         assert!(key(&pair[0]) > key(&pair[1]), "merge order: {:?} then {:?}", key(&pair[0]), key(&pair[1]));
     }
     // Pages of 7 concatenate to the same order, no duplicate, no gap.
@@ -128,7 +135,10 @@ async fn disabled_cells_and_unmapped_hosts_are_never_chosen() {
         nova.boot_id(&format!("d{i}"), &flavor, &image).await;
     }
     let servers = nova.wait_all_settled().await;
-    assert!(servers.iter().all(|s| !s["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or("").starts_with('x')), "disabled cell chosen");
+    assert!(
+        servers.iter().all(|s| !s["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or("").starts_with('x')),
+        "disabled cell chosen"
+    );
     assert_eq!(servers.iter().filter(|s| s["status"] == "ACTIVE").count(), 1);
     cloud.check_invariants().await;
 

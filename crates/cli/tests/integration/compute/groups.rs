@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 use super::support::{by_status, Cloud, Hosts, Nova};
 
 async fn group(nova: &Nova, policy: &str, rules: Value) -> String {
-    let answer = nova.post("/os-server-groups", &json!({"server_group": {"name": policy, "policy": policy, "rules": rules}})).await;
+    let answer = nova
+        .post("/os-server-groups", &json!({"server_group": {"name": policy, "policy": policy, "rules": rules}}))
+        .await;
     assert_eq!(answer.status, 200, "create group: {:?}", answer.body);
     answer.body["server_group"]["id"].as_str().expect("group id").to_owned()
 }

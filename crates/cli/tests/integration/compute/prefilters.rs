@@ -22,7 +22,8 @@ async fn aggregate(nova: &Nova, name: &str, zone: Option<&str>, hosts: &[&str], 
         assert_eq!(added.status, 200, "{:?}", added.body);
     }
     if metadata.as_object().is_some_and(|m| !m.is_empty()) {
-        let set = nova.post(&format!("/os-aggregates/{id}/action"), &json!({"set_metadata": {"metadata": metadata}})).await;
+        let set =
+            nova.post(&format!("/os-aggregates/{id}/action"), &json!({"set_metadata": {"metadata": metadata}})).await;
         assert_eq!(set.status, 200, "{:?}", set.body);
     }
     id

@@ -82,9 +82,8 @@ async fn cores_ram_and_group_member_quotas() {
     );
     // Server group members: limit 2, the third boot into the group is refused.
     assert_eq!(admin.put("/os-quota-sets/p2", &json!({"quota_set": {"cores": 100}})).await.status, 200);
-    let group = user
-        .post("/os-server-groups", &json!({"server_group": {"name": "g", "policy": "soft-anti-affinity"}}))
-        .await;
+    let group =
+        user.post("/os-server-groups", &json!({"server_group": {"name": "g", "policy": "soft-anti-affinity"}})).await;
     assert_eq!(group.status, 200, "{:?}", group.body);
     let g = group.body["server_group"]["id"].as_str().expect("id").to_owned();
     for i in 0..2 {

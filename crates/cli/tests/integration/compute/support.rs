@@ -55,7 +55,8 @@ impl Cloud {
     pub(crate) async fn add_process(&mut self, serve_args: &[&str]) {
         let mut args: Vec<&str> = vec!["--test-hooks"];
         args.extend_from_slice(serve_args);
-        let sibling = TestServer::start_with_args_in(self.server.dir.clone(), self.server.database.clone(), &args).await;
+        let sibling =
+            TestServer::start_with_args_in(self.server.dir.clone(), self.server.database.clone(), &args).await;
         self.siblings.push(sibling);
     }
 
@@ -136,7 +137,12 @@ pub(crate) struct Answer {
 
 impl Nova {
     pub(crate) fn new(base: &str, token: &str) -> Self {
-        Nova { http: reqwest::Client::new(), base: base.to_owned(), token: token.to_owned(), version: "2.96".to_owned() }
+        Nova {
+            http: reqwest::Client::new(),
+            base: base.to_owned(),
+            token: token.to_owned(),
+            version: "2.96".to_owned(),
+        }
     }
 
     /// The server's base URL.
@@ -190,7 +196,8 @@ impl Nova {
 
     /// Create an image through the image API; returns its id.
     pub(crate) async fn image(&self, name: &str, properties: Value) -> String {
-        let mut body = json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": "public"});
+        let mut body =
+            json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": "public"});
         if let (Some(body), Some(props)) = (body.as_object_mut(), properties.as_object()) {
             for (k, v) in props {
                 body.insert(k.clone(), v.clone());
@@ -308,14 +315,17 @@ pub(crate) async fn check_invariants(server: &TestServer) {
     }
     let live: HashMap<String, &Value> =
         servers.iter().map(|s| (s["id"].as_str().unwrap_or("").to_owned(), s)).collect();
-    let providers = placement.get("/resource_providers").await.body["resource_providers"].as_array().cloned().unwrap_or_default();
+    let providers =
+        placement.get("/resource_providers").await.body["resource_providers"].as_array().cloned().unwrap_or_default();
     let names: HashMap<String, String> = providers
         .iter()
         .map(|p| (p["uuid"].as_str().unwrap_or("").to_owned(), p["name"].as_str().unwrap_or("").to_owned()))
         .collect();
     let roots: HashMap<String, String> = providers
         .iter()
-        .map(|p| (p["uuid"].as_str().unwrap_or("").to_owned(), p["root_provider_uuid"].as_str().unwrap_or("").to_owned()))
+        .map(|p| {
+            (p["uuid"].as_str().unwrap_or("").to_owned(), p["root_provider_uuid"].as_str().unwrap_or("").to_owned())
+        })
         .collect();
     for provider in &providers {
         let uuid = provider["uuid"].as_str().unwrap_or("");
@@ -334,7 +344,9 @@ pub(crate) async fn check_invariants(server: &TestServer) {
         let allocations = placement.get(&format!("/resource_providers/{uuid}/allocations")).await.body;
         if let Some(consumers) = allocations["allocations"].as_object() {
             for consumer in consumers.keys() {
-                let server = live.get(consumer).unwrap_or_else(|| panic!("allocation of {consumer} on {uuid} has no live server"));
+                let server = live
+                    .get(consumer)
+                    .unwrap_or_else(|| panic!("allocation of {consumer} on {uuid} has no live server"));
                 let root = roots.get(uuid).and_then(|r| names.get(r)).cloned().unwrap_or_default();
                 assert_eq!(
                     server["OS-EXT-SRV-ATTR:hypervisor_hostname"].as_str().unwrap_or(""),
@@ -355,7 +367,11 @@ pub(crate) async fn check_invariants(server: &TestServer) {
     }
     for (project, (instances, cores)) in projects {
         let detail = nova.get(&format!("/os-quota-sets/{project}/detail")).await.body;
-        assert_eq!(detail["quota_set"]["instances"]["in_use"].as_i64(), Some(instances), "instances in use of {project}");
+        assert_eq!(
+            detail["quota_set"]["instances"]["in_use"].as_i64(),
+            Some(instances),
+            "instances in use of {project}"
+        );
         assert_eq!(detail["quota_set"]["cores"]["in_use"].as_i64(), Some(cores), "cores in use of {project}");
     }
 }

@@ -36,7 +36,7 @@ fn schema(req: &Req) -> Value {
 
 /// `POST /reshaper`.
 pub fn reshape(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:reshaper:reshape")?;
+    req.authorize("placement:reshaper:reshape")?;
     let data = req.json_body(&schema(req))?;
     let mut inventories = Vec::new();
     for (raw, entry) in data.get("inventories").and_then(Value::as_object).into_iter().flatten() {

@@ -153,7 +153,7 @@ fn provider_for_read<'s>(state: &'s State, raw: &str) -> ApiResult<&'s Provider>
 
 /// `GET /resource_providers/{uuid}/inventories`.
 pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:inventories:list")?;
+    req.authorize("placement:resource_providers:inventories:list")?;
     let raw = req.param(0);
     let state = app.read();
     let provider = provider_for_read(&state, raw)?;
@@ -164,7 +164,7 @@ pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `POST /resource_providers/{uuid}/inventories`: add one class (201).
 pub fn create_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
     req.require_json()?;
-    req.authorize(app, "placement:resource_providers:inventories:create")?;
+    req.authorize("placement:resource_providers:inventories:create")?;
     let uuid = existing_provider(app, req)?;
     let data = req.json_body(&post_schema())?;
     let class = data["resource_class"].as_str().unwrap_or_default().to_owned();
@@ -182,7 +182,7 @@ pub fn create_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `PUT /resource_providers/{uuid}/inventories`: replace all.
 pub fn set_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
     req.require_json()?;
-    req.authorize(app, "placement:resource_providers:inventories:update")?;
+    req.authorize("placement:resource_providers:inventories:update")?;
     let uuid = existing_provider(app, req)?;
     let data = req.json_body(&put_all_schema())?;
     let generation = int_field(&data, "resource_provider_generation").unwrap_or(-1);
@@ -208,7 +208,7 @@ pub fn delete_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
             format!("The method {} is not allowed for this resource.", req.method),
         ));
     }
-    req.authorize(app, "placement:resource_providers:inventories:delete")?;
+    req.authorize("placement:resource_providers:inventories:delete")?;
     let uuid = existing_provider(app, req)?;
     let at = now();
     app.write(|state| Ok((inventories::plan_delete_all_inventories(state, uuid, at)?, ())))?;
@@ -217,7 +217,7 @@ pub fn delete_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `GET /resource_providers/{uuid}/inventories/{resource_class}`.
 pub fn get_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:inventories:show")?;
+    req.authorize("placement:resource_providers:inventories:show")?;
     let raw = req.param(0);
     let class = req.param(1);
     let state = app.read();
@@ -232,7 +232,7 @@ pub fn get_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `PUT /resource_providers/{uuid}/inventories/{resource_class}`.
 pub fn update_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
     req.require_json()?;
-    req.authorize(app, "placement:resource_providers:inventories:update")?;
+    req.authorize("placement:resource_providers:inventories:update")?;
     let uuid = existing_provider(app, req)?;
     let class = req.param(1).to_owned();
     let data = req.json_body(&base_schema())?;
@@ -249,7 +249,7 @@ pub fn update_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `DELETE /resource_providers/{uuid}/inventories/{resource_class}`.
 pub fn delete_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:inventories:delete")?;
+    req.authorize("placement:resource_providers:inventories:delete")?;
     let uuid = existing_provider(app, req)?;
     let class = req.param(1).to_owned();
     let at = now();

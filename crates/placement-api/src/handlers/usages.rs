@@ -18,7 +18,7 @@ use crate::App;
 /// `GET /resource_providers/{uuid}/usages`: every inventory class with its
 /// usage (0 when unused).
 pub fn list_usages(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:usages")?;
+    req.authorize("placement:resource_providers:usages")?;
     let raw = req.param(0);
     let state = app.read();
     let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
@@ -91,7 +91,7 @@ pub fn get_total_usages(app: &App, req: &Req) -> ApiResult<Resp> {
     let user_id = req.query_one("user_id");
     let mut target = Target::default();
     target.values.insert("project_id".to_owned(), project_id.unwrap_or("None").to_owned());
-    req.authorize_target(app, "placement:usages", &target)?;
+    req.authorize_target("placement:usages", &target)?;
     validate_query_schema(&req.query, &query_schema(req))?;
     let project_id = project_id.unwrap_or("");
     let state = app.read();

@@ -3,48 +3,26 @@
 //! the `version_handler` minimums).
 
 use axum::http::Method;
+use berth_http::routes::{Endpoint, Route};
 
-use crate::error::ApiResult;
 use crate::handlers::*;
 use crate::microversion::Version;
-use crate::request::{Req, Resp};
-use crate::App;
+use crate::Placement;
 
-/// A handler function.
-pub type Handler = fn(&App, &Req) -> ApiResult<Resp>;
-
-/// One method on a route.
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    /// HTTP method.
-    pub method: Method,
-    /// Lowest microversion serving it (404 below).
-    pub min_version: Version,
-    /// The handler.
-    pub handler: Handler,
-    /// Does not need authentication (only the root document).
-    pub public: bool,
-}
-
-/// A path pattern with its methods.
-#[derive(Debug)]
-pub struct Route {
-    /// Pattern; `{name}` segments capture.
-    pub pattern: &'static str,
-    /// Methods in `Allow` order.
-    pub endpoints: Vec<Endpoint>,
-}
-
-fn ep(method: Method, minor: u16, handler: Handler) -> Endpoint {
-    Endpoint { method, min_version: Version(1, minor), handler, public: false }
+fn ep(
+    method: Method,
+    minor: u16,
+    handler: fn(&Placement, &crate::request::Req) -> berth_http::ApiResult<berth_http::Resp>,
+) -> Endpoint<Placement> {
+    Endpoint::sync(method, Version(1, minor), handler)
 }
 
 /// The full table.
-pub fn table() -> Vec<Route> {
+pub fn table() -> Vec<Route<Placement>> {
     use Method as M;
     let r = |pattern, endpoints| Route { pattern, endpoints };
     vec![
-        r("/", vec![Endpoint { method: M::GET, min_version: Version(1, 0), handler: root::home, public: true }]),
+        r("/", vec![ep(M::GET, 0, root::home).public()]),
         r(
             "/resource_classes",
             vec![
@@ -128,51 +106,4 @@ pub fn table() -> Vec<Route> {
         r("/usages", vec![ep(M::GET, 9, usages::get_total_usages)]),
         r("/reshaper", vec![ep(M::POST, 30, reshaper::reshape)]),
     ]
-}
-
-/// Result of matching a path.
-#[derive(Debug)]
-pub enum Match<'a> {
-    /// No route has this path.
-    NotFound,
-    /// The path matched; `endpoint` is None when the method is not allowed.
-    Found {
-        /// The matched route.
-        route: &'a Route,
-        /// The endpoint for the method, if any.
-        endpoint: Option<&'a Endpoint>,
-        /// Decoded captures.
-        params: Vec<String>,
-    },
-}
-
-/// Match `path` and `method` against the table.
-pub fn find<'a>(table: &'a [Route], method: &Method, path: &str) -> Match<'a> {
-    let path = if path.is_empty() { "/" } else { path };
-    let segments: Vec<&str> = path.split('/').skip(1).collect();
-    for route in table {
-        let pattern: Vec<&str> = route.pattern.split('/').skip(1).collect();
-        if pattern.len() != segments.len() {
-            continue;
-        }
-        let mut params = Vec::new();
-        let mut ok = true;
-        for (want, got) in pattern.iter().zip(&segments) {
-            if want.starts_with('{') {
-                if got.is_empty() {
-                    ok = false;
-                    break;
-                }
-                params.push(percent_encoding::percent_decode_str(got).decode_utf8_lossy().into_owned());
-            } else if want != got {
-                ok = false;
-                break;
-            }
-        }
-        if ok {
-            let endpoint = route.endpoints.iter().find(|e| e.method == *method);
-            return Match::Found { route, endpoint, params };
-        }
-    }
-    Match::NotFound
 }

@@ -1,60 +1,22 @@
-//! Shared application state and the single write path.
+//! The in-memory snapshot and the single write path.
 
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use berth_model::{ChangeSet, State, Timestamp};
-use berth_store::{Seq, Store};
+use berth_store::{Seq, Store, StoreError};
 
-use crate::auth::AuthMode;
-use crate::error::{ApiError, ApiResult};
-use crate::policy::Policy;
+use crate::metrics::CoreMetrics;
 
-/// CORS settings (oslo.middleware semantics), off when `None`.
-#[derive(Debug, Clone)]
-pub struct CorsConfig {
-    /// Allowed origins.
-    pub allowed_origins: Vec<String>,
-    /// Extra headers a preflight may ask for.
-    pub allow_headers: Vec<String>,
-}
-
-/// Allocation-candidate options (upstream `[placement]`
-/// `randomize_allocation_candidates`, `max_allocation_candidates`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CandidateOptions {
-    /// Shuffle the allocation requests (a random sample with `limit`).
-    pub randomize: bool,
-    /// Generate at most this many allocation requests per request,
-    /// breadth-first across provider trees; `None` is unlimited.
-    pub max_candidates: Option<usize>,
-}
-
-/// Server settings the API needs.
-#[derive(Debug, Clone)]
-pub struct ApiConfig {
-    /// How callers are identified.
-    pub auth_mode: AuthMode,
-    /// The policy in force.
-    pub policy: Policy,
-    /// CORS, when enabled.
-    pub cors: Option<CorsConfig>,
-    /// Largest accepted request body in bytes.
-    pub max_body_bytes: usize,
-    /// `GET /allocation_candidates` options.
-    pub candidates: CandidateOptions,
-}
-
-/// Everything a handler can reach.
+/// The control state of one process: the snapshot, the store, the write
+/// path.
 pub struct App {
-    /// Settings.
-    pub config: ApiConfig,
     state: RwLock<State>,
     /// Serialises writers and change-feed catch-up; holds the last change
     /// sequence number applied to `state`.
     writer: Mutex<Seq>,
     store: Arc<dyn Store>,
-    /// Process metrics.
-    pub metrics: crate::metrics::Metrics,
+    /// Store and change-feed counters.
+    pub metrics: CoreMetrics,
     batches: Batches,
 }
 
@@ -85,12 +47,22 @@ struct SharedState {
     /// Every batch up to this one has its outcome decided.
     done_through: u64,
     /// Batches that failed, with the error their writers get.
-    failed: std::collections::BTreeMap<u64, ApiError>,
+    failed: std::collections::BTreeMap<u64, StoreError>,
 }
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App").field("store", &self.store.backend_name()).finish_non_exhaustive()
+    }
+}
+
+/// A copy of a store error for every writer of a failed batch.
+fn clone_store_error(err: &StoreError) -> StoreError {
+    match err {
+        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+        StoreError::FeedGap(s) => StoreError::FeedGap(*s),
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        StoreError::Internal(m) => StoreError::Internal(m.clone()),
     }
 }
 
@@ -113,10 +85,9 @@ pub fn now() -> Timestamp {
 impl App {
     /// Load the state from `store` (adding any missing standard traits and
     /// resource classes) and build the app.
-    pub fn new(store: Arc<dyn Store>, config: ApiConfig) -> anyhow::Result<Self> {
+    pub fn new(store: Arc<dyn Store>) -> anyhow::Result<Self> {
         let loaded = store.load()?;
         let app = Self {
-            config,
             state: RwLock::new(loaded.state),
             writer: Mutex::new(loaded.seq),
             store,
@@ -129,8 +100,8 @@ impl App {
         // Upstream syncs standard traits and classes at start-up; several
         // processes may race here, which the plan-inside-transaction
         // protocol makes harmless (the loser sees the winner's rows).
-        app.write(|state| Ok((state.standard_data_changes(now()), ())))
-            .map_err(|e| anyhow::anyhow!("syncing standard traits and classes: {}", e.detail))?;
+        app.write(|state| Ok::<_, StoreError>((state.standard_data_changes(now()), ())))
+            .map_err(|e| anyhow::anyhow!("syncing standard traits and classes: {e}"))?;
         Ok(app)
     }
 
@@ -184,7 +155,12 @@ impl App {
     /// The one write path: plan a change set against the current state,
     /// commit it durably, and apply it to the snapshot so this process reads
     /// its own write. Writes are group-committed: see [`App::write_batched`].
-    pub fn write<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
+    /// A plan refuses with its own error type `E`; a failed commit comes
+    /// back as `E::from(StoreError)`.
+    pub fn write<T, E: From<StoreError>>(
+        &self,
+        plan: impl FnOnce(&State) -> Result<(ChangeSet, T), E>,
+    ) -> Result<T, E> {
         blocking(|| self.write_batched(plan))
     }
 
@@ -216,7 +192,10 @@ impl App {
     /// and every writer gets the error. The catch-up stays applied, since it
     /// was committed by others. Writers that register while a batch is
     /// committing wait for the next batch, whose leader is one of them.
-    fn write_batched<T>(&self, plan: impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>) -> ApiResult<T> {
+    fn write_batched<T, E: From<StoreError>>(
+        &self,
+        plan: impl FnOnce(&State) -> Result<(ChangeSet, T), E>,
+    ) -> Result<T, E> {
         let lock = lock_shared;
         let shared = &self.batches;
         let mut st = lock(&shared.state);
@@ -224,7 +203,7 @@ impl App {
         st.waiting += 1;
         let mut plan = Some(plan);
         let mut out: Option<T> = None;
-        let mut my_error: Option<ApiError> = None;
+        let mut my_error: Option<E> = None;
         loop {
             if st.done_through >= my_batch {
                 break;
@@ -278,7 +257,7 @@ impl App {
                     if let Err(err) = reloaded {
                         st.open_batch += 1;
                         st.waiting = 0;
-                        st.failed.insert(my_batch, ApiError::from(err));
+                        st.failed.insert(my_batch, err);
                         st.done_through = my_batch;
                     }
                     shared.changed.notify_all();
@@ -305,7 +284,7 @@ impl App {
                             state.apply(set);
                         }
                         drop(state);
-                        st.failed.insert(my_batch, ApiError::from(err));
+                        st.failed.insert(my_batch, err);
                     }
                 }
                 drop(seen);
@@ -322,20 +301,20 @@ impl App {
             return Err(err);
         }
         if let Some(err) = st.failed.get(&my_batch) {
-            return Err(err.clone());
+            return Err(E::from(clone_store_error(err)));
         }
         drop(st);
-        out.ok_or_else(ApiError::internal)
+        out.ok_or_else(|| E::from(StoreError::Internal("a writer's plan never ran".into())))
     }
 
     /// One writer plans into the open batch (the window is open, so
     /// the snapshot has caught up) and applies its change set at once.
-    fn plan_into_batch<T>(
+    fn plan_into_batch<T, E>(
         &self,
         st: &mut SharedState,
-        plan: &mut Option<impl FnOnce(&State) -> ApiResult<(ChangeSet, T)>>,
+        plan: &mut Option<impl FnOnce(&State) -> Result<(ChangeSet, T), E>>,
         out: &mut Option<T>,
-        my_error: &mut Option<ApiError>,
+        my_error: &mut Option<E>,
     ) {
         st.waiting -= 1;
         let Some(plan) = plan.take() else { return };

@@ -45,7 +45,7 @@ fn respond(req: &Req, aggregates: Vec<String>, generation: i64) -> Resp {
 
 /// `GET /resource_providers/{uuid}/aggregates`.
 pub fn get_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:aggregates:list")?;
+    req.authorize("placement:resource_providers:aggregates:list")?;
     let state = app.read();
     let (aggregates, generation) = model::provider_aggregates(&state, req.param(0))?;
     Ok(respond(req, aggregates.iter().map(Uuid::to_string).collect(), generation))
@@ -54,7 +54,7 @@ pub fn get_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `PUT /resource_providers/{uuid}/aggregates`: replace the provider's
 /// aggregates.
 pub fn set_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:aggregates:update")?;
+    req.authorize("placement:resource_providers:aggregates:update")?;
     let uuid = req.param(0).to_owned();
     // Upstream looks the provider up before reading the body.
     model::find_provider(&app.read(), &uuid)?;

@@ -25,10 +25,10 @@ const GROUP_PAT_1_33: &str = "[a-zA-Z0-9_-]{1,64}";
 
 /// `GET /allocation_candidates`.
 pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:allocation_candidates:list")?;
+    req.authorize("placement:allocation_candidates:list")?;
     validate_query_schema(&req.query, &query_schema(req))?;
     let mut request = parse_request(req)?;
-    let options = &app.config.candidates;
+    let options = &app.options;
     request.max_candidates = options.max_candidates;
     if options.randomize {
         request.randomize_seed = Some(random_seed());
@@ -43,7 +43,7 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
         })?;
         if candidates.capped {
             // Never silent: a cap that cut viable candidates is counted.
-            app.metrics.candidates_capped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            app.candidates_capped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::debug!(request_id = %req.request_id, "allocation candidates capped by --max-allocation-candidates");
         }
         render(|minor| req.at_least(minor), &request, &candidates)

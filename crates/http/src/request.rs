@@ -8,9 +8,8 @@ use serde_json::Value;
 use crate::auth::AuthContext;
 use crate::error::{ApiError, ApiResult};
 use crate::microversion::Version;
-use crate::policy::Target;
+use crate::policy::{Policy, Target};
 use crate::schema;
-use crate::App;
 
 /// A parsed request.
 #[derive(Debug)]
@@ -35,6 +34,8 @@ pub struct Req {
     pub request_id: String,
     /// `scheme://host` for absolute `Location` headers.
     pub base_url: String,
+    /// The API's policy.
+    pub policy: std::sync::Arc<Policy>,
 }
 
 impl Req {
@@ -43,19 +44,25 @@ impl Req {
         self.params.get(idx).map(String::as_str).unwrap_or("")
     }
 
-    /// True when the negotiated version is at least 1.`minor`.
+    /// True when the negotiated version is at least `major.minor` (of the
+    /// API's major version).
     pub fn at_least(&self, minor: u16) -> bool {
         self.version.at_least(minor)
     }
 
     /// Enforce a policy rule against the caller's own project.
-    pub fn authorize(&self, app: &App, rule: &str) -> ApiResult<()> {
-        self.authorize_target(app, rule, &Target::for_caller(&self.auth))
+    pub fn authorize(&self, rule: &str) -> ApiResult<()> {
+        self.authorize_target(rule, &Target::for_caller(&self.auth))
+    }
+
+    /// Does a policy rule allow the caller on `target` (no error)?
+    pub fn allowed(&self, rule: &str, target: &Target) -> bool {
+        self.policy.allows(rule, &self.auth, target)
     }
 
     /// Enforce a policy rule against an explicit target.
-    pub fn authorize_target(&self, app: &App, rule: &str, target: &Target) -> ApiResult<()> {
-        if app.config.policy.allows(rule, &self.auth, target) {
+    pub fn authorize_target(&self, rule: &str, target: &Target) -> ApiResult<()> {
+        if self.policy.allows(rule, &self.auth, target) {
             Ok(())
         } else {
             Err(ApiError::forbidden(format!("Policy does not allow {rule} to be performed.")))

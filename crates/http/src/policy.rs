@@ -2,62 +2,21 @@
 //!
 //! Check strings: `@` (always), `!` (never), `role:NAME`, `rule:NAME`,
 //! `KEY:VALUE` generic checks where VALUE may be `%(target_key)s` or a
-//! literal, combined with `and`, `or`, `not` and parentheses. Built-in
-//! defaults are upstream placement's new defaults OR-ed with their
-//! deprecated rules (`enforce_new_defaults = False`, what upstream's own
-//! functional tests run); a rule in the policy file replaces the default
-//! as written. Every placement rule is project scoped, so a system-scoped
-//! caller is refused whatever the rule says (oslo.policy scope check).
+//! literal (`is_admin:True` tests the admin role), combined with `and`,
+//! `or`, `not` and parentheses. Each API brings its rule table (upstream's
+//! rule names and defaults); a rule in the policy file replaces the
+//! default as written. Every rule berth serves is project scoped, so a
+//! system-scoped caller is refused whatever the rule says (oslo.policy
+//! scope check).
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::auth::AuthContext;
 
-/// (name, new default, deprecated default) of every rule upstream registers.
-pub const DEFAULT_RULES: &[(&str, &str, Option<&str>)] = &[
-    ("admin_api", "role:admin", None),
-    ("service_api", "role:service", Some("role:admin")),
-    ("admin_or_service_api", "role:admin or role:service", Some("role:admin")),
-    ("project_reader_api", "role:reader and project_id:%(project_id)s", Some("role:admin")),
-    (
-        "admin_or_project_reader_or_service_api",
-        "role:admin or rule:project_reader_api or role:service",
-        Some("role:admin"),
-    ),
-    ("placement:resource_providers:list", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:create", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:show", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:update", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:delete", "rule:admin_or_service_api", None),
-    ("placement:resource_classes:list", "rule:admin_or_service_api", None),
-    ("placement:resource_classes:create", "rule:admin_or_service_api", None),
-    ("placement:resource_classes:show", "rule:admin_or_service_api", None),
-    ("placement:resource_classes:update", "rule:admin_or_service_api", None),
-    ("placement:resource_classes:delete", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:inventories:list", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:inventories:create", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:inventories:show", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:inventories:update", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:inventories:delete", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:aggregates:list", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:aggregates:update", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:usages", "rule:admin_or_service_api", None),
-    ("placement:usages", "rule:admin_or_project_reader_or_service_api", None),
-    ("placement:traits:list", "rule:admin_or_service_api", None),
-    ("placement:traits:show", "rule:admin_or_service_api", None),
-    ("placement:traits:update", "rule:admin_or_service_api", None),
-    ("placement:traits:delete", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:traits:list", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:traits:update", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:traits:delete", "rule:admin_or_service_api", None),
-    ("placement:allocations:manage", "rule:admin_or_service_api", None),
-    ("placement:allocations:list", "rule:admin_or_service_api", None),
-    ("placement:allocations:update", "rule:admin_or_service_api", None),
-    ("placement:allocations:delete", "rule:admin_or_service_api", None),
-    ("placement:resource_providers:allocations:list", "rule:admin_or_service_api", None),
-    ("placement:allocation_candidates:list", "rule:admin_or_service_api", None),
-    ("placement:reshaper:reshape", "rule:service_api", None),
-];
+/// A rule table: `(name, new default, deprecated default)`. With a
+/// deprecated default the rule is `(new) or (deprecated)`, as oslo.policy
+/// evaluates it when `enforce_new_defaults` is off.
+pub type RuleTable = [(&'static str, &'static str, Option<&'static str>)];
 
 /// A parsed check string.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,11 +73,11 @@ impl Target {
 }
 
 impl Policy {
-    /// Built-in defaults (legacy-compatible) overridden by `overrides`
-    /// (rule name -> check string, as read from a policy file).
-    pub fn new(overrides: &BTreeMap<String, String>) -> Result<Self, PolicyParseError> {
+    /// The `defaults` table overridden by `overrides` (rule name -> check
+    /// string, as read from a policy file).
+    pub fn new(defaults: &RuleTable, overrides: &BTreeMap<String, String>) -> Result<Self, PolicyParseError> {
         let mut rules = HashMap::new();
-        for (name, new, deprecated) in DEFAULT_RULES {
+        for (name, new, deprecated) in defaults {
             let text = match deprecated {
                 Some(old) => format!("({new}) or ({old})"),
                 None => (*new).to_owned(),
@@ -131,14 +90,14 @@ impl Policy {
         Ok(Self { rules })
     }
 
-    /// Parse a YAML or JSON policy file body (a mapping of strings).
-    pub fn from_file_text(text: &str) -> anyhow::Result<Self> {
-        let overrides: BTreeMap<String, String> = if text.trim().is_empty() {
+    /// Parse a YAML or JSON policy file body (a mapping of strings) into
+    /// overrides.
+    pub fn overrides_from_text(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
+        Ok(if text.trim().is_empty() {
             BTreeMap::new()
         } else {
             serde_yaml::from_str::<Option<BTreeMap<String, String>>>(text)?.unwrap_or_default()
-        };
-        Ok(Self::new(&overrides)?)
+        })
     }
 
     /// Does `rule` allow `ctx` to act on `target`?
@@ -175,6 +134,9 @@ impl Policy {
                 let actual = match key.as_str() {
                     "project_id" | "tenant" | "tenant_id" => ctx.project_id.clone(),
                     "user_id" | "user" => ctx.user_id.clone(),
+                    "is_admin" => {
+                        Some(if ctx.roles.iter().any(|r| r == "admin") { "True" } else { "False" }.to_owned())
+                    }
                     _ => None,
                 };
                 actual.is_some_and(|a| a == expected)
@@ -302,9 +264,25 @@ mod tests {
         }
     }
 
+    const RULES: &RuleTable = &[
+        ("admin_api", "role:admin", None),
+        ("service_api", "role:service", Some("role:admin")),
+        ("admin_or_service_api", "role:admin or role:service", Some("role:admin")),
+        ("project_reader_api", "role:reader and project_id:%(project_id)s", Some("role:admin")),
+        (
+            "admin_or_project_reader_or_service_api",
+            "role:admin or rule:project_reader_api or role:service",
+            Some("role:admin"),
+        ),
+        ("placement:resource_providers:list", "rule:admin_or_service_api", None),
+        ("placement:usages", "rule:admin_or_project_reader_or_service_api", None),
+        ("placement:reshaper:reshape", "rule:service_api", None),
+        ("nova_admin", "is_admin:True", None),
+    ];
+
     #[test]
     fn legacy_defaults() {
-        let policy = Policy::new(&BTreeMap::new()).unwrap();
+        let policy = Policy::new(RULES, &BTreeMap::new()).unwrap();
         let t = Target::default();
         assert!(policy.allows("placement:reshaper:reshape", &ctx(&["admin"], "p"), &t));
         assert!(policy.allows("placement:reshaper:reshape", &ctx(&["service"], "p"), &t));
@@ -315,8 +293,16 @@ mod tests {
     }
 
     #[test]
+    fn is_admin_checks_the_admin_role() {
+        let policy = Policy::new(RULES, &BTreeMap::new()).unwrap();
+        let t = Target::default();
+        assert!(policy.allows("nova_admin", &ctx(&["admin"], "p"), &t));
+        assert!(!policy.allows("nova_admin", &ctx(&["member"], "p"), &t));
+    }
+
+    #[test]
     fn project_reader_matches_target() {
-        let policy = Policy::new(&BTreeMap::new()).unwrap();
+        let policy = Policy::new(RULES, &BTreeMap::new()).unwrap();
         let mut target = Target::default();
         target.values.insert("project_id".into(), "p1".into());
         assert!(policy.allows("placement:usages", &ctx(&["reader"], "p1"), &target));

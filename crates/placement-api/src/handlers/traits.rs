@@ -92,7 +92,7 @@ fn parse_filter(req: &Req) -> ApiResult<TraitFilter> {
 
 /// `GET /traits` with the `name` and `associated` filters.
 pub fn list_traits(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:traits:list")?;
+    req.authorize("placement:traits:list")?;
     let filter = parse_filter(req)?;
     let state = app.read();
     let (names, last_modified) = serialize(&model::list(&state, &filter));
@@ -101,7 +101,7 @@ pub fn list_traits(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `GET /traits/{name}`: 204 when it exists.
 pub fn get_trait(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:traits:show")?;
+    req.authorize("placement:traits:show")?;
     let state = app.read();
     let found = model::get(&state, req.param(0))?;
     Ok(Resp::no_content().last_modified(req, found.created_at))
@@ -109,7 +109,7 @@ pub fn get_trait(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `PUT /traits/{name}`: create a custom trait (201) or confirm it (204).
 pub fn put_trait(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:traits:update")?;
+    req.authorize("placement:traits:update")?;
     let name = req.param(0).to_owned();
     if !schema::is_valid(&custom_trait_schema(), &Value::String(name.clone())) {
         return Err(ApiError::bad_request(INVALID_TRAIT));
@@ -125,7 +125,7 @@ pub fn put_trait(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `DELETE /traits/{name}`: custom traits no provider has.
 pub fn delete_trait(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:traits:delete")?;
+    req.authorize("placement:traits:delete")?;
     let name = req.param(0).to_owned();
     app.write(|state| model::plan_delete(state, &name).map_err(Into::into))?;
     Ok(Resp::no_content())
@@ -133,7 +133,7 @@ pub fn delete_trait(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `GET /resource_providers/{uuid}/traits`.
 pub fn list_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:traits:list")?;
+    req.authorize("placement:resource_providers:traits:list")?;
     let state = app.read();
     let (traits, generation) = model::provider_traits(&state, req.param(0))?;
     let (names, last_modified) = serialize(&traits);
@@ -143,7 +143,7 @@ pub fn list_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp
 
 /// `PUT /resource_providers/{uuid}/traits`: replace the provider's traits.
 pub fn update_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:traits:update")?;
+    req.authorize("placement:resource_providers:traits:update")?;
     let body = req.json_body(&set_traits_schema())?;
     let generation = body.get("resource_provider_generation").and_then(Value::as_i64);
     let Some(generation) = generation else {
@@ -168,7 +168,7 @@ pub fn update_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Re
 
 /// `DELETE /resource_providers/{uuid}/traits`: remove all of them.
 pub fn delete_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:traits:delete")?;
+    req.authorize("placement:resource_providers:traits:delete")?;
     let uuid = req.param(0).to_owned();
     app.write(|state| model::plan_set_provider_traits(state, &uuid, &[], None, now()).map_err(Into::into))?;
     Ok(Resp::no_content())

@@ -71,7 +71,7 @@ fn parse_uuid(text: &str) -> ApiResult<Uuid> {
 
 /// `GET /resource_providers`.
 pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:list")?;
+    req.authorize("placement:resource_providers:list")?;
     qparams::validate_query_schema(&req.query, &list_query_schema(req))?;
     let mut filter = query::ProviderFilter::default();
     // A uuid or in_tree value that is not in canonical form matches no
@@ -121,7 +121,7 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
 /// provider from 1.20; `Location` either way.
 pub fn create_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     req.require_json()?;
-    req.authorize(app, "placement:resource_providers:create")?;
+    req.authorize("placement:resource_providers:create")?;
     let body = req.json_body(&post_schema(req))?;
     let name = body["name"].as_str().unwrap_or_default().to_owned();
     let uuid = match body.get("uuid").and_then(Value::as_str).filter(|s| !s.is_empty()) {
@@ -143,7 +143,7 @@ pub fn create_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `GET /resource_providers/{uuid}`.
 pub fn get_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:show")?;
+    req.authorize("placement:resource_providers:show")?;
     let raw = req.param(0);
     let not_found = || ApiError::not_found(format!("No resource provider with uuid {raw} found"));
     let uuid = path_uuid(raw).ok_or_else(not_found)?;
@@ -155,7 +155,7 @@ pub fn get_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `DELETE /resource_providers/{uuid}`.
 pub fn delete_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:delete")?;
+    req.authorize("placement:resource_providers:delete")?;
     let raw = req.param(0);
     let uuid = path_uuid(raw)
         .ok_or_else(|| ApiError::not_found(format!("No resource provider with uuid {raw} found for delete")))?;
@@ -167,7 +167,7 @@ pub fn delete_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
 /// (re-parenting and un-parenting from 1.37).
 pub fn update_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     req.require_json()?;
-    req.authorize(app, "placement:resource_providers:update")?;
+    req.authorize("placement:resource_providers:update")?;
     let raw = req.param(0);
     let not_found = || ApiError::not_found(format!("No resource provider with uuid {raw} found"));
     let uuid = path_uuid(raw).ok_or_else(not_found)?;

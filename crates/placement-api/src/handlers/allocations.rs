@@ -239,7 +239,7 @@ fn post_error(err: AllocationError) -> ApiError {
 
 /// `GET /resource_providers/{uuid}/allocations`.
 pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_providers:allocations:list")?;
+    req.authorize("placement:resource_providers:allocations:list")?;
     let raw = req.param(0);
     let state = app.read();
     let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
@@ -266,7 +266,7 @@ pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `GET /allocations/{consumer_uuid}`: never 404, only empty.
 pub fn list_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:allocations:list")?;
+    req.authorize("placement:allocations:list")?;
     let state = app.read();
     let consumer = path_uuid(req.param(0)).and_then(|uuid| state.consumers.get(&uuid));
     let (body, last_modified) = match consumer.filter(|c| !c.allocations.is_empty()) {
@@ -298,7 +298,7 @@ fn consumer_json(req: &Req, state: &State, consumer: &berth_model::Consumer) -> 
 
 /// `PUT /allocations/{consumer_uuid}`.
 pub fn set_allocations_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:allocations:update")?;
+    req.authorize("placement:allocations:update")?;
     let consumer = consumer_uuid(req.param(0))?;
     let request = if req.at_least(12) {
         let data = req.json_body(&consumer_schema(req.version.1, req.at_least(28)))?;
@@ -339,7 +339,7 @@ pub fn set_allocations_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `POST /allocations` (1.13): several consumers at once; an empty
 /// `allocations` removes that consumer's allocations.
 pub fn set_allocations(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:allocations:manage")?;
+    req.authorize("placement:allocations:manage")?;
     let data = req.json_body(&multi_schema(req.version.1, 1))?;
     let mut requests = Vec::new();
     for (raw, consumer_data) in data.as_object().into_iter().flatten() {
@@ -356,7 +356,7 @@ pub fn set_allocations(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `DELETE /allocations/{consumer_uuid}`.
 pub fn delete_allocations(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:allocations:delete")?;
+    req.authorize("placement:allocations:delete")?;
     let raw = req.param(0);
     // Upstream looks the raw string up: only the canonical form matches.
     let Some(consumer) = path_uuid(raw) else {

@@ -3,7 +3,6 @@
 //! and fixed-bucket histograms, updated once per request.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Latency histogram bucket upper bounds, in seconds.
@@ -31,33 +30,31 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
-/// All metrics of one process.
+/// Request metrics of every API of one process.
 #[derive(Debug, Default)]
-pub struct Metrics {
-    // Keys are static strings (route patterns, method names, error codes),
-    // so recording a request allocates nothing.
-    requests: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
-    latency: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
+pub struct HttpMetrics {
+    // Keys are static strings (API names, route patterns, method names,
+    // error codes), so recording a request allocates nothing.
+    requests: Mutex<BTreeMap<(&'static str, &'static str, &'static str, u16), u64>>,
+    latency: Mutex<BTreeMap<(&'static str, &'static str, &'static str), Histogram>>,
     error_codes: Mutex<BTreeMap<&'static str, u64>>,
-    /// Change sets applied from other processes (change feed).
-    pub feed_applied: AtomicU64,
-    /// Unix milliseconds of the last successful change-feed poll (0 = never).
-    pub feed_last_poll_ms: AtomicI64,
-    /// Failed change-feed polls.
-    pub feed_errors: AtomicU64,
-    /// Store calls that found the database unavailable.
-    pub store_unavailable: AtomicU64,
-    /// Full snapshot reloads because the change feed was pruned past this
-    /// process's position.
-    pub feed_reloads: AtomicU64,
-    /// GET /allocation_candidates answers cut by `--max-allocation-candidates`.
-    pub candidates_capped: AtomicU64,
 }
 
-impl Metrics {
+/// The route label: placement's routes as they are (it is served at the
+/// root), other APIs' routes under their name.
+fn route_label(api: &str, route: &str) -> String {
+    if api == "placement" {
+        route.to_owned()
+    } else {
+        format!("/{api}{route}")
+    }
+}
+
+impl HttpMetrics {
     /// Record one finished request.
     pub fn observe(
         &self,
+        api: &'static str,
         route: &'static str,
         method: &axum::http::Method,
         status: u16,
@@ -66,10 +63,10 @@ impl Metrics {
     ) {
         let method = method_label(method);
         if let Ok(mut requests) = self.requests.lock() {
-            *requests.entry((route, method, status)).or_insert(0) += 1;
+            *requests.entry((api, route, method, status)).or_insert(0) += 1;
         }
         if let Ok(mut latency) = self.latency.lock() {
-            let h = latency.entry((route, method)).or_default();
+            let h = latency.entry((api, route, method)).or_default();
             if h.counts.is_empty() {
                 h.counts = vec![0; BUCKETS.len()];
             }
@@ -88,14 +85,15 @@ impl Metrics {
         }
     }
 
-    /// Render in the Prometheus text format. `gauges` are extra
-    /// (name, help, value) samples computed by the caller.
-    pub fn render(&self, gauges: &[(&str, &str, f64)]) -> String {
+    /// Render in the Prometheus text format. `counters` and `gauges` are
+    /// extra (name, help, value) samples of other parts of the process.
+    pub fn render(&self, counters: &[(&str, &str, u64)], gauges: &[(&str, &str, f64)]) -> String {
         let mut out = String::new();
         out.push_str("# HELP berth_http_requests_total HTTP requests by route, method and status.\n");
         out.push_str("# TYPE berth_http_requests_total counter\n");
         if let Ok(requests) = self.requests.lock() {
-            for ((route, method, status), n) in requests.iter() {
+            for ((api, route, method, status), n) in requests.iter() {
+                let route = route_label(api, route);
                 out.push_str(&format!(
                     "berth_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}\n"
                 ));
@@ -104,7 +102,8 @@ impl Metrics {
         out.push_str("# HELP berth_http_request_duration_seconds Request latency by route and method.\n");
         out.push_str("# TYPE berth_http_request_duration_seconds histogram\n");
         if let Ok(latency) = self.latency.lock() {
-            for ((route, method), h) in latency.iter() {
+            for ((api, route, method), h) in latency.iter() {
+                let route = route_label(api, route);
                 let labels = format!("route=\"{route}\",method=\"{method}\"");
                 for (idx, bound) in BUCKETS.iter().enumerate() {
                     out.push_str(&format!(
@@ -127,29 +126,6 @@ impl Metrics {
                 out.push_str(&format!("berth_api_errors_total{{code=\"{code}\"}} {n}\n"));
             }
         }
-        let counters = [
-            (
-                "berth_change_feed_applied_total",
-                "Change sets applied from other processes.",
-                self.feed_applied.load(Ordering::Relaxed),
-            ),
-            ("berth_change_feed_errors_total", "Failed change-feed polls.", self.feed_errors.load(Ordering::Relaxed)),
-            (
-                "berth_store_unavailable_total",
-                "Store calls that found the database unavailable.",
-                self.store_unavailable.load(Ordering::Relaxed),
-            ),
-            (
-                "berth_allocation_candidates_capped_total",
-                "Allocation-candidate requests whose candidates were cut by --max-allocation-candidates.",
-                self.candidates_capped.load(Ordering::Relaxed),
-            ),
-            (
-                "berth_change_feed_reloads_total",
-                "Full snapshot reloads after the change feed was pruned past this process.",
-                self.feed_reloads.load(Ordering::Relaxed),
-            ),
-        ];
         for (name, help, value) in counters {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"));
         }
@@ -166,12 +142,22 @@ mod tests {
 
     #[test]
     fn renders_counters_and_histograms() {
-        let m = Metrics::default();
+        let m = HttpMetrics::default();
         use axum::http::Method;
-        m.observe("/resource_providers", &Method::GET, 200, 0.0007, None);
-        m.observe("/resource_providers", &Method::GET, 200, 0.2, None);
-        m.observe("/allocations/{consumer_uuid}", &Method::PUT, 409, 0.001, Some("placement.concurrent_update"));
-        let text = m.render(&[("berth_providers", "Providers.", 3.0)]);
+        m.observe("placement", "/resource_providers", &Method::GET, 200, 0.0007, None);
+        m.observe("placement", "/resource_providers", &Method::GET, 200, 0.2, None);
+        m.observe(
+            "placement",
+            "/allocations/{consumer_uuid}",
+            &Method::PUT,
+            409,
+            0.001,
+            Some("placement.concurrent_update"),
+        );
+        m.observe("compute", "/servers", &Method::POST, 202, 0.001, None);
+        let text = m.render(&[("berth_x_total", "X.", 7)], &[("berth_providers", "Providers.", 3.0)]);
+        assert!(text.contains("berth_http_requests_total{route=\"/compute/servers\",method=\"POST\",status=\"202\"} 1"));
+        assert!(text.contains("berth_x_total 7"));
         assert!(
             text.contains("berth_http_requests_total{route=\"/resource_providers\",method=\"GET\",status=\"200\"} 2")
         );

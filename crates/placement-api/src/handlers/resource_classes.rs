@@ -45,7 +45,7 @@ fn body_name(body: &Value) -> ApiResult<String> {
 
 /// `GET /resource_classes`: all classes in id order.
 pub fn list_resource_classes(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_classes:list")?;
+    req.authorize("placement:resource_classes:list")?;
     let state = app.read();
     let classes = model::list(&state);
     // Standard classes have no modification time: upstream then uses now.
@@ -64,7 +64,7 @@ pub fn list_resource_classes(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `POST /resource_classes`: create a custom class.
 pub fn create_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_classes:create")?;
+    req.authorize("placement:resource_classes:create")?;
     let body = req.json_body(&name_schema())?;
     let name = body_name(&body)?;
     let rc = app.write(|state| model::plan_create(state, &name, now()).map_err(Into::into))?;
@@ -73,7 +73,7 @@ pub fn create_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `GET /resource_classes/{name}`.
 pub fn get_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_classes:show")?;
+    req.authorize("placement:resource_classes:show")?;
     let state = app.read();
     let rc = model::get(&state, req.param(0))?;
     let when = model::last_modified(rc).unwrap_or_else(now);
@@ -82,7 +82,7 @@ pub fn get_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `PUT /resource_classes/{name}`: rename (1.2–1.6) or ensure (1.7+).
 pub fn update_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_classes:update")?;
+    req.authorize("placement:resource_classes:update")?;
     let name = req.param(0).to_owned();
     if req.at_least(7) {
         schema::validate(&name_schema(), &json!({"name": name}))
@@ -103,7 +103,7 @@ pub fn update_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
 
 /// `DELETE /resource_classes/{name}`: custom classes not in use only.
 pub fn delete_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
-    req.authorize(app, "placement:resource_classes:delete")?;
+    req.authorize("placement:resource_classes:delete")?;
     let name = req.param(0).to_owned();
     app.write(|state| model::plan_delete(state, &name).map_err(Into::into))?;
     Ok(Resp::no_content())

@@ -1,0 +1,197 @@
+//! `berth agent`: run N fake compute hosts against a berth control plane
+//! (the `berth-agent` crate does the work; this module reads flags, the
+//! environment and an optional YAML file, file < environment < flags).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use berth_agent::{AgentConfig, HostShape};
+
+/// Options of `berth agent`.
+#[derive(Debug, Clone, Default, clap::Args, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct AgentOpts {
+    /// Control plane URL (placement at its root, the agent API at /agent/v1).
+    #[arg(long, env = "BERTH_AGENT_URL")]
+    pub(crate) url: Option<String>,
+    /// X-Auth-Token (noauth2: `admin`).
+    #[arg(long, env = "BERTH_AGENT_TOKEN")]
+    pub(crate) token: Option<String>,
+    /// Agent id (default: derived from the process id and a random suffix).
+    #[arg(long)]
+    pub(crate) agent_id: Option<String>,
+    /// Number of hosts this process plays.
+    #[arg(long)]
+    pub(crate) hosts: Option<usize>,
+    /// Host name prefix (hosts are PREFIX0, PREFIX1, ...).
+    #[arg(long)]
+    pub(crate) prefix: Option<String>,
+    /// Index of the first host.
+    #[arg(long)]
+    pub(crate) first_index: Option<usize>,
+    /// Cell to register the hosts in (default: the control plane's default cell).
+    #[arg(long)]
+    pub(crate) cell: Option<String>,
+    /// vCPUs per host.
+    #[arg(long)]
+    pub(crate) vcpus: Option<i64>,
+    /// Reserved vCPUs per host.
+    #[arg(long)]
+    pub(crate) reserved_vcpus: Option<i64>,
+    /// Dedicated CPUs (PCPU inventory) per host.
+    #[arg(long)]
+    pub(crate) pcpus: Option<i64>,
+    /// RAM per host (MiB).
+    #[arg(long)]
+    pub(crate) memory_mb: Option<i64>,
+    /// Reserved RAM per host (MiB).
+    #[arg(long)]
+    pub(crate) reserved_memory_mb: Option<i64>,
+    /// Disk per host (GiB).
+    #[arg(long)]
+    pub(crate) disk_gb: Option<i64>,
+    /// VCPU allocation ratio (default 4.0, Nova's initial ratio).
+    #[arg(long)]
+    pub(crate) cpu_ratio: Option<f64>,
+    /// MEMORY_MB allocation ratio (default 1.0).
+    #[arg(long)]
+    pub(crate) ram_ratio: Option<f64>,
+    /// DISK_GB allocation ratio (default 1.0).
+    #[arg(long)]
+    pub(crate) disk_ratio: Option<f64>,
+    /// NUMA nodes per host, reported as child providers holding VCPU and MEMORY_MB.
+    #[arg(long)]
+    pub(crate) numa_nodes: Option<usize>,
+    /// Devices per NUMA node (or per host): CLASS:COUNT, comma separated (e.g. VGPU:2).
+    #[arg(long)]
+    pub(crate) devices: Option<String>,
+    /// Traits of every compute node, comma separated (CUSTOM_ traits are created).
+    #[arg(long)]
+    pub(crate) traits: Option<String>,
+    /// How long a build takes (ms).
+    #[arg(long)]
+    pub(crate) build_time_ms: Option<u64>,
+    /// Fraction of builds that fail (0.0-1.0).
+    #[arg(long)]
+    pub(crate) fail_rate: Option<f64>,
+    /// Hosts whose every build fails, comma separated.
+    #[arg(long)]
+    pub(crate) bad_hosts: Option<String>,
+    /// Heartbeat interval (s).
+    #[arg(long)]
+    pub(crate) report_interval_secs: Option<u64>,
+    /// Concurrent placement requests while reporting provider trees.
+    #[arg(long)]
+    pub(crate) concurrency: Option<usize>,
+    /// Log filter.
+    #[arg(long)]
+    pub(crate) log: Option<String>,
+    /// YAML file with any of these options (lowest precedence).
+    #[arg(long)]
+    #[serde(skip)]
+    pub(crate) config: Option<PathBuf>,
+}
+
+fn list(text: &Option<String>) -> Vec<String> {
+    text.as_deref().unwrap_or("").split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+impl AgentOpts {
+    /// Flags over the YAML file (the environment is read by clap).
+    fn merged(self) -> anyhow::Result<Self> {
+        let Some(path) = &self.config else { return Ok(self) };
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let file: AgentOpts = serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        macro_rules! pick {
+            ($($field:ident),*) => { AgentOpts { $($field: self.$field.or(file.$field),)* config: self.config } };
+        }
+        Ok(pick!(
+            url,
+            token,
+            agent_id,
+            hosts,
+            prefix,
+            first_index,
+            cell,
+            vcpus,
+            reserved_vcpus,
+            pcpus,
+            memory_mb,
+            reserved_memory_mb,
+            disk_gb,
+            cpu_ratio,
+            ram_ratio,
+            disk_ratio,
+            numa_nodes,
+            devices,
+            traits,
+            build_time_ms,
+            fail_rate,
+            bad_hosts,
+            report_interval_secs,
+            concurrency,
+            log
+        ))
+    }
+
+    /// The agent configuration these options describe.
+    pub(crate) fn to_config(self) -> anyhow::Result<AgentConfig> {
+        let opts = self.merged()?;
+        let default = HostShape::default();
+        let mut devices = Vec::new();
+        for item in list(&opts.devices) {
+            let (class, count) =
+                item.split_once(':').with_context(|| format!("--devices expects CLASS:COUNT, got {item:?}"))?;
+            devices.push((class.to_owned(), count.parse().with_context(|| format!("bad device count in {item:?}"))?));
+        }
+        let mut traits = default.traits.clone();
+        traits.extend(list(&opts.traits));
+        let fail_rate = opts.fail_rate.unwrap_or(0.0);
+        anyhow::ensure!((0.0..=1.0).contains(&fail_rate), "--fail-rate must be between 0 and 1");
+        let shape = HostShape {
+            vcpus: opts.vcpus.unwrap_or(default.vcpus),
+            reserved_vcpus: opts.reserved_vcpus.unwrap_or(default.reserved_vcpus),
+            pcpus: opts.pcpus.unwrap_or(default.pcpus),
+            memory_mb: opts.memory_mb.unwrap_or(default.memory_mb),
+            reserved_memory_mb: opts.reserved_memory_mb.unwrap_or(default.reserved_memory_mb),
+            disk_gb: opts.disk_gb.unwrap_or(default.disk_gb),
+            cpu_allocation_ratio: opts.cpu_ratio.unwrap_or(default.cpu_allocation_ratio),
+            ram_allocation_ratio: opts.ram_ratio.unwrap_or(default.ram_allocation_ratio),
+            disk_allocation_ratio: opts.disk_ratio.unwrap_or(default.disk_allocation_ratio),
+            numa_nodes: opts.numa_nodes.unwrap_or(0),
+            devices,
+            traits,
+        };
+        Ok(AgentConfig {
+            url: opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned()),
+            token: opts.token.unwrap_or_else(|| "admin".to_owned()),
+            agent_id: opts
+                .agent_id
+                .unwrap_or_else(|| format!("agent-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())),
+            prefix: opts.prefix.unwrap_or_else(|| "fake-".to_owned()),
+            count: opts.hosts.unwrap_or(1),
+            first_index: opts.first_index.unwrap_or(0),
+            cell: opts.cell,
+            shape,
+            build_time: Duration::from_millis(opts.build_time_ms.unwrap_or(0)),
+            fail_rate,
+            bad_hosts: list(&opts.bad_hosts),
+            report_interval: Duration::from_secs(opts.report_interval_secs.unwrap_or(10).max(1)),
+            concurrency: opts.concurrency.unwrap_or(8),
+        })
+    }
+}
+
+/// Run `berth agent` until SIGINT/SIGTERM.
+pub(crate) fn run(opts: AgentOpts) -> anyhow::Result<()> {
+    let log = opts.log.clone().unwrap_or_else(|| "info".to_owned());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&log))
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
+    let config = opts.to_config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(berth_agent::run(config, crate::serve::shutdown_signal()))
+}

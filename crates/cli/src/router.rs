@@ -1,0 +1,170 @@
+//! One listener, every API, as devstack lays them out: placement at the
+//! root (and under `/placement`), the compute API under `/compute`, the
+//! image API under `/image`, the agent API under `/agent/v1`, berth's admin
+//! API under `/admin/v1`, plus `/healthcheck` and `/metrics`. Each request
+//! is handed to `berth_http::dispatch` with its API and the path relative
+//! to that API's root.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Response, StatusCode};
+use berth_http::{Api, Server};
+use berth_placement_api::Placement;
+use serde_json::json;
+
+/// Everything the listener serves.
+pub(crate) struct Services {
+    pub(crate) server: Server,
+    pub(crate) core: Arc<berth_core::App>,
+    pub(crate) placement: Arc<Placement>,
+    pub(crate) placement_api: Api<Placement>,
+    pub(crate) compute: Option<crate::compute_wiring::ComputeServices>,
+}
+
+/// Which API a path belongs to, and the path within it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Target<'a> {
+    /// `/healthcheck` or `/metrics`.
+    Operational,
+    /// Placement.
+    Placement(&'a str),
+    /// The compute API (`/compute...`; `rest` starts after `/compute`).
+    Compute(&'a str),
+    /// The image API (after `/image`).
+    Image(&'a str),
+    /// The agent API (after `/agent/v1`).
+    Agent(&'a str),
+    /// berth's admin API (after `/admin/v1`).
+    Admin(&'a str),
+    /// The minimal identity endpoints (after `/identity`).
+    Identity(&'a str),
+}
+
+fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = path.strip_prefix(prefix)?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+}
+
+/// Route a path to its API.
+pub(crate) fn target(path: &str) -> Target<'_> {
+    if path == "/healthcheck" || path == "/metrics" {
+        return Target::Operational;
+    }
+    if let Some(rest) = under(path, "/placement") {
+        return Target::Placement(if rest.is_empty() { "/" } else { rest });
+    }
+    if let Some(rest) = under(path, "/compute") {
+        return Target::Compute(rest);
+    }
+    if let Some(rest) = under(path, "/image") {
+        return Target::Image(rest);
+    }
+    if let Some(rest) = under(path, "/agent/v1") {
+        return Target::Agent(rest);
+    }
+    if let Some(rest) = under(path, "/admin/v1") {
+        return Target::Admin(rest);
+    }
+    if let Some(rest) = under(path, "/identity") {
+        return Target::Identity(rest);
+    }
+    Target::Placement(path)
+}
+
+/// The axum router for one listener. `compute_root` serves the compute API
+/// at the root of the listener (`--compute-listen`) instead.
+pub(crate) fn router(services: Arc<Services>, compute_root: bool) -> axum::Router {
+    axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let services = services.clone();
+        async move {
+            let path = request.uri().path().to_owned();
+            if compute_root {
+                return match &services.compute {
+                    Some(compute) => compute.dispatch_compute(&services.server, &path, request).await,
+                    None => not_found(),
+                };
+            }
+            match target(&path) {
+                Target::Operational if request.method() == Method::GET => operational(&services, &path),
+                Target::Operational => not_found(),
+                Target::Placement(rest) => {
+                    let rest = rest.to_owned();
+                    berth_http::dispatch(&services.placement, &services.placement_api, &services.server, &rest, request)
+                        .await
+                }
+                other => match &services.compute {
+                    Some(compute) => compute.dispatch(&services.server, other, request).await,
+                    None => not_found(),
+                },
+            }
+        }
+    })
+}
+
+fn not_found() -> Response<Body> {
+    Response::builder().status(StatusCode::NOT_FOUND).body(Body::empty()).unwrap_or_default()
+}
+
+/// `/healthcheck` (200 when the database answers, else 503) and `/metrics`.
+fn operational(services: &Services, path: &str) -> Response<Body> {
+    let core = &services.core;
+    if path == "/healthcheck" {
+        let (status, db) = match core.ping() {
+            Ok(()) => (StatusCode::OK, "ok"),
+            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        };
+        let body = json!({"status": if status == StatusCode::OK { "ok" } else { "degraded" },
+                          "database": db, "backend": core.store().backend_name()});
+        return Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap_or_default();
+    }
+    let (n_providers, n_consumers) = {
+        let state = core.read();
+        (state.providers.len() as f64, state.consumers.len() as f64)
+    };
+    let mut counters = core.metrics.counters();
+    counters.extend(services.placement.counters());
+    let mut gauges = vec![
+        ("berth_providers", "Resource providers in this process's snapshot.", n_providers),
+        ("berth_consumers", "Consumers with allocations in this process's snapshot.", n_consumers),
+        (
+            "berth_change_feed_staleness_seconds",
+            "Seconds since this process last caught up with the shared database's change feed (0 on SQLite).",
+            core.metrics.feed_staleness_seconds(),
+        ),
+    ];
+    if let Some(compute) = &services.compute {
+        counters.extend(compute.counters());
+        gauges.extend(compute.gauges());
+    }
+    let text = services.server.metrics.render(&counters, &gauges);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
+        .body(Body::from(text))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_go_to_their_api() {
+        assert_eq!(target("/"), Target::Placement("/"));
+        assert_eq!(target("/resource_providers"), Target::Placement("/resource_providers"));
+        assert_eq!(target("/placement"), Target::Placement("/"));
+        assert_eq!(target("/placement/traits"), Target::Placement("/traits"));
+        assert_eq!(target("/placementx"), Target::Placement("/placementx"));
+        assert_eq!(target("/compute/v2.1/servers"), Target::Compute("/v2.1/servers"));
+        assert_eq!(target("/compute"), Target::Compute(""));
+        assert_eq!(target("/image/v2/images"), Target::Image("/v2/images"));
+        assert_eq!(target("/agent/v1/work"), Target::Agent("/work"));
+        assert_eq!(target("/admin/v1/cells"), Target::Admin("/cells"));
+        assert_eq!(target("/metrics"), Target::Operational);
+    }
+}
