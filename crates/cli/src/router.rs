@@ -123,8 +123,8 @@ fn operational(services: &Services, path: &str) -> Response<Body> {
             .unwrap_or_default();
     }
     let (n_providers, n_consumers) = {
-        let state = core.read();
-        (state.providers.len() as f64, state.consumers.len() as f64)
+        let world = core.read();
+        (world.placement.providers.len() as f64, world.placement.consumers.len() as f64)
     };
     let mut counters = core.metrics.counters();
     counters.extend(services.placement.counters());

@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
-use berth_model::{ChangeSet, State, Timestamp};
+use berth_compute_model::{World, WorldChangeSet};
+use berth_model::Timestamp;
 use berth_store::{Seq, Store, StoreError};
 
 use crate::metrics::CoreMetrics;
@@ -10,7 +11,7 @@ use crate::metrics::CoreMetrics;
 /// The control state of one process: the snapshot, the store, the write
 /// path.
 pub struct App {
-    state: RwLock<State>,
+    state: RwLock<World>,
     /// Serialises writers and change-feed catch-up; holds the last change
     /// sequence number applied to `state`.
     writer: Mutex<Seq>,
@@ -42,8 +43,8 @@ struct SharedState {
     /// Writers registered for the open batch that have not planned yet.
     waiting: usize,
     /// Change sets planned into the open batch, and their undo sets.
-    changes: ChangeSet,
-    undo: Vec<ChangeSet>,
+    changes: WorldChangeSet,
+    undo: Vec<WorldChangeSet>,
     /// Every batch up to this one has its outcome decided.
     done_through: u64,
     /// Batches that failed, with the error their writers get.
@@ -100,7 +101,7 @@ impl App {
         // Upstream syncs standard traits and classes at start-up; several
         // processes may race here, which the plan-inside-transaction
         // protocol makes harmless (the loser sees the winner's rows).
-        app.write(|state| Ok::<_, StoreError>((state.standard_data_changes(now()), ())))
+        app.write(|world| Ok::<_, StoreError>((world.placement.standard_data_changes(now()).into(), ())))
             .map_err(|e| anyhow::anyhow!("syncing standard traits and classes: {e}"))?;
         Ok(app)
     }
@@ -148,7 +149,7 @@ impl App {
     }
 
     /// Read access to the current snapshot.
-    pub fn read(&self) -> RwLockReadGuard<'_, State> {
+    pub fn read(&self) -> RwLockReadGuard<'_, World> {
         self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -159,7 +160,7 @@ impl App {
     /// back as `E::from(StoreError)`.
     pub fn write<T, E: From<StoreError>>(
         &self,
-        plan: impl FnOnce(&State) -> Result<(ChangeSet, T), E>,
+        plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>,
     ) -> Result<T, E> {
         blocking(|| self.write_batched(plan))
     }
@@ -194,7 +195,7 @@ impl App {
     /// committing wait for the next batch, whose leader is one of them.
     fn write_batched<T, E: From<StoreError>>(
         &self,
-        plan: impl FnOnce(&State) -> Result<(ChangeSet, T), E>,
+        plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>,
     ) -> Result<T, E> {
         let lock = lock_shared;
         let shared = &self.batches;
@@ -312,7 +313,7 @@ impl App {
     fn plan_into_batch<T, E>(
         &self,
         st: &mut SharedState,
-        plan: &mut Option<impl FnOnce(&State) -> Result<(ChangeSet, T), E>>,
+        plan: &mut Option<impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>>,
         out: &mut Option<T>,
         my_error: &mut Option<E>,
     ) {

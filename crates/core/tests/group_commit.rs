@@ -61,12 +61,13 @@ fn app(dir: &std::path::Path, fail_every: usize) -> (Arc<App>, Arc<FaultyStore>)
 }
 
 fn add_trait(app: &App, name: String) -> Result<(), StoreError> {
-    app.write(|state| {
+    app.write(|world| {
+        let state = &world.placement;
         let mut set = ChangeSet::new();
         if !state.traits.contains_key(&name) {
             set.push(Change::PutTrait { id: state.max_trait_id + 1, name: name.clone(), created_at: 1 });
         }
-        Ok((set, ()))
+        Ok((set.into(), ()))
     })
 }
 
@@ -100,8 +101,8 @@ fn group_commit_survives_injected_failures() {
     }
     assert!(failed.load(Ordering::SeqCst) > 0, "the fault injection must have hit some batches");
     assert!(ok.load(Ordering::SeqCst) > 0);
-    let in_memory = summary(&app.read());
-    let in_database = summary(&store.inner.load().expect("load").state);
+    let in_memory = summary(&app.read().placement);
+    let in_database = summary(&store.inner.load().expect("load").state.placement);
     assert_eq!(in_memory, in_database, "memory and database disagree after failed group commits");
     assert_eq!(in_database.len(), ok.load(Ordering::SeqCst), "exactly the acknowledged writes are durable");
     drop(app);

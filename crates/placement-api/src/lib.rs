@@ -87,7 +87,7 @@ impl Placement {
         &self,
         plan: impl FnOnce(&berth_model::State) -> berth_http::ApiResult<(berth_model::ChangeSet, T)>,
     ) -> berth_http::ApiResult<T> {
-        self.core.write(plan)
+        self.core.write(|world| plan(&world.placement).map(|(set, value)| (set.into(), value)))
     }
 
     /// Placement's counters for `/metrics`.

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, Uuid};
+use berth_compute_model::{WorldChange, WorldChangeSet};
+use berth_model::{AllocationMap, Change, ConsumerRow, Inventory, ProviderRow, Uuid};
 use serde_json::{json, Map, Value};
 
 const FORMAT_VERSION: u64 = 1;
@@ -31,49 +32,57 @@ fn allocations(map: &AllocationMap) -> Value {
     )
 }
 
-/// Encode a change set.
-pub(crate) fn encode(set: &ChangeSet) -> String {
+/// Encode a change set (compute changes as `{"t": "compute", "c": ...}`,
+/// in `berth_store::json`'s encoding).
+pub(crate) fn encode(set: &WorldChangeSet) -> String {
     let changes: Vec<Value> = set
         .changes
         .iter()
         .map(|change| match change {
-            Change::PutProvider { row, expected_generation } => {
-                json!({"t": "put_provider", "row": provider_row(row), "expected": expected_generation})
-            }
-            Change::DeleteProvider { uuid, expected_generation } => {
-                json!({"t": "delete_provider", "uuid": uuid.to_string(), "expected": expected_generation})
-            }
-            Change::SetInventories { provider, inventories } => json!({
-                "t": "set_inventories", "provider": provider.to_string(),
-                "inventories": inventories.iter().map(|(class, inv)| (class.clone(), json!([
-                    inv.total, inv.reserved, inv.min_unit, inv.max_unit, inv.step_size, inv.allocation_ratio
-                ]))).collect::<Map<String, Value>>(),
-            }),
-            Change::SetProviderTraits { provider, traits } => {
-                json!({"t": "set_traits", "provider": provider.to_string(), "traits": traits})
-            }
-            Change::SetProviderAggregates { provider, aggregates } => json!({
-                "t": "set_aggregates", "provider": provider.to_string(),
-                "aggregates": aggregates.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-            }),
-            Change::PutConsumer { row, expected_generation, allocations: allocs } => json!({
-                "t": "put_consumer", "row": consumer_row(row), "expected": expected_generation,
-                "allocations": allocations(allocs),
-            }),
-            Change::DeleteConsumer { uuid, expected_generation } => {
-                json!({"t": "delete_consumer", "uuid": uuid.to_string(), "expected": expected_generation})
-            }
-            Change::PutResourceClass { id, name, created_at, updated_at } => json!({
-                "t": "put_class", "id": id, "name": name, "created_at": created_at, "updated_at": updated_at,
-            }),
-            Change::DeleteResourceClass { name } => json!({"t": "delete_class", "name": name}),
-            Change::PutTrait { id, name, created_at } => {
-                json!({"t": "put_trait", "id": id, "name": name, "created_at": created_at})
-            }
-            Change::DeleteTrait { name } => json!({"t": "delete_trait", "name": name}),
+            WorldChange::Placement(change) => placement_change(change),
+            WorldChange::Compute(change) => json!({"t": "compute", "c": berth_store::json::change(change)}),
         })
         .collect();
     json!({"v": FORMAT_VERSION, "changes": changes}).to_string()
+}
+
+fn placement_change(change: &Change) -> Value {
+    match change {
+        Change::PutProvider { row, expected_generation } => {
+            json!({"t": "put_provider", "row": provider_row(row), "expected": expected_generation})
+        }
+        Change::DeleteProvider { uuid, expected_generation } => {
+            json!({"t": "delete_provider", "uuid": uuid.to_string(), "expected": expected_generation})
+        }
+        Change::SetInventories { provider, inventories } => json!({
+            "t": "set_inventories", "provider": provider.to_string(),
+            "inventories": inventories.iter().map(|(class, inv)| (class.clone(), json!([
+                inv.total, inv.reserved, inv.min_unit, inv.max_unit, inv.step_size, inv.allocation_ratio
+            ]))).collect::<Map<String, Value>>(),
+        }),
+        Change::SetProviderTraits { provider, traits } => {
+            json!({"t": "set_traits", "provider": provider.to_string(), "traits": traits})
+        }
+        Change::SetProviderAggregates { provider, aggregates } => json!({
+            "t": "set_aggregates", "provider": provider.to_string(),
+            "aggregates": aggregates.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        }),
+        Change::PutConsumer { row, expected_generation, allocations: allocs } => json!({
+            "t": "put_consumer", "row": consumer_row(row), "expected": expected_generation,
+            "allocations": allocations(allocs),
+        }),
+        Change::DeleteConsumer { uuid, expected_generation } => {
+            json!({"t": "delete_consumer", "uuid": uuid.to_string(), "expected": expected_generation})
+        }
+        Change::PutResourceClass { id, name, created_at, updated_at } => json!({
+            "t": "put_class", "id": id, "name": name, "created_at": created_at, "updated_at": updated_at,
+        }),
+        Change::DeleteResourceClass { name } => json!({"t": "delete_class", "name": name}),
+        Change::PutTrait { id, name, created_at } => {
+            json!({"t": "put_trait", "id": id, "name": name, "created_at": created_at})
+        }
+        Change::DeleteTrait { name } => json!({"t": "delete_trait", "name": name}),
+    }
 }
 
 /// Why a payload could not be decoded.
@@ -109,14 +118,20 @@ fn opt_i64(v: &Value, key: &str) -> Option<i64> {
 }
 
 /// Decode a change set.
-pub(crate) fn decode(text: &str) -> Result<ChangeSet, DecodeError> {
+pub(crate) fn decode(text: &str) -> Result<WorldChangeSet, DecodeError> {
     let root: Value = serde_json::from_str(text).map_err(|e| DecodeError(e.to_string()))?;
     if root.get("v").and_then(Value::as_u64) != Some(FORMAT_VERSION) {
         return Err(bad("unknown format version"));
     }
-    let mut set = ChangeSet::new();
+    let mut set = WorldChangeSet::new();
     for c in root.get("changes").and_then(Value::as_array).ok_or_else(|| bad("changes"))? {
         let change = match get_str(c, "t")? {
+            "compute" => {
+                let inner = c.get("c").ok_or_else(|| bad("c"))?;
+                let change = berth_store::json::to_change(inner).map_err(|e| DecodeError(e.to_string()))?;
+                set.compute(change);
+                continue;
+            }
             "put_provider" => {
                 let r = c.get("row").ok_or_else(|| bad("row"))?;
                 Change::PutProvider {
@@ -220,13 +235,15 @@ pub(crate) fn decode(text: &str) -> Result<ChangeSet, DecodeError> {
             "delete_trait" => Change::DeleteTrait { name: get_str(c, "name")?.to_owned() },
             other => return Err(DecodeError(format!("unknown change type {other}"))),
         };
-        set.push(change);
+        set.changes.push(WorldChange::Placement(change));
     }
     Ok(set)
 }
 
 #[cfg(test)]
 mod tests {
+    use berth_model::ChangeSet;
+
     use super::*;
 
     #[test]
@@ -279,7 +296,9 @@ mod tests {
                 Change::DeleteProvider { uuid: p, expected_generation: 2 },
             ],
         };
-        assert_eq!(decode(&encode(&set)).unwrap(), set);
+        let mut world = WorldChangeSet::from(set);
+        world.compute(berth_compute_model::ComputeChange::DeleteFlavor("f".into()));
+        assert_eq!(decode(&encode(&world)).unwrap(), world);
         assert!(decode("{\"v\": 99, \"changes\": []}").is_err());
     }
 }

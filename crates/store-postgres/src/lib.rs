@@ -27,6 +27,7 @@ mod codec;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use berth_compute_model::{ComputeChange, WorldChange};
 use berth_model::{AllocationMap, Change, ConsumerRow, Inventory, ProviderRow, Uuid};
 use berth_store::{CatchUp, Loaded, PlanFn, Rows, Seq, Store, StoreError};
 use postgres::error::SqlState;
@@ -40,6 +41,7 @@ const MIGRATE_LOCK_KEY: i64 = 0x62_6572_746D;
 const MIGRATIONS: &[(&str, &str)] = &[
     ("0001_initial", include_str!("../migrations/0001_initial.sql")),
     ("0002_feed_retention", include_str!("../migrations/0002_feed_retention.sql")),
+    ("0003_compute_rows", include_str!("../migrations/0003_compute_rows.sql")),
 ];
 
 /// How long change-feed entries are kept by default.
@@ -501,7 +503,10 @@ impl Store for PostgresStore {
                 return Ok(None);
             }
             for change in &changes.changes {
-                write_change(&mut cached, change)?;
+                match change {
+                    WorldChange::Placement(change) => write_change(&mut cached, change)?,
+                    WorldChange::Compute(change) => write_compute_change(&mut cached, change)?,
+                }
             }
             let seq: i64 = cached
                 .query_one("INSERT INTO berth_changes (payload) VALUES ($1) RETURNING seq", &[&codec::encode(&changes)])
@@ -600,7 +605,31 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
             updated_at: row.get(6),
         });
     }
+    for row in query("SELECT kind, key, body FROM compute_rows")? {
+        let (kind, key, body): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        let body: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| StoreError::Internal(format!("compute row {kind}/{key}: {e}")))?;
+        rows.compute.push(berth_store::json::row_change(&kind, &key, Some(&body))?);
+    }
     Ok(Loaded { state: rows.into_state(), seq })
+}
+
+/// A compute control row: an upsert for a put, a delete for a delete.
+fn write_compute_change(tx: &mut Cached<'_, Transaction<'_>>, change: &ComputeChange) -> Result<(), StoreError> {
+    let (kind, key, body) = berth_store::json::change_row(change);
+    match body {
+        Some(body) => tx
+            .execute(
+                "INSERT INTO compute_rows (kind, key, body) VALUES ($1, $2, $3)
+                 ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
+                &[&kind, &key, &body.to_string()],
+            )
+            .map_err(classify)?,
+        None => {
+            tx.execute("DELETE FROM compute_rows WHERE kind = $1 AND key = $2", &[&kind, &key]).map_err(classify)?
+        }
+    };
+    Ok(())
 }
 
 #[cfg(test)]

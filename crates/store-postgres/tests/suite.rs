@@ -35,6 +35,7 @@ fn two_processes_share_one_database() {
     use berth_store::Store;
     let mut set = ChangeSet::new();
     set.push(Change::PutTrait { id: 1, name: "CUSTOM_A".into(), created_at: 1 });
+    let set: berth_compute_model::WorldChangeSet = set.into();
     let mut once = Some(set.clone());
     let seq_a = a.write(0, &mut |_| once.take()).expect("write a").expect("committed");
     let feed = b.changes_since(0).expect("feed");
@@ -42,7 +43,7 @@ fn two_processes_share_one_database() {
     let mut handed = Vec::new();
     let mut set_b = ChangeSet::new();
     set_b.push(Change::PutTrait { id: 2, name: "CUSTOM_B".into(), created_at: 2 });
-    let mut once = Some(set_b);
+    let mut once = Some(set_b.into());
     let seq_b = b
         .write(0, &mut |catch_up| {
             handed = catch_up.iter().map(|(seq, _)| *seq).collect();
@@ -67,7 +68,7 @@ fn pruned_feed_reports_a_gap() {
         .with_feed_retention(std::time::Duration::ZERO);
     let mut set = ChangeSet::new();
     set.push(Change::PutTrait { id: 1, name: "CUSTOM_OLD".into(), created_at: 1 });
-    let mut once = Some(set);
+    let mut once = Some(set.into());
     let seq = store.write(0, &mut |_| once.take()).expect("write").expect("committed");
     assert!(store.changes_since(0).expect("feed before pruning").len() == 1);
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -79,5 +80,5 @@ fn pruned_feed_reports_a_gap() {
     assert!(store.changes_since(seq).expect("caller at the horizon").is_empty());
     let loaded = store.load().expect("load");
     assert!(loaded.seq >= seq, "a load reflects the pruned changes");
-    assert!(loaded.state.traits.contains_key("CUSTOM_OLD"));
+    assert!(loaded.state.placement.traits.contains_key("CUSTOM_OLD"));
 }

@@ -13,12 +13,16 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Mutex;
 
-use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid};
+use berth_compute_model::{ComputeChange, World, WorldChange};
+use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, Uuid};
 use berth_store::{CatchUp, Loaded, PlanFn, Rows, Seq, Store, StoreError};
 use rusqlite::{params, Connection, TransactionBehavior};
 
 /// Embedded migrations, applied in order.
-const MIGRATIONS: &[(&str, &str)] = &[("0001_initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_initial", include_str!("../migrations/0001_initial.sql")),
+    ("0002_compute_rows", include_str!("../migrations/0002_compute_rows.sql")),
+];
 
 /// SQLite-backed store.
 pub struct SqliteStore {
@@ -299,7 +303,10 @@ impl Store for SqliteStore {
             return Ok(None);
         }
         for change in &changes.changes {
-            write_change(&tx, change)?;
+            match change {
+                WorldChange::Placement(change) => write_change(&tx, change)?,
+                WorldChange::Compute(change) => write_compute_change(&tx, change)?,
+            }
         }
         tx.commit().map_err(internal)?;
         Ok(Some(0))
@@ -322,7 +329,7 @@ impl Store for SqliteStore {
 impl SqliteStore {
     /// Commit a change set outside the planning protocol (start-up data).
     pub fn commit(&self, changes: &ChangeSet) -> Result<(), StoreError> {
-        let changes = changes.clone();
+        let changes = berth_compute_model::WorldChangeSet::from(changes.clone());
         let mut once = Some(changes);
         self.write(0, &mut |_| once.take()).map(|_| ())
     }
@@ -345,7 +352,7 @@ impl From<StoreError> for LoadError {
     }
 }
 
-fn load_state(conn: &Connection) -> Result<State, LoadError> {
+fn load_state(conn: &Connection) -> Result<World, LoadError> {
     /// Run `sql` and hand each row to `each`.
     fn each_row(
         conn: &Connection,
@@ -434,5 +441,33 @@ fn load_state(conn: &Connection) -> Result<State, LoadError> {
             Ok(())
         },
     )?;
+    each_row(conn, "SELECT kind, key, body FROM compute_rows", |row| {
+        let (kind, key, body): (String, String, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        let body: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| StoreError::Internal(format!("compute row {kind}/{key}: {e}")))?;
+        rows.compute.push(berth_store::json::row_change(&kind, &key, Some(&body))?);
+        Ok(())
+    })?;
     Ok(rows.into_state())
+}
+
+/// A compute control row: an upsert for a put, a delete for a delete.
+fn write_compute_change(tx: &rusqlite::Transaction<'_>, change: &ComputeChange) -> Result<(), StoreError> {
+    let (kind, key, body) = berth_store::json::change_row(change);
+    match body {
+        Some(body) => {
+            tx.prepare_cached(
+                "INSERT INTO compute_rows (kind, key, body) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
+            )
+            .and_then(|mut stmt| stmt.execute(params![kind, key, body.to_string()]))
+            .map_err(internal)?;
+        }
+        None => {
+            tx.prepare_cached("DELETE FROM compute_rows WHERE kind = ?1 AND key = ?2")
+                .and_then(|mut stmt| stmt.execute(params![kind, key]))
+                .map_err(internal)?;
+        }
+    }
+    Ok(())
 }

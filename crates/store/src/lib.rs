@@ -3,13 +3,14 @@
 //! A store does three things, all in placement terms (only backends know
 //! SQL):
 //!
-//! - [`Store::load`] returns the whole placement [`State`] and the change
-//!   sequence number it reflects (at start-up, or to resynchronise);
+//! - [`Store::load`] returns the whole control state (a [`World`]:
+//!   placement plus the compute control tables) and the change sequence
+//!   number it reflects (at start-up, or to resynchronise);
 //! - [`Store::write`] runs one write transaction: inside it, the store first
 //!   hands the caller every change committed by *other* processes since the
 //!   sequence number the caller has seen (so the caller can bring its
 //!   in-memory state up to date), then calls the caller's planning closure,
-//!   and commits the [`ChangeSet`] it returns atomically and durably. Every
+//!   and commits the [`WorldChangeSet`] it returns atomically and durably. Every
 //!   generation precondition in the change set is compared-and-swapped
 //!   inside the transaction; if one fails nothing is written and
 //!   [`StoreError::Conflict`] is returned;
@@ -20,9 +21,10 @@
 //! database).
 #![deny(missing_docs)]
 
-use berth_model::{ChangeSet, State};
+use berth_compute_model::{World, WorldChangeSet};
 
 pub mod cell;
+pub mod json;
 mod rows;
 pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate};
 pub use rows::Rows;
@@ -57,18 +59,18 @@ pub enum StoreError {
 #[derive(Debug)]
 pub struct Loaded {
     /// The state.
-    pub state: State,
+    pub state: World,
     /// Last change included.
     pub seq: Seq,
 }
 
 /// Changes committed by other writers, in commit order.
-pub type CatchUp = Vec<(Seq, ChangeSet)>;
+pub type CatchUp = Vec<(Seq, WorldChangeSet)>;
 
 /// The planning step run inside a write transaction. It receives the
 /// changes committed by others since the caller's last seen sequence
 /// number and returns the change set to commit, or `None` to roll back.
-pub type PlanFn<'a> = dyn FnMut(CatchUp) -> Option<ChangeSet> + 'a;
+pub type PlanFn<'a> = dyn FnMut(CatchUp) -> Option<WorldChangeSet> + 'a;
 
 /// A placement store backend.
 pub trait Store: Send + Sync {

@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use berth_compute_model::{ComputeChange, World, WorldChangeSet};
 use berth_model::{
-    parents_first, AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Timestamp, Uuid,
+    parents_first, AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, Timestamp, Uuid,
 };
 
 /// Every table's rows, as a backend reads them (any order).
@@ -28,11 +29,13 @@ pub struct Rows {
     pub allocations: Vec<(Uuid, Uuid, String, i64)>,
     /// Consumer rows.
     pub consumers: Vec<ConsumerRow>,
+    /// The compute control rows, as puts (see [`crate::json::row_change`]).
+    pub compute: Vec<ComputeChange>,
 }
 
 impl Rows {
     /// Assemble the state these rows describe.
-    pub fn into_state(self) -> State {
+    pub fn into_state(self) -> World {
         let mut set = ChangeSet::new();
         let mut classes = self.resource_classes;
         classes.sort_by_key(|c| c.0);
@@ -78,8 +81,12 @@ impl Rows {
             let allocations = allocations.remove(&row.uuid).unwrap_or_default();
             set.push(Change::PutConsumer { row, expected_generation: None, allocations });
         }
-        let mut state = State::default();
-        state.apply(&set);
-        state
+        let mut world = World::default();
+        let mut all = WorldChangeSet::from(set);
+        for change in self.compute {
+            all.compute(change);
+        }
+        world.apply(&all);
+        world
     }
 }

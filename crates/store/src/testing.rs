@@ -3,12 +3,17 @@
 
 use std::collections::BTreeMap;
 
+use berth_compute_model::{BuildRequest, ComputeChange, Flavor, InstanceMapping, InstanceSpec, World, WorldChangeSet};
 use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State, Uuid};
 
 use crate::{Store, StoreError};
 
-fn commit(store: &dyn Store, seen: crate::Seq, set: ChangeSet) -> Result<Option<crate::Seq>, StoreError> {
-    let mut once = Some(set);
+fn commit(
+    store: &dyn Store,
+    seen: crate::Seq,
+    set: impl Into<WorldChangeSet>,
+) -> Result<Option<crate::Seq>, StoreError> {
+    let mut once = Some(set.into());
     store.write(seen, &mut |_| once.take())
 }
 
@@ -42,20 +47,29 @@ fn summary(state: &State) -> String {
     out
 }
 
+fn compute_summary(world: &World) -> String {
+    let c = &world.compute;
+    let mut mappings: Vec<_> = c.instance_mappings.values().map(|m| format!("{m:?}")).collect();
+    mappings.sort();
+    let mut builds: Vec<_> = c.build_requests.values().map(|b| format!("{b:?}")).collect();
+    builds.sort();
+    format!("{:?}\n{mappings:?}\n{builds:?}\n{:?}", c.flavors, c.quotas)
+}
+
 /// Run the whole suite. Panics (with a message) on the first violation.
 pub fn store_suite(store: &dyn Store) {
     // Empty store loads as an empty state.
     let loaded = store.load().expect("load empty");
-    assert!(loaded.state.providers.is_empty(), "fresh store must have no providers");
+    assert!(loaded.state.placement.providers.is_empty(), "fresh store must have no providers");
     let mut seen = loaded.seq;
     let mut mirror = loaded.state;
 
     // Standard data, then a small tree with inventories, traits, aggregates.
-    let standard = mirror.standard_data_changes(50);
+    let standard = mirror.placement.standard_data_changes(50);
     let seq = commit(store, seen, standard.clone()).expect("commit standard data");
     assert!(seq.is_some(), "a non-empty change set commits");
     seen = seq.unwrap_or(seen);
-    mirror.apply(&standard);
+    mirror.apply_placement_set(&standard);
 
     let root = Uuid::new_v4();
     let child = Uuid::new_v4();
@@ -74,7 +88,7 @@ pub fn store_suite(store: &dyn Store) {
     set.push(Change::PutResourceClass { id: 10001, name: "CUSTOM_GOLD".into(), created_at: 60, updated_at: None });
     set.push(Change::PutTrait { id: 100_000, name: "CUSTOM_FAST".into(), created_at: 60 });
     seen = commit(store, seen, set.clone()).expect("commit tree").unwrap_or(seen);
-    mirror.apply(&set);
+    mirror.apply_placement_set(&set);
 
     // A consumer with allocations bumps the provider generation via CAS.
     let consumer = Uuid::new_v4();
@@ -100,8 +114,8 @@ pub fn store_suite(store: &dyn Store) {
         allocations: allocations.clone(),
     });
     seen = commit(store, seen, set.clone()).expect("commit allocations").unwrap_or(seen);
-    mirror.apply(&set);
-    assert_eq!(mirror.provider(&child).map(|p| p.used("VCPU")), Some(3));
+    mirror.apply_placement_set(&set);
+    assert_eq!(mirror.placement.provider(&child).map(|p| p.used("VCPU")), Some(3));
 
     // A stale provider generation aborts the WHOLE change set.
     let mut stale = ChangeSet::new();
@@ -139,8 +153,93 @@ pub fn store_suite(store: &dyn Store) {
 
     // Everything committed, and nothing from the failed sets, is loaded back.
     let reloaded = store.load().expect("reload");
-    assert_eq!(summary(&reloaded.state), summary(&mirror), "reloaded state differs from what was committed");
-    assert!(!reloaded.state.traits.contains_key("CUSTOM_SHOULD_NOT_EXIST"), "a failed change set leaked a row");
+    assert_eq!(
+        summary(&reloaded.state.placement),
+        summary(&mirror.placement),
+        "reloaded state differs from what was committed"
+    );
+    assert!(
+        !reloaded.state.placement.traits.contains_key("CUSTOM_SHOULD_NOT_EXIST"),
+        "a failed change set leaked a row"
+    );
+
+    // Compute control rows commit in the same transactions and load back.
+    let flavor = Flavor {
+        id: 1,
+        flavorid: "f1".into(),
+        name: "tiny \"quoted\" ✓".into(),
+        memory_mb: 512,
+        vcpus: 1,
+        root_gb: 1,
+        ephemeral_gb: 0,
+        swap: 0,
+        rxtx_factor: 1.0,
+        vcpu_weight: None,
+        disabled: false,
+        is_public: true,
+        description: Some("d".into()),
+        extra_specs: [("hw:cpu_policy".to_owned(), "dedicated".to_owned())].into(),
+        projects: Default::default(),
+        created_at: 70,
+        updated_at: None,
+    };
+    let instance = Uuid::new_v4();
+    let mut compute = WorldChangeSet::new();
+    compute.compute(ComputeChange::PutFlavor(flavor.clone()));
+    compute.compute(ComputeChange::PutInstanceMapping(InstanceMapping {
+        instance_uuid: instance,
+        cell: None,
+        project_id: "p".into(),
+        user_id: "u".into(),
+        queued_for_delete: false,
+        created_at: 70,
+    }));
+    compute.compute(ComputeChange::PutBuildRequest(BuildRequest {
+        instance_uuid: instance,
+        project_id: "p".into(),
+        user_id: "u".into(),
+        spec: InstanceSpec {
+            display_name: "vm".into(),
+            display_description: None,
+            hostname: "vm".into(),
+            image_ref: None,
+            image_properties: Default::default(),
+            flavor,
+            metadata: Default::default(),
+            key_name: None,
+            availability_zone: None,
+            reservation_id: "r-1".into(),
+            launch_index: 0,
+            config_drive: String::new(),
+            user_data: None,
+            access_ip_v4: None,
+            access_ip_v6: None,
+            tags: vec![],
+            scheduler_hints: Default::default(),
+        },
+        created_at: 70,
+    }));
+    compute.compute(ComputeChange::PutQuota {
+        project_id: "p".into(),
+        user_id: String::new(),
+        resource: "instances".into(),
+        limit: 3,
+    });
+    seen = commit(store, seen, compute.clone()).expect("commit compute rows").unwrap_or(seen);
+    mirror.apply(&compute);
+    let reloaded = store.load().expect("reload compute rows");
+    assert_eq!(compute_summary(&reloaded.state), compute_summary(&mirror), "compute rows differ after reload");
+    assert_eq!(reloaded.state.compute.instance_count("p", None), 1, "derived quota counts rebuilt on load");
+    let mut forget = WorldChangeSet::new();
+    forget.compute(ComputeChange::DeleteBuildRequest(instance));
+    forget.compute(ComputeChange::DeleteQuota {
+        project_id: "p".into(),
+        user_id: String::new(),
+        resource: "instances".into(),
+    });
+    seen = commit(store, seen, forget.clone()).expect("commit compute deletes").unwrap_or(seen);
+    mirror.apply(&forget);
+    assert_eq!(compute_summary(&store.load().expect("reload").state), compute_summary(&mirror));
 
     // Deletes.
     let mut set = ChangeSet::new();
@@ -149,23 +248,27 @@ pub fn store_suite(store: &dyn Store) {
     set.push(Change::DeleteTrait { name: "CUSTOM_FAST".into() });
     set.push(Change::DeleteResourceClass { name: "CUSTOM_GOLD".into() });
     commit(store, seen, set.clone()).expect("commit deletes");
-    mirror.apply(&set);
+    mirror.apply_placement_set(&set);
     let reloaded = store.load().expect("reload after deletes");
-    assert_eq!(summary(&reloaded.state), summary(&mirror), "state after deletes differs");
-    assert!(reloaded.state.provider(&root).is_some_and(|p| p.children.is_empty()));
+    assert_eq!(summary(&reloaded.state.placement), summary(&mirror.placement), "state after deletes differs");
+    assert!(reloaded.state.placement.provider(&root).is_some_and(|p| p.children.is_empty()));
 
     // The change feed replays, in order, exactly what others committed.
     // (A single-process backend may report an empty feed.)
     let feed = store.changes_since(0).expect("changes_since");
     if !feed.is_empty() {
-        let mut replay = State::default();
+        let mut replay = World::default();
         let mut last = 0;
         for (seq, set) in &feed {
             assert!(*seq > last, "feed sequence must increase");
             last = *seq;
             replay.apply(set);
         }
-        assert_eq!(summary(&replay), summary(&mirror), "replaying the change feed must rebuild the state");
+        assert_eq!(
+            summary(&replay.placement),
+            summary(&mirror.placement),
+            "replaying the change feed must rebuild the state"
+        );
         assert!(store.changes_since(last).expect("tail").is_empty());
     }
     store.ping().expect("ping");

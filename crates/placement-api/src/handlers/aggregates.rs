@@ -46,7 +46,8 @@ fn respond(req: &Req, aggregates: Vec<String>, generation: i64) -> Resp {
 /// `GET /resource_providers/{uuid}/aggregates`.
 pub fn get_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:aggregates:list")?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let (aggregates, generation) = model::provider_aggregates(&state, req.param(0))?;
     Ok(respond(req, aggregates.iter().map(Uuid::to_string).collect(), generation))
 }
@@ -57,7 +58,7 @@ pub fn set_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:aggregates:update")?;
     let uuid = req.param(0).to_owned();
     // Upstream looks the provider up before reading the body.
-    model::find_provider(&app.read(), &uuid)?;
+    model::find_provider(&app.read().placement, &uuid)?;
     let consider_generation = req.at_least(INCLUDE_GENERATION);
     let (list, expected) = if consider_generation {
         let body = req.json_body(&put_schema_1_19())?;

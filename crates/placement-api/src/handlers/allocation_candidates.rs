@@ -34,7 +34,8 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
         request.randomize_seed = Some(random_seed());
     }
     let body = {
-        let state = app.read();
+        let world = app.read();
+        let state = &world.placement;
         let candidates = berth_candidates::find(&state, &request).map_err(|e| match e {
             CandidatesError::ResourceClassNotFound(_) => {
                 ApiError::bad_request(format!("Invalid resource class in resources parameter: {e}"))

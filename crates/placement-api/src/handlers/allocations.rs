@@ -241,7 +241,8 @@ fn post_error(err: AllocationError) -> ApiError {
 pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:allocations:list")?;
     let raw = req.param(0);
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
         ApiError::not_found(format!("Resource provider '{raw}' not found: No resource provider with uuid {raw} found"))
     })?;
@@ -267,7 +268,8 @@ pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `GET /allocations/{consumer_uuid}`: never 404, only empty.
 pub fn list_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:allocations:list")?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let consumer = path_uuid(req.param(0)).and_then(|uuid| state.consumers.get(&uuid));
     let (body, last_modified) = match consumer.filter(|c| !c.allocations.is_empty()) {
         None => (json!({"allocations": {}}), now()),

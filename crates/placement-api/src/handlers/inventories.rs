@@ -135,7 +135,7 @@ fn provider_not_found(raw: &str) -> ApiError {
 fn existing_provider(app: &App, req: &Req) -> ApiResult<Uuid> {
     let raw = req.param(0);
     let uuid = path_uuid(raw).ok_or_else(|| provider_not_found(raw))?;
-    if app.read().provider(&uuid).is_none() {
+    if app.read().placement.provider(&uuid).is_none() {
         return Err(provider_not_found(raw));
     }
     Ok(uuid)
@@ -155,7 +155,8 @@ fn provider_for_read<'s>(state: &'s State, raw: &str) -> ApiResult<&'s Provider>
 pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:inventories:list")?;
     let raw = req.param(0);
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let provider = provider_for_read(&state, raw)?;
     let body = all_inventories(&provider.inventories, provider.row.generation);
     Ok(Resp::ok(body).last_modified(req, provider.row.updated_at))
@@ -220,7 +221,8 @@ pub fn get_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:inventories:show")?;
     let raw = req.param(0);
     let class = req.param(1);
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let provider = provider_for_read(&state, raw)?;
     let inventory = provider
         .inventories

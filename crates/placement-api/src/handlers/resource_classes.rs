@@ -46,7 +46,8 @@ fn body_name(body: &Value) -> ApiResult<String> {
 /// `GET /resource_classes`: all classes in id order.
 pub fn list_resource_classes(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_classes:list")?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let classes = model::list(&state);
     // Standard classes have no modification time: upstream then uses now.
     let mut last_modified: Option<i64> = None;
@@ -74,7 +75,8 @@ pub fn create_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `GET /resource_classes/{name}`.
 pub fn get_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_classes:show")?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let rc = model::get(&state, req.param(0))?;
     let when = model::last_modified(rc).unwrap_or_else(now);
     Ok(Resp::ok(class_json(rc)).last_modified(req, when))
@@ -87,7 +89,7 @@ pub fn update_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
     if req.at_least(7) {
         schema::validate(&name_schema(), &json!({"name": name}))
             .map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
-        let existing = app.read().resource_classes.get(&name).cloned();
+        let existing = app.read().placement.resource_classes.get(&name).cloned();
         let (rc, created) = match existing {
             Some(rc) => (rc, false),
             None => app.write(|state| model::plan_ensure(state, &name, now()).map_err(Into::into))?,

@@ -107,7 +107,8 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
     if let Some(resources) = req.query_one("resources") {
         filter.resources = qparams::normalize_resources(resources)?;
     }
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let mut found = if tree_matches_nothing { Vec::new() } else { query::list_providers(&state, &filter)? };
     if uuid_matches_nothing {
         found.clear();
@@ -147,7 +148,8 @@ pub fn get_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     let raw = req.param(0);
     let not_found = || ApiError::not_found(format!("No resource provider with uuid {raw} found"));
     let uuid = path_uuid(raw).ok_or_else(not_found)?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let provider = state.provider(&uuid).ok_or_else(not_found)?;
     let modified = provider.row.updated_at.max(provider.row.created_at);
     Ok(Resp::ok(wire::provider(req, provider)).last_modified(req, modified))
@@ -171,7 +173,7 @@ pub fn update_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     let raw = req.param(0);
     let not_found = || ApiError::not_found(format!("No resource provider with uuid {raw} found"));
     let uuid = path_uuid(raw).ok_or_else(not_found)?;
-    if app.read().provider(&uuid).is_none() {
+    if app.read().placement.provider(&uuid).is_none() {
         return Err(not_found());
     }
     let body = req.json_body(&put_schema(req))?;

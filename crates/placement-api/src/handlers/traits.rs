@@ -94,7 +94,8 @@ fn parse_filter(req: &Req) -> ApiResult<TraitFilter> {
 pub fn list_traits(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:traits:list")?;
     let filter = parse_filter(req)?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let (names, last_modified) = serialize(&model::list(&state, &filter));
     Ok(Resp::ok(json!({"traits": names})).last_modified(req, last_modified))
 }
@@ -102,7 +103,8 @@ pub fn list_traits(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `GET /traits/{name}`: 204 when it exists.
 pub fn get_trait(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:traits:show")?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let found = model::get(&state, req.param(0))?;
     Ok(Resp::no_content().last_modified(req, found.created_at))
 }
@@ -114,7 +116,7 @@ pub fn put_trait(app: &App, req: &Req) -> ApiResult<Resp> {
     if !schema::is_valid(&custom_trait_schema(), &Value::String(name.clone())) {
         return Err(ApiError::bad_request(INVALID_TRAIT));
     }
-    let existing = app.read().traits.get(&name).cloned();
+    let existing = app.read().placement.traits.get(&name).cloned();
     let (found, created) = match existing {
         Some(found) => (found, false),
         None => app.write(|state| model::plan_ensure(state, &name, now()).map_err(Into::into))?,
@@ -134,7 +136,8 @@ pub fn delete_trait(app: &App, req: &Req) -> ApiResult<Resp> {
 /// `GET /resource_providers/{uuid}/traits`.
 pub fn list_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:traits:list")?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let (traits, generation) = model::provider_traits(&state, req.param(0))?;
     let (names, last_modified) = serialize(&traits);
     let body = json!({"traits": names, "resource_provider_generation": generation});
@@ -158,7 +161,8 @@ pub fn update_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Re
     let new_generation = app.write(|state| {
         model::plan_set_provider_traits(state, &uuid, &wanted, Some(generation), now()).map_err(Into::into)
     })?;
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let mut traits: Vec<&Trait> = state.traits.values().filter(|t| wanted.contains(&t.name)).collect();
     traits.sort_by_key(|t| t.id);
     let (names, last_modified) = serialize(&traits);

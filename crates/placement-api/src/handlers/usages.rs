@@ -20,7 +20,8 @@ use crate::App;
 pub fn list_usages(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:usages")?;
     let raw = req.param(0);
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
         ApiError::not_found(format!(
             "No resource provider with uuid {raw} found: No resource provider with uuid {raw} found"
@@ -94,7 +95,8 @@ pub fn get_total_usages(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize_target("placement:usages", &target)?;
     validate_query_schema(&req.query, &query_schema(req))?;
     let project_id = project_id.unwrap_or("");
-    let state = app.read();
+    let world = app.read();
+    let state = &world.placement;
     let body = if req.at_least(38) {
         let wanted = req.query_one("consumer_type");
         let groups = totals_by(&state, project_id, user_id, |ct| match wanted {

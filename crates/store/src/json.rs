@@ -1,0 +1,604 @@
+//! Hand-written JSON encoding of the compute model's persisted types (the
+//! domain types are not `Serialize`, by design). Both backends use it for
+//! the control database's compute rows and the PostgreSQL change feed, and
+//! the cell stores for an instance's spec.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use berth_compute_model::{
+    Aggregate, BuildRequest, CellMapping, ComputeChange, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image,
+    ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
+};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+fn bad(what: &str) -> StoreError {
+    StoreError::Internal(format!("malformed stored JSON: {what}"))
+}
+
+fn field<'a>(v: &'a Value, key: &str) -> Result<&'a Value> {
+    v.get(key).ok_or_else(|| bad(key))
+}
+
+fn s(v: &Value, key: &str) -> Result<String> {
+    field(v, key)?.as_str().map(str::to_owned).ok_or_else(|| bad(key))
+}
+
+fn opt_s(v: &Value, key: &str) -> Result<Option<String>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x.as_str().map(|t| Some(t.to_owned())).ok_or_else(|| bad(key)),
+    }
+}
+
+fn i(v: &Value, key: &str) -> Result<i64> {
+    field(v, key)?.as_i64().ok_or_else(|| bad(key))
+}
+
+fn opt_i(v: &Value, key: &str) -> Result<Option<i64>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x.as_i64().map(Some).ok_or_else(|| bad(key)),
+    }
+}
+
+fn f(v: &Value, key: &str) -> Result<f64> {
+    field(v, key)?.as_f64().ok_or_else(|| bad(key))
+}
+
+fn b(v: &Value, key: &str) -> Result<bool> {
+    field(v, key)?.as_bool().ok_or_else(|| bad(key))
+}
+
+fn uuid(v: &Value, key: &str) -> Result<Uuid> {
+    Uuid::parse_str(&s(v, key)?).map_err(|_| bad(key))
+}
+
+fn opt_uuid(v: &Value, key: &str) -> Result<Option<Uuid>> {
+    opt_s(v, key)?.map(|t| Uuid::parse_str(&t).map_err(|_| bad(key))).transpose()
+}
+
+fn str_map(map: &BTreeMap<String, String>) -> Value {
+    Value::Object(map.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
+}
+
+fn get_str_map(v: &Value, key: &str) -> Result<BTreeMap<String, String>> {
+    let Some(obj) = v.get(key).and_then(Value::as_object) else { return Ok(BTreeMap::new()) };
+    obj.iter().map(|(k, x)| x.as_str().map(|t| (k.clone(), t.to_owned())).ok_or_else(|| bad(key))).collect()
+}
+
+fn strings(v: &Value, key: &str) -> Result<Vec<String>> {
+    let Some(list) = v.get(key).and_then(Value::as_array) else { return Ok(Vec::new()) };
+    list.iter().map(|x| x.as_str().map(str::to_owned).ok_or_else(|| bad(key))).collect()
+}
+
+fn uuids(v: &Value, key: &str) -> Result<Vec<Uuid>> {
+    strings(v, key)?.iter().map(|t| Uuid::parse_str(t).map_err(|_| bad(key))).collect()
+}
+
+fn uuid_list(list: &[Uuid]) -> Value {
+    Value::Array(list.iter().map(|u| Value::String(u.to_string())).collect())
+}
+
+fn hints(map: &BTreeMap<String, Vec<String>>) -> Value {
+    Value::Object(map.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
+}
+
+fn get_hints(v: &Value, key: &str) -> Result<BTreeMap<String, Vec<String>>> {
+    let Some(obj) = v.get(key).and_then(Value::as_object) else { return Ok(BTreeMap::new()) };
+    let mut out = BTreeMap::new();
+    for (k, x) in obj {
+        let list = x.as_array().ok_or_else(|| bad(key))?;
+        out.insert(
+            k.clone(),
+            list.iter().map(|y| y.as_str().map(str::to_owned).ok_or_else(|| bad(key))).collect::<Result<_>>()?,
+        );
+    }
+    Ok(out)
+}
+
+/// A flavor.
+pub fn flavor(flavor: &Flavor) -> Value {
+    json!({
+        "id": flavor.id, "flavorid": flavor.flavorid, "name": flavor.name, "memory_mb": flavor.memory_mb,
+        "vcpus": flavor.vcpus, "root_gb": flavor.root_gb, "ephemeral_gb": flavor.ephemeral_gb, "swap": flavor.swap,
+        "rxtx_factor": flavor.rxtx_factor, "vcpu_weight": flavor.vcpu_weight, "disabled": flavor.disabled,
+        "is_public": flavor.is_public, "description": flavor.description, "extra_specs": str_map(&flavor.extra_specs),
+        "projects": flavor.projects.iter().collect::<Vec<_>>(), "created_at": flavor.created_at,
+        "updated_at": flavor.updated_at,
+    })
+}
+
+/// Decode [`flavor`].
+pub fn to_flavor(v: &Value) -> Result<Flavor> {
+    Ok(Flavor {
+        id: i(v, "id")?,
+        flavorid: s(v, "flavorid")?,
+        name: s(v, "name")?,
+        memory_mb: i(v, "memory_mb")?,
+        vcpus: i(v, "vcpus")?,
+        root_gb: i(v, "root_gb")?,
+        ephemeral_gb: i(v, "ephemeral_gb")?,
+        swap: i(v, "swap")?,
+        rxtx_factor: f(v, "rxtx_factor")?,
+        vcpu_weight: opt_i(v, "vcpu_weight")?,
+        disabled: b(v, "disabled")?,
+        is_public: b(v, "is_public")?,
+        description: opt_s(v, "description")?,
+        extra_specs: get_str_map(v, "extra_specs")?,
+        projects: strings(v, "projects")?.into_iter().collect::<BTreeSet<_>>(),
+        created_at: i(v, "created_at")?,
+        updated_at: opt_i(v, "updated_at")?,
+    })
+}
+
+/// An image.
+pub fn image(image: &Image) -> Value {
+    json!({
+        "id": image.id.to_string(), "name": image.name, "status": image.status, "visibility": image.visibility,
+        "protected": image.protected, "owner": image.owner, "disk_format": image.disk_format,
+        "container_format": image.container_format, "min_disk": image.min_disk, "min_ram": image.min_ram,
+        "size": image.size, "tags": image.tags, "properties": str_map(&image.properties),
+        "created_at": image.created_at, "updated_at": image.updated_at,
+    })
+}
+
+/// Decode [`image`].
+pub fn to_image(v: &Value) -> Result<Image> {
+    Ok(Image {
+        id: uuid(v, "id")?,
+        name: opt_s(v, "name")?,
+        status: s(v, "status")?,
+        visibility: s(v, "visibility")?,
+        protected: b(v, "protected")?,
+        owner: opt_s(v, "owner")?,
+        disk_format: opt_s(v, "disk_format")?,
+        container_format: opt_s(v, "container_format")?,
+        min_disk: i(v, "min_disk")?,
+        min_ram: i(v, "min_ram")?,
+        size: opt_i(v, "size")?,
+        tags: strings(v, "tags")?,
+        properties: get_str_map(v, "properties")?,
+        created_at: i(v, "created_at")?,
+        updated_at: i(v, "updated_at")?,
+    })
+}
+
+/// A server group.
+pub fn server_group(group: &ServerGroup) -> Value {
+    json!({
+        "uuid": group.uuid.to_string(), "name": group.name, "project_id": group.project_id, "user_id": group.user_id,
+        "policy": group.policy.as_str(), "max_server_per_host": group.max_server_per_host,
+        "members": uuid_list(&group.members), "created_at": group.created_at,
+    })
+}
+
+/// Decode [`server_group`].
+pub fn to_server_group(v: &Value) -> Result<ServerGroup> {
+    Ok(ServerGroup {
+        uuid: uuid(v, "uuid")?,
+        name: s(v, "name")?,
+        project_id: s(v, "project_id")?,
+        user_id: s(v, "user_id")?,
+        policy: GroupPolicy::parse(&s(v, "policy")?).ok_or_else(|| bad("policy"))?,
+        max_server_per_host: opt_i(v, "max_server_per_host")?,
+        members: uuids(v, "members")?,
+        created_at: i(v, "created_at")?,
+    })
+}
+
+/// A cell mapping.
+pub fn cell(cell: &CellMapping) -> Value {
+    json!({"uuid": cell.uuid.to_string(), "name": cell.name, "database_connection": cell.database_connection,
+           "disabled": cell.disabled})
+}
+
+/// Decode [`cell`].
+pub fn to_cell(v: &Value) -> Result<CellMapping> {
+    Ok(CellMapping {
+        uuid: uuid(v, "uuid")?,
+        name: s(v, "name")?,
+        database_connection: s(v, "database_connection")?,
+        disabled: b(v, "disabled")?,
+    })
+}
+
+/// An instance spec (build requests, instance rows).
+pub fn instance_spec(spec: &InstanceSpec) -> Value {
+    json!({
+        "display_name": spec.display_name, "display_description": spec.display_description,
+        "hostname": spec.hostname, "image_ref": spec.image_ref.map(|u| u.to_string()),
+        "image_properties": str_map(&spec.image_properties), "flavor": flavor(&spec.flavor),
+        "metadata": str_map(&spec.metadata), "key_name": spec.key_name,
+        "availability_zone": spec.availability_zone, "reservation_id": spec.reservation_id,
+        "launch_index": spec.launch_index, "config_drive": spec.config_drive, "user_data": spec.user_data,
+        "access_ip_v4": spec.access_ip_v4, "access_ip_v6": spec.access_ip_v6, "tags": spec.tags,
+        "scheduler_hints": hints(&spec.scheduler_hints),
+    })
+}
+
+/// Decode [`instance_spec`].
+pub fn to_instance_spec(v: &Value) -> Result<InstanceSpec> {
+    Ok(InstanceSpec {
+        display_name: s(v, "display_name")?,
+        display_description: opt_s(v, "display_description")?,
+        hostname: s(v, "hostname")?,
+        image_ref: opt_uuid(v, "image_ref")?,
+        image_properties: get_str_map(v, "image_properties")?,
+        flavor: to_flavor(field(v, "flavor")?)?,
+        metadata: get_str_map(v, "metadata")?,
+        key_name: opt_s(v, "key_name")?,
+        availability_zone: opt_s(v, "availability_zone")?,
+        reservation_id: s(v, "reservation_id")?,
+        launch_index: i(v, "launch_index")?,
+        config_drive: s(v, "config_drive")?,
+        user_data: opt_s(v, "user_data")?,
+        access_ip_v4: opt_s(v, "access_ip_v4")?,
+        access_ip_v6: opt_s(v, "access_ip_v6")?,
+        tags: strings(v, "tags")?,
+        scheduler_hints: get_hints(v, "scheduler_hints")?,
+    })
+}
+
+/// A request spec.
+pub fn request_spec(spec: &RequestSpec) -> Value {
+    json!({
+        "instance_uuid": spec.instance_uuid.to_string(), "project_id": spec.project_id, "user_id": spec.user_id,
+        "flavor": flavor(&spec.flavor),
+        "image": spec.image.as_ref().map(|i| json!({"id": i.id.to_string(), "disk_format": i.disk_format,
+                                                     "properties": str_map(&i.properties)})),
+        "num_instances": spec.num_instances, "availability_zone": spec.availability_zone,
+        "force_host": spec.force_host, "force_node": spec.force_node, "group": spec.group.map(|g| g.to_string()),
+        "same_host": uuid_list(&spec.same_host), "different_host": uuid_list(&spec.different_host),
+        "hints": hints(&spec.hints), "reservation_id": spec.reservation_id,
+    })
+}
+
+/// Decode [`request_spec`].
+pub fn to_request_spec(v: &Value) -> Result<RequestSpec> {
+    let image = match v.get("image") {
+        None | Some(Value::Null) => None,
+        Some(img) => Some(ImageRef {
+            id: uuid(img, "id")?,
+            disk_format: opt_s(img, "disk_format")?,
+            properties: get_str_map(img, "properties")?,
+        }),
+    };
+    Ok(RequestSpec {
+        instance_uuid: uuid(v, "instance_uuid")?,
+        project_id: s(v, "project_id")?,
+        user_id: s(v, "user_id")?,
+        flavor: to_flavor(field(v, "flavor")?)?,
+        image,
+        num_instances: i(v, "num_instances")?,
+        availability_zone: opt_s(v, "availability_zone")?,
+        force_host: opt_s(v, "force_host")?,
+        force_node: opt_s(v, "force_node")?,
+        group: opt_uuid(v, "group")?,
+        same_host: uuids(v, "same_host")?,
+        different_host: uuids(v, "different_host")?,
+        hints: get_hints(v, "hints")?,
+        reservation_id: s(v, "reservation_id")?,
+    })
+}
+
+/// An aggregate.
+pub fn aggregate(aggregate: &Aggregate) -> Value {
+    json!({
+        "id": aggregate.id, "uuid": aggregate.uuid.to_string(), "name": aggregate.name,
+        "metadata": str_map(&aggregate.metadata), "hosts": aggregate.hosts.iter().collect::<Vec<_>>(),
+        "created_at": aggregate.created_at, "updated_at": aggregate.updated_at,
+    })
+}
+
+/// Decode [`aggregate`].
+pub fn to_aggregate(v: &Value) -> Result<Aggregate> {
+    Ok(Aggregate {
+        id: i(v, "id")?,
+        uuid: uuid(v, "uuid")?,
+        name: s(v, "name")?,
+        metadata: get_str_map(v, "metadata")?,
+        hosts: strings(v, "hosts")?.into_iter().collect(),
+        created_at: i(v, "created_at")?,
+        updated_at: opt_i(v, "updated_at")?,
+    })
+}
+
+/// How a control row is stored: `(kind, key)` and, for a put, its body.
+pub fn row_key(key: &RowKey) -> (&'static str, String) {
+    match key {
+        RowKey::Flavor(id) => ("flavor", id.clone()),
+        RowKey::Image(id) => ("image", id.to_string()),
+        RowKey::ServerGroup(id) => ("server_group", id.to_string()),
+        RowKey::Cell(id) => ("cell", id.to_string()),
+        RowKey::HostMapping(h) => ("host_mapping", h.clone()),
+        RowKey::ComputeNode(id) => ("compute_node", id.to_string()),
+        RowKey::InstanceMapping(id) => ("instance_mapping", id.to_string()),
+        RowKey::BuildRequest(id) => ("build_request", id.to_string()),
+        RowKey::RequestSpec(id) => ("request_spec", id.to_string()),
+        RowKey::Quota(p, u, r) => ("quota", json!([p, u, r]).to_string()),
+        RowKey::QuotaClass(c, r) => ("quota_class", json!([c, r]).to_string()),
+        RowKey::Aggregate(id) => ("aggregate", id.to_string()),
+    }
+}
+
+/// The stored form of a change: `(kind, key, Some(body))` for a put,
+/// `(kind, key, None)` for a delete.
+pub fn change_row(change: &ComputeChange) -> (&'static str, String, Option<Value>) {
+    use ComputeChange as C;
+    let (kind, key) = row_key(&change.key());
+    let body = match change {
+        C::PutFlavor(x) => Some(flavor(x)),
+        C::PutImage(x) => Some(image(x)),
+        C::PutServerGroup(x) => Some(server_group(x)),
+        C::PutCell(x) => Some(cell(x)),
+        C::PutHostMapping(h) => Some(json!({"host": h.host, "cell": h.cell.to_string()})),
+        C::PutComputeNode(n) => {
+            Some(json!({"uuid": n.uuid.to_string(), "host": n.host, "node": n.node, "cell": n.cell.to_string()}))
+        }
+        C::PutInstanceMapping(m) => Some(json!({
+            "instance_uuid": m.instance_uuid.to_string(), "cell": m.cell.map(|c| c.to_string()),
+            "project_id": m.project_id, "user_id": m.user_id, "queued_for_delete": m.queued_for_delete,
+            "created_at": m.created_at,
+        })),
+        C::PutBuildRequest(r) => Some(json!({
+            "instance_uuid": r.instance_uuid.to_string(), "project_id": r.project_id, "user_id": r.user_id,
+            "spec": instance_spec(&r.spec), "created_at": r.created_at,
+        })),
+        C::PutRequestSpec(x) => Some(request_spec(x)),
+        C::PutQuota { limit, .. } | C::PutQuotaClass { limit, .. } => Some(json!({"limit": limit})),
+        C::PutAggregate(x) => Some(aggregate(x)),
+        _ => None,
+    };
+    (kind, key, body)
+}
+
+fn key_parts(key: &str, n: usize) -> Result<Vec<String>> {
+    let parts: Vec<String> = serde_json::from_str(key).map_err(|_| bad("quota key"))?;
+    if parts.len() != n {
+        return Err(bad("quota key"));
+    }
+    Ok(parts)
+}
+
+/// Decode a stored row back into its change (`body` None: a delete).
+pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<ComputeChange> {
+    use ComputeChange as C;
+    let parse_uuid = |k: &str| Uuid::parse_str(k).map_err(|_| bad(kind));
+    let Some(v) = body else {
+        return Ok(match kind {
+            "flavor" => C::DeleteFlavor(key.to_owned()),
+            "image" => C::DeleteImage(parse_uuid(key)?),
+            "server_group" => C::DeleteServerGroup(parse_uuid(key)?),
+            "cell" => C::DeleteCell(parse_uuid(key)?),
+            "host_mapping" => C::DeleteHostMapping(key.to_owned()),
+            "compute_node" => C::DeleteComputeNode(parse_uuid(key)?),
+            "instance_mapping" => C::DeleteInstanceMapping(parse_uuid(key)?),
+            "build_request" => C::DeleteBuildRequest(parse_uuid(key)?),
+            "request_spec" => C::DeleteRequestSpec(parse_uuid(key)?),
+            "quota" => {
+                let p = key_parts(key, 3)?;
+                C::DeleteQuota { project_id: p[0].clone(), user_id: p[1].clone(), resource: p[2].clone() }
+            }
+            "aggregate" => C::DeleteAggregate(key.parse().map_err(|_| bad(kind))?),
+            other => return Err(bad(&format!("row kind {other}"))),
+        });
+    };
+    Ok(match kind {
+        "flavor" => C::PutFlavor(to_flavor(v)?),
+        "image" => C::PutImage(to_image(v)?),
+        "server_group" => C::PutServerGroup(to_server_group(v)?),
+        "cell" => C::PutCell(to_cell(v)?),
+        "host_mapping" => C::PutHostMapping(HostMapping { host: s(v, "host")?, cell: uuid(v, "cell")? }),
+        "compute_node" => C::PutComputeNode(ComputeNodeRef {
+            uuid: uuid(v, "uuid")?,
+            host: s(v, "host")?,
+            node: s(v, "node")?,
+            cell: uuid(v, "cell")?,
+        }),
+        "instance_mapping" => C::PutInstanceMapping(InstanceMapping {
+            instance_uuid: uuid(v, "instance_uuid")?,
+            cell: opt_uuid(v, "cell")?,
+            project_id: s(v, "project_id")?,
+            user_id: s(v, "user_id")?,
+            queued_for_delete: b(v, "queued_for_delete")?,
+            created_at: i(v, "created_at")?,
+        }),
+        "build_request" => C::PutBuildRequest(BuildRequest {
+            instance_uuid: uuid(v, "instance_uuid")?,
+            project_id: s(v, "project_id")?,
+            user_id: s(v, "user_id")?,
+            spec: to_instance_spec(field(v, "spec")?)?,
+            created_at: i(v, "created_at")?,
+        }),
+        "request_spec" => C::PutRequestSpec(to_request_spec(v)?),
+        "quota" => {
+            let p = key_parts(key, 3)?;
+            C::PutQuota {
+                project_id: p[0].clone(),
+                user_id: p[1].clone(),
+                resource: p[2].clone(),
+                limit: i(v, "limit")?,
+            }
+        }
+        "quota_class" => {
+            let p = key_parts(key, 2)?;
+            C::PutQuotaClass { class_name: p[0].clone(), resource: p[1].clone(), limit: i(v, "limit")? }
+        }
+        "aggregate" => C::PutAggregate(to_aggregate(v)?),
+        other => return Err(bad(&format!("row kind {other}"))),
+    })
+}
+
+/// A change as one JSON value (the PostgreSQL change feed).
+pub fn change(change: &ComputeChange) -> Value {
+    let (kind, key, body) = change_row(change);
+    let mut out = Map::new();
+    out.insert("kind".into(), json!(kind));
+    out.insert("key".into(), json!(key));
+    out.insert("body".into(), body.unwrap_or(Value::Null));
+    Value::Object(out)
+}
+
+/// Decode [`change`].
+pub fn to_change(v: &Value) -> Result<ComputeChange> {
+    let body = v.get("body").filter(|b| !b.is_null());
+    row_change(&s(v, "kind")?, &s(v, "key")?, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_flavor() -> Flavor {
+        Flavor {
+            id: 3,
+            flavorid: "m1.\"small\"".into(),
+            name: "small ✓".into(),
+            memory_mb: 2048,
+            vcpus: 2,
+            root_gb: 20,
+            ephemeral_gb: 1,
+            swap: 512,
+            rxtx_factor: 1.5,
+            vcpu_weight: Some(3),
+            disabled: false,
+            is_public: false,
+            description: None,
+            extra_specs: [("resources:VCPU".to_owned(), "0".to_owned())].into(),
+            projects: ["p1".to_owned()].into(),
+            created_at: 5,
+            updated_at: None,
+        }
+    }
+
+    fn spec() -> InstanceSpec {
+        InstanceSpec {
+            display_name: "vm".into(),
+            display_description: Some("d".into()),
+            hostname: "vm".into(),
+            image_ref: Some(Uuid::new_v4()),
+            image_properties: [("hw_disk_bus".to_owned(), "scsi".to_owned())].into(),
+            flavor: sample_flavor(),
+            metadata: [("k".to_owned(), "v".to_owned())].into(),
+            key_name: None,
+            availability_zone: Some("az1".into()),
+            reservation_id: "r-abc".into(),
+            launch_index: 2,
+            config_drive: String::new(),
+            user_data: Some("aGk=".into()),
+            access_ip_v4: None,
+            access_ip_v6: Some("::1".into()),
+            tags: vec!["t".into()],
+            scheduler_hints: [("group".to_owned(), vec!["x".to_owned()])].into(),
+        }
+    }
+
+    #[test]
+    fn every_change_round_trips() {
+        use ComputeChange as C;
+        let id = Uuid::new_v4();
+        let changes = vec![
+            C::PutFlavor(sample_flavor()),
+            C::DeleteFlavor("m1".into()),
+            C::PutImage(Image {
+                id,
+                name: None,
+                status: "active".into(),
+                visibility: "public".into(),
+                protected: true,
+                owner: Some("p".into()),
+                disk_format: Some("qcow2".into()),
+                container_format: None,
+                min_disk: 1,
+                min_ram: 0,
+                size: None,
+                tags: vec![],
+                properties: [("trait:CUSTOM_X".to_owned(), "required".to_owned())].into(),
+                created_at: 1,
+                updated_at: 2,
+            }),
+            C::DeleteImage(id),
+            C::PutServerGroup(ServerGroup {
+                uuid: id,
+                name: "g".into(),
+                project_id: "p".into(),
+                user_id: "u".into(),
+                policy: GroupPolicy::AntiAffinity,
+                max_server_per_host: Some(2),
+                members: vec![Uuid::new_v4()],
+                created_at: 3,
+            }),
+            C::DeleteServerGroup(id),
+            C::PutCell(CellMapping {
+                uuid: id,
+                name: "cell1".into(),
+                database_connection: "sqlite:///x".into(),
+                disabled: true,
+            }),
+            C::DeleteCell(id),
+            C::PutHostMapping(HostMapping { host: "h".into(), cell: id }),
+            C::DeleteHostMapping("h".into()),
+            C::PutComputeNode(ComputeNodeRef { uuid: id, host: "h".into(), node: "n".into(), cell: id }),
+            C::DeleteComputeNode(id),
+            C::PutInstanceMapping(InstanceMapping {
+                instance_uuid: id,
+                cell: None,
+                project_id: "p".into(),
+                user_id: "u".into(),
+                queued_for_delete: false,
+                created_at: 4,
+            }),
+            C::DeleteInstanceMapping(id),
+            C::PutBuildRequest(BuildRequest {
+                instance_uuid: id,
+                project_id: "p".into(),
+                user_id: "u".into(),
+                spec: spec(),
+                created_at: 9,
+            }),
+            C::DeleteBuildRequest(id),
+            C::PutRequestSpec(RequestSpec {
+                instance_uuid: id,
+                project_id: "p".into(),
+                user_id: "u".into(),
+                flavor: sample_flavor(),
+                image: Some(ImageRef { id, disk_format: None, properties: BTreeMap::new() }),
+                num_instances: 2,
+                availability_zone: None,
+                force_host: Some("h".into()),
+                force_node: None,
+                group: Some(id),
+                same_host: vec![id],
+                different_host: vec![],
+                hints: BTreeMap::new(),
+                reservation_id: "r".into(),
+            }),
+            C::DeleteRequestSpec(id),
+            C::PutQuota { project_id: "p".into(), user_id: String::new(), resource: "cores".into(), limit: -1 },
+            C::DeleteQuota { project_id: "p".into(), user_id: "u\"x".into(), resource: "ram".into() },
+            C::PutQuotaClass { class_name: "default".into(), resource: "instances".into(), limit: 20 },
+            C::PutAggregate(Aggregate {
+                id: 7,
+                uuid: id,
+                name: "a".into(),
+                metadata: [("availability_zone".to_owned(), "az".to_owned())].into(),
+                hosts: ["h1".to_owned()].into(),
+                created_at: 1,
+                updated_at: Some(2),
+            }),
+            C::DeleteAggregate(7),
+        ];
+        for original in changes {
+            let encoded = change(&original);
+            let text = encoded.to_string();
+            let decoded = to_change(&serde_json::from_str(&text).expect("json")).expect("decode");
+            assert_eq!(decoded, original, "{text}");
+        }
+        assert!(to_change(&json!({"kind": "flavor", "key": "x", "body": {"id": "nope"}})).is_err());
+    }
+}
