@@ -1,43 +1,284 @@
-//! The compute side of `berth serve`: the compute runtime, its APIs
-//! (compute, image, agent, admin, identity) and their dispatch.
+//! The compute side of `berth serve`: cells (cell0 and cell1 created on
+//! first start), the compute runtime (conductor, sweep, health), its APIs
+//! (compute, image, agent, admin, identity) and their dispatch, and the
+//! in-process fake hosts of `--fake-hosts`.
 
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
 use axum::body::Body;
 use axum::http::Response;
-use berth_http::Server;
+use berth_compute::cells::{CellOpener, Cells};
+use berth_compute::health::SystemClock;
+use berth_compute::{Compute, ComputeConfig};
+use berth_compute_api::ComputeCtx;
+use berth_compute_model::plan::plan_put_cell;
+use berth_compute_model::{CellMapping, CELL0_UUID};
+use berth_http::{Api, Server};
+use berth_store::{CellStore, StoreError};
+use uuid::Uuid;
 
 use crate::router::Target;
 
 /// The compute APIs of one process.
-pub(crate) struct ComputeServices {}
+pub(crate) struct ComputeServices {
+    /// The runtime.
+    pub(crate) compute: Arc<Compute>,
+    /// Context for the shared listener (`/compute/...`).
+    ctx: Arc<ComputeCtx>,
+    /// Context for `--compute-listen` (compute API at the root).
+    root_ctx: Arc<ComputeCtx>,
+    compute_api: Api<ComputeCtx>,
+    image_api: Api<ComputeCtx>,
+    agent_api: Api<ComputeCtx>,
+    admin_api: Api<ComputeCtx>,
+    identity_api: Api<ComputeCtx>,
+}
+
+/// Open a cell's store from its mapping.
+pub(crate) fn open_cell(mapping: &CellMapping) -> Result<Arc<dyn CellStore>, StoreError> {
+    let url = mapping.database_connection.as_str();
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        return Ok(Arc::new(berth_store_sqlite::SqliteCellStore::open(Path::new(path))?));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(berth_store_postgres::PostgresCellStore::connect(url)?));
+    }
+    Err(StoreError::Internal(format!("unsupported cell database URL for cell {}", mapping.name)))
+}
+
+/// Where the default cells' databases go: beside the control database.
+/// SQLite: `{data dir}/{name}.sqlite`; PostgreSQL: the same database, in
+/// schema `{control schema or berth}_{name}`.
+pub(crate) fn cell_database_template(control: Option<&str>, data_dir: &Path) -> String {
+    match control {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            let (base, schema) = match url.split_once("schema=") {
+                Some((before, after)) => {
+                    let schema = after.split('&').next().unwrap_or("berth");
+                    let rest: Vec<&str> = after.split('&').skip(1).collect();
+                    let mut base = before.trim_end_matches(['&', '?']).to_owned();
+                    for part in rest {
+                        base.push(if base.contains('?') { '&' } else { '?' });
+                        base.push_str(part);
+                    }
+                    (base, schema.to_owned())
+                }
+                None => (url.to_owned(), "berth".to_owned()),
+            };
+            let sep = if base.contains('?') { '&' } else { '?' };
+            format!("{base}{sep}schema={schema}_{{name}}")
+        }
+        Some(url) if url.starts_with("sqlite://") => {
+            let path = Path::new(&url["sqlite://".len()..]);
+            let dir = path.parent().unwrap_or(Path::new("."));
+            format!("sqlite://{}/{{name}}.sqlite", dir.display())
+        }
+        _ => format!("sqlite://{}/{{name}}.sqlite", data_dir.display()),
+    }
+}
+
+/// Settings of the compute side.
+#[derive(Debug, Clone)]
+pub(crate) struct ComputeSettings {
+    pub(crate) config: ComputeConfig,
+    pub(crate) cell_timeout: Duration,
+    pub(crate) test_hooks: bool,
+}
 
 impl ComputeServices {
+    /// Build the compute side on `core` (inside the tokio runtime): make
+    /// sure cell0 and cell1 exist, open the cells, start the runtime.
+    pub(crate) fn start(
+        core: Arc<berth_core::App>,
+        settings: ComputeSettings,
+        overrides: &BTreeMap<String, String>,
+    ) -> anyhow::Result<Self> {
+        ensure_default_cells(&core, &settings.config)?;
+        let opener: CellOpener = Arc::new(open_cell);
+        let cells = Cells::new(opener, settings.cell_timeout);
+        let clock = Arc::new(SystemClock::default());
+        let compute = Compute::new(core.clone(), cells, clock, settings.config.clone());
+        compute.start();
+        let max_limit = settings.config.max_limit;
+        let ctx = |prefix: &'static str| {
+            Arc::new(ComputeCtx {
+                compute: compute.clone(),
+                core: core.clone(),
+                prefix,
+                max_limit,
+                test_hooks: settings.test_hooks,
+            })
+        };
+        Ok(ComputeServices {
+            ctx: ctx("/compute"),
+            root_ctx: ctx(""),
+            compute: compute.clone(),
+            compute_api: berth_compute_api::routes::compute_api(overrides)?,
+            image_api: berth_compute_api::routes::image_api(overrides)?,
+            agent_api: berth_compute_api::routes::agent_api(overrides)?,
+            admin_api: berth_compute_api::routes::admin_api(overrides)?,
+            identity_api: berth_compute_api::routes::identity_api(overrides)?,
+        })
+    }
+
     /// Dispatch a request for one of the compute-side APIs.
     pub(crate) async fn dispatch(
         &self,
-        _server: &Server,
-        _target: Target<'_>,
-        _request: axum::extract::Request,
+        server: &Server,
+        target: Target<'_>,
+        request: axum::extract::Request,
     ) -> Response<Body> {
-        Response::builder().status(404).body(Body::empty()).unwrap_or_default()
+        let (api, rest) = match target {
+            Target::Compute(rest) => (&self.compute_api, strip_project(rest)),
+            Target::Image(rest) => (&self.image_api, rest.to_owned()),
+            Target::Agent(rest) => (&self.agent_api, rest.to_owned()),
+            Target::Admin(rest) => (&self.admin_api, rest.to_owned()),
+            Target::Identity(rest) => (&self.identity_api, rest.to_owned()),
+            Target::Operational | Target::Placement(_) => {
+                return Response::builder().status(404).body(Body::empty()).unwrap_or_default()
+            }
+        };
+        let rest = if rest.is_empty() { "/".to_owned() } else { rest };
+        berth_http::dispatch(&self.ctx, api, server, &rest, request).await
     }
 
-    /// Dispatch a request on the compute-only listener.
+    /// Dispatch a request on the compute-only listener (`--compute-listen`).
     pub(crate) async fn dispatch_compute(
         &self,
-        _server: &Server,
-        _path: &str,
-        _request: axum::extract::Request,
+        server: &Server,
+        path: &str,
+        request: axum::extract::Request,
     ) -> Response<Body> {
-        Response::builder().status(404).body(Body::empty()).unwrap_or_default()
+        let rest = strip_project(path);
+        let rest = if rest.is_empty() { "/".to_owned() } else { rest };
+        berth_http::dispatch(&self.root_ctx, &self.compute_api, server, &rest, request).await
     }
 
     /// Counters for `/metrics`.
     pub(crate) fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
-        Vec::new()
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = &self.compute.metrics;
+        vec![
+            (
+                "berth_compute_boots_accepted_total",
+                "Instances accepted by POST /servers.",
+                m.boots_accepted.load(Relaxed),
+            ),
+            (
+                "berth_compute_instances_claimed_total",
+                "Instances claimed onto a host.",
+                m.instances_claimed.load(Relaxed),
+            ),
+            ("berth_compute_instances_buried_total", "Instances buried in cell0.", m.instances_buried.load(Relaxed)),
+            ("berth_compute_scheduler_runs_total", "Scheduler runs.", m.scheduler_runs.load(Relaxed)),
+            (
+                "berth_compute_claim_retries_total",
+                "Claims whose choices were taken meanwhile and were scheduled again.",
+                m.claim_retries.load(Relaxed),
+            ),
+            ("berth_compute_instances_active_total", "Instances that went ACTIVE.", m.instances_active.load(Relaxed)),
+            ("berth_compute_builds_failed_total", "Builds that failed on their host.", m.builds_failed.load(Relaxed)),
+        ]
     }
 
     /// Gauges for `/metrics`.
     pub(crate) fn gauges(&self) -> Vec<(&'static str, &'static str, f64)> {
-        Vec::new()
+        let world = self.compute.control.as_ref();
+        let (pending, mappings) = berth_compute::control::read(world, |w| {
+            (w.compute.build_requests.len() as f64, w.compute.instance_mappings.len() as f64)
+        });
+        vec![
+            ("berth_compute_build_requests", "Boots accepted and not yet scheduled.", pending),
+            ("berth_compute_instance_mappings", "Instance mappings (servers) in the control database.", mappings),
+        ]
+    }
+}
+
+/// Nova accepts `/v2.1/{project_id}/...`: drop the project segment.
+fn strip_project(rest: &str) -> String {
+    const TOP: &[&str] = &[
+        "servers",
+        "flavors",
+        "os-server-groups",
+        "os-quota-sets",
+        "limits",
+        "os-hypervisors",
+        "os-services",
+        "os-aggregates",
+        "os-availability-zone",
+        "",
+    ];
+    let Some(after) = rest.strip_prefix("/v2.1/") else { return rest.to_owned() };
+    let mut parts = after.splitn(2, '/');
+    let first = parts.next().unwrap_or("");
+    match parts.next() {
+        Some(tail) if !TOP.contains(&first) => format!("/v2.1/{tail}"),
+        _ => rest.to_owned(),
+    }
+}
+
+/// Create cell0 and cell1 on first start (Nova's `map_cell0` and
+/// `create_cell`), opening (and migrating) their databases first.
+fn ensure_default_cells(core: &berth_core::App, config: &ComputeConfig) -> anyhow::Result<()> {
+    let existing: Vec<CellMapping> = core.read().compute.cells.values().cloned().collect();
+    let mut wanted = Vec::new();
+    if !existing.iter().any(|c| c.uuid == CELL0_UUID) {
+        wanted.push(CellMapping {
+            uuid: CELL0_UUID,
+            name: "cell0".to_owned(),
+            database_connection: config.cell_database_template.replace("{name}", "cell0"),
+            disabled: false,
+        });
+    }
+    if !existing.iter().any(|c| c.name == config.default_cell) && existing.len() <= 1 {
+        wanted.push(CellMapping {
+            uuid: Uuid::new_v4(),
+            name: config.default_cell.clone(),
+            database_connection: config.cell_database_template.replace("{name}", &config.default_cell),
+            disabled: false,
+        });
+    }
+    for cell in wanted {
+        open_cell(&cell).with_context(|| format!("opening the database of {}", cell.name))?;
+        core.write(|w| plan_put_cell(w, cell.clone()).map(|s| (s, ())).map_err(|e| anyhow_store(e.to_string())))
+            .map_err(|e| anyhow::anyhow!("creating cell {}: {e}", cell.name))?;
+        tracing::info!(cell = %cell.name, "cell created");
+    }
+    Ok(())
+}
+
+fn anyhow_store(message: String) -> StoreError {
+    StoreError::Internal(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_cell_databases_sit_beside_the_control_database() {
+        let dir = Path::new("/var/lib/berth");
+        assert_eq!(cell_database_template(None, dir), "sqlite:///var/lib/berth/{name}.sqlite");
+        assert_eq!(
+            cell_database_template(Some("postgres://u@h:5432/db?schema=prod"), dir),
+            "postgres://u@h:5432/db?schema=prod_{name}"
+        );
+        assert_eq!(cell_database_template(Some("postgres://u@h/db"), dir), "postgres://u@h/db?schema=berth_{name}");
+        assert_eq!(
+            cell_database_template(Some("postgres://u@h/db?sslmode=disable&schema=s1"), dir),
+            "postgres://u@h/db?sslmode=disable&schema=s1_{name}"
+        );
+    }
+
+    #[test]
+    fn project_segments_are_dropped() {
+        assert_eq!(strip_project("/v2.1/servers"), "/v2.1/servers");
+        assert_eq!(strip_project("/v2.1/abc123/servers/detail"), "/v2.1/servers/detail");
+        assert_eq!(strip_project("/v2.1/flavors/1"), "/v2.1/flavors/1");
+        assert_eq!(strip_project("/v2.1/"), "/v2.1/");
     }
 }

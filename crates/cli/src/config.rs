@@ -40,6 +40,54 @@ pub(crate) struct FileConfig {
     pub(crate) randomize_allocation_candidates: Option<bool>,
     /// Cap on allocation candidates generated per request (-1: unlimited).
     pub(crate) max_allocation_candidates: Option<i64>,
+    /// Extra listener serving the compute API at its root (`/v2.1`).
+    pub(crate) compute_listen: Option<String>,
+    /// Fake compute hosts run inside the server.
+    pub(crate) fake_hosts: Option<usize>,
+    /// Per-cell read deadline in milliseconds.
+    pub(crate) cell_timeout_ms: Option<u64>,
+    /// Seconds without a heartbeat before a compute service is down.
+    pub(crate) service_down_time: Option<i64>,
+    /// Cell agents register in when they name none.
+    pub(crate) default_cell: Option<String>,
+    /// Default availability zone.
+    pub(crate) default_availability_zone: Option<String>,
+    /// Scheduler settings (Nova's `[scheduler]`/`[filter_scheduler]`).
+    pub(crate) scheduler: Option<SchedulerFile>,
+}
+
+/// The `scheduler:` section of the config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SchedulerFile {
+    /// `max_placement_results`.
+    pub(crate) max_placement_results: Option<usize>,
+    /// `host_subset_size`.
+    pub(crate) host_subset_size: Option<usize>,
+    /// `max_attempts`.
+    pub(crate) max_attempts: Option<usize>,
+    /// `ram_weight_multiplier`.
+    pub(crate) ram_weight_multiplier: Option<f64>,
+    /// `cpu_weight_multiplier`.
+    pub(crate) cpu_weight_multiplier: Option<f64>,
+    /// `disk_weight_multiplier`.
+    pub(crate) disk_weight_multiplier: Option<f64>,
+    /// `soft_affinity_weight_multiplier`.
+    pub(crate) soft_affinity_weight_multiplier: Option<f64>,
+    /// `soft_anti_affinity_weight_multiplier`.
+    pub(crate) soft_anti_affinity_weight_multiplier: Option<f64>,
+    /// `build_failure_weight_multiplier`.
+    pub(crate) build_failure_weight_multiplier: Option<f64>,
+    /// `limit_tenants_to_placement_aggregate`.
+    pub(crate) limit_tenants_to_placement_aggregate: Option<bool>,
+    /// `placement_aggregate_required_for_tenants`.
+    pub(crate) placement_aggregate_required_for_tenants: Option<bool>,
+    /// `enable_isolated_aggregate_filtering`.
+    pub(crate) enable_isolated_aggregate_filtering: Option<bool>,
+    /// `query_placement_for_image_type_support`.
+    pub(crate) query_placement_for_image_type_support: Option<bool>,
+    /// `image_metadata_prefilter`.
+    pub(crate) image_metadata_prefilter: Option<bool>,
 }
 
 impl FileConfig {

@@ -81,6 +81,51 @@ pub(crate) struct ServeOpts {
     /// with the breadth-first strategy). Negative or unset: unlimited.
     #[arg(long, env = "BERTH_MAX_ALLOCATION_CANDIDATES", allow_negative_numbers = true)]
     max_allocation_candidates: Option<i64>,
+    /// Also serve the compute API at the root of this address (`/v2.1`,
+    /// Nova's usual port 8774).
+    #[arg(long, env = "BERTH_COMPUTE_LISTEN")]
+    compute_listen: Option<String>,
+    /// Run N fake compute hosts inside the server (the agent's code and
+    /// protocol, over loopback HTTP).
+    #[arg(long, env = "BERTH_FAKE_HOSTS")]
+    fake_hosts: Option<usize>,
+    /// How long a listing waits for one cell's database (ms, default 2000).
+    #[arg(long, env = "BERTH_CELL_TIMEOUT_MS")]
+    cell_timeout_ms: Option<u64>,
+    /// Seconds without a heartbeat after which a compute service is down
+    /// (Nova's `service_down_time`, default 60).
+    #[arg(long, env = "BERTH_SERVICE_DOWN_TIME")]
+    service_down_time: Option<i64>,
+    /// Cell for agents that name none (default `cell1`).
+    #[arg(long, env = "BERTH_DEFAULT_CELL")]
+    default_cell: Option<String>,
+    /// Default availability zone (default `nova`).
+    #[arg(long, env = "BERTH_DEFAULT_AVAILABILITY_ZONE")]
+    default_availability_zone: Option<String>,
+    /// Serve the test hooks under /admin/v1/test (conductor breakpoints,
+    /// clock). Never in production.
+    #[arg(long, env = "BERTH_TEST_HOOKS")]
+    test_hooks: bool,
+    /// Scheduler: pick among this many best hosts at random (Nova's
+    /// `host_subset_size`, default 1).
+    #[arg(long, env = "BERTH_SCHEDULER_HOST_SUBSET_SIZE")]
+    scheduler_host_subset_size: Option<usize>,
+    /// Scheduler: attempts per instance (alternates = this - 1; default 3).
+    #[arg(long, env = "BERTH_SCHEDULER_MAX_ATTEMPTS")]
+    scheduler_max_attempts: Option<usize>,
+    /// Scheduler: restrict tenants to aggregates with `filter_tenant_id`.
+    #[arg(long, env = "BERTH_SCHEDULER_LIMIT_TENANTS_TO_PLACEMENT_AGGREGATE")]
+    scheduler_limit_tenants_to_placement_aggregate: bool,
+    /// Scheduler: tenants without an aggregate get no host.
+    #[arg(long, env = "BERTH_SCHEDULER_PLACEMENT_AGGREGATE_REQUIRED_FOR_TENANTS")]
+    scheduler_placement_aggregate_required_for_tenants: bool,
+    /// Scheduler: aggregates with `trait:X=required` metadata take only
+    /// requests requiring X.
+    #[arg(long, env = "BERTH_SCHEDULER_ENABLE_ISOLATED_AGGREGATE_FILTERING")]
+    scheduler_enable_isolated_aggregate_filtering: bool,
+    /// Scheduler: require `COMPUTE_IMAGE_TYPE_<disk_format>` on hosts.
+    #[arg(long, env = "BERTH_SCHEDULER_QUERY_PLACEMENT_FOR_IMAGE_TYPE_SUPPORT")]
+    scheduler_query_placement_for_image_type_support: bool,
 }
 
 /// Options of `berth migrate`.
@@ -107,6 +152,9 @@ struct Settings {
     log_json: bool,
     change_poll: std::time::Duration,
     feed_retention: Option<std::time::Duration>,
+    compute: crate::compute_wiring::ComputeSettings,
+    compute_listen: Option<SocketAddr>,
+    fake_hosts: usize,
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
@@ -145,10 +193,67 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
         },
     };
+    let database = opts.database.or(file.database);
+    let sched_file = file.scheduler.unwrap_or_default();
+    let defaults = berth_scheduler::Config::default();
+    let scheduler = berth_scheduler::Config {
+        max_placement_results: sched_file.max_placement_results.unwrap_or(defaults.max_placement_results),
+        host_subset_size: opts
+            .scheduler_host_subset_size
+            .or(sched_file.host_subset_size)
+            .unwrap_or(defaults.host_subset_size),
+        max_attempts: opts.scheduler_max_attempts.or(sched_file.max_attempts).unwrap_or(defaults.max_attempts),
+        ram_weight_multiplier: sched_file.ram_weight_multiplier.unwrap_or(defaults.ram_weight_multiplier),
+        cpu_weight_multiplier: sched_file.cpu_weight_multiplier.unwrap_or(defaults.cpu_weight_multiplier),
+        disk_weight_multiplier: sched_file.disk_weight_multiplier.unwrap_or(defaults.disk_weight_multiplier),
+        soft_affinity_weight_multiplier: sched_file
+            .soft_affinity_weight_multiplier
+            .unwrap_or(defaults.soft_affinity_weight_multiplier),
+        soft_anti_affinity_weight_multiplier: sched_file
+            .soft_anti_affinity_weight_multiplier
+            .unwrap_or(defaults.soft_anti_affinity_weight_multiplier),
+        build_failure_weight_multiplier: sched_file
+            .build_failure_weight_multiplier
+            .unwrap_or(defaults.build_failure_weight_multiplier),
+        limit_tenants_to_placement_aggregate: opts.scheduler_limit_tenants_to_placement_aggregate
+            || sched_file.limit_tenants_to_placement_aggregate.unwrap_or(false),
+        placement_aggregate_required_for_tenants: opts.scheduler_placement_aggregate_required_for_tenants
+            || sched_file.placement_aggregate_required_for_tenants.unwrap_or(false),
+        enable_isolated_aggregate_filtering: opts.scheduler_enable_isolated_aggregate_filtering
+            || sched_file.enable_isolated_aggregate_filtering.unwrap_or(false),
+        query_placement_for_image_type_support: opts.scheduler_query_placement_for_image_type_support
+            || sched_file.query_placement_for_image_type_support.unwrap_or(false),
+        image_metadata_prefilter: sched_file.image_metadata_prefilter.unwrap_or(false),
+        default_availability_zone: opts
+            .default_availability_zone
+            .or(file.default_availability_zone)
+            .unwrap_or(defaults.default_availability_zone),
+    };
+    let compute_config = berth_compute::ComputeConfig {
+        scheduler,
+        default_cell: opts.default_cell.or(file.default_cell).unwrap_or_else(|| "cell1".to_owned()),
+        service_down_time: opts.service_down_time.or(file.service_down_time).unwrap_or(60),
+        cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
+        ..berth_compute::ComputeConfig::default()
+    };
+    let compute_listen = match opts.compute_listen.or(file.compute_listen) {
+        Some(text) => {
+            Some(text.parse::<SocketAddr>().with_context(|| format!("invalid --compute-listen address {text:?}"))?)
+        }
+        None => None,
+    };
+    let compute = crate::compute_wiring::ComputeSettings {
+        config: compute_config,
+        cell_timeout: std::time::Duration::from_millis(opts.cell_timeout_ms.or(file.cell_timeout_ms).unwrap_or(2000)),
+        test_hooks: opts.test_hooks,
+    };
     Ok(Settings {
+        compute,
+        compute_listen,
+        fake_hosts: opts.fake_hosts.or(file.fake_hosts).unwrap_or(0),
         listen,
         data_dir,
-        database: opts.database.or(file.database),
+        database,
         http: HttpConfig {
             auth_mode,
             cors,
@@ -216,18 +321,67 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
     let placement = Arc::new(Placement::new(app.clone(), settings.candidates.clone()));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
+        let compute = crate::compute_wiring::ComputeServices::start(
+            app.clone(),
+            settings.compute.clone(),
+            &settings.policy_overrides,
+        )?;
         let services = Arc::new(crate::router::Services {
             server: Server { config: settings.http.clone(), metrics: Default::default() },
             core: app,
             placement,
             placement_api,
-            compute: None,
+            compute: Some(compute),
         });
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
-        tracing::info!(listen = %listener.local_addr()?, data_dir = %settings.data_dir.display(), "berth serving");
+        let local = listener.local_addr()?;
+        tracing::info!(listen = %local, data_dir = %settings.data_dir.display(), "berth serving");
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if let Some(addr) = settings.compute_listen {
+            let compute_listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+            tracing::info!(listen = %compute_listener.local_addr()?, "berth serving the compute API at /v2.1");
+            let router = crate::router::router(services.clone(), true);
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                let _ = axum::serve(compute_listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.changed().await;
+                    })
+                    .await;
+            });
+        }
+        if settings.fake_hosts > 0 {
+            let config = berth_agent::AgentConfig {
+                url: format!("http://{local}"),
+                token: "admin".to_owned(),
+                agent_id: format!("fake-hosts-{}", std::process::id()),
+                prefix: "fake-".to_owned(),
+                count: settings.fake_hosts,
+                first_index: 0,
+                cell: None,
+                shape: berth_agent::HostShape::default(),
+                build_time: std::time::Duration::ZERO,
+                fail_rate: 0.0,
+                bad_hosts: Vec::new(),
+                report_interval: std::time::Duration::from_secs(10),
+                concurrency: 8,
+            };
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                if let Err(err) = berth_agent::run(config, async move {
+                    let _ = stop.changed().await;
+                })
+                .await
+                {
+                    tracing::error!(error = %err, "in-process fake hosts failed");
+                }
+            });
+        }
         axum::serve(listener, crate::router::router(services, false)).with_graceful_shutdown(shutdown_signal()).await?;
+        let _ = stop_tx.send(true);
         tracing::info!("berth stopped");
         Ok(())
     })

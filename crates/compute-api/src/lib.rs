@@ -6,7 +6,10 @@
 //! - [`schemas`]: request-body JSON schemas, per microversion, in the
 //!   draft-4 dialect of berth's validator (`berth_http::schema`).
 //!
-//! Everything here is a pure function: no I/O, no HTTP types, no clock
+//! The handlers ([`handlers`], [`routes`], [`api`]) put them on the
+//! berth-http foundation over the compute runtime (`berth-compute`).
+//!
+//! Views and schemas are pure functions: no I/O, no HTTP types, no clock
 //! (times are the model's Unix seconds), no policy engine (callers pass
 //! what policy allows as booleans). Handlers extract the microversion into
 //! a [`ComputeVersion`], load the domain values, and call one view.
@@ -72,8 +75,14 @@
 //! [`schemas`]).
 #![deny(missing_docs)]
 
+pub mod api;
+pub mod handlers;
+mod policy_rules;
+pub mod routes;
 pub mod schemas;
 mod version;
 pub mod views;
 
+pub use api::ComputeCtx;
+pub use policy_rules::RULES;
 pub use version::ComputeVersion;

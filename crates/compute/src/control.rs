@@ -57,3 +57,17 @@ pub fn write<T>(
     })?;
     out.ok_or_else(|| WriteError::Store(StoreError::Internal("write path did not run the plan".into())))
 }
+
+/// The core's write path is the control write path.
+impl Control for berth_core::App {
+    fn read_world(&self, f: &mut dyn FnMut(&World)) {
+        f(&self.read());
+    }
+
+    fn write_world(
+        &self,
+        plan: &mut dyn FnMut(&World) -> Result<WorldChangeSet, ComputeError>,
+    ) -> Result<(), WriteError> {
+        self.write(|world| plan(world).map(|set| (set, ())).map_err(WriteError::Refused))
+    }
+}

@@ -18,6 +18,8 @@ use berth_compute_model::Timestamp;
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Now, in Unix seconds.
     fn now(&self) -> Timestamp;
+    /// Move time by `seconds` (tests).
+    fn advance(&self, seconds: i64);
 }
 
 /// The wall clock, shifted by an offset that tests may set (only when the
@@ -27,14 +29,11 @@ pub struct SystemClock {
     offset: AtomicI64,
 }
 
-impl SystemClock {
-    /// Move time forward (or back) by `seconds`.
-    pub fn advance(&self, seconds: i64) {
+impl Clock for SystemClock {
+    fn advance(&self, seconds: i64) {
         self.offset.fetch_add(seconds, Ordering::SeqCst);
     }
-}
 
-impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         let wall =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);

@@ -23,6 +23,7 @@ pub mod control;
 pub mod health;
 pub mod hub;
 pub mod servers;
+pub mod services;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub struct ComputeConfig {
     pub service_down_time: i64,
     /// Listings never return more than this (`[api] max_limit`).
     pub max_limit: usize,
+    /// Where a new cell's database goes when none is given: `{name}` is
+    /// replaced by the cell's name.
+    pub cell_database_template: String,
 }
 
 impl Default for ComputeConfig {
@@ -64,6 +68,7 @@ impl Default for ComputeConfig {
             sweep_interval: Duration::from_millis(200),
             service_down_time: 60,
             max_limit: 1000,
+            cell_database_template: "sqlite://berth-data/{name}.sqlite".to_owned(),
         }
     }
 }
@@ -184,6 +189,16 @@ impl Compute {
     /// Now.
     pub fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// Move the clock (test hooks).
+    pub fn advance_clock(&self, seconds: i64) {
+        self.clock.advance(seconds);
+    }
+
+    /// The database URL of a new cell called `name`.
+    pub fn default_cell_database(&self, name: &str) -> String {
+        self.config.cell_database_template.replace("{name}", name)
     }
 
     /// A fresh seed for the scheduler.

@@ -571,6 +571,52 @@ impl Compute {
         ))))
     }
 
+    /// `PUT /servers/{id}`: change the display name and/or description.
+    /// A server still being scheduled gets them on its build request.
+    pub async fn update_server(
+        &self,
+        uuid: &Uuid,
+        name: Option<String>,
+        description: Option<Option<String>>,
+    ) -> Result<(), ServiceError> {
+        if name.is_none() && description.is_none() {
+            return Ok(());
+        }
+        let pending = write(&*self.control, |w| {
+            let mut set = berth_compute_model::WorldChangeSet::new();
+            let Some(build) = w.compute.build_requests.get(uuid) else { return Ok((set, false)) };
+            let mut build = build.clone();
+            if let Some(name) = &name {
+                build.spec.display_name = name.clone();
+            }
+            if let Some(description) = &description {
+                build.spec.display_description = description.clone();
+            }
+            set.compute(berth_compute_model::ComputeChange::PutBuildRequest(build));
+            Ok((set, true))
+        })?;
+        if pending {
+            return Ok(());
+        }
+        let record = self.get_server(uuid).await?;
+        let ServerRecord::Placed { cell, .. } = record else {
+            return Err(ServiceError::Unavailable("the server's cell is not answering".into()));
+        };
+        let update = InstanceUpdate {
+            display_name: name,
+            display_description: description,
+            updated_at: self.now(),
+            ..InstanceUpdate::default()
+        };
+        let expect = Expect { not_deleted: true, ..Expect::default() };
+        let outcomes =
+            self.cells.get(&cell)?.write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }]).await?;
+        if outcomes.first() != Some(&CellOutcome::Done) {
+            return Err(not_found(uuid));
+        }
+        Ok(())
+    }
+
     /// `os-start`, `os-stop`, `reboot`: check the state, set the task
     /// state and hand the task to the host's agent.
     pub async fn server_action(&self, uuid: &Uuid, action: ServerAction, caller: &Caller) -> Result<(), ServiceError> {

@@ -1,0 +1,299 @@
+//! berth's own APIs: the agent API (`/agent/v1`: register, heartbeat, work,
+//! events), the admin API (`/admin/v1`: cells, host discovery, and — with
+//! `--test-hooks` — conductor breakpoints and the clock), and the minimal
+//! identity endpoints openstackclient asks for (`/identity/v3/projects`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use berth_compute::agents::{AgentEvent, HostRegistration};
+use berth_compute::control::{read, write};
+use berth_compute_model::plan::{plan_map_host, plan_put_cell};
+use berth_compute_model::CellMapping;
+use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::api::{ComputeCtx, NovaResult};
+
+fn json_body(req: &Req) -> ApiResult<Value> {
+    serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))
+}
+
+fn admin_only(req: &Req, rule: &str) -> ApiResult<()> {
+    if req.allowed(rule, &berth_http::policy::Target::for_caller(&req.auth)) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!("Policy does not allow {rule} to be performed.")))
+    }
+}
+
+/// Rules of the agent and admin APIs.
+pub const RULES: &berth_http::policy::RuleTable =
+    &[("agent:manage", "role:admin or role:service", None), ("admin:manage", "role:admin", None)];
+
+fn text<'a>(v: &'a Value, key: &str) -> ApiResult<&'a str> {
+    v.get(key).and_then(Value::as_str).ok_or_else(|| ApiError::bad_request(format!("'{key}' is a required string")))
+}
+
+/// `POST /agent/v1/register`.
+pub fn register(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "agent:manage")?;
+        let body = json_body(&req)?;
+        let agent = text(&body, "agent")?.to_owned();
+        let cell = body.get("cell").and_then(Value::as_str).map(str::to_owned);
+        let hosts = body["hosts"].as_array().ok_or_else(|| ApiError::bad_request("'hosts' is a required list"))?;
+        let mut registrations = Vec::with_capacity(hosts.len());
+        for h in hosts {
+            let host = text(h, "host")?.to_owned();
+            let num = |k: &str| h.get(k).and_then(Value::as_i64).unwrap_or(0);
+            registrations.push(HostRegistration {
+                node: h.get("node").and_then(Value::as_str).unwrap_or(&host).to_owned(),
+                vcpus: num("vcpus"),
+                memory_mb: num("memory_mb"),
+                local_gb: num("local_gb"),
+                hypervisor_type: h.get("hypervisor_type").and_then(Value::as_str).unwrap_or("fake").to_owned(),
+                host_ip: h.get("host_ip").and_then(Value::as_str).unwrap_or("127.0.0.1").to_owned(),
+                host,
+            });
+        }
+        let registered = ctx.compute.register_agent(&agent, cell.as_deref(), &registrations).await.nova()?;
+        let hosts: Vec<Value> = registered
+            .iter()
+            .map(|r| {
+                json!({"host": r.host, "node": r.node, "node_uuid": r.node_uuid.to_string(),
+                       "service_id": r.service_id, "cell": r.cell.to_string()})
+            })
+            .collect();
+        Ok(Resp::ok(json!({"hosts": hosts})))
+    })
+}
+
+/// `POST /agent/v1/heartbeat`: 204, or 404 when the agent must register
+/// again (this process does not know it).
+pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "agent:manage")?;
+        let body = json_body(&req)?;
+        let agent = text(&body, "agent")?.to_owned();
+        let hosts: Vec<String> = body["hosts"]
+            .as_array()
+            .map(|h| h.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        if ctx.compute.heartbeat(&agent, &hosts).await.nova()? {
+            Ok(Resp::no_content())
+        } else {
+            Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")))
+        }
+    })
+}
+
+/// `GET /agent/v1/work?agent=ID&wait=SECONDS`: long-poll for tasks.
+pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "agent:manage")?;
+        let agent =
+            req.query_one("agent").ok_or_else(|| ApiError::bad_request("'agent' query parameter required"))?.to_owned();
+        let wait: u64 = req.query_one("wait").and_then(|w| w.parse().ok()).unwrap_or(20).min(60);
+        let Some(tasks) = ctx.compute.hub.take(&agent, Duration::from_secs(wait), 1000).await else {
+            return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
+        };
+        let tasks: Vec<Value> = tasks
+            .iter()
+            .map(|t| json!({"id": t.id, "kind": t.kind.as_str(), "instance": t.instance.to_string(), "host": t.host}))
+            .collect();
+        Ok(Resp::ok(json!({"tasks": tasks})))
+    })
+}
+
+/// `POST /agent/v1/events`.
+pub fn events(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "agent:manage")?;
+        let body = json_body(&req)?;
+        let list = body["events"].as_array().ok_or_else(|| ApiError::bad_request("'events' is a required list"))?;
+        let mut events = Vec::with_capacity(list.len());
+        for e in list {
+            let instance =
+                Uuid::parse_str(text(e, "instance")?).map_err(|_| ApiError::bad_request("bad instance uuid"))?;
+            events.push(AgentEvent {
+                instance,
+                host: e.get("host").and_then(Value::as_str).unwrap_or("").to_owned(),
+                kind: text(e, "kind")?.to_owned(),
+                message: e.get("message").and_then(Value::as_str).map(str::to_owned),
+                task: e.get("task").and_then(Value::as_str).map(str::to_owned),
+            });
+        }
+        let results = ctx.compute.agent_events(&events).await;
+        let results: Vec<Value> = events
+            .iter()
+            .zip(results)
+            .map(|(e, r)| match r {
+                Ok(applied) => json!({"instance": e.instance.to_string(), "applied": applied}),
+                Err(err) => json!({"instance": e.instance.to_string(), "applied": false, "error": err.to_string()}),
+            })
+            .collect();
+        Ok(Resp::ok(json!({"results": results})))
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Admin: cells, discovery, test hooks
+// ---------------------------------------------------------------------------
+
+fn cell_view(cell: &CellMapping) -> Value {
+    json!({"uuid": cell.uuid.to_string(), "name": cell.name, "database_connection": redact(&cell.database_connection),
+           "disabled": cell.disabled})
+}
+
+/// A database URL without its password.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:****{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// `GET /admin/v1/cells`.
+pub fn list_cells(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    admin_only(req, "admin:manage")?;
+    let cells: Vec<Value> = ctx.compute.cell_mappings().iter().map(cell_view).collect();
+    Ok(Resp::ok(json!({"cells": cells})))
+}
+
+/// `POST /admin/v1/cells` `{"name", "database_connection"?}`: a new cell
+/// (the database defaults to one beside the control database).
+pub fn create_cell(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    admin_only(req, "admin:manage")?;
+    let body = json_body(req)?;
+    let name = text(&body, "name")?.to_owned();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(ApiError::bad_request("Cell names are letters, digits, '-' and '_'."));
+    }
+    let database = match body.get("database_connection").and_then(Value::as_str) {
+        Some(url) => url.to_owned(),
+        None => ctx.compute.default_cell_database(&name),
+    };
+    let cell = CellMapping { uuid: Uuid::new_v4(), name, database_connection: database, disabled: false };
+    // Open (and migrate) the database before anything points at it.
+    ctx.compute.cells.get(&cell).map_err(|e| ApiError::bad_request(format!("Cannot open the cell database: {e}")))?;
+    ctx.core.write(|w| plan_put_cell(w, cell.clone()).map(|s| (s, ())).map_err(crate::api::refused))?;
+    Ok(Resp::json(StatusCode::CREATED, json!({"cell": cell_view(&cell)})))
+}
+
+fn set_disabled(ctx: &ComputeCtx, req: &Req, disabled: bool) -> ApiResult<Resp> {
+    admin_only(req, "admin:manage")?;
+    let name = req.param(0).to_owned();
+    let mut cell = ctx
+        .compute
+        .cell_by_name(&name)
+        .ok_or_else(|| ApiError::not_found(format!("Cell {name} could not be found.")))?;
+    cell.disabled = disabled;
+    ctx.core.write(|w| plan_put_cell(w, cell.clone()).map(|s| (s, ())).map_err(crate::api::refused))?;
+    Ok(Resp::no_content())
+}
+
+/// `POST /admin/v1/cells/{name}/disable`.
+pub fn disable_cell(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    set_disabled(ctx, req, true)
+}
+
+/// `POST /admin/v1/cells/{name}/enable`.
+pub fn enable_cell(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    set_disabled(ctx, req, false)
+}
+
+/// `POST /admin/v1/discover-hosts`: map every compute host found in a
+/// cell's services that has no host mapping yet (Nova's
+/// `nova-manage cell_v2 discover_hosts`).
+pub fn discover_hosts(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "admin:manage")?;
+        let overview = ctx.compute.overview().await;
+        let mapped: Vec<String> = read(&*ctx.compute.control, |w| w.compute.host_mappings.keys().cloned().collect());
+        let mut found = Vec::new();
+        for s in overview.services.iter().filter(|s| s.service.binary == "nova-compute") {
+            if mapped.contains(&s.service.host) {
+                continue;
+            }
+            let nodes: Vec<(Uuid, String)> = s.nodes.iter().map(|n| (n.uuid, n.hypervisor_hostname.clone())).collect();
+            let (host, cell) = (s.service.host.clone(), s.cell);
+            write(&*ctx.compute.control, |w| Ok((plan_map_host(w, &host, cell, &nodes)?, ()))).nova()?;
+            found.push(json!({"host": host, "cell": cell.to_string()}));
+        }
+        Ok(Resp::ok(json!({"mapped": found})))
+    })
+}
+
+fn test_hooks(ctx: &ComputeCtx, req: &Req) -> ApiResult<()> {
+    if !ctx.test_hooks {
+        return Err(ApiError::not_found("The resource could not be found."));
+    }
+    admin_only(req, "admin:manage")
+}
+
+/// `POST /admin/v1/test/hold {"point"}` (only with `--test-hooks`).
+pub fn hold(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    test_hooks(ctx, req)?;
+    let body = json_body(req)?;
+    ctx.compute.hooks.hold(text(&body, "point")?);
+    Ok(Resp::no_content())
+}
+
+/// `POST /admin/v1/test/release {"point"}`.
+pub fn release(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    test_hooks(ctx, req)?;
+    let body = json_body(req)?;
+    ctx.compute.hooks.release(text(&body, "point")?);
+    Ok(Resp::no_content())
+}
+
+/// `POST /admin/v1/test/clock {"advance": seconds}`.
+pub fn advance_clock(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    test_hooks(ctx, req)?;
+    let body = json_body(req)?;
+    let seconds = body
+        .get("advance")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| ApiError::bad_request("'advance' is a required integer"))?;
+    ctx.compute.advance_clock(seconds);
+    Ok(Resp::ok(json!({"now": ctx.compute.now()})))
+}
+
+/// `GET /identity/v3/projects/{id}` (and `?name=`): noauth2 has no
+/// Keystone; projects are whatever ids callers use.
+pub fn show_project(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    let id = req.param(0);
+    Ok(Resp::ok(json!({"project": {"id": id, "name": id, "domain_id": "default", "enabled": true,
+                                    "description": "", "is_domain": false, "parent_id": "default", "links": {}}})))
+}
+
+/// `GET /identity/v3/projects?name=X`.
+pub fn list_projects(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    let projects: Vec<Value> = req
+        .query_one("name")
+        .map(|name| vec![json!({"id": name, "name": name, "domain_id": "default", "enabled": true, "links": {}})])
+        .unwrap_or_default();
+    Ok(Resp::ok(json!({"projects": projects, "links": {}})))
+}
+
+/// Used by tests of the redaction.
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:****@h:5432/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("sqlite:///tmp/x"), "sqlite:///tmp/x");
+    }
+}

@@ -1,0 +1,217 @@
+//! The route tables of the compute-side APIs: compute (Nova 2.1–2.104,
+//! paths relative to `/compute`), image (Glance v2 subset, relative to
+//! `/image`), agent (`/agent/v1`), admin (`/admin/v1`) and identity
+//! (`/identity`). One list per API; each endpoint names the microversion
+//! it appears at and, when Nova removed it, the last one serving it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::Method as M;
+use berth_http::routes::{Endpoint, Route};
+use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
+
+use crate::api::{self, ComputeCtx};
+use crate::handlers::{agents, flavors, images, resources, servers};
+
+type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
+type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
+
+fn s(method: M, handler: Sync) -> Endpoint<ComputeCtx> {
+    Endpoint::sync(method, Version(2, 1), handler)
+}
+
+fn a(method: M, handler: Async) -> Endpoint<ComputeCtx> {
+    Endpoint::async_(method, Version(2, 1), handler)
+}
+
+fn since(minor: u16, mut endpoint: Endpoint<ComputeCtx>) -> Endpoint<ComputeCtx> {
+    endpoint.min_version = Version(endpoint.min_version.0, minor);
+    endpoint
+}
+
+fn r(pattern: &'static str, endpoints: Vec<Endpoint<ComputeCtx>>) -> Route<ComputeCtx> {
+    Route { pattern, endpoints }
+}
+
+/// The compute API's routes.
+pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
+    vec![
+        r("/", vec![s(M::GET, resources::versions).public()]),
+        r("/v2.1", vec![s(M::GET, resources::version_show).public()]),
+        r("/v2.1/", vec![s(M::GET, resources::version_show).public()]),
+        r("/v2.1/servers", vec![a(M::GET, servers::index), s(M::POST, servers::create)]),
+        r("/v2.1/servers/detail", vec![a(M::GET, servers::detail)]),
+        r(
+            "/v2.1/servers/{id}",
+            vec![a(M::GET, servers::show), a(M::PUT, servers::update), a(M::DELETE, servers::delete)],
+        ),
+        r("/v2.1/servers/{id}/action", vec![a(M::POST, servers::action)]),
+        r("/v2.1/servers/{id}/os-instance-actions", vec![a(M::GET, servers::list_actions)]),
+        r("/v2.1/servers/{id}/os-instance-actions/{request_id}", vec![a(M::GET, servers::show_action)]),
+        r("/v2.1/flavors", vec![s(M::GET, flavors::index), s(M::POST, flavors::create)]),
+        r("/v2.1/flavors/detail", vec![s(M::GET, flavors::detail)]),
+        r(
+            "/v2.1/flavors/{id}",
+            vec![s(M::GET, flavors::show), since(55, s(M::PUT, flavors::update)), s(M::DELETE, flavors::delete)],
+        ),
+        r("/v2.1/flavors/{id}/action", vec![s(M::POST, flavors::action)]),
+        r("/v2.1/flavors/{id}/os-flavor-access", vec![s(M::GET, flavors::list_access)]),
+        r(
+            "/v2.1/flavors/{id}/os-extra_specs",
+            vec![s(M::GET, flavors::list_extra_specs), s(M::POST, flavors::create_extra_specs)],
+        ),
+        r(
+            "/v2.1/flavors/{id}/os-extra_specs/{key}",
+            vec![
+                s(M::GET, flavors::show_extra_spec),
+                s(M::PUT, flavors::update_extra_spec),
+                s(M::DELETE, flavors::delete_extra_spec),
+            ],
+        ),
+        r("/v2.1/os-server-groups", vec![s(M::GET, resources::list_groups), s(M::POST, resources::create_group)]),
+        r("/v2.1/os-server-groups/{id}", vec![s(M::GET, resources::show_group), s(M::DELETE, resources::delete_group)]),
+        r(
+            "/v2.1/os-quota-sets/{project}",
+            vec![
+                s(M::GET, resources::show_quota),
+                s(M::PUT, resources::update_quota),
+                s(M::DELETE, resources::delete_quota),
+            ],
+        ),
+        r("/v2.1/os-quota-sets/{project}/defaults", vec![s(M::GET, resources::quota_defaults)]),
+        r("/v2.1/os-quota-sets/{project}/detail", vec![s(M::GET, resources::quota_detail)]),
+        r("/v2.1/limits", vec![s(M::GET, resources::limits)]),
+        r("/v2.1/os-hypervisors", vec![a(M::GET, resources::list_hypervisors)]),
+        r("/v2.1/os-hypervisors/detail", vec![a(M::GET, resources::detail_hypervisors)]),
+        r("/v2.1/os-hypervisors/{id}", vec![a(M::GET, resources::show_hypervisor)]),
+        r("/v2.1/os-services", vec![a(M::GET, resources::list_services)]),
+        r(
+            "/v2.1/os-services/{id}",
+            vec![a(M::PUT, resources::update_service), a(M::DELETE, resources::delete_service)],
+        ),
+        r("/v2.1/os-aggregates", vec![s(M::GET, resources::list_aggregates), s(M::POST, resources::create_aggregate)]),
+        r(
+            "/v2.1/os-aggregates/{id}",
+            vec![
+                s(M::GET, resources::show_aggregate),
+                s(M::PUT, resources::update_aggregate),
+                s(M::DELETE, resources::delete_aggregate),
+            ],
+        ),
+        r("/v2.1/os-aggregates/{id}/action", vec![s(M::POST, resources::aggregate_action)]),
+        r("/v2.1/os-availability-zone", vec![a(M::GET, resources::list_zones)]),
+        r("/v2.1/os-availability-zone/detail", vec![a(M::GET, resources::detail_zones)]),
+    ]
+}
+
+/// The compute API with the policy file's `overrides`.
+pub fn compute_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
+    Ok(Api {
+        name: "compute",
+        versions: api::VERSIONS,
+        routes: compute_routes(),
+        policy: Arc::new(Policy::new(crate::policy_rules::RULES, overrides)?),
+        render_error: api::render_error,
+        adjust_auth: api::adjust_auth,
+    })
+}
+
+fn plain(version: Version, service: &'static str) -> VersionSpec {
+    VersionSpec {
+        service,
+        min: version,
+        max: version,
+        legacy_header: None,
+        invalid: berth_http::microversion::placement_invalid,
+        unacceptable: berth_http::microversion::placement_unacceptable,
+    }
+}
+
+fn g(method: M, handler: Sync) -> Endpoint<ComputeCtx> {
+    Endpoint::sync(method, Version(2, 0), handler)
+}
+
+/// The image (Glance v2 subset) API.
+pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
+    let routes = vec![
+        r("/", vec![g(M::GET, images::versions).public()]),
+        r("/versions", vec![g(M::GET, images::versions).public()]),
+        r("/v2/images", vec![g(M::GET, images::index), g(M::POST, images::create)]),
+        r("/v2/images/{id}", vec![g(M::GET, images::show), g(M::DELETE, images::delete)]),
+        r("/v2/images/{id}/file", vec![g(M::PUT, images::upload)]),
+        r("/v2/schemas/image", vec![g(M::GET, images::image_schema)]),
+        r("/v2/schemas/images", vec![g(M::GET, images::images_schema)]),
+    ];
+    Ok(Api {
+        name: "image",
+        versions: plain(Version(2, 0), "image"),
+        routes,
+        policy: Arc::new(Policy::new(crate::policy_rules::RULES, overrides)?),
+        render_error: api::render_image_error,
+        adjust_auth: api::adjust_auth,
+    })
+}
+
+fn v1s(method: M, handler: Sync) -> Endpoint<ComputeCtx> {
+    Endpoint::sync(method, Version(1, 0), handler)
+}
+
+fn v1a(method: M, handler: Async) -> Endpoint<ComputeCtx> {
+    Endpoint::async_(method, Version(1, 0), handler)
+}
+
+/// The agent API (`/agent/v1`).
+pub fn agent_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
+    let routes = vec![
+        r("/register", vec![v1a(M::POST, agents::register)]),
+        r("/heartbeat", vec![v1a(M::POST, agents::heartbeat)]),
+        r("/work", vec![v1a(M::GET, agents::work)]),
+        r("/events", vec![v1a(M::POST, agents::events)]),
+    ];
+    Ok(Api {
+        name: "agent",
+        versions: plain(Version(1, 0), "agent"),
+        routes,
+        policy: Arc::new(Policy::new(agents::RULES, overrides)?),
+        render_error: api::render_plain_error,
+        adjust_auth: berth_http::keep_auth,
+    })
+}
+
+/// berth's admin API (`/admin/v1`).
+pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
+    let routes = vec![
+        r("/cells", vec![v1s(M::GET, agents::list_cells), v1s(M::POST, agents::create_cell)]),
+        r("/cells/{name}/disable", vec![v1s(M::POST, agents::disable_cell)]),
+        r("/cells/{name}/enable", vec![v1s(M::POST, agents::enable_cell)]),
+        r("/discover-hosts", vec![v1a(M::POST, agents::discover_hosts)]),
+        r("/test/hold", vec![v1s(M::POST, agents::hold)]),
+        r("/test/release", vec![v1s(M::POST, agents::release)]),
+        r("/test/clock", vec![v1s(M::POST, agents::advance_clock)]),
+    ];
+    Ok(Api {
+        name: "admin",
+        versions: plain(Version(1, 0), "admin"),
+        routes,
+        policy: Arc::new(Policy::new(agents::RULES, overrides)?),
+        render_error: api::render_plain_error,
+        adjust_auth: berth_http::keep_auth,
+    })
+}
+
+/// The identity endpoints openstackclient needs without Keystone.
+pub fn identity_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
+    let routes = vec![
+        r("/v3/projects", vec![v1s(M::GET, agents::list_projects).public()]),
+        r("/v3/projects/{id}", vec![v1s(M::GET, agents::show_project).public()]),
+    ];
+    Ok(Api {
+        name: "identity",
+        versions: plain(Version(1, 0), "identity"),
+        routes,
+        policy: Arc::new(Policy::new(agents::RULES, overrides)?),
+        render_error: api::render_plain_error,
+        adjust_auth: berth_http::keep_auth,
+    })
+}

@@ -1,0 +1,177 @@
+//! Compute services and hypervisors across cells: listing them (with the
+//! per-cell deadline), and the operator's flags. Disabling a service also
+//! puts `COMPUTE_STATUS_DISABLED` on its compute nodes' providers in the
+//! same control write that bumps their generations, as nova-compute does,
+//! so the scheduler excludes the host from the very next request.
+
+use std::collections::HashMap;
+
+use berth_compute_model::cell::{ComputeNode, Service};
+use berth_compute_model::{ComputeError, WorldChangeSet, CELL0_UUID, COMPUTE_STATUS_DISABLED};
+use berth_model::{Change, ChangeSet};
+use berth_store::{CellOp, CellOutcome};
+use uuid::Uuid;
+
+use crate::control::write;
+use crate::servers::ServiceError;
+use crate::Compute;
+
+/// One service with where it lives.
+#[derive(Debug, Clone)]
+pub struct HostService {
+    /// Its cell.
+    pub cell: Uuid,
+    /// The service row.
+    pub service: Service,
+    /// Its compute nodes.
+    pub nodes: Vec<ComputeNode>,
+    /// Instances per node host (not deleted).
+    pub instances: i64,
+}
+
+/// Everything `os-services` and `os-hypervisors` show.
+#[derive(Debug, Clone, Default)]
+pub struct Overview {
+    /// Services (with nodes) of every cell that answered.
+    pub services: Vec<HostService>,
+    /// Cells that did not answer in time.
+    pub down_cells: Vec<Uuid>,
+}
+
+impl Compute {
+    /// Services and compute nodes of every cell (cells that do not answer
+    /// within the deadline are reported, not waited for).
+    pub async fn overview(&self) -> Overview {
+        let mut out = Overview::default();
+        for mapping in self.cell_mappings() {
+            if mapping.uuid == CELL0_UUID {
+                continue;
+            }
+            let Ok(handle) = self.cells.get(&mapping) else {
+                out.down_cells.push(mapping.uuid);
+                continue;
+            };
+            let read = self
+                .cells
+                .read(&handle, |s| Ok((s.services()?, s.compute_nodes()?, s.instance_counts_by_host()?)))
+                .await;
+            let Ok((services, nodes, counts)) = read else {
+                out.down_cells.push(mapping.uuid);
+                continue;
+            };
+            self.health.merge_services(&services);
+            let counts: HashMap<String, i64> = counts.into_iter().collect();
+            let mut by_host: HashMap<String, Vec<ComputeNode>> = HashMap::new();
+            for node in nodes {
+                by_host.entry(node.host.clone()).or_default().push(node);
+            }
+            for service in services {
+                let nodes = by_host.remove(&service.host).unwrap_or_default();
+                let instances = counts.get(&service.host).copied().unwrap_or(0);
+                out.services.push(HostService { cell: mapping.uuid, service, nodes, instances });
+            }
+        }
+        out.services.sort_by_key(|s| (s.service.host.clone(), s.service.id));
+        out
+    }
+
+    /// Find a service by id: a uuid (2.53+) or a cell-local integer id.
+    pub async fn find_service(&self, id: &str) -> Result<HostService, ServiceError> {
+        let overview = self.overview().await;
+        let found = overview.services.into_iter().find(|s| match Uuid::parse_str(id) {
+            Ok(uuid) => s.service.uuid == uuid,
+            Err(_) => id.parse::<i64>().is_ok_and(|n| n == s.service.id),
+        });
+        found.ok_or_else(|| ServiceError::Refused(ComputeError::NotFound(format!("Service {id} could not be found."))))
+    }
+
+    /// Change a service's operator flags. Disabling (or enabling) also
+    /// sets (or clears) `COMPUTE_STATUS_DISABLED` on its compute nodes.
+    pub async fn set_service(
+        &self,
+        target: &HostService,
+        disabled: Option<bool>,
+        disabled_reason: Option<Option<String>>,
+        forced_down: Option<bool>,
+    ) -> Result<Service, ServiceError> {
+        let cell =
+            self.cell(&target.cell).ok_or_else(|| ServiceError::Internal(format!("cell {} vanished", target.cell)))?;
+        let now = self.now();
+        let op = CellOp::UpdateService {
+            id: target.service.id,
+            disabled,
+            disabled_reason: disabled_reason.clone(),
+            forced_down,
+            updated_at: now,
+        };
+        let outcomes = self.cells.get(&cell)?.write(vec![op]).await?;
+        if outcomes.first() == Some(&CellOutcome::Missing) {
+            return Err(ServiceError::Refused(ComputeError::NotFound(format!(
+                "Service {} could not be found.",
+                target.service.uuid
+            ))));
+        }
+        if let Some(disabled) = disabled {
+            let nodes: Vec<Uuid> = target.nodes.iter().map(|n| n.uuid).collect();
+            write(&*self.control, |w| {
+                let mut placement = ChangeSet::new();
+                for node in &nodes {
+                    let Some(provider) = w.placement.provider(node) else { continue };
+                    let mut traits = provider.traits.clone();
+                    let changed = if disabled {
+                        traits.insert(COMPUTE_STATUS_DISABLED.to_owned())
+                    } else {
+                        traits.remove(COMPUTE_STATUS_DISABLED)
+                    };
+                    if !changed {
+                        continue;
+                    }
+                    let mut row = provider.row.clone();
+                    row.generation += 1;
+                    row.updated_at = now;
+                    placement.push(Change::PutProvider { row, expected_generation: Some(provider.row.generation) });
+                    placement.push(Change::SetProviderTraits { provider: *node, traits });
+                }
+                Ok((WorldChangeSet::from(placement), ()))
+            })?;
+        }
+        let mut service = target.service.clone();
+        if let Some(d) = disabled {
+            service.disabled = d;
+        }
+        if let Some(r) = disabled_reason {
+            service.disabled_reason = r;
+        }
+        if let Some(f) = forced_down {
+            service.forced_down = f;
+        }
+        service.updated_at = Some(now);
+        self.health.set_flags(&service.host, service.disabled, service.forced_down);
+        Ok(service)
+    }
+
+    /// Delete a compute service (refused while its host has instances).
+    pub async fn delete_service(&self, target: &HostService) -> Result<(), ServiceError> {
+        if target.instances > 0 {
+            return Err(ServiceError::Refused(ComputeError::Conflict(format!(
+                "Unable to delete compute service that is hosting instances. Migrate or delete the instances first and try again: {}",
+                target.service.host
+            ))));
+        }
+        let cell =
+            self.cell(&target.cell).ok_or_else(|| ServiceError::Internal(format!("cell {} vanished", target.cell)))?;
+        self.cells.get(&cell)?.write(vec![CellOp::DeleteService(target.service.id)]).await?;
+        let host = target.service.host.clone();
+        write(&*self.control, |w| {
+            let mut set = WorldChangeSet::new();
+            if w.compute.host_mappings.contains_key(&host) {
+                set.compute(berth_compute_model::ComputeChange::DeleteHostMapping(host.clone()));
+            }
+            for node in w.compute.nodes_by_host.get(&host).into_iter().flatten() {
+                set.compute(berth_compute_model::ComputeChange::DeleteComputeNode(*node));
+            }
+            Ok((set, ()))
+        })?;
+        Ok(())
+    }
+}
