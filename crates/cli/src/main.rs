@@ -4,6 +4,7 @@
 mod agent;
 mod bench;
 mod bench_candidates;
+mod cell_cmd;
 mod compute_wiring;
 mod config;
 mod router;
@@ -29,6 +30,8 @@ enum Command {
     Bench(bench::BenchOpts),
     /// Run fake compute hosts (a hypervisor agent) against a berth.
     Agent(agent::AgentOpts),
+    /// Manage cells: create, list, disable/enable, discover hosts.
+    Cell(cell_cmd::CellOpts),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +41,7 @@ fn main() -> std::process::ExitCode {
         Command::Migrate(opts) => serve::migrate(opts),
         Command::Bench(opts) => bench::run(opts),
         Command::Agent(opts) => agent::run(opts),
+        Command::Cell(opts) => cell_cmd::run(opts),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

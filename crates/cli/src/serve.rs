@@ -277,7 +277,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     })
 }
 
-fn open_store(
+pub(crate) fn open_store(
     database: Option<&str>,
     data_dir: &std::path::Path,
     feed_retention: Option<std::time::Duration>,
