@@ -32,6 +32,8 @@ enum BenchKind {
     /// GET /allocation_candidates latency, throughput and claims on the
     /// upstream perfload shapes.
     Candidates(crate::bench_candidates::CandidatesOpts),
+    /// Boots through the compute API until ACTIVE, with agent processes.
+    Boot(crate::bench_boot::BootOpts),
 }
 
 #[derive(Debug, clap::Args)]
@@ -62,6 +64,7 @@ pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
     match opts.which {
         BenchKind::Write(w) => runtime.block_on(write_bench(w)),
         BenchKind::Candidates(c) => runtime.block_on(crate::bench_candidates::run(c)),
+        BenchKind::Boot(b) => runtime.block_on(crate::bench_boot::run(b)),
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod agent;
 mod bench;
+mod bench_boot;
 mod bench_candidates;
 mod cell_cmd;
 mod compute_wiring;
