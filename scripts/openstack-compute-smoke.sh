@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Drives berth's compute API with the real OpenStack client
+# (python-openstackclient from PyPI, in a venv made on first use) and no
+# Keystone: a clouds.yaml with the admin_token plugin (noauth2 token
+# `admin`) and per-service endpoint overrides. Checks every answer.
+# Starts its own berth (4 fake hosts) on 127.0.0.1 and stops it by PID.
+#   scripts/openstack-compute-smoke.sh        (builds target/release/berth)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${OSC_VENV:-/tmp/berth-osc-venv}
+if [ ! -x "$VENV/bin/openstack" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q python-openstackclient osc-placement
+fi
+cargo build --release --locked -q
+DIR=$(mktemp -d /tmp/berth-osc-compute.XXXXXX)
+PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+target/release/berth serve --listen "127.0.0.1:$PORT" --data-dir "$DIR/data" --fake-hosts 4 --log warn &
+PID=$!
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
+for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/compute/" >/dev/null && break; sleep 0.05; done
+B="http://127.0.0.1:$PORT"
+cat > "$DIR/clouds.yaml" <<EOF
+clouds:
+  berth:
+    auth_type: admin_token
+    auth: {token: admin, endpoint: $B/compute/v2.1}
+    compute_endpoint_override: $B/compute/v2.1
+    image_endpoint_override: $B/image
+    placement_endpoint_override: $B
+    identity_endpoint_override: $B/identity/v3
+    identity_api_version: '3'
+    compute_api_version: '2.96'
+EOF
+export OS_CLIENT_CONFIG_FILE="$DIR/clouds.yaml" OS_CLOUD=berth
+os() { "$VENV/bin/openstack" "$@"; }
+check() { if [ "$1" != "$2" ]; then echo "FAIL: $3: got [$1] want [$2]" >&2; exit 1; fi; echo "ok: $3"; }
+wait_status() {  # server status
+  for _ in $(seq 1 200); do
+    s=$(os server show "$1" -f value -c status 2>/dev/null || true)
+    [ "$s" = "$2" ] && return 0; sleep 0.1
+  done
+  echo "FAIL: $1 never reached $2 (last: $s)" >&2; exit 1
+}
+# The in-process hosts report their inventory shortly after start.
+for _ in $(seq 1 200); do [ "$(os hypervisor list -f value | wc -l)" = 4 ] && break; sleep 0.1; done
+
+os flavor create --vcpus 1 --ram 256 --disk 1 tiny -f value -c id >/dev/null
+check "$(os flavor show tiny -f value -c vcpus)" 1 "flavor create/show"
+check "$(os flavor list -f value -c Name)" tiny "flavor list"
+os flavor set --property hw:cpu_policy=shared tiny
+check "$(os flavor show tiny -f json -c properties | python3 -c 'import sys,json;print(json.load(sys.stdin)["properties"]["hw:cpu_policy"])')" shared "flavor set --property"
+if os flavor set --property trait:NO_SUCH_TRAIT=required tiny 2>/dev/null; then echo "FAIL: invalid extra spec accepted" >&2; exit 1; fi
+echo "ok: invalid extra spec refused"
+
+IMG=$(os image create --disk-format qcow2 --container-format bare --public cirros -f value -c id)
+check "$(os image list --name cirros -f value -c ID)" "$IMG" "image create/list"
+
+os server create --flavor tiny --image cirros --nic none --wait vm1 -f value -c id >/dev/null
+check "$(os server show vm1 -f value -c status)" ACTIVE "server create --wait"
+check "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host | cut -c1-5)" fake- "server host"
+
+os server create --flavor tiny --image cirros --nic none --min 3 --max 5 multi >/dev/null
+for _ in $(seq 1 100); do [ "$(os server list --name '^multi' --status ACTIVE -f value | wc -l)" = 5 ] && break; sleep 0.1; done
+check "$(os server list --name '^multi' --status ACTIVE -f value | wc -l)" 5 "server create --min 3 --max 5"
+
+GID=$(os server group create --policy anti-affinity g1 -f value -c id)
+check "$(os server group show g1 -f value -c policy)" anti-affinity "server group create/show"
+check "$(os server group list -f value -c Name)" g1 "server group list"
+os server create --flavor tiny --image cirros --nic none --hint group="$GID" --wait gm1 >/dev/null
+os server create --flavor tiny --image cirros --nic none --hint group="$GID" --wait gm2 >/dev/null
+H1=$(os server show gm1 -f value -c OS-EXT-SRV-ATTR:host); H2=$(os server show gm2 -f value -c OS-EXT-SRV-ATTR:host)
+[ "$H1" != "$H2" ] || { echo "FAIL: anti-affinity members share $H1" >&2; exit 1; }
+echo "ok: --hint group= (anti-affinity on $H1, $H2)"
+check "$(os server group show g1 -f json -c members | python3 -c 'import sys,json;print(len(json.load(sys.stdin)["members"]))')" 2 "group members"
+
+check "$(os server list -f value | wc -l)" 8 "server list"
+os server list --long -f value -c Host | grep -q fake- && echo "ok: server list --long"
+check "$(os server list --sort-column Name -f value -c Name | head -1)" gm1 "server list --sort-column"
+FIRST=$(os server list --limit 3 -f value -c ID | tail -1)
+check "$(os server list --limit 3 --marker "$FIRST" -f value | wc -l)" 3 "server list --limit/--marker"
+
+os server delete --wait vm1
+if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; exit 1; fi
+echo "ok: server delete --wait"
+
+os quota set --instances 20 --cores 40 admin
+check "$(os quota show admin -f json | python3 -c 'import sys,json;d=json.load(sys.stdin);r=[x for x in d if x["Resource"]=="instances"] if isinstance(d,list) else None;print(r[0]["Limit"] if r else d.get("instances"))')" 20 "quota set/show"
+
+check "$(os hypervisor list -f value | wc -l)" 4 "hypervisor list"
+check "$(os hypervisor show fake-0 -f value -c hypervisor_hostname)" fake-0 "hypervisor show"
+
+check "$(os compute service list -f value -c Binary | sort -u)" nova-compute "compute service list"
+os compute service set --disable --disable-reason maintenance fake-3 nova-compute
+check "$(os compute service list --host fake-3 -f value -c Status)" disabled "compute service set --disable"
+
+os aggregate create agg1 >/dev/null
+os aggregate add host agg1 fake-2 >/dev/null
+os aggregate set --zone az1 agg1
+check "$(os aggregate show agg1 -f value -c availability_zone)" az1 "aggregate create/add host/set --zone"
+os availability zone list -f value -c 'Zone Name' | grep -qx az1 && echo "ok: availability zone list"
+os limits show --absolute -f value | grep -q maxTotalInstances && echo "ok: limits show"
+echo "openstack compute CLI smoke: all checks passed"
