@@ -27,13 +27,17 @@ fn dependencies(crate_dir: &Path) -> Vec<String> {
     deps
 }
 
-/// The pure crates (model, candidate engine) never get I/O, async, HTTP,
-/// SQL or serialisation dependencies.
+/// The pure crates: the placement model, the candidate engine, the compute
+/// model and the scheduler pipeline.
+const PURE: [&str; 4] = ["model", "candidates", "compute-model", "scheduler"];
+
+/// The pure crates never get I/O, async, HTTP, SQL or serialisation
+/// dependencies.
 #[test]
 fn pure_crates_have_no_io_dependencies() {
     let forbidden =
         ["tokio", "axum", "hyper", "rusqlite", "sqlx", "postgres", "tokio-postgres", "serde", "serde_json", "reqwest"];
-    for name in ["model", "candidates"] {
+    for name in PURE {
         let dir = workspace_root().join("crates").join(name);
         if !dir.exists() {
             continue;
@@ -63,7 +67,7 @@ fn only_store_backends_depend_on_sql() {
 /// Pure crates never read the clock or the environment.
 #[test]
 fn pure_crates_do_not_read_clock_or_env() {
-    for name in ["model", "candidates"] {
+    for name in PURE {
         let src = workspace_root().join("crates").join(name).join("src");
         if !src.exists() {
             continue;
@@ -104,4 +108,22 @@ fn every_file_has_module_docs() {
         }
     }
     assert!(missing.is_empty(), "files without a //! module doc: {missing:?}");
+}
+
+/// Only the HTTP foundation and the API crates (and the binary, which
+/// composes them) know axum/hyper; the core, the compute runtime and the
+/// stores do not.
+#[test]
+fn only_http_crates_depend_on_axum() {
+    let http = ["http", "placement-api", "compute-api", "cli"];
+    let crates = std::fs::read_dir(workspace_root().join("crates")).expect("crates dir");
+    for entry in crates.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if http.contains(&name.as_str()) {
+            continue;
+        }
+        for dep in dependencies(&entry.path()) {
+            assert!(!["axum", "hyper"].contains(&dep.as_str()), "crate {name} depends on {dep}");
+        }
+    }
 }
