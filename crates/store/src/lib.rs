@@ -24,6 +24,7 @@
 use berth_compute_model::{World, WorldChangeSet};
 
 pub mod cell;
+pub mod cell_sql;
 pub mod json;
 mod rows;
 pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate};
