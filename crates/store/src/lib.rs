@@ -31,6 +31,8 @@ pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate};
 pub use rows::Rows;
 
 #[cfg(feature = "testing")]
+mod cell_testing;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 /// Position in the store's change feed. Strictly increasing in commit order.
