@@ -22,7 +22,10 @@
 //! reconnects, so service recovers without a restart.
 #![deny(missing_docs)]
 
+mod cell;
 mod codec;
+
+pub use cell::PostgresCellStore;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

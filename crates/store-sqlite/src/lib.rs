@@ -9,6 +9,9 @@
 //! process would otherwise go stale; use PostgreSQL for several processes).
 #![deny(missing_docs)]
 
+mod cell;
+pub use cell::SqliteCellStore;
+
 use std::fs::File;
 use std::path::Path;
 use std::sync::Mutex;

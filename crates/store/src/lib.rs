@@ -24,11 +24,14 @@
 use berth_compute_model::{World, WorldChangeSet};
 
 pub mod cell;
+pub mod cell_sql;
 pub mod json;
 mod rows;
 pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate};
 pub use rows::Rows;
 
+#[cfg(feature = "testing")]
+mod cell_testing;
 #[cfg(feature = "testing")]
 pub mod testing;
 

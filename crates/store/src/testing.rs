@@ -8,6 +8,8 @@ use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, Prov
 
 use crate::{Store, StoreError};
 
+pub use crate::cell_testing::cell_suite;
+
 fn commit(
     store: &dyn Store,
     seen: crate::Seq,
