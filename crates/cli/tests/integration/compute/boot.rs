@@ -32,8 +32,7 @@ async fn boot_show_list_delete() {
         assert!(std::time::Instant::now() < deadline, "server never went away");
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    let usages = cloud.server.client().get("/usages?project_id=admin").await;
-    assert_eq!(usages.body["usages"]["VCPU"].as_i64().unwrap_or(0), 0, "allocation released: {:?}", usages.body);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "allocation released");
     cloud.check_invariants().await;
 }
 
@@ -77,6 +76,7 @@ async fn unschedulable_is_buried_in_cell0() {
     let mut cloud = Cloud::start("boot-cell0", &[]).await;
     cloud.add_agent(Hosts::new("h", 1, &["--vcpus", "2"])).await;
     let nova = cloud.nova("admin");
+    assert_eq!(nova.put("/os-quota-sets/admin", &json!({"quota_set": {"cores": -1}})).await.status, 200);
     let huge = nova.flavor("huge", 64, 512, 1).await;
     let image = nova.image("img", json!({})).await;
     let id = nova.boot_id("nope", &huge, &image).await;
@@ -131,8 +131,7 @@ async fn delete_during_build_leaves_nothing() {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         assert_eq!(nova.get(&format!("/servers/{id}")).await.status, 404, "{point}");
         assert!(nova.all_servers().await.is_empty(), "{point}");
-        let usages = cloud.server.client().get("/usages?project_id=admin").await;
-        assert_eq!(usages.body["usages"]["VCPU"].as_i64().unwrap_or(0), 0, "{point}: no allocation left");
+        assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "{point}: no allocation left");
         let quota = nova.get("/os-quota-sets/admin/detail").await;
         assert_eq!(quota.body["quota_set"]["instances"]["in_use"], 0, "{point}: no mapping left");
     }
@@ -163,8 +162,7 @@ async fn multi_create_lowered_to_quota_then_all_or_nothing() {
     assert!(servers.iter().all(|s| s["status"] == "ERROR"), "{:?}", by_status(&servers));
     let listed = nova.get(&format!("/servers?reservation_id={reservation}")).await;
     assert_eq!(listed.body["servers"].as_array().map(Vec::len), Some(5));
-    let usages = cloud.server.client().get("/usages?project_id=admin").await;
-    assert_eq!(usages.body["usages"]["VCPU"].as_i64().unwrap_or(0), 0);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0);
     cloud.check_invariants().await;
     // Within capacity, a multi-create lands whole.
     for s in &servers {

@@ -65,8 +65,7 @@ async fn anti_affinity_under_concurrency() {
     assert_eq!(answer.status, 202, "{:?}", answer.body);
     let servers = nova.wait_all_settled().await;
     assert_eq!(by_status(&servers).get("ERROR"), Some(&10), "{:?}", by_status(&servers));
-    let usages = cloud.server.client().get("/usages?project_id=admin").await;
-    assert_eq!(usages.body["usages"]["VCPU"].as_i64().unwrap_or(0), 0);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0);
     cloud.check_invariants().await;
     delete_all(&nova).await;
 

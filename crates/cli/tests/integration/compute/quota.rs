@@ -25,7 +25,7 @@ async fn instances_quota_at_the_edge() {
     for i in 0..9 {
         user.boot_id(&format!("pre{i}"), &flavor, &image).await;
     }
-    user.wait_all_settled().await;
+    admin.wait_all_settled().await;
     let mut clients: Vec<Nova> = vec![user.clone()];
     for sibling in &cloud.siblings {
         clients.push(Nova::new(&sibling.base, "alice:proj"));
@@ -71,7 +71,7 @@ async fn cores_ram_and_group_member_quotas() {
     // 2 vCPU each, 7 cores: a multi-create of 1..5 is lowered to 3.
     let answer = user.boot("m", &flavor, &image, json!({"min_count": 1, "max_count": 5})).await;
     assert_eq!(answer.status, 202, "{:?}", answer.body);
-    let servers = user.wait_all_settled().await;
+    let servers = admin.wait_all_settled().await;
     assert_eq!(servers.len(), 3);
     // Another one does not fit: 403 naming cores.
     let refused = user.boot("x", &flavor, &image, json!({})).await;
@@ -93,6 +93,6 @@ async fn cores_ram_and_group_member_quotas() {
     let third = user.boot("g2", &flavor, &image, json!({"os:scheduler_hints": {"group": g}})).await;
     assert_eq!(third.status, 403, "{:?}", third.body);
     assert_eq!(third.body["forbidden"]["message"], "Quota exceeded, too many servers in group");
-    user.wait_all_settled().await;
+    admin.wait_all_settled().await;
     cloud.check_invariants().await;
 }

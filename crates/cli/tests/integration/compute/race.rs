@@ -50,8 +50,7 @@ async fn hundred_boots_for_the_last_slot() {
     assert_eq!(counts.get("ACTIVE"), Some(&1), "{counts:?}");
     assert_eq!(counts.get("ERROR"), Some(&99), "{counts:?}");
     assert!(servers.iter().filter(|s| s["status"] == "ERROR").all(|s| s["OS-EXT-SRV-ATTR:host"].is_null()));
-    let usages = cloud.server.client().get("/usages?project_id=admin").await;
-    assert_eq!(usages.body["usages"]["VCPU"], 1, "exactly one allocation: {:?}", usages.body);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 1, "exactly one allocation");
     cloud.check_invariants().await;
 }
 

@@ -375,3 +375,14 @@ pub(crate) async fn check_invariants(server: &TestServer) {
         assert_eq!(detail["quota_set"]["cores"]["in_use"].as_i64(), Some(cores), "cores in use of {project}");
     }
 }
+
+/// VCPU used by a project's consumers (placement `GET /usages`, whatever
+/// the microversion's shape).
+pub(crate) async fn project_vcpus(server: &TestServer, project: &str) -> i64 {
+    let usages = server.client().get(&format!("/usages?project_id={project}")).await.body;
+    let by_type = usages["usages"].as_object().cloned().unwrap_or_default();
+    if let Some(v) = by_type.get("VCPU").and_then(Value::as_i64) {
+        return v;
+    }
+    by_type.values().filter_map(|t| t["VCPU"].as_i64()).sum()
+}
