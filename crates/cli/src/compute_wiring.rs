@@ -97,7 +97,6 @@ impl ComputeServices {
         settings: ComputeSettings,
         overrides: &BTreeMap<String, String>,
     ) -> anyhow::Result<Self> {
-        ensure_default_cells(&core, &settings.config)?;
         let opener: CellOpener = Arc::new(open_cell);
         let cells = Cells::new(opener, settings.cell_timeout);
         let clock = Arc::new(SystemClock::default());
@@ -222,8 +221,9 @@ fn strip_project(rest: &str) -> String {
 }
 
 /// Create cell0 and cell1 on first start (Nova's `map_cell0` and
-/// `create_cell`), opening (and migrating) their databases first.
-fn ensure_default_cells(core: &berth_core::App, config: &ComputeConfig) -> anyhow::Result<()> {
+/// `create_cell`), opening (and migrating) their databases first. Runs
+/// before the async runtime starts (the store clients block).
+pub(crate) fn ensure_default_cells(core: &berth_core::App, config: &ComputeConfig) -> anyhow::Result<()> {
     let existing: Vec<CellMapping> = core.read().compute.cells.values().cloned().collect();
     let mut wanted = Vec::new();
     if !existing.iter().any(|c| c.uuid == CELL0_UUID) {

@@ -319,6 +319,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
     // Every API checks the policy file's rules against its own defaults.
     let placement_api = berth_placement_api::api(&settings.policy_overrides)?;
     let placement = Arc::new(Placement::new(app.clone(), settings.candidates.clone()));
+    crate::compute_wiring::ensure_default_cells(&app, &settings.compute.config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let compute = crate::compute_wiring::ComputeServices::start(

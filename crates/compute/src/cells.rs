@@ -160,6 +160,17 @@ fn writer_loop(store: &dyn CellStore, queue: &(Mutex<Queue>, Condvar)) {
     }
 }
 
+/// Run blocking work: inside a multi-threaded tokio runtime, let tokio
+/// move other tasks off this worker first.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 fn clone_error(err: &StoreError) -> StoreError {
     match err {
         StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
@@ -197,9 +208,21 @@ impl Cells {
                 return Ok(cell.clone());
             }
         }
-        let store = (self.opener)(mapping)?;
+        // One opener at a time: concurrent first uses share one handle.
+        let mut open = self.open.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(cell) = open.get(&mapping.uuid) {
+            if cell.mapping.database_connection == mapping.database_connection {
+                return Ok(cell.clone());
+            }
+        }
+        // Store clients block (the PostgreSQL one runs its own runtime):
+        // tell tokio when opening from async code.
+        let store = blocking(|| (self.opener)(mapping))?;
         let cell = Cell::open(mapping.clone(), store);
-        self.open.write().unwrap_or_else(|p| p.into_inner()).insert(mapping.uuid, cell.clone());
+        if let Some(old) = open.insert(mapping.uuid, cell.clone()) {
+            // A blocking client must not be dropped on a runtime thread.
+            let _ = std::thread::Builder::new().name("berth-cell-close".into()).spawn(move || drop(old));
+        }
         Ok(cell)
     }
 
