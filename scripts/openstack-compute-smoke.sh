@@ -75,7 +75,7 @@ echo "ok: --hint group= (anti-affinity on $H1, $H2)"
 check "$(os server group show g1 -f json -c members | python3 -c 'import sys,json;print(len(json.load(sys.stdin)["members"]))')" 2 "group members"
 
 check "$(os server list -f value | wc -l)" 8 "server list"
-os server list --long -f value -c Host | grep -q fake- && echo "ok: server list --long"
+check "$(os server list --long -f value -c Host | grep -c '^fake-')" 8 "server list --long"
 check "$(os server list --sort-column Name -f value -c Name | head -1)" gm1 "server list --sort-column"
 FIRST=$(os server list --limit 3 -f value -c ID | tail -1)
 check "$(os server list --limit 3 --marker "$FIRST" -f value | wc -l)" 3 "server list --limit/--marker"
@@ -85,7 +85,7 @@ if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; ex
 echo "ok: server delete --wait"
 
 os quota set --instances 20 --cores 40 admin
-check "$(os quota show admin -f json | python3 -c 'import sys,json;d=json.load(sys.stdin);r=[x for x in d if x["Resource"]=="instances"] if isinstance(d,list) else None;print(r[0]["Limit"] if r else d.get("instances"))')" 20 "quota set/show"
+check "$(os quota show --compute admin -f json | python3 -c 'import sys,json;d=json.load(sys.stdin);r=[x for x in d if x["Resource"]=="instances"] if isinstance(d,list) else None;print(r[0]["Limit"] if r else d.get("instances"))')" 20 "quota set/show"
 
 check "$(os hypervisor list -f value | wc -l)" 4 "hypervisor list"
 check "$(os hypervisor show fake-0 -f value -c hypervisor_hostname)" fake-0 "hypervisor show"
@@ -98,6 +98,6 @@ os aggregate create agg1 >/dev/null
 os aggregate add host agg1 fake-2 >/dev/null
 os aggregate set --zone az1 agg1
 check "$(os aggregate show agg1 -f value -c availability_zone)" az1 "aggregate create/add host/set --zone"
-os availability zone list -f value -c 'Zone Name' | grep -qx az1 && echo "ok: availability zone list"
-os limits show --absolute -f value | grep -q maxTotalInstances && echo "ok: limits show"
+check "$(os availability zone list --compute -f value -c 'Zone Name' | grep -cx az1)" 1 "availability zone list"
+check "$(os limits show --absolute -f value | awk '$1 == "max_total_instances" { print $2 }')" 20 "limits show"
 echo "openstack compute CLI smoke: all checks passed"

@@ -190,11 +190,19 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
 
     let nova = Nova::new(&format!("{url}/compute/v2.1"), opts.concurrency * 2)?;
     let (status, _) = nova
-        .call(reqwest::Method::PUT, "/os-quota-sets/admin", Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})))
+        .call(
+            reqwest::Method::PUT,
+            "/os-quota-sets/admin",
+            Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
+        )
         .await?;
     anyhow::ensure!(status == 200, "quota update: {status}");
     let (status, flavor) = nova
-        .call(reqwest::Method::POST, "/flavors", Some(json!({"flavor": {"name": "bench", "vcpus": 1, "ram": 64, "disk": 1}})))
+        .call(
+            reqwest::Method::POST,
+            "/flavors",
+            Some(json!({"flavor": {"name": "bench", "vcpus": 1, "ram": 64, "disk": 1}})),
+        )
         .await?;
     anyhow::ensure!(status == 200, "flavor create: {status}");
     let flavor = flavor["flavor"]["id"].as_str().unwrap_or("").to_owned();
@@ -223,7 +231,8 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
     for w in 0..opts.concurrency.max(1) {
         let nova = navs[w % navs.len()].clone();
         let (next, times, errors, refused) = (next.clone(), times.clone(), errors.clone(), refused.clone());
-        let (flavor, image, total, poll) = (flavor.clone(), image.clone(), opts.boots, Duration::from_millis(opts.poll_ms));
+        let (flavor, image, total, poll) =
+            (flavor.clone(), image.clone(), opts.boots, Duration::from_millis(opts.poll_ms));
         workers.push(tokio::spawn(async move {
             loop {
                 let n = next.fetch_add(1, Ordering::SeqCst);

@@ -130,7 +130,13 @@ fn local(opts: &CellOpts) -> anyhow::Result<()> {
             cells.sort_by_key(|c| c.name.clone());
             for cell in cells {
                 let state = if cell.disabled { "disabled" } else { "enabled" };
-                println!("{}\t{}\t{}\t{}", cell.name, cell.uuid, state, berth_compute_api::handlers::agents::redact(&cell.database_connection));
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    cell.name,
+                    cell.uuid,
+                    state,
+                    berth_compute_api::handlers::agents::redact(&cell.database_connection)
+                );
             }
         }
         CellAction::Disable { name } | CellAction::Enable { name } => {
@@ -154,7 +160,9 @@ fn local(opts: &CellOpts) -> anyhow::Result<()> {
                         .map(|n| (n.uuid, n.hypervisor_hostname.clone()))
                         .collect();
                     app.write(|w| {
-                        plan_map_host(w, &service.host, cell.uuid, &mine).map(|s| (s, ())).map_err(|e| anyhow::anyhow!("{e}"))
+                        plan_map_host(w, &service.host, cell.uuid, &mine)
+                            .map(|s| (s, ()))
+                            .map_err(|e| anyhow::anyhow!("{e}"))
                     })?;
                     println!("mapped {} to {}", service.host, cell.name);
                 }

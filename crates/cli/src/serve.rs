@@ -381,8 +381,14 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 }
             });
         }
-        axum::serve(listener, crate::router::router(services, false)).with_graceful_shutdown(shutdown_signal()).await?;
-        let _ = stop_tx.send(true);
+        // On a signal the in-process hosts stop first (their long polls
+        // end), then the listeners drain.
+        axum::serve(listener, crate::router::router(services, false))
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                let _ = stop_tx.send(true);
+            })
+            .await?;
         tracing::info!("berth stopped");
         Ok(())
     })

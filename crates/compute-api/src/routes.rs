@@ -203,6 +203,8 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
 /// The identity endpoints openstackclient needs without Keystone.
 pub fn identity_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
     let routes = vec![
+        r("/", vec![v1s(M::GET, agents::identity_versions).public()]),
+        r("/v3", vec![v1s(M::GET, agents::identity_version).public()]),
         r("/v3/projects", vec![v1s(M::GET, agents::list_projects).public()]),
         r("/v3/projects/{id}", vec![v1s(M::GET, agents::show_project).public()]),
     ];

@@ -164,11 +164,10 @@ impl PostgresCellStore {
         result
     }
 
-    fn read<R>(
-        &self,
-        f: impl FnOnce(&mut Pg<'_, Client>) -> Result<R, StoreError>,
-    ) -> Result<R, StoreError> {
-        self.with_conn(&self.read_conn, |conn| f(&mut Pg { client: &mut conn.client, statements: &mut conn.statements }))
+    fn read<R>(&self, f: impl FnOnce(&mut Pg<'_, Client>) -> Result<R, StoreError>) -> Result<R, StoreError> {
+        self.with_conn(&self.read_conn, |conn| {
+            f(&mut Pg { client: &mut conn.client, statements: &mut conn.statements })
+        })
     }
 
     /// Apply pending cell migrations under an advisory lock; returns how

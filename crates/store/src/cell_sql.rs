@@ -739,8 +739,12 @@ fn upsert_instance_sql(dialect: Dialect, on_conflict_update: bool) -> String {
 }
 
 fn update_instance_sql(dialect: Dialect) -> String {
-    let sets: Vec<String> =
-        INSTANCE_COLUMNS.iter().enumerate().skip(1).map(|(i, (c, _))| format!("{c} = {}", dialect.placeholder(i + 1))).collect();
+    let sets: Vec<String> = INSTANCE_COLUMNS
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, (c, _))| format!("{c} = {}", dialect.placeholder(i + 1)))
+        .collect();
     format!("UPDATE instances SET {} WHERE uuid = {}", sets.join(", "), dialect.placeholder(1))
 }
 
@@ -912,7 +916,8 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp) -> Result<CellOutcome> {
             Ok(if changed == 0 { CellOutcome::Missing } else { CellOutcome::Done })
         }
         CellOp::DeleteService(id) => {
-            let rows = conn.query(&d.sql("DELETE FROM services WHERE id = ?1 RETURNING host"), &[int(*id)], &[Kind::Text])?;
+            let rows =
+                conn.query(&d.sql("DELETE FROM services WHERE id = ?1 RETURNING host"), &[int(*id)], &[Kind::Text])?;
             let Some(row) = rows.first() else { return Ok(CellOutcome::Missing) };
             let host = Cols::new(row, "services").text()?;
             conn.execute(&d.sql("DELETE FROM compute_nodes WHERE host = ?1"), &[text(&host)])?;
@@ -1038,7 +1043,10 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp) -> Result<CellOutcome> {
                     &[int(id), int(*at)],
                 )?;
             } else {
-                conn.execute(&d.sql("UPDATE instance_actions SET updated_at = ?2 WHERE id = ?1"), &[int(id), int(*at)])?;
+                conn.execute(
+                    &d.sql("UPDATE instance_actions SET updated_at = ?2 WHERE id = ?1"),
+                    &[int(id), int(*at)],
+                )?;
             }
             Ok(CellOutcome::Done)
         }
@@ -1232,17 +1240,7 @@ pub fn instance_actions(conn: &mut dyn CellConn, instance: &Uuid) -> Result<Vec<
              FROM instance_actions WHERE instance_uuid = ?1 ORDER BY start_time, id",
         ),
         &key,
-        &[
-            Kind::Int,
-            Kind::Text,
-            Kind::Text,
-            Kind::Text,
-            Kind::Text,
-            Kind::Text,
-            Kind::Int,
-            Kind::Text,
-            Kind::Int,
-        ],
+        &[Kind::Int, Kind::Text, Kind::Text, Kind::Text, Kind::Text, Kind::Text, Kind::Int, Kind::Text, Kind::Int],
     )?;
     let mut ids = Vec::new();
     let mut actions = Vec::new();

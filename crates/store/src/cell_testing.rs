@@ -191,10 +191,10 @@ pub fn cell_suite(store: &dyn CellStore) {
 fn round_trip(store: &dyn CellStore) {
     let a = full(Uuid::new_v4());
     let b = minimal(Uuid::new_v4(), "min", 5);
-    assert_eq!(write(store, vec![CellOp::PutInstance(a.clone()), CellOp::PutInstance(b.clone())]), vec![
-        CellOutcome::Done,
-        CellOutcome::Done
-    ]);
+    assert_eq!(
+        write(store, vec![CellOp::PutInstance(a.clone()), CellOp::PutInstance(b.clone())]),
+        vec![CellOutcome::Done, CellOutcome::Done]
+    );
     assert_eq!(get(store, a.uuid).as_ref(), Some(&a), "every field round-trips");
     assert_eq!(get(store, b.uuid).as_ref(), Some(&b), "empty optional fields round-trip");
     assert_eq!(get(store, Uuid::new_v4()), None);
@@ -245,7 +245,10 @@ fn conditional_updates(store: &dyn CellStore) {
     let touch = InstanceUpdate { vm_state: Some("active".into()), updated_at: 11, ..Default::default() };
 
     assert_eq!(
-        write_one(store, CellOp::UpdateInstance { uuid: Uuid::new_v4(), expect: Expect::default(), update: touch.clone() }),
+        write_one(
+            store,
+            CellOp::UpdateInstance { uuid: Uuid::new_v4(), expect: Expect::default(), update: touch.clone() }
+        ),
         CellOutcome::Missing
     );
     for expect in [
@@ -314,7 +317,8 @@ fn conditional_updates(store: &dyn CellStore) {
     assert!(exact("display_name", "cond").is_empty());
     assert_eq!(exact("display_description", "described"), vec![row.uuid]);
     assert_eq!(exact("locked_by", "owner"), vec![row.uuid]);
-    let tagged = |tag: &str| uuids(&list(store, InstanceFilter { tags: vec![tag.into()], ..Default::default() }, vec![]));
+    let tagged =
+        |tag: &str| uuids(&list(store, InstanceFilter { tags: vec![tag.into()], ..Default::default() }, vec![]));
     assert_eq!(tagged("y"), vec![row.uuid]);
     let host = list(store, InstanceFilter { host: Some("h-up".into()), ..Default::default() }, vec![]);
     assert_eq!(uuids(&host), vec![row.uuid]);
@@ -368,11 +372,14 @@ fn soft_delete_and_purge(store: &dyn CellStore) {
 
     // Purge removes the row, its tags, actions (with events) and faults.
     let tagged = InstanceUpdate { tags: Some(vec!["gone".into()]), updated_at: 31, ..Default::default() };
-    write(store, vec![
-        CellOp::UpdateInstance { uuid: row.uuid, expect: Expect::default(), update: tagged },
-        CellOp::StartAction(action(row.uuid, "req-p", "create", 20, vec![event("ev", 20)])),
-        CellOp::AddFault(fault(row.uuid, 500, 21)),
-    ]);
+    write(
+        store,
+        vec![
+            CellOp::UpdateInstance { uuid: row.uuid, expect: Expect::default(), update: tagged },
+            CellOp::StartAction(action(row.uuid, "req-p", "create", 20, vec![event("ev", 20)])),
+            CellOp::AddFault(fault(row.uuid, 500, 21)),
+        ],
+    );
     assert_eq!(store.instance_actions(&row.uuid).expect("actions").len(), 1);
     assert_eq!(write_one(store, CellOp::PurgeInstance(row.uuid)), CellOutcome::Done);
     assert_eq!(get(store, row.uuid), None);
@@ -500,9 +507,9 @@ fn matches(f: &InstanceFilter, row: &Instance) -> bool {
         && eq(&f.image_ref, row.spec.image_ref.map(|u| u.to_string()).as_deref())
         && eq(&f.reservation_id, Some(&row.spec.reservation_id))
         && f.flavor_id.is_none_or(|id| id == row.spec.flavor.id)
-        && f.name_regex.as_ref().is_none_or(|p| {
-            regex::Regex::new(p).map(|re| re.is_match(&row.spec.display_name)).unwrap_or(false)
-        })
+        && f.name_regex
+            .as_ref()
+            .is_none_or(|p| regex::Regex::new(p).map(|re| re.is_match(&row.spec.display_name)).unwrap_or(false))
         && f.vm_states.as_ref().is_none_or(|s| s.contains(&row.vm_state))
         && f.task_states.as_ref().is_none_or(|s| match &row.task_state {
             None => s.is_empty(),
@@ -537,7 +544,8 @@ fn paged(store: &dyn CellStore, filter: &InstanceFilter, sort: &[SortKey], limit
         out.extend(uuids(&page));
         match page.last() {
             Some(last) if page.len() == limit => {
-                marker = Some(Marker { values: sort.iter().map(|k| last.sort_value(&k.key)).collect(), uuid: last.uuid })
+                marker =
+                    Some(Marker { values: sort.iter().map(|k| last.sort_value(&k.key)).collect(), uuid: last.uuid })
             }
             _ => return out,
         }
@@ -585,7 +593,12 @@ fn filters(rows: &[Instance]) -> Vec<InstanceFilter> {
         InstanceFilter { not_tags: vec!["a".into(), "b".into()], ..d() },
         InstanceFilter { not_tags: vec!["d".into()], ..d() },
         InstanceFilter { not_tags_any: vec!["b".into(), "c".into()], ..d() },
-        InstanceFilter { tags: vec!["a".into()], not_tags_any: vec!["d".into()], tags_any: vec!["b".into(), "c".into()], ..d() },
+        InstanceFilter {
+            tags: vec!["a".into()],
+            not_tags_any: vec!["d".into()],
+            tags_any: vec!["b".into(), "c".into()],
+            ..d()
+        },
         InstanceFilter { name_regex: Some("web".into()), ..d() },
         InstanceFilter { name_regex: Some("^web-1".into()), ..d() },
         InstanceFilter { name_regex: Some("b-?[12]$".into()), ..d() },
@@ -635,7 +648,10 @@ fn listings(store: &dyn CellStore) {
         }
     }
     // No keys: uuid ascending.
-    assert_eq!(uuids(&list(store, InstanceFilter::default(), vec![])), expected(&rows, &InstanceFilter::default(), &[]));
+    assert_eq!(
+        uuids(&list(store, InstanceFilter::default(), vec![])),
+        expected(&rows, &InstanceFilter::default(), &[])
+    );
 
     // Multi-key sorts with mixed directions.
     let mut sorts: Vec<Vec<SortKey>> = vec![
@@ -677,7 +693,10 @@ fn listings(store: &dyn CellStore) {
     }
     for k in SORT_KEYS {
         let sort = vec![key(k, rng.chance(50))];
-        assert_eq!(paged(store, &InstanceFilter::default(), &sort, 7), expected(&rows, &InstanceFilter::default(), &sort));
+        assert_eq!(
+            paged(store, &InstanceFilter::default(), &sort, 7),
+            expected(&rows, &InstanceFilter::default(), &sort)
+        );
     }
     // Paging with a regex that matches few rows (chunked scans cross pages).
     let rare = InstanceFilter { name_regex: Some("^zeta$".into()), ..Default::default() };
@@ -691,7 +710,8 @@ fn listings(store: &dyn CellStore) {
     let pos = full.len() / 2;
     let at = rows.iter().find(|r| r.uuid == full[pos]).expect("row");
     let marker = Marker { values: vec![at.sort_value("created_at")], uuid: at.uuid };
-    let query = InstanceQuery { filter: InstanceFilter::default(), sort: sort.clone(), marker: Some(marker), limit: 1000 };
+    let query =
+        InstanceQuery { filter: InstanceFilter::default(), sort: sort.clone(), marker: Some(marker), limit: 1000 };
     write(store, vec![CellOp::PurgeInstance(at.uuid)]);
     assert_eq!(uuids(&store.list_instances(&query).expect("after gone marker")), full[pos + 1..].to_vec());
     write(store, vec![CellOp::PutInstance(at.clone())]);
@@ -753,11 +773,10 @@ fn services_and_nodes(store: &dyn CellStore) {
     let s1 = service("h1", "nova-compute", 10);
     let s2 = service("h2", "nova-compute", 10);
     let s3 = service("h1", "nova-conductor", 10);
-    let out = write(store, vec![
-        CellOp::EnsureService(s1.clone()),
-        CellOp::EnsureService(s2.clone()),
-        CellOp::EnsureService(s3.clone()),
-    ]);
+    let out = write(
+        store,
+        vec![CellOp::EnsureService(s1.clone()), CellOp::EnsureService(s2.clone()), CellOp::EnsureService(s3.clone())],
+    );
     let ids: Vec<i64> = out.iter().map(id_of).collect();
     assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2], "distinct ids {ids:?}");
     let by_id = |id: i64| store.services().expect("services").into_iter().find(|s| s.id == id).expect("service");
@@ -801,7 +820,10 @@ fn services_and_nodes(store: &dyn CellStore) {
     assert_eq!(write_one(store, missing), CellOutcome::Missing);
 
     // Heartbeats touch only the named hosts' nova-compute services.
-    assert_eq!(write_one(store, CellOp::Heartbeat { hosts: vec!["h1".into(), "nowhere".into()], at: 50 }), CellOutcome::Done);
+    assert_eq!(
+        write_one(store, CellOp::Heartbeat { hosts: vec!["h1".into(), "nowhere".into()], at: 50 }),
+        CellOutcome::Done
+    );
     assert_eq!(by_id(ids[0]).last_seen_up, Some(50));
     assert_eq!(by_id(ids[1]).last_seen_up, Some(10), "other hosts are not touched");
     assert_eq!(by_id(ids[2]).last_seen_up, Some(10), "other binaries are not touched");
@@ -810,7 +832,8 @@ fn services_and_nodes(store: &dyn CellStore) {
     // Compute nodes: upsert by uuid with a stable id.
     let (u1, u2) = (Uuid::new_v4(), Uuid::new_v4());
     let n1 = node("h1", u1, 8, 10);
-    let out = write(store, vec![CellOp::EnsureComputeNode(n1.clone()), CellOp::EnsureComputeNode(node("h2", u2, 4, 10))]);
+    let out =
+        write(store, vec![CellOp::EnsureComputeNode(n1.clone()), CellOp::EnsureComputeNode(node("h2", u2, 4, 10))]);
     let (n1_id, n2_id) = (id_of(&out[0]), id_of(&out[1]));
     assert_ne!(n1_id, n2_id);
     let nodes = store.compute_nodes().expect("nodes");
@@ -873,7 +896,11 @@ fn actions_and_faults(store: &dyn CellStore) {
     ];
     assert_eq!(write(store, ops), vec![CellOutcome::Done, CellOutcome::Done, CellOutcome::Missing, CellOutcome::Done]);
     let actions = store.instance_actions(&x).expect("actions");
-    assert_eq!(actions.iter().map(|a| a.request_id.as_str()).collect::<Vec<_>>(), vec!["req-1", "req-2"], "oldest first");
+    assert_eq!(
+        actions.iter().map(|a| a.request_id.as_str()).collect::<Vec<_>>(),
+        vec!["req-1", "req-2"],
+        "oldest first"
+    );
     let events = &actions[0].events;
     assert_eq!(events.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), vec!["schedule", "build"], "start order");
     assert_eq!((events[0].finish_time, events[0].result.as_deref()), (Some(105), Some("Success")));
@@ -964,24 +991,28 @@ fn batches(store: &dyn CellStore) {
     let existing = minimal(Uuid::new_v4(), "existing", 1);
     write(store, vec![CellOp::PutInstance(existing.clone())]);
     let (a, b) = (minimal(Uuid::new_v4(), "a", 2), minimal(Uuid::new_v4(), "b", 3));
-    let out = write(store, vec![
-        CellOp::PutInstance(a.clone()),
-        CellOp::InsertInstance(existing.clone()),
-        CellOp::UpdateInstance {
-            uuid: existing.uuid,
-            expect: Expect { vm_states: vec!["active".into()], ..Default::default() },
-            update: InstanceUpdate { progress: Some(99), updated_at: 5, ..Default::default() },
-        },
-        CellOp::UpdateInstance { uuid: Uuid::new_v4(), expect: Expect::default(), update: InstanceUpdate::default() },
-        CellOp::PutInstance(b.clone()),
-    ]);
-    assert_eq!(out, vec![
-        CellOutcome::Done,
-        CellOutcome::Mismatch,
-        CellOutcome::Mismatch,
-        CellOutcome::Missing,
-        CellOutcome::Done
-    ]);
+    let out = write(
+        store,
+        vec![
+            CellOp::PutInstance(a.clone()),
+            CellOp::InsertInstance(existing.clone()),
+            CellOp::UpdateInstance {
+                uuid: existing.uuid,
+                expect: Expect { vm_states: vec!["active".into()], ..Default::default() },
+                update: InstanceUpdate { progress: Some(99), updated_at: 5, ..Default::default() },
+            },
+            CellOp::UpdateInstance {
+                uuid: Uuid::new_v4(),
+                expect: Expect::default(),
+                update: InstanceUpdate::default(),
+            },
+            CellOp::PutInstance(b.clone()),
+        ],
+    );
+    assert_eq!(
+        out,
+        vec![CellOutcome::Done, CellOutcome::Mismatch, CellOutcome::Mismatch, CellOutcome::Missing, CellOutcome::Done]
+    );
     assert_eq!(get(store, a.uuid), Some(a.clone()), "a batch with a mismatch commits its other ops");
     assert_eq!(get(store, b.uuid), Some(b.clone()));
     assert_eq!(get(store, existing.uuid), Some(existing.clone()));

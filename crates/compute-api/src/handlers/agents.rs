@@ -268,6 +268,23 @@ pub fn advance_clock(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(json!({"now": ctx.compute.now()})))
 }
 
+/// Keystone's v3 version object, as clients discover it.
+fn identity_v3(req: &Req) -> Value {
+    json!({"id": "v3.14", "status": "stable", "updated": "2020-04-07T00:00:00Z",
+           "links": [{"rel": "self", "href": format!("{}/identity/v3/", req.base_url)}],
+           "media-types": [{"base": "application/json", "type": "application/vnd.openstack.identity-v3+json"}]})
+}
+
+/// `GET /identity/`: the version list (keystoneauth reads it first).
+pub fn identity_versions(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    Ok(Resp::ok(json!({"versions": {"values": [identity_v3(req)]}})))
+}
+
+/// `GET /identity/v3`: the v3 version document.
+pub fn identity_version(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    Ok(Resp::ok(json!({"version": identity_v3(req)})))
+}
+
 /// `GET /identity/v3/projects/{id}` (and `?name=`): noauth2 has no
 /// Keystone; projects are whatever ids callers use.
 pub fn show_project(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {

@@ -105,6 +105,37 @@ fn groups_of(ctx: &ComputeCtx, instance: &Uuid) -> Vec<Uuid> {
 // Create
 // ---------------------------------------------------------------------------
 
+/// Block device mappings berth can honour: local disks only (the image as
+/// the root disk, blank swap/ephemeral disks), as openstackclient sends
+/// them with `--image`. Anything backed by a volume is refused: berth has
+/// no block storage service. Returns the boot image a mapping names.
+fn local_image_from_bdms(server: &Value) -> ApiResult<Option<String>> {
+    if server.get("block_device_mapping").is_some() {
+        return Err(ApiError::bad_request(
+            "Block device mappings with volumes are not supported: berth has no volume service.",
+        ));
+    }
+    let Some(list) = server.get("block_device_mapping_v2").and_then(Value::as_array) else { return Ok(None) };
+    let mut image = None;
+    for bdm in list {
+        let source = bdm.get("source_type").and_then(Value::as_str).unwrap_or("");
+        let destination = bdm.get("destination_type").and_then(Value::as_str).unwrap_or("volume");
+        if destination != "local" || !matches!(source, "image" | "blank") {
+            return Err(ApiError::bad_request(
+                "Block device mappings with volumes are not supported: berth has no volume service.",
+            ));
+        }
+        let boot = bdm.get("boot_index").and_then(value_int) == Some(0);
+        if source == "image" {
+            if !boot {
+                return Err(ApiError::bad_request("Mapping image to local is not supported."));
+            }
+            image = bdm.get("uuid").and_then(Value::as_str).map(str::to_owned);
+        }
+    }
+    Ok(image)
+}
+
 /// `POST /servers`.
 pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let v = version(req);
@@ -114,9 +145,7 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let project = api::project(req);
     let user = api::user(req);
     let name = server["name"].as_str().unwrap_or("").to_owned();
-    if server.get("block_device_mapping_v2").is_some() || server.get("block_device_mapping").is_some() {
-        return Err(ApiError::bad_request("Block device mappings are not supported: berth boots from images only."));
-    }
+    let bdm_image = local_image_from_bdms(server)?;
     if server.get("key_name").is_some_and(|k| !k.is_null()) {
         return Err(ApiError::bad_request("Invalid key_name provided."));
     }
@@ -181,7 +210,13 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     };
     let flavor_ref = server["flavorRef"].as_str().map(str::to_owned).unwrap_or_else(|| server["flavorRef"].to_string());
     let flavor_id = ref_id(&flavor_ref).to_owned();
-    let image_text = server.get("imageRef").and_then(Value::as_str).unwrap_or("").to_owned();
+    let image_text = server
+        .get("imageRef")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .or(bdm_image)
+        .unwrap_or_default();
     let (flavor, image, known_zones, group_ok) = {
         let world = ctx.core.read();
         let compute = &world.compute;
@@ -522,9 +557,11 @@ fn parse_list(ctx: &ComputeCtx, req: &Req, detail: bool) -> ApiResult<Parsed> {
         let ascending = match dir {
             "asc" => true,
             "desc" => false,
-            other => return Err(ApiError::bad_request(format!(
+            other => {
+                return Err(ApiError::bad_request(format!(
                 "Invalid input for query parameters sort_dir. Value: {other}. '{other}' is not one of ['asc', 'desc']"
-            ))),
+            )))
+            }
         };
         if berth_compute_model::cell::SORT_KEYS.contains(key) {
             sort.push(SortKey { key: (*key).to_owned(), ascending });
