@@ -696,6 +696,13 @@ pub fn plan_set_aggregate_metadata(
 ) -> Result<(WorldChangeSet, Aggregate)> {
     let mut aggregate = aggregate(world, id)?.clone();
     if let Some(Some(az)) = metadata.get("availability_zone") {
+        if az.is_empty() {
+            return Err(ComputeError::Invalid(format!(
+                "Cannot update metadata of aggregate {id}. Reason: Aggregate {} does not support empty named \
+                 availability zone.",
+                aggregate.name
+            )));
+        }
         for host in &aggregate.hosts {
             check_host_zone(world, host, &aggregate, Some(az))?;
         }

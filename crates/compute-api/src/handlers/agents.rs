@@ -196,6 +196,9 @@ fn set_disabled(ctx: &ComputeCtx, req: &Req, disabled: bool) -> ApiResult<Resp> 
         .compute
         .cell_by_name(&name)
         .ok_or_else(|| ApiError::not_found(format!("Cell {name} could not be found.")))?;
+    if disabled && cell.uuid == berth_compute_model::CELL0_UUID {
+        return Err(ApiError::bad_request("Cell0 cannot be disabled."));
+    }
     cell.disabled = disabled;
     ctx.core.write(|w| plan_put_cell(w, cell.clone()).map(|s| (s, ())).map_err(crate::api::refused))?;
     Ok(Resp::no_content())

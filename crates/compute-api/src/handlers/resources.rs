@@ -299,6 +299,7 @@ pub fn update_service(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
             return Err(ApiError::not_found("The resource could not be found."));
         }
         let body = body(&req, &schemas::services::update())?;
+        service_id_valid(v, &id)?;
         let target = ctx.compute.find_service(&id).await.nova()?;
         let disabled = match body.get("status").and_then(Value::as_str) {
             Some("disabled") => Some(true),
@@ -315,15 +316,32 @@ pub fn update_service(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
             None => None,
         };
         let forced = body.get("forced_down").and_then(Value::as_bool);
+        if disabled.is_none() && forced.is_none() {
+            return Err(ApiError::bad_request(
+                "No updates were requested. Fields 'status' or 'forced_down' should be specified.",
+            ));
+        }
         let service = ctx.compute.set_service(&target, disabled, reason, forced).await.nova()?;
         Ok(Resp::ok(svc_view::update(v, &service, &zone_of(&ctx, &service.host), is_up(&ctx, &service.host))))
     })
+}
+
+/// Service ids are UUIDs from 2.53 on, integers before (Nova's checks).
+fn service_id_valid(v: crate::ComputeVersion, id: &str) -> ApiResult<()> {
+    if v.at_least(53) {
+        Uuid::parse_str(id).map(|_| ()).map_err(|_| ApiError::bad_request(format!("Invalid uuid {id}")))
+    } else {
+        id.parse::<i64>()
+            .map(|_| ())
+            .map_err(|_| ApiError::bad_request("Invalid input received: id must be an integer"))
+    }
 }
 
 /// `DELETE /os-services/{id}`.
 pub fn delete_service(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         authorize(&req, "os_compute_api:os-services:delete")?;
+        service_id_valid(version(&req), req.param(0))?;
         let target = ctx.compute.find_service(req.param(0)).await.nova()?;
         ctx.compute.delete_service(&target).await.nova()?;
         Ok(Resp::no_content())
@@ -364,6 +382,11 @@ fn hypervisors(ctx: Arc<ComputeCtx>, req: Req, detail: bool) -> HandlerFuture {
             .flat_map(|s| s.nodes.iter().map(move |n| (s, n)))
             .filter(|(_, n)| pattern.as_ref().is_none_or(|p| n.hypervisor_hostname.contains(p.as_str())))
             .collect();
+        if let Some(pattern) = pattern.as_ref().filter(|_| v.at_least(53)) {
+            if entries.is_empty() {
+                return Err(ApiError::not_found(format!("No hypervisor matching '{pattern}' could be found.")));
+            }
+        }
         entries.sort_by_key(|(_, n)| if v.at_least(53) { (0, n.uuid.to_string()) } else { (n.id, String::new()) });
         let (limit, marker) = api::paging(&req, ctx.max_limit)?;
         if let Some(marker) = &marker {
@@ -422,6 +445,9 @@ pub fn show_hypervisor(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         authorize(&req, "os_compute_api:os-hypervisors:show")?;
         let v = version(&req);
         let id = req.param(0).to_owned();
+        if v.at_least(53) && Uuid::parse_str(&id).is_err() {
+            return Err(ApiError::bad_request(format!("Invalid uuid {id}")));
+        }
         let overview = ctx.compute.overview().await;
         let found = overview.services.iter().find_map(|s| {
             s.nodes
@@ -502,7 +528,7 @@ pub fn detail_zones(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 
 fn aggregate_id(req: &Req) -> ApiResult<i64> {
     let text = req.param(0);
-    text.parse().map_err(|_| ApiError::not_found(format!("Aggregate {text} could not be found.")))
+    text.parse().map_err(|_| ApiError::bad_request("Invalid input received: id must be an integer"))
 }
 
 fn find_aggregate(ctx: &ComputeCtx, id: i64) -> ApiResult<Aggregate> {

@@ -558,9 +558,10 @@ fn parse_list(ctx: &ComputeCtx, req: &Req, detail: bool) -> ApiResult<Parsed> {
             "asc" => true,
             "desc" => false,
             other => {
-                return Err(ApiError::bad_request(format!(
-                "Invalid input for query parameters sort_dir. Value: {other}. '{other}' is not one of ['asc', 'desc']"
-            )))
+                let _ = other;
+                return Err(ApiError::bad_request(
+                    "Invalid input received: Unknown sort direction, must be 'desc' or 'asc'",
+                ));
             }
         };
         if berth_compute_model::cell::SORT_KEYS.contains(key) {

@@ -259,16 +259,24 @@ impl Nova {
         }
     }
 
-    /// Every server (admin, all tenants), paging through.
+    /// Every server (admin, all tenants), paging through. A marker
+    /// deleted between two pages is a 400 (as in Nova): start over.
     pub(crate) async fn all_servers(&self) -> Vec<Value> {
         let mut out = Vec::new();
         let mut marker: Option<String> = None;
+        let mut restarts = 0;
         loop {
             let mut path = "/servers/detail?all_tenants=1&limit=500".to_owned();
             if let Some(m) = &marker {
                 path.push_str(&format!("&marker={m}"));
             }
             let answer = self.get(&path).await;
+            if answer.status == 400 && marker.is_some() && restarts < 20 {
+                restarts += 1;
+                out.clear();
+                marker = None;
+                continue;
+            }
             assert_eq!(answer.status, 200, "list: {:?}", answer.body);
             let page = answer.body["servers"].as_array().cloned().unwrap_or_default();
             if page.is_empty() {

@@ -1,0 +1,503 @@
+//! Bad input on every compute, image, agent and admin route: a 4xx with
+//! the API's own error body (Nova's `{"badRequest": {"code", "message"}}`,
+//! Glance's `{"code", "title", "message"}`, berth's `{"error": {...}}`),
+//! and nothing changed anywhere (compute resources, placement, images).
+
+use serde_json::{json, Value};
+
+use super::support::{Cloud, Hosts, Nova};
+
+/// One bad request and what must come back.
+struct Case {
+    token: &'static str,
+    method: &'static str,
+    /// Path after the API prefix (`/compute/v2.1`, `/image`, …).
+    path: String,
+    /// Raw body (sent as JSON when given).
+    body: Option<String>,
+    status: u16,
+    /// The top-level key of Nova's error body (`badRequest`, …); empty for
+    /// the other APIs.
+    fault: &'static str,
+}
+
+fn case(token: &'static str, method: &'static str, path: impl Into<String>, body: Option<Value>, status: u16) -> Case {
+    let fault = match status {
+        400 => "badRequest",
+        403 => "forbidden",
+        404 => "itemNotFound",
+        409 => "conflictingRequest",
+        _ => "",
+    };
+    Case { token, method, path: path.into(), body: body.map(|b| b.to_string()), status, fault }
+}
+
+fn raw(method: &'static str, path: &str, body: &str, status: u16) -> Case {
+    Case {
+        token: "admin",
+        method,
+        path: path.to_owned(),
+        body: Some(body.to_owned()),
+        status,
+        fault: if status == 400 { "badRequest" } else { "" },
+    }
+}
+
+/// Everything a bad request could have touched, as the admin sees it.
+async fn snapshot(cloud: &Cloud, nova: &Nova) -> Value {
+    let mut out = serde_json::Map::new();
+    for path in [
+        "/servers/detail?all_tenants=1",
+        "/flavors/detail?is_public=None",
+        "/os-server-groups?all_projects=True",
+        "/os-aggregates",
+        "/os-quota-sets/admin",
+        "/os-quota-sets/p1",
+        "/os-services",
+        "/os-hypervisors/detail",
+        "/os-availability-zone/detail",
+    ] {
+        let answer = nova.get(path).await;
+        assert_eq!(answer.status, 200, "snapshot {path}: {:?}", answer.body);
+        out.insert(path.to_owned(), strip_volatile(answer.body));
+    }
+    for flavor in ["f1", "f2"] {
+        for sub in ["os-extra_specs", "os-flavor-access"] {
+            let path = format!("/flavors/{flavor}/{sub}");
+            out.insert(path.clone(), nova.get(&path).await.body);
+        }
+    }
+    let placement = cloud.server.client();
+    for path in ["/resource_providers", "/resource_providers?resources=VCPU:1", "/usages?project_id=admin"] {
+        out.insert(format!("placement {path}"), placement.get(path).await.body);
+    }
+    let images = reqwest::Client::new()
+        .get(format!("{}/image/v2/images", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .expect("images");
+    out.insert("images".to_owned(), images.json().await.expect("images json"));
+    let cells = reqwest::Client::new()
+        .get(format!("{}/admin/v1/cells", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .expect("cells");
+    out.insert("cells".to_owned(), cells.json().await.expect("cells json"));
+    Value::Object(out)
+}
+
+/// Heartbeat times and the like move on their own.
+fn strip_volatile(mut value: Value) -> Value {
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("updated_at");
+                map.remove("uptime");
+                for v in map.values_mut() {
+                    walk(v);
+                }
+            }
+            Value::Array(list) => list.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut value);
+    value
+}
+
+async fn send(cloud: &Cloud, prefix: &str, case: &Case) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(case.method.parse().expect("method"), format!("{}{prefix}{}", cloud.server.base, case.path))
+        .header("x-auth-token", case.token)
+        .header("openstack-api-version", "compute 2.96");
+    if let Some(body) = &case.body {
+        req = req.header("content-type", "application/json").body(body.clone());
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap_or_default();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_and_changes_nothing() {
+    let mut cloud = Cloud::start("bad-input", &[]).await;
+    cloud.add_agent(Hosts::new("bad", 2, &[])).await;
+    let nova = cloud.nova("admin");
+    // Something of everything, so that a bad request has things to break.
+    let private = nova
+        .post(
+            "/flavors",
+            &json!({"flavor": {"name": "f2", "id": "f2", "vcpus": 1, "ram": 256, "disk": 1,
+                                              "os-flavor-access:is_public": false}}),
+        )
+        .await;
+    assert_eq!(private.status, 200, "{:?}", private.body);
+    let f1 =
+        nova.post("/flavors", &json!({"flavor": {"name": "f1", "id": "f1", "vcpus": 1, "ram": 128, "disk": 1}})).await;
+    assert_eq!(f1.status, 200, "{:?}", f1.body);
+    let image = nova.image("img", json!({})).await;
+    let server = nova.boot_id("vm", "f1", &image).await;
+    assert_eq!(nova.wait_settled(&server).await["status"], "ACTIVE");
+    let group = nova.post("/os-server-groups", &json!({"server_group": {"name": "g", "policy": "affinity"}})).await;
+    assert_eq!(group.status, 200, "{:?}", group.body);
+    let group = group.body["server_group"]["id"].as_str().expect("group id").to_owned();
+    let agg = nova.post("/os-aggregates", &json!({"aggregate": {"name": "a1"}})).await;
+    assert_eq!(agg.status, 200, "{:?}", agg.body);
+    let agg = agg.body["aggregate"]["id"].as_i64().expect("aggregate id");
+    let services = nova.get("/os-services").await.body;
+    let service = services["services"][0]["id"].as_str().expect("service uuid").to_owned();
+    let hypervisors = nova.get("/os-hypervisors").await.body;
+    let hypervisor = hypervisors["hypervisors"][0]["id"].as_str().expect("hypervisor uuid").to_owned();
+    let unknown = "9d3b7bd6-7a43-4a41-9d1f-6b8f5d1f8a11";
+
+    let before = snapshot(&cloud, &nova).await;
+    let boot = |server: Value| Some(json!({ "server": server }));
+    let good = json!({"name": "x", "flavorRef": "f1", "imageRef": image, "networks": "none"});
+    let with = |key: &str, value: Value| {
+        let mut s = good.clone();
+        s[key] = value;
+        boot(s)
+    };
+    let without = |key: &str| {
+        let mut s = good.clone();
+        s.as_object_mut().expect("object").remove(key);
+        boot(s)
+    };
+    let s = |p: &str| p.replace("{server}", &server);
+    let compute: Vec<Case> = vec![
+        // servers: create
+        case("admin", "POST", "/servers", without("flavorRef"), 400),
+        case("admin", "POST", "/servers", with("flavorRef", json!("nope")), 400),
+        case("admin", "POST", "/servers", with("imageRef", json!(unknown)), 400),
+        case("admin", "POST", "/servers", with("imageRef", json!("not-a-uuid")), 400),
+        case("admin", "POST", "/servers", without("imageRef"), 400),
+        case("admin", "POST", "/servers", with("networks", json!("bogus")), 400),
+        case("admin", "POST", "/servers", with("networks", json!([{"uuid": unknown}])), 400),
+        case("admin", "POST", "/servers", with("name", json!("")), 400),
+        case("admin", "POST", "/servers", with("name", json!("x".repeat(256))), 400),
+        case("admin", "POST", "/servers", with("min_count", json!(0)), 400),
+        case("admin", "POST", "/servers", with("min_count", json!("many")), 400),
+        case("admin", "POST", "/servers", with("availability_zone", json!("no-such-zone")), 400),
+        case("admin", "POST", "/servers", with("key_name", json!("nokey")), 400),
+        case("admin", "POST", "/servers", with("metadata", json!({"k": 1})), 400),
+        case("admin", "POST", "/servers", with("unknown_attribute", json!(1)), 400),
+        case(
+            "admin",
+            "POST",
+            "/servers",
+            with(
+                "block_device_mapping_v2",
+                json!([{"uuid": unknown, "boot_index": 0, "source_type": "volume", "destination_type": "volume"}]),
+            ),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/servers",
+            with("min_count", json!(3)).map(|mut b| {
+                b["server"]["max_count"] = json!(2);
+                b
+            }),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/servers",
+            Some(json!({"server": good, "os:scheduler_hints": {"group": "not-a-uuid"}})),
+            400,
+        ),
+        case("admin", "POST", "/servers", Some(json!({"server": good, "os:scheduler_hints": {"group": unknown}})), 400),
+        case("admin", "POST", "/servers", Some(json!({"server": good, "os:scheduler_hints": {"same_host": "x"}})), 400),
+        case("p1:p1", "POST", "/servers", with("flavorRef", json!("f2")), 400),
+        case("p1:p1", "POST", "/servers", with("availability_zone", json!("nova:bad0")), 403),
+        case("admin", "POST", "/servers", Some(json!({"notserver": {}})), 400),
+        raw("POST", "/servers", "{not json", 400),
+        // servers: show, list, update, delete, actions
+        case("admin", "GET", format!("/servers/{unknown}"), None, 404),
+        case("admin", "GET", "/servers/not-a-uuid", None, 404),
+        case("p1:p1", "GET", s("/servers/{server}"), None, 404),
+        case("admin", "GET", "/servers?limit=-1", None, 400),
+        case("admin", "GET", "/servers?limit=abc", None, 400),
+        case("admin", "GET", format!("/servers?marker={unknown}"), None, 400),
+        case("admin", "GET", "/servers?sort_key=bogus", None, 400),
+        case("admin", "GET", "/servers?sort_key=display_name&sort_dir=sideways", None, 400),
+        case("admin", "GET", "/servers/detail?changes-since=yesterday", None, 400),
+        case("admin", "GET", "/servers?name=(", None, 400),
+        case("admin", "PUT", s("/servers/{server}"), Some(json!({"server": {"name": ""}})), 400),
+        case("admin", "PUT", s("/servers/{server}"), Some(json!({"server": {"flavorRef": "f1"}})), 400),
+        case("admin", "PUT", format!("/servers/{unknown}"), Some(json!({"server": {"name": "y"}})), 404),
+        case("p1:p1", "PUT", s("/servers/{server}"), Some(json!({"server": {"name": "y"}})), 404),
+        case("admin", "DELETE", format!("/servers/{unknown}"), None, 404),
+        case("p1:p1", "DELETE", s("/servers/{server}"), None, 404),
+        case("admin", "POST", s("/servers/{server}/action"), Some(json!({"bogusAction": null})), 400),
+        case("admin", "POST", s("/servers/{server}/action"), Some(json!({"os-start": null})), 409),
+        case("admin", "POST", s("/servers/{server}/action"), Some(json!({"reboot": {"type": "SIDEWAYS"}})), 400),
+        case("admin", "POST", format!("/servers/{unknown}/action"), Some(json!({"os-stop": null})), 404),
+        case("admin", "GET", format!("/servers/{unknown}/os-instance-actions"), None, 404),
+        case("admin", "GET", s("/servers/{server}/os-instance-actions/req-nope"), None, 404),
+        // flavors
+        case("admin", "POST", "/flavors", Some(json!({"flavor": {"vcpus": 1, "ram": 1, "disk": 1}})), 400),
+        case("admin", "POST", "/flavors", Some(json!({"flavor": {"name": "z", "vcpus": 0, "ram": 1, "disk": 1}})), 400),
+        case(
+            "admin",
+            "POST",
+            "/flavors",
+            Some(json!({"flavor": {"name": "z", "vcpus": 1, "ram": -1, "disk": 1}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/flavors",
+            Some(json!({"flavor": {"name": "f1", "vcpus": 1, "ram": 1, "disk": 1}})),
+            409,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/flavors",
+            Some(json!({"flavor": {"name": "z", "id": "f1", "vcpus": 1, "ram": 1, "disk": 1}})),
+            409,
+        ),
+        case("p1:p1", "POST", "/flavors", Some(json!({"flavor": {"name": "z", "vcpus": 1, "ram": 1, "disk": 1}})), 403),
+        case("admin", "GET", "/flavors/nope", None, 404),
+        case("p1:p1", "GET", "/flavors/f2", None, 404),
+        case("admin", "GET", "/flavors?limit=-3", None, 400),
+        case("admin", "GET", "/flavors?marker=nope", None, 400),
+        case("admin", "PUT", "/flavors/f1", Some(json!({"flavor": {"name": "renamed"}})), 400),
+        case("admin", "PUT", "/flavors/nope", Some(json!({"flavor": {"description": "d"}})), 404),
+        case("admin", "DELETE", "/flavors/nope", None, 404),
+        case("p1:p1", "DELETE", "/flavors/f1", None, 403),
+        case(
+            "admin",
+            "POST",
+            "/flavors/f1/os-extra_specs",
+            Some(json!({"extra_specs": {"trait:NOT_A_TRAIT": "required"}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/flavors/f1/os-extra_specs",
+            Some(json!({"extra_specs": {"resources:VCPU": "many"}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/flavors/f1/os-extra_specs",
+            Some(json!({"extra_specs": {"hw:cpu_policy": "wobbly"}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/flavors/f1/os-extra_specs",
+            Some(json!({"extra_specs": {"group_policy": "sometimes"}})),
+            400,
+        ),
+        case("admin", "POST", "/flavors/f1/os-extra_specs", Some(json!({"extra_specs": "x"})), 400),
+        case("admin", "POST", "/flavors/nope/os-extra_specs", Some(json!({"extra_specs": {"a": "b"}})), 404),
+        case("admin", "PUT", "/flavors/f1/os-extra_specs/a", Some(json!({"b": "c"})), 400),
+        case("admin", "PUT", "/flavors/f1/os-extra_specs/a", Some(json!({"a": "b", "c": "d"})), 400),
+        case("admin", "GET", "/flavors/f1/os-extra_specs/missing", None, 404),
+        case("admin", "DELETE", "/flavors/f1/os-extra_specs/missing", None, 404),
+        case("p1:p1", "POST", "/flavors/f1/os-extra_specs", Some(json!({"extra_specs": {"a": "b"}})), 403),
+        case("admin", "POST", "/flavors/f1/action", Some(json!({"addTenantAccess": {"tenant": "p1"}})), 409),
+        case("admin", "POST", "/flavors/f2/action", Some(json!({"addTenantAccess": {}})), 400),
+        case("admin", "POST", "/flavors/f2/action", Some(json!({"removeTenantAccess": {"tenant": "never"}})), 404),
+        case("admin", "POST", "/flavors/f2/action", Some(json!({"bogus": {}})), 400),
+        case("admin", "GET", "/flavors/f1/os-flavor-access", None, 404),
+        // server groups
+        case(
+            "admin",
+            "POST",
+            "/os-server-groups",
+            Some(json!({"server_group": {"name": "g2", "policy": "sideways"}})),
+            400,
+        ),
+        case("admin", "POST", "/os-server-groups", Some(json!({"server_group": {"name": "g2"}})), 400),
+        case(
+            "admin",
+            "POST",
+            "/os-server-groups",
+            Some(json!({"server_group": {"name": "", "policy": "affinity"}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/os-server-groups",
+            Some(json!({"server_group": {"name": "g2", "policy": "affinity", "rules": {"max_server_per_host": 2}}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/os-server-groups",
+            Some(
+                json!({"server_group": {"name": "g2", "policy": "anti-affinity", "rules": {"max_server_per_host": 0}}}),
+            ),
+            400,
+        ),
+        case("admin", "GET", format!("/os-server-groups/{unknown}"), None, 404),
+        case("p1:p1", "GET", format!("/os-server-groups/{group}"), None, 404),
+        case("admin", "DELETE", format!("/os-server-groups/{unknown}"), None, 404),
+        case("p1:p1", "DELETE", format!("/os-server-groups/{group}"), None, 404),
+        case("admin", "GET", "/os-server-groups?limit=-1", None, 400),
+        // quotas and limits
+        case("admin", "PUT", "/os-quota-sets/p1", Some(json!({"quota_set": {"instances": -2}})), 400),
+        case("admin", "PUT", "/os-quota-sets/p1", Some(json!({"quota_set": {"instances": "lots"}})), 400),
+        case("admin", "PUT", "/os-quota-sets/p1", Some(json!({"quota_set": {"bogus": 1}})), 400),
+        case("admin", "PUT", "/os-quota-sets/admin", Some(json!({"quota_set": {"instances": 0}})), 400),
+        case("p1:p1", "PUT", "/os-quota-sets/p1", Some(json!({"quota_set": {"instances": 100}})), 403),
+        case("p1:p1", "GET", "/os-quota-sets/admin", None, 403),
+        case("p1:p1", "DELETE", "/os-quota-sets/p1", None, 403),
+        case("p1:p1", "GET", "/limits?tenant_id=admin", None, 403),
+        // hypervisors, services, aggregates, zones
+        case("p1:p1", "GET", "/os-hypervisors", None, 403),
+        case("admin", "GET", format!("/os-hypervisors/{unknown}"), None, 404),
+        case("admin", "GET", "/os-hypervisors/1", None, 400),
+        case("admin", "GET", "/os-hypervisors?limit=x", None, 400),
+        case("admin", "GET", "/os-hypervisors?hypervisor_hostname_pattern=zzz", None, 404),
+        case("p1:p1", "GET", format!("/os-hypervisors/{hypervisor}"), None, 403),
+        case("p1:p1", "GET", "/os-services", None, 403),
+        case("admin", "PUT", format!("/os-services/{unknown}"), Some(json!({"status": "disabled"})), 404),
+        case("admin", "PUT", format!("/os-services/{service}"), Some(json!({"status": "sleepy"})), 400),
+        case(
+            "admin",
+            "PUT",
+            format!("/os-services/{service}"),
+            Some(json!({"status": "enabled", "disabled_reason": "x"})),
+            400,
+        ),
+        case("admin", "PUT", format!("/os-services/{service}"), Some(json!({"forced_down": "maybe"})), 400),
+        case("admin", "PUT", format!("/os-services/{service}"), Some(json!({})), 400),
+        case("admin", "DELETE", format!("/os-services/{unknown}"), None, 404),
+        case("admin", "DELETE", "/os-services/1", None, 400),
+        case("p1:p1", "POST", "/os-aggregates", Some(json!({"aggregate": {"name": "a2"}})), 403),
+        case("admin", "POST", "/os-aggregates", Some(json!({"aggregate": {"name": ""}})), 400),
+        case("admin", "POST", "/os-aggregates", Some(json!({"aggregate": {"name": "a1"}})), 409),
+        case(
+            "admin",
+            "POST",
+            "/os-aggregates",
+            Some(json!({"aggregate": {"name": "a2", "availability_zone": ""}})),
+            400,
+        ),
+        case("admin", "GET", "/os-aggregates/999", None, 404),
+        case("admin", "GET", "/os-aggregates/x", None, 400),
+        case("admin", "PUT", format!("/os-aggregates/{agg}"), Some(json!({"aggregate": {}})), 400),
+        case("admin", "PUT", "/os-aggregates/999", Some(json!({"aggregate": {"name": "q"}})), 404),
+        case("admin", "DELETE", "/os-aggregates/999", None, 404),
+        case(
+            "admin",
+            "POST",
+            format!("/os-aggregates/{agg}/action"),
+            Some(json!({"add_host": {"host": "nohost"}})),
+            404,
+        ),
+        case(
+            "admin",
+            "POST",
+            format!("/os-aggregates/{agg}/action"),
+            Some(json!({"remove_host": {"host": "bad0"}})),
+            404,
+        ),
+        case("admin", "POST", format!("/os-aggregates/{agg}/action"), Some(json!({"add_host": {}})), 400),
+        case("admin", "POST", format!("/os-aggregates/{agg}/action"), Some(json!({"dance": {}})), 400),
+        case(
+            "admin",
+            "POST",
+            format!("/os-aggregates/{agg}/action"),
+            Some(json!({"set_metadata": {"metadata": {"availability_zone": ""}}})),
+            400,
+        ),
+        case("admin", "POST", "/os-aggregates/999/action", Some(json!({"add_host": {"host": "bad0"}})), 404),
+        // an API that does not exist at this microversion
+        case("admin", "GET", "/os-no-such-thing", None, 404),
+    ];
+    let mut failures = Vec::new();
+    for c in &compute {
+        let (status, body) = send(&cloud, "/compute/v2.1", c).await;
+        let fault_ok = c.fault.is_empty()
+            || (body[c.fault]["code"] == json!(c.status)
+                && body[c.fault]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        if status != c.status || !fault_ok {
+            failures.push(format!(
+                "{} {} {:?}: got {status} {body}, want {} {}",
+                c.method, c.path, c.body, c.status, c.fault
+            ));
+        }
+    }
+    // A microversion beyond the maximum, and a malformed one.
+    for (header, want) in [("compute 2.999", 406), ("compute two", 400)] {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/compute/v2.1/servers", cloud.server.base))
+            .header("x-auth-token", "admin")
+            .header("openstack-api-version", header)
+            .send()
+            .await
+            .expect("request");
+        if resp.status().as_u16() != want {
+            failures.push(format!("version {header}: got {}, want {want}", resp.status()));
+        }
+    }
+
+    // The image API: Glance's error body.
+    let images: Vec<Case> = vec![
+        case("admin", "POST", "/v2/images", Some(json!({"name": "i", "disk_format": "floppy"})), 400),
+        case("admin", "POST", "/v2/images", Some(json!({"name": "i", "container_format": "crate"})), 400),
+        case("admin", "POST", "/v2/images", Some(json!({"name": "i", "visibility": "everyone"})), 400),
+        case("admin", "POST", "/v2/images", Some(json!({"id": "not-a-uuid"})), 400),
+        case("admin", "POST", "/v2/images", Some(json!({"id": image})), 409),
+        case("admin", "POST", "/v2/images", Some(json!({"name": "i", "min_ram": -1})), 400),
+        case("admin", "GET", format!("/v2/images/{unknown}"), None, 404),
+        case("admin", "GET", "/v2/images?limit=x", None, 400),
+        case("admin", "DELETE", format!("/v2/images/{unknown}"), None, 404),
+        case("p1:p1", "DELETE", format!("/v2/images/{image}"), None, 403),
+        raw("POST", "/v2/images", "[1,2", 400),
+    ];
+    for c in &images {
+        let (status, body) = send(&cloud, "/image", c).await;
+        let body_ok = body["code"] == json!(c.status) && body["message"].as_str().is_some();
+        if status != c.status || !body_ok {
+            failures
+                .push(format!("image {} {} {:?}: got {status} {body}, want {}", c.method, c.path, c.body, c.status));
+        }
+    }
+
+    // berth's own APIs: `{"error": {"code", "message"}}`.
+    let own: Vec<(&str, Case)> = vec![
+        ("/agent/v1", case("p1:p1", "POST", "/register", Some(json!({"agent": "a", "hosts": []})), 403)),
+        ("/agent/v1", case("admin", "POST", "/register", Some(json!({"hosts": "x"})), 400)),
+        ("/agent/v1", case("admin", "POST", "/heartbeat", Some(json!({})), 400)),
+        ("/agent/v1", case("admin", "GET", "/work", None, 400)),
+        ("/agent/v1", case("admin", "POST", "/events", Some(json!({"events": [{"task": "x"}]})), 400)),
+        ("/admin/v1", case("p1:p1", "GET", "/cells", None, 403)),
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "cell1", "database": "sqlite://x"})), 409)),
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"database": "x"})), 400)),
+        ("/admin/v1", case("admin", "POST", "/cells/nope/disable", None, 404)),
+        ("/admin/v1", case("admin", "POST", "/cells/cell0/disable", None, 400)),
+    ];
+    for (prefix, c) in &own {
+        let (status, body) = send(&cloud, prefix, c).await;
+        let body_ok = body["error"]["code"] == json!(c.status);
+        if status != c.status || !body_ok {
+            failures
+                .push(format!("{prefix} {} {} {:?}: got {status} {body}, want {}", c.method, c.path, c.body, c.status));
+        }
+    }
+
+    assert!(failures.is_empty(), "{} bad requests answered wrongly:\n{}", failures.len(), failures.join("\n"));
+    let after = snapshot(&cloud, &nova).await;
+    for (key, value) in before.as_object().expect("object") {
+        assert_eq!(&after[key], value, "{key} changed by a bad request");
+    }
+    cloud.check_invariants().await;
+}
