@@ -4,18 +4,24 @@
 # Keystone: a clouds.yaml with the admin_token plugin (noauth2 token
 # `admin`) and per-service endpoint overrides. Checks every answer.
 # Starts its own berth (4 fake hosts) on 127.0.0.1 and stops it by PID.
-#   scripts/openstack-compute-smoke.sh        (builds target/release/berth)
+#   scripts/openstack-compute-smoke.sh        (builds target/release/berth, or uses $BERTH_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${OSC_VENV:-/tmp/berth-osc-venv}
 if [ ! -x "$VENV/bin/openstack" ]; then
-  python3 -m venv "$VENV"
+  if ! python3 -m venv "$VENV"; then
+    # Debian splits venv out of python3.
+    [ "$(id -u)" = 0 ] && apt-get install -y -q python3-venv >/dev/null
+    python3 -m venv "$VENV"
+  fi
   "$VENV/bin/pip" install -q python-openstackclient osc-placement
 fi
-cargo build --release --locked -q
+# BERTH_BIN: an already built binary (CI passes the test build's).
+BERTH=${BERTH_BIN:-target/release/berth}
+[ -n "${BERTH_BIN:-}" ] || cargo build --release --locked -q
 DIR=$(mktemp -d /tmp/berth-osc-compute.XXXXXX)
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-target/release/berth serve --listen "127.0.0.1:$PORT" --data-dir "$DIR/data" --fake-hosts 4 --log warn &
+"$BERTH" serve --listen "127.0.0.1:$PORT" --data-dir "$DIR/data" --fake-hosts 4 --log warn &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
 for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/compute/" >/dev/null && break; sleep 0.05; done

@@ -23,6 +23,12 @@ trap 'cleanup; rm -f "$LOG"' EXIT
 echo "== berth tests on SQLite =="
 env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"
 
+# The real OpenStack client (python-openstackclient from PyPI) against the
+# binary the tests just built: placement, then the compute API.
+echo "== openstack CLI smoke (placement, compute) =="
+BERTH_BIN=target/debug/berth bash scripts/openstack-cli-smoke.sh 2>&1 | tee -a "$LOG"
+BERTH_BIN=target/debug/berth bash scripts/openstack-compute-smoke.sh 2>&1 | tee -a "$LOG"
+
 URL="${TEST_DATABASE_URL:-${DATABASE_URL:-}}"
 if [ -z "$URL" ]; then
   echo "== starting a throwaway PostgreSQL =="
