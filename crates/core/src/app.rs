@@ -310,7 +310,11 @@ impl App {
 
     /// One writer plans into the open batch (the window is open, so
     /// the snapshot has caught up) and applies its change set at once.
-    fn plan_into_batch<T, E>(
+    ///
+    /// A plan that panics becomes that writer's error: the batch goes on
+    /// (a panicking leader would otherwise leave the batch open forever,
+    /// with its other writers' changes applied but never committed).
+    fn plan_into_batch<T, E: From<StoreError>>(
         &self,
         st: &mut SharedState,
         plan: &mut Option<impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>>,
@@ -320,7 +324,9 @@ impl App {
         st.waiting -= 1;
         let Some(plan) = plan.take() else { return };
         let state = self.read();
-        match plan(&state) {
+        let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| plan(&state)))
+            .unwrap_or_else(|_| Err(E::from(StoreError::Internal("a write plan panicked".into()))));
+        match planned {
             Ok((changes, value)) => {
                 if !changes.is_empty() {
                     let undo = state.undo_for(&changes);

@@ -108,3 +108,51 @@ fn group_commit_survives_injected_failures() {
     drop(app);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A plan that panics fails only its own write: concurrent writers in the
+/// same batches commit, later writes still go through, and memory agrees
+/// with the database.
+#[test]
+fn a_panicking_plan_fails_only_its_writer() {
+    let dir = std::env::temp_dir().join(format!("berth-plan-panic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (app, store) = app(&dir, 0);
+    let ok = Arc::new(AtomicUsize::new(0));
+    let panicked = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let (app, ok, panicked) = (app.clone(), ok.clone(), panicked.clone());
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    let result = if (t + i) % 5 == 0 {
+                        app.write(|_| -> Result<(berth_compute_model::WorldChangeSet, ()), StoreError> {
+                            panic!("planning bug")
+                        })
+                    } else {
+                        add_trait(&app, format!("CUSTOM_P{t}_{i}"))
+                    };
+                    match result {
+                        Ok(()) => ok.fetch_add(1, Ordering::SeqCst),
+                        Err(err) => {
+                            assert!(matches!(err, StoreError::Internal(_)), "{err:?}");
+                            panicked.fetch_add(1, Ordering::SeqCst)
+                        }
+                    };
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("writer thread");
+    }
+    assert_eq!(panicked.load(Ordering::SeqCst), 48, "every panicking plan is its writer's error");
+    assert_eq!(ok.load(Ordering::SeqCst), 192);
+    add_trait(&app, "CUSTOM_AFTER".into()).expect("writes go on after panics");
+    let in_memory = summary(&app.read().placement);
+    let in_database = summary(&store.inner.load().expect("load").state.placement);
+    assert_eq!(in_memory, in_database);
+    assert_eq!(in_database.len(), 193);
+    drop(app);
+    let _ = std::fs::remove_dir_all(&dir);
+}
