@@ -913,7 +913,9 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         }
         per_group.resize_with(req.groups.len(), Vec::new);
     } else {
-        let all: Vec<u32> = (0..search.idx.len() as u32).collect();
+        let n = search.idx.len() as u32;
+        let start = req.rotate.map_or(0, |r| (r % u64::from(n.max(1))) as u32);
+        let all: Vec<u32> = (0..n).map(|i| (start + i) % n.max(1)).collect();
         for group in &req.groups {
             let Some(p) = search.prepare(group)? else {
                 return Ok(Candidates::default());
@@ -949,7 +951,10 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     if lazy {
         let (order, starts) = search.idx.trees();
         let mut marks: Vec<usize> = vec![0; per_group.len()];
-        for anchor in 0..search.idx.len() {
+        let n = search.idx.len();
+        let start = req.rotate.map_or(0, |r| (r % n.max(1) as u64) as usize);
+        for step in 0..n {
+            let anchor = (start + step) % n;
             let members = &order[starts[anchor] as usize..starts[anchor + 1] as usize];
             if members.is_empty() || !search.anchor_allowed(anchor as u32) {
                 continue;
@@ -1091,7 +1096,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         })
         .collect();
     let provider_summaries = (0..idx.len())
-        .filter(|i| in_summary[*i])
+        .filter(|i| in_summary[*i] && !req.skip_summaries)
         .map(|i| {
             let p = idx.provs[i];
             // Upstream lists a provider's traits in trait id order.

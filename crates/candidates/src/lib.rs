@@ -95,6 +95,15 @@ pub struct Request {
     /// anchor order, so the cap never drops a tree while another gets a
     /// second candidate. `limit` and `randomize_seed` apply to the capped set.
     pub max_candidates: Option<usize>,
+    /// Leave `provider_summaries` empty (callers that only claim, such as
+    /// the in-process scheduler, do not read them).
+    pub skip_summaries: bool,
+    /// Start the search at this anchor position (modulo the number of
+    /// providers) instead of the first, wrapping around. With a `limit`
+    /// the answer is then a window of the cloud that moves from request
+    /// to request (the scheduler's sampling, as Kubernetes' rotating start
+    /// node); the order of the answer is then the search order.
+    pub rotate: Option<u64>,
 }
 
 /// Reasons a request is refused (upstream answers 400 for both).

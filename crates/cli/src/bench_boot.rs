@@ -53,8 +53,9 @@ pub(crate) struct BootOpts {
     /// (0: skip).
     #[arg(long, default_value_t = 0)]
     listing: usize,
-    /// Poll interval while waiting for ACTIVE (ms).
-    #[arg(long, default_value_t = 10)]
+    /// Poll interval while waiting for ACTIVE (ms): the resolution of
+    /// time-to-ACTIVE. Polling much faster mostly measures the polling.
+    #[arg(long, default_value_t = 50)]
     poll_ms: u64,
 }
 

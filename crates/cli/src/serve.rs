@@ -110,6 +110,11 @@ pub(crate) struct ServeOpts {
     /// `host_subset_size`, default 1).
     #[arg(long, env = "BERTH_SCHEDULER_HOST_SUBSET_SIZE")]
     scheduler_host_subset_size: Option<usize>,
+    /// Scheduler: allocation candidates considered per request (Nova's
+    /// `max_placement_results`, default 1000). Each request's window of
+    /// hosts starts at a random host, so a small value samples the cloud.
+    #[arg(long, env = "BERTH_SCHEDULER_MAX_PLACEMENT_RESULTS")]
+    scheduler_max_placement_results: Option<usize>,
     /// Scheduler: attempts per instance (alternates = this - 1; default 3).
     #[arg(long, env = "BERTH_SCHEDULER_MAX_ATTEMPTS")]
     scheduler_max_attempts: Option<usize>,
@@ -197,7 +202,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     let sched_file = file.scheduler.unwrap_or_default();
     let defaults = berth_scheduler::Config::default();
     let scheduler = berth_scheduler::Config {
-        max_placement_results: sched_file.max_placement_results.unwrap_or(defaults.max_placement_results),
+        max_placement_results: opts
+            .scheduler_max_placement_results
+            .or(sched_file.max_placement_results)
+            .unwrap_or(defaults.max_placement_results)
+            .max(1),
         host_subset_size: opts
             .scheduler_host_subset_size
             .or(sched_file.host_subset_size)

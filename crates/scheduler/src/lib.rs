@@ -29,7 +29,7 @@ mod weighers;
 
 use std::collections::HashMap;
 
-use berth_compute_model::plan::{fits, group_hosts, HostChoice, InstanceChoices};
+use berth_compute_model::plan::{group_hosts, HostChoice, InstanceChoices};
 use berth_compute_model::{ComputeNodeRef, RequestSpec, ServerGroup, World};
 use berth_model::AllocationMap;
 use uuid::Uuid;
@@ -129,11 +129,38 @@ pub struct ScheduleRequest<'a> {
     pub seed: u64,
 }
 
-/// A host that passed the placement query: its node, its candidates.
+/// One allocation candidate, flat: `(provider, resource class, amount)`,
+/// each provider and class once.
+pub(crate) type Candidate<'a> = Vec<(Uuid, &'a str, i64)>;
+
+/// A host that passed the placement query: its node, its candidates, and
+/// its free RAM, vCPUs and disk before this request (the weighers' input,
+/// computed once per run).
 #[derive(Debug, Clone)]
 pub(crate) struct HostState<'w> {
     pub(crate) node: &'w ComputeNodeRef,
-    pub(crate) candidates: Vec<AllocationMap>,
+    pub(crate) candidates: Vec<Candidate<'w>>,
+    pub(crate) free: weighers::Free,
+}
+
+/// Does `candidate` still fit, with `extra` already taken by this
+/// request's earlier instances?
+fn fits(world: &World, candidate: &Candidate<'_>, extra: &HashMap<(Uuid, &str), i64>) -> bool {
+    candidate.iter().all(|(uuid, class, amount)| {
+        let Some(provider) = world.placement.provider(uuid) else { return false };
+        let Some(inventory) = provider.inventories.get(*class) else { return false };
+        let used = provider.used(class) + extra.get(&(*uuid, *class)).copied().unwrap_or(0);
+        berth_model::allocations::check_allocation(inventory, *amount, *amount, used, None).is_ok()
+    })
+}
+
+/// The claim's form of a candidate.
+fn allocation_map(candidate: &Candidate<'_>) -> AllocationMap {
+    let mut map = AllocationMap::new();
+    for (provider, class, amount) in candidate {
+        map.entry(*provider).or_default().insert((*class).to_owned(), *amount);
+    }
+    map
 }
 
 /// Counters of one scheduling run (for metrics and tests).
@@ -155,37 +182,48 @@ pub fn schedule(
     config: &Config,
 ) -> Result<(Vec<InstanceChoices>, Stats), NoValidHost> {
     let spec = request.spec;
-    let query = placement_query(world, spec, config)?;
+    let mut query = placement_query(world, spec, config)?;
+    query.request.skip_summaries = true;
+    // A limited query looks at a window of the cloud starting at a random
+    // host, so that the first hosts in creation order are not everyone's.
+    if query.request.limit.is_some() {
+        query.request.rotate = Some(request.seed);
+    }
     let candidates = berth_candidates::find(&world.placement, &query.request)
         .map_err(|e| NoValidHost(format!("Placement refused the request: {e}")))?;
     let mut stats = Stats { candidates: candidates.allocation_requests.len(), ..Stats::default() };
 
     // Group the candidates by host (the root of their first provider).
     let mut order: Vec<Uuid> = Vec::new();
-    let mut by_root: HashMap<Uuid, Vec<AllocationMap>> = HashMap::new();
+    let mut by_root: HashMap<Uuid, Vec<Candidate<'_>>> = HashMap::new();
     for candidate in &candidates.allocation_requests {
         let Some((first, _)) = candidate.allocations.first() else { continue };
         let Some(root) = world.placement.provider(first).map(|p| p.row.root) else { continue };
-        let mut map = AllocationMap::new();
+        let mut flat: Candidate<'_> = Vec::with_capacity(candidate.allocations.len() * 2);
         for (provider, amounts) in &candidate.allocations {
-            let entry = map.entry(*provider).or_default();
             for (class, amount) in amounts {
-                *entry.entry((*class).to_owned()).or_insert(0) += amount;
+                // Two groups may take the same class from one provider.
+                match flat.iter_mut().find(|(p, c, _)| p == provider && c == class) {
+                    Some(entry) => entry.2 += amount,
+                    None => flat.push((*provider, class, *amount)),
+                }
             }
         }
         let entry = by_root.entry(root).or_default();
         if entry.is_empty() {
             order.push(root);
         }
-        entry.push(map);
+        entry.push(flat);
     }
     stats.hosts = order.len();
     let group: Option<&ServerGroup> = spec.group.and_then(|g| world.compute.server_groups.get(&g));
     let mut hosts: Vec<HostState<'_>> = Vec::new();
     for root in order {
         let Some(node) = world.compute.compute_nodes.get(&root) else { continue };
-        let host = HostState { node, candidates: by_root.remove(&root).unwrap_or_default() };
+        let mut host =
+            HostState { node, candidates: by_root.remove(&root).unwrap_or_default(), free: weighers::Free::default() };
         if filters::passes_static(world, &host, spec, health, request.ignore_hosts) {
+            host.free = weighers::Free::of(world, root);
             hosts.push(host);
         }
     }
@@ -213,7 +251,7 @@ pub fn schedule(
                 stats.candidates, stats.hosts, stats.filtered
             )));
         }
-        let weights = weighers::weigh(world, &hosts, &viable, spec, group, &members_on, &extra, health, config);
+        let weights = weighers::weigh(&hosts, &viable, group, &members_on, health, config);
         let mut ranked: Vec<usize> = (0..viable.len()).collect();
         ranked.sort_by(|a, b| weights[*b].partial_cmp(&weights[*a]).unwrap_or(std::cmp::Ordering::Equal));
         let subset = config.host_subset_size.max(1).min(ranked.len());
@@ -221,23 +259,27 @@ pub fn schedule(
         let (host_idx, cand_idx) = viable[pick];
         let selected = &hosts[host_idx];
         let mut choices =
-            vec![HostChoice { root: selected.node.uuid, allocations: selected.candidates[cand_idx].clone() }];
+            vec![HostChoice { root: selected.node.uuid, allocations: allocation_map(&selected.candidates[cand_idx]) }];
         for alt in ranked {
             if choices.len() >= config.max_attempts.max(1) {
                 break;
             }
             let (h, c) = viable[alt];
             if hosts[h].node.cell == selected.node.cell {
-                choices.push(HostChoice { root: hosts[h].node.uuid, allocations: hosts[h].candidates[c].clone() });
+                choices.push(HostChoice {
+                    root: hosts[h].node.uuid,
+                    allocations: allocation_map(&hosts[h].candidates[c]),
+                });
             }
         }
-        for (provider, amounts) in &selected.candidates[cand_idx] {
-            for (class, amount) in amounts {
-                *extra.entry((*provider, class.as_str())).or_insert(0) += amount;
-            }
+        let taken = selected.candidates[cand_idx].clone();
+        for (provider, class, amount) in &taken {
+            *extra.entry((*provider, *class)).or_insert(0) += amount;
         }
+        let selected_host = selected.node.host.clone();
+        hosts[host_idx].free.take(&taken);
         if group.is_some() {
-            *members_on.entry(selected.node.host.clone()).or_insert(0) += 1;
+            *members_on.entry(selected_host).or_insert(0) += 1;
         }
         out.push(InstanceChoices { instance: *instance, choices });
     }

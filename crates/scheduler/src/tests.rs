@@ -267,3 +267,24 @@ fn host_subset_size_spreads_identical_requests() {
     }
     assert_eq!(picked.len(), 4, "every one of the equally good hosts gets picked by some seed");
 }
+
+/// With fewer placement results than hosts, each request looks at a
+/// window starting at a host drawn from its seed: different seeds see
+/// different hosts, and every host can be chosen.
+#[test]
+fn limited_results_sample_a_moving_window() {
+    let cloud = Cloud::new(&[4096; 20]);
+    let config = Config { max_placement_results: 3, max_attempts: 3, ..Config::default() };
+    let (mut chosen, mut selected) = (HashSet::new(), HashSet::new());
+    for seed in 0..200u64 {
+        let instances = [Uuid::new_v4()];
+        let request = ScheduleRequest { spec: &spec(512), instances: &instances, ignore_hosts: &[], seed };
+        let (choices, stats) = schedule(&cloud.world, &request, &healthy(), &config).expect("placed");
+        assert_eq!(stats.candidates, 3, "the limit holds");
+        assert_eq!(choices[0].choices.len(), 3, "selection and alternates come from the window");
+        chosen.extend(choices[0].choices.iter().map(|c| c.root));
+        selected.insert(choices[0].choices[0].root);
+    }
+    assert_eq!(chosen.len(), 20, "every host is reachable through some window");
+    assert!(selected.len() >= 15, "selections spread over the cloud: {}", selected.len());
+}

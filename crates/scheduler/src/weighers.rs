@@ -7,10 +7,10 @@
 
 use std::collections::HashMap;
 
-use berth_compute_model::{GroupPolicy, RequestSpec, ServerGroup, World};
+use berth_compute_model::{GroupPolicy, ServerGroup, World};
 use uuid::Uuid;
 
-use crate::{Config, HostHealth, HostState};
+use crate::{Candidate, Config, HostHealth, HostState};
 
 /// Nova's `normalize`: scale to 0..1 by min and max; all equal → 0.
 pub(crate) fn normalize(values: &[f64]) -> Vec<f64> {
@@ -21,37 +21,61 @@ pub(crate) fn normalize(values: &[f64]) -> Vec<f64> {
     values.iter().map(|v| (v - min) / (max - min)).collect()
 }
 
-/// Free amount of `classes` in the host's tree, after `extra`.
-fn free(world: &World, root: Uuid, classes: &[&str], extra: &HashMap<(Uuid, &str), i64>) -> f64 {
-    let mut providers = vec![root];
-    providers.extend(world.placement.descendants(&root));
-    let mut total = 0i64;
-    for uuid in providers {
-        let Some(provider) = world.placement.provider(&uuid) else { continue };
-        for class in classes {
-            if let Some(inventory) = provider.inventories.get(*class) {
-                let used = provider.used(class) + extra.get(&(uuid, *class)).copied().unwrap_or(0);
-                total += inventory.capacity() - used;
+/// Free RAM, vCPUs (VCPU + PCPU) and disk in a host's tree: capacity
+/// minus usage, summed over the providers with that inventory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Free {
+    ram: i64,
+    cpu: i64,
+    disk: i64,
+}
+
+impl Free {
+    /// The host's free amounts in the current state (one tree walk).
+    pub(crate) fn of(world: &World, root: Uuid) -> Self {
+        let mut free = Free::default();
+        let mut add = |uuid: &Uuid| {
+            let Some(provider) = world.placement.provider(uuid) else { return };
+            for (class, inventory) in &provider.inventories {
+                let left = inventory.capacity() - provider.used(class);
+                match class.as_str() {
+                    "MEMORY_MB" => free.ram += left,
+                    "VCPU" | "PCPU" => free.cpu += left,
+                    "DISK_GB" => free.disk += left,
+                    _ => {}
+                }
+            }
+        };
+        add(&root);
+        for child in world.placement.descendants(&root) {
+            add(&child);
+        }
+        free
+    }
+
+    /// Take a candidate placed by this request's earlier instance.
+    pub(crate) fn take(&mut self, candidate: &Candidate<'_>) {
+        for (_, class, amount) in candidate {
+            match *class {
+                "MEMORY_MB" => self.ram -= amount,
+                "VCPU" | "PCPU" => self.cpu -= amount,
+                "DISK_GB" => self.disk -= amount,
+                _ => {}
             }
         }
     }
-    total as f64
 }
 
 /// Weights of the `viable` `(host index, candidate index)` pairs.
-#[expect(clippy::too_many_arguments, reason = "the weighers' whole input, passed explicitly")]
 pub(crate) fn weigh(
-    world: &World,
     hosts: &[HostState<'_>],
     viable: &[(usize, usize)],
-    spec: &RequestSpec,
     group: Option<&ServerGroup>,
     members_on: &HashMap<String, i64>,
-    extra: &HashMap<(Uuid, &str), i64>,
     health: &dyn HostHealth,
     config: &Config,
 ) -> Vec<f64> {
-    let _ = spec;
+    let free: Vec<Free> = viable.iter().map(|(h, _)| hosts[*h].free).collect();
     let nodes: Vec<_> = viable.iter().map(|(h, _)| hosts[*h].node).collect();
     let mut total = vec![0.0; nodes.len()];
     let mut add = |multiplier: f64, raw: Vec<f64>| {
@@ -62,9 +86,9 @@ pub(crate) fn weigh(
             *t += multiplier * w;
         }
     };
-    add(config.ram_weight_multiplier, nodes.iter().map(|n| free(world, n.uuid, &["MEMORY_MB"], extra)).collect());
-    add(config.cpu_weight_multiplier, nodes.iter().map(|n| free(world, n.uuid, &["VCPU", "PCPU"], extra)).collect());
-    add(config.disk_weight_multiplier, nodes.iter().map(|n| free(world, n.uuid, &["DISK_GB"], extra)).collect());
+    add(config.ram_weight_multiplier, free.iter().map(|f| f.ram as f64).collect());
+    add(config.cpu_weight_multiplier, free.iter().map(|f| f.cpu as f64).collect());
+    add(config.disk_weight_multiplier, free.iter().map(|f| f.disk as f64).collect());
     if let Some(group) = group {
         let on = |host: &str| members_on.get(host).copied().unwrap_or(0) as f64;
         match group.policy {
