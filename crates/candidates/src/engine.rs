@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::{
     AllocationRequest, Candidates, CandidatesError, GroupPolicy, ProviderSummary, Request, RequestGroup,
-    SummaryResource, SHARING_TRAIT,
+    SummaryResource,
 };
 
 const NONE: u32 = u32::MAX;
@@ -90,7 +90,7 @@ impl<'a> Index<'a> {
                 None => NONE,
             };
             idx.parent.push(par);
-            let s = p.traits.contains(SHARING_TRAIT);
+            let s = !state.sharing_providers.is_empty() && state.sharing_providers.contains(&p.row.uuid);
             idx.any_sharing |= s;
             idx.sharing.push(s);
         }
@@ -246,8 +246,10 @@ struct Search<'a> {
     req: &'a Request,
     /// Request-wide resource class names (ids are positions), borrowed from the state.
     rc_names: Vec<&'a str>,
-    /// Roots allowed as anchors (root_required), if filtered.
-    anchor_ok: Option<Vec<bool>>,
+    /// Anchors must pass `root_required`/`root_forbidden` (checked per
+    /// anchor as the search reaches it: a limited search never looks at
+    /// most of a large cloud).
+    root_filtered: bool,
     /// With one group, no sharing and a limit (no randomisation), every
     /// single-provider match is a final answer: stop after this many.
     stop_after: usize,
@@ -263,7 +265,13 @@ impl<'a> Search<'a> {
     }
 
     fn anchor_allowed(&self, anchor: u32) -> bool {
-        self.anchor_ok.as_ref().is_none_or(|ok| ok[anchor as usize])
+        !self.root_filtered || self.root_passes(self.idx.provs[anchor as usize])
+    }
+
+    fn root_passes(&self, p: &Provider) -> bool {
+        p.row.parent.is_none()
+            && self.req.root_required.iter().all(|t| p.traits.contains(t))
+            && !has_any(p, &self.req.root_forbidden)
     }
 
     fn check_traits_exist<'t>(&self, names: impl IntoIterator<Item = &'t String>) -> Result<(), CandidatesError> {
@@ -291,19 +299,8 @@ impl<'a> Search<'a> {
         }
         self.check_traits_exist(&req.root_required)?;
         self.check_traits_exist(&req.root_forbidden)?;
-        let ok: Vec<bool> = self
-            .idx
-            .provs
-            .iter()
-            .map(|p| {
-                p.row.parent.is_none()
-                    && req.root_required.iter().all(|t| p.traits.contains(t))
-                    && !has_any(p, &req.root_forbidden)
-            })
-            .collect();
-        let any = ok.iter().any(|b| *b);
-        self.anchor_ok = Some(ok);
-        Ok(any)
+        self.root_filtered = true;
+        Ok(self.idx.provs.iter().any(|p| self.root_passes(p)))
     }
 
     /// Validate a group (unknown classes / traits) and compute its
@@ -451,7 +448,7 @@ impl<'a> Search<'a> {
             }
             pairs.sort_unstable();
             pairs.dedup();
-            if self.anchor_ok.is_some() {
+            if self.root_filtered {
                 pairs.retain(|(anchor, ..)| self.anchor_allowed(*anchor));
             }
             if let Some(v) = in_aggs {
@@ -894,7 +891,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         && req.limit.is_some()
         && !idx.any_sharing
         && (req.groups.len() > 1 || (idx.has_trees && req.groups.iter().all(|g| !g.use_same_provider())));
-    let mut search = Search { state, idx, req, rc_names: Vec::new(), anchor_ok: None, stop_after };
+    let mut search = Search { state, idx, req, rc_names: Vec::new(), root_filtered: false, stop_after };
     if !search.root_filter()? {
         return Ok(Candidates::default());
     }

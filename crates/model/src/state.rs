@@ -128,6 +128,10 @@ pub struct Trait {
     pub created_at: Timestamp,
 }
 
+/// The trait that makes a provider share its inventory with the trees of
+/// its aggregates.
+const SHARES_VIA_AGGREGATE: &str = "MISC_SHARES_VIA_AGGREGATE";
+
 /// Everything placement knows, indexed for the queries the API makes.
 #[derive(Debug, Clone, Default)]
 pub struct State {
@@ -149,6 +153,10 @@ pub struct State {
     pub max_trait_id: i64,
     /// Highest custom resource class id ever handed out.
     pub max_resource_class_id: i64,
+    /// Derived: providers with the `MISC_SHARES_VIA_AGGREGATE` trait (so
+    /// that a search learns whether any provider shares without looking at
+    /// every provider's traits).
+    pub sharing_providers: BTreeSet<Uuid>,
 }
 
 impl State {
@@ -324,6 +332,11 @@ impl State {
             Change::SetProviderTraits { provider, traits } => {
                 if let Some(p) = self.providers.get_mut(provider) {
                     p.traits = traits.clone();
+                    if traits.contains(SHARES_VIA_AGGREGATE) {
+                        self.sharing_providers.insert(*provider);
+                    } else {
+                        self.sharing_providers.remove(provider);
+                    }
                 }
             }
             Change::SetProviderAggregates { provider, aggregates } => {
@@ -395,6 +408,7 @@ impl State {
 
     fn delete_provider(&mut self, uuid: &Uuid) {
         if let Some(provider) = self.providers.remove(uuid) {
+            self.sharing_providers.remove(uuid);
             self.provider_order.remove(&provider.row.id);
             self.provider_names.remove(&provider.row.name);
             if let Some(parent) = provider.row.parent.and_then(|p| self.providers.get_mut(&p)) {
