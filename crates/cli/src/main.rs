@@ -23,7 +23,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the placement API server.
+    /// Run the server: placement, compute, image, agent and admin APIs.
     Serve(serve::ServeOpts),
     /// Run database migrations and exit.
     Migrate(serve::MigrateOpts),

@@ -57,7 +57,7 @@ pub(crate) struct ServeOpts {
     /// YAML config file (lowest precedence).
     #[arg(long, env = "BERTH_CONFIG")]
     config: Option<PathBuf>,
-    /// Log filter, e.g. `info` or `berth_api=debug`.
+    /// Log filter, e.g. `info` or `berth_compute=debug`.
     #[arg(long, env = "BERTH_LOG")]
     log: Option<String>,
     /// Log line format: `text` (key=value) or `json` (one object per line).
