@@ -255,7 +255,7 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
                 tokio::time::sleep(config.build_time).await;
             }
             if fails(config, &host, &instance) {
-                return json!({"instance": instance, "host": host, "kind": "build_failed",
+                return json!({"instance": instance, "host": host, "kind": "build_failed", "task": task["id"],
                               "message": format!("Build of instance {instance} aborted: fake driver failure on {host}")});
             }
             "spawned"

@@ -136,7 +136,7 @@ impl AgentOpts {
     }
 
     /// The agent configuration these options describe.
-    pub(crate) fn to_config(self) -> anyhow::Result<AgentConfig> {
+    pub(crate) fn into_config(self) -> anyhow::Result<AgentConfig> {
         let opts = self.merged()?;
         let default = HostShape::default();
         let mut devices = Vec::new();
@@ -191,7 +191,7 @@ pub(crate) fn run(opts: AgentOpts) -> anyhow::Result<()> {
         .with_target(false)
         .with_writer(std::io::stderr)
         .init();
-    let config = opts.to_config()?;
+    let config = opts.into_config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(berth_agent::run(config, crate::serve::shutdown_signal()))
 }

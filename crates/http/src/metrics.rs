@@ -30,12 +30,15 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
+/// API, method, route, status: one request counter.
+type RequestKey = (&'static str, &'static str, &'static str, u16);
+
 /// Request metrics of every API of one process.
 #[derive(Debug, Default)]
 pub struct HttpMetrics {
     // Keys are static strings (API names, route patterns, method names,
     // error codes), so recording a request allocates nothing.
-    requests: Mutex<BTreeMap<(&'static str, &'static str, &'static str, u16), u64>>,
+    requests: Mutex<BTreeMap<RequestKey, u64>>,
     latency: Mutex<BTreeMap<(&'static str, &'static str, &'static str), Histogram>>,
     error_codes: Mutex<BTreeMap<&'static str, u64>>,
 }

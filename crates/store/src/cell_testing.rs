@@ -437,7 +437,8 @@ fn fault(instance: Uuid, code: i64, at: i64) -> Fault {
 const NAMES: &[&str] = &["web-1", "web-2", "web-10", "Web", "db", "db-b1", "ünï", "zeta", ""];
 
 fn random_instance(rng: &mut Rng) -> Instance {
-    let mut spec = minimal_spec(*rng.pick(NAMES));
+    let name = rng.pick::<&str>(NAMES);
+    let mut spec = minimal_spec(name);
     spec.display_description = rng.maybe(&["", "a", "B", "é"]);
     spec.hostname = (*rng.pick(&["h-a", "h-b", "H-c"])).to_owned();
     spec.image_ref = if rng.chance(30) { None } else { Some(Uuid::from_u128(rng.below(3) as u128 + 1)) };
@@ -663,7 +664,7 @@ fn listings(store: &dyn CellStore) {
     ];
     for _ in 0..12 {
         let n = 1 + rng.below(3);
-        sorts.push((0..n).map(|_| key(*rng.pick(SORT_KEYS), rng.chance(50))).collect());
+        sorts.push((0..n).map(|_| key(rng.pick::<&str>(SORT_KEYS), rng.chance(50))).collect());
     }
 
     for filter in filters(&rows) {

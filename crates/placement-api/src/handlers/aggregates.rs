@@ -48,7 +48,7 @@ pub fn get_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:aggregates:list")?;
     let world = app.read();
     let state = &world.placement;
-    let (aggregates, generation) = model::provider_aggregates(&state, req.param(0))?;
+    let (aggregates, generation) = model::provider_aggregates(state, req.param(0))?;
     Ok(respond(req, aggregates.iter().map(Uuid::to_string).collect(), generation))
 }
 

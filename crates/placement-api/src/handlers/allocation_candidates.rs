@@ -36,7 +36,7 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
     let body = {
         let world = app.read();
         let state = &world.placement;
-        let candidates = berth_candidates::find(&state, &request).map_err(|e| match e {
+        let candidates = berth_candidates::find(state, &request).map_err(|e| match e {
             CandidatesError::ResourceClassNotFound(_) => {
                 ApiError::bad_request(format!("Invalid resource class in resources parameter: {e}"))
             }

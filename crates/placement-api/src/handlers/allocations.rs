@@ -273,7 +273,7 @@ pub fn list_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
     let consumer = path_uuid(req.param(0)).and_then(|uuid| state.consumers.get(&uuid));
     let (body, last_modified) = match consumer.filter(|c| !c.allocations.is_empty()) {
         None => (json!({"allocations": {}}), now()),
-        Some(consumer) => (consumer_json(req, &state, consumer), consumer.row.updated_at),
+        Some(consumer) => (consumer_json(req, state, consumer), consumer.row.updated_at),
     };
     Ok(Resp::ok(body).last_modified(req, last_modified))
 }

@@ -157,7 +157,7 @@ pub fn get_inventories(app: &App, req: &Req) -> ApiResult<Resp> {
     let raw = req.param(0);
     let world = app.read();
     let state = &world.placement;
-    let provider = provider_for_read(&state, raw)?;
+    let provider = provider_for_read(state, raw)?;
     let body = all_inventories(&provider.inventories, provider.row.generation);
     Ok(Resp::ok(body).last_modified(req, provider.row.updated_at))
 }
@@ -223,7 +223,7 @@ pub fn get_inventory(app: &App, req: &Req) -> ApiResult<Resp> {
     let class = req.param(1);
     let world = app.read();
     let state = &world.placement;
-    let provider = provider_for_read(&state, raw)?;
+    let provider = provider_for_read(state, raw)?;
     let inventory = provider
         .inventories
         .get(class)

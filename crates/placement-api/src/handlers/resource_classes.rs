@@ -48,7 +48,7 @@ pub fn list_resource_classes(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_classes:list")?;
     let world = app.read();
     let state = &world.placement;
-    let classes = model::list(&state);
+    let classes = model::list(state);
     // Standard classes have no modification time: upstream then uses now.
     let mut last_modified: Option<i64> = None;
     let mut any_unknown = false;
@@ -77,7 +77,7 @@ pub fn get_resource_class(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_classes:show")?;
     let world = app.read();
     let state = &world.placement;
-    let rc = model::get(&state, req.param(0))?;
+    let rc = model::get(state, req.param(0))?;
     let when = model::last_modified(rc).unwrap_or_else(now);
     Ok(Resp::ok(class_json(rc)).last_modified(req, when))
 }

@@ -109,7 +109,7 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
     }
     let world = app.read();
     let state = &world.placement;
-    let mut found = if tree_matches_nothing { Vec::new() } else { query::list_providers(&state, &filter)? };
+    let mut found = if tree_matches_nothing { Vec::new() } else { query::list_providers(state, &filter)? };
     if uuid_matches_nothing {
         found.clear();
     }

@@ -96,7 +96,7 @@ pub fn list_traits(app: &App, req: &Req) -> ApiResult<Resp> {
     let filter = parse_filter(req)?;
     let world = app.read();
     let state = &world.placement;
-    let (names, last_modified) = serialize(&model::list(&state, &filter));
+    let (names, last_modified) = serialize(&model::list(state, &filter));
     Ok(Resp::ok(json!({"traits": names})).last_modified(req, last_modified))
 }
 
@@ -105,7 +105,7 @@ pub fn get_trait(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:traits:show")?;
     let world = app.read();
     let state = &world.placement;
-    let found = model::get(&state, req.param(0))?;
+    let found = model::get(state, req.param(0))?;
     Ok(Resp::no_content().last_modified(req, found.created_at))
 }
 
@@ -138,7 +138,7 @@ pub fn list_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp
     req.authorize("placement:resource_providers:traits:list")?;
     let world = app.read();
     let state = &world.placement;
-    let (traits, generation) = model::provider_traits(&state, req.param(0))?;
+    let (traits, generation) = model::provider_traits(state, req.param(0))?;
     let (names, last_modified) = serialize(&traits);
     let body = json!({"traits": names, "resource_provider_generation": generation});
     Ok(Resp::ok(body).last_modified(req, last_modified))

@@ -99,7 +99,7 @@ pub fn get_total_usages(app: &App, req: &Req) -> ApiResult<Resp> {
     let state = &world.placement;
     let body = if req.at_least(38) {
         let wanted = req.query_one("consumer_type");
-        let groups = totals_by(&state, project_id, user_id, |ct| match wanted {
+        let groups = totals_by(state, project_id, user_id, |ct| match wanted {
             None => Some(ct.unwrap_or("unknown").to_owned()),
             Some("all") => Some("all".to_owned()),
             Some("unknown") => ct.is_none().then(|| "unknown".to_owned()),
@@ -114,7 +114,7 @@ pub fn get_total_usages(app: &App, req: &Req) -> ApiResult<Resp> {
         }
         json!({"usages": usages})
     } else {
-        let groups = totals_by(&state, project_id, user_id, |_| Some(String::new()));
+        let groups = totals_by(state, project_id, user_id, |_| Some(String::new()));
         let usages: Map<String, Value> =
             groups.into_values().flat_map(|totals| totals.usages).map(|(class, used)| (class, json!(used))).collect();
         json!({"usages": usages})
