@@ -848,27 +848,7 @@ mod tests {
     use super::*;
     use crate::ComputeChange;
 
-    fn flavor(vcpus: i64, ram: i64) -> Flavor {
-        Flavor {
-            id: 1,
-            flavorid: "f1".into(),
-            name: "small".into(),
-            memory_mb: ram,
-            vcpus,
-            root_gb: 1,
-            ephemeral_gb: 0,
-            swap: 0,
-            rxtx_factor: 1.0,
-            vcpu_weight: None,
-            disabled: false,
-            is_public: true,
-            description: None,
-            extra_specs: BTreeMap::new(),
-            projects: Default::default(),
-            created_at: 0,
-            updated_at: None,
-        }
-    }
+    use crate::world::tests::flavor;
 
     fn spec(name: &str) -> InstanceSpec {
         InstanceSpec {

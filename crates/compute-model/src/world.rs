@@ -173,7 +173,7 @@ impl World {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use berth_model::{ConsumerRow, Inventory, ProviderRow, Uuid};
