@@ -87,6 +87,9 @@ pub(crate) struct AgentOpts {
     /// Log filter.
     #[arg(long)]
     pub(crate) log: Option<String>,
+    /// Colour in log lines: `auto` (only on a terminal), `always`, `never`.
+    #[arg(long, value_enum)]
+    pub(crate) log_color: Option<crate::logging::LogColor>,
     /// YAML file with any of these options (lowest precedence).
     #[arg(long)]
     #[serde(skip)]
@@ -131,7 +134,8 @@ impl AgentOpts {
             bad_hosts,
             report_interval_secs,
             concurrency,
-            log
+            log,
+            log_color
         ))
     }
 
@@ -186,11 +190,7 @@ impl AgentOpts {
 /// Run `berth agent` until SIGINT/SIGTERM.
 pub(crate) fn run(opts: AgentOpts) -> anyhow::Result<()> {
     let log = opts.log.clone().unwrap_or_else(|| "info".to_owned());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&log))
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .init();
+    crate::logging::init(&log, false, opts.log_color.unwrap_or_default());
     let config = opts.into_config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(berth_agent::run(config, crate::serve::shutdown_signal()))

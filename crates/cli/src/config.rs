@@ -32,6 +32,8 @@ pub(crate) struct FileConfig {
     pub(crate) log: Option<String>,
     /// Log line format: text or json.
     pub(crate) log_format: Option<String>,
+    /// Colour in text log lines: auto, always or never.
+    pub(crate) log_color: Option<crate::logging::LogColor>,
     /// Change-feed poll interval in milliseconds (PostgreSQL).
     pub(crate) change_poll_ms: Option<u64>,
     /// Change-feed retention in seconds (PostgreSQL).

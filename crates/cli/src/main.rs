@@ -8,6 +8,7 @@ mod bench_candidates;
 mod cell_cmd;
 mod compute_wiring;
 mod config;
+mod logging;
 mod router;
 mod serve;
 

@@ -63,6 +63,10 @@ pub(crate) struct ServeOpts {
     /// Log line format: `text` (key=value) or `json` (one object per line).
     #[arg(long, env = "BERTH_LOG_FORMAT")]
     log_format: Option<String>,
+    /// Colour in text log lines: `auto` (only on a terminal), `always`,
+    /// `never`.
+    #[arg(long, env = "BERTH_LOG_COLOR", value_enum)]
+    log_color: Option<crate::logging::LogColor>,
     /// How often (ms) to poll the shared database's change feed for other
     /// processes' writes (PostgreSQL only).
     #[arg(long, env = "BERTH_CHANGE_POLL_MS")]
@@ -155,6 +159,7 @@ struct Settings {
     candidates: CandidateOptions,
     log: String,
     log_json: bool,
+    log_color: crate::logging::LogColor,
     change_poll: std::time::Duration,
     feed_retention: Option<std::time::Duration>,
     compute: crate::compute_wiring::ComputeSettings,
@@ -276,6 +281,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             "json" => true,
             other => anyhow::bail!("unknown --log-format {other:?}; expected text or json"),
         },
+        log_color: opts.log_color.or(file.log_color).unwrap_or_default(),
         feed_retention: opts
             .change_feed_retention_secs
             .or(file.change_feed_retention_secs)
@@ -308,15 +314,7 @@ pub(crate) fn open_store(
 
 pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
     let settings = resolve(opts)?;
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log))
-        .with_target(false)
-        .with_writer(std::io::stderr);
-    if settings.log_json {
-        subscriber.json().flatten_event(true).init();
-    } else {
-        subscriber.init();
-    }
+    crate::logging::init(&settings.log, settings.log_json, settings.log_color);
     // The store and the initial snapshot are built before the async
     // runtime starts: the store API is blocking.
     let store = open_store(settings.database.as_deref(), &settings.data_dir, settings.feed_retention)?;

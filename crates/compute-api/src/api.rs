@@ -189,10 +189,23 @@ pub fn body(req: &Req, schema: &Value) -> ApiResult<Value> {
             format!("Unsupported Content-Type: {content_type}"),
         ));
     }
-    let value: Value =
-        serde_json::from_slice(&req.body).map_err(|_| ApiError::bad_request("Malformed request body"))?;
+    let value = parse_body(req)?;
     berth_http::schema::validate(schema, &value)
         .map_err(|e| ApiError::bad_request(format!("Invalid input for field/attribute. {}", e.message)))?;
+    Ok(value)
+}
+
+/// The body as JSON, not yet validated: 400 when malformed or when a
+/// string holds NUL (no backend can store it).
+pub fn parse_body(req: &Req) -> ApiResult<Value> {
+    let value: Value =
+        serde_json::from_slice(&req.body).map_err(|_| ApiError::bad_request("Malformed request body"))?;
+    if let Some(at) = berth_http::request::find_nul(&value) {
+        return Err(ApiError::bad_request(format!(
+            "Invalid input for field/attribute {at}. {}",
+            berth_http::request::NUL_REFUSED
+        )));
+    }
     Ok(value)
 }
 

@@ -146,7 +146,7 @@ fn writer_loop(store: &dyn CellStore, queue: &(Mutex<Queue>, Condvar)) {
                 // One writer, or the database itself is gone: everyone
                 // in the batch gets the error.
                 for (_, reply) in batch {
-                    let _ = reply.send(Err(clone_error(&err)));
+                    let _ = reply.send(Err(err.clone()));
                 }
             }
             Err(_) => {
@@ -168,15 +168,6 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
             tokio::task::block_in_place(f)
         }
         _ => f(),
-    }
-}
-
-fn clone_error(err: &StoreError) -> StoreError {
-    match err {
-        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
-        StoreError::FeedGap(s) => StoreError::FeedGap(*s),
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        StoreError::Internal(m) => StoreError::Internal(m.clone()),
     }
 }
 

@@ -42,9 +42,18 @@ struct SharedState {
     window_open: bool,
     /// Writers registered for the open batch that have not planned yet.
     waiting: usize,
-    /// Change sets planned into the open batch, and their undo sets.
+    /// Change sets written into the open batch, and their undo sets.
     changes: WorldChangeSet,
     undo: Vec<WorldChangeSet>,
+    /// The change set planned last, waiting for the leader to write it
+    /// (nobody else plans until it is written or refused).
+    pending: Option<Member>,
+    /// The leader is writing a member's change set.
+    in_flight: bool,
+    /// Writers whose change set the database refused, with the error.
+    refused: std::collections::HashMap<u64, StoreError>,
+    /// The next writer's ticket.
+    next_ticket: u64,
     /// Every batch up to this one has its outcome decided.
     done_through: u64,
     /// Batches that failed, with the error their writers get.
@@ -57,14 +66,13 @@ impl std::fmt::Debug for App {
     }
 }
 
-/// A copy of a store error for every writer of a failed batch.
-fn clone_store_error(err: &StoreError) -> StoreError {
-    match err {
-        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
-        StoreError::FeedGap(s) => StoreError::FeedGap(*s),
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        StoreError::Internal(m) => StoreError::Internal(m.clone()),
-    }
+/// One writer's planned change set, applied to the snapshot, waiting to
+/// be written.
+#[derive(Debug)]
+struct Member {
+    ticket: u64,
+    changes: WorldChangeSet,
+    undo: WorldChangeSet,
 }
 
 /// Run blocking store work: on a multi-threaded runtime, tell tokio so it can
@@ -184,15 +192,22 @@ impl App {
     /// the other processes' changes (catch-up) and then opens a planning
     /// window. Every writer registered for the batch, the leader included,
     /// now plans in turn against the caught-up snapshot and applies its
-    /// change set at once, with an undo set, so the next writer plans on
-    /// top of it. Once nobody is left to plan, the leader closes the window
-    /// and commits all the change sets in the one transaction (one fsync,
-    /// one feed entry).
+    /// change set at once, with an undo set; the leader writes it into the
+    /// transaction (under a savepoint) before the next writer plans on top
+    /// of it. Once nobody is left to plan, the leader closes the window and
+    /// commits all the change sets in the one transaction (one fsync, one
+    /// feed entry).
     ///
-    /// If the commit fails, every writer's change set is undone in memory
-    /// and every writer gets the error. The catch-up stays applied, since it
-    /// was committed by others. Writers that register while a batch is
-    /// committing wait for the next batch, whose leader is one of them.
+    /// Failure isolation: if the database refuses one writer's change set
+    /// for its own sake (a value it cannot hold, a constraint), only that
+    /// set is rolled back (savepoint and snapshot) and only that writer
+    /// gets the error; since nobody has planned on top of it yet, the
+    /// others are unaffected and committed. If the transaction as a whole
+    /// fails (connection lost, commit failed), every writer's change set
+    /// is undone in memory and every writer gets the error. The catch-up
+    /// stays applied, since it was committed by others. Writers that
+    /// register while a batch is committing wait for the next batch, whose
+    /// leader is one of them.
     fn write_batched<T, E: From<StoreError>>(
         &self,
         plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>,
@@ -201,6 +216,8 @@ impl App {
         let shared = &self.batches;
         let mut st = lock(&shared.state);
         let my_batch = st.open_batch;
+        let my_ticket = st.next_ticket;
+        st.next_ticket += 1;
         st.waiting += 1;
         let mut plan = Some(plan);
         let mut out: Option<T> = None;
@@ -209,8 +226,8 @@ impl App {
             if st.done_through >= my_batch {
                 break;
             }
-            if st.window_open && st.open_batch == my_batch && plan.is_some() {
-                self.plan_into_batch(&mut st, &mut plan, &mut out, &mut my_error);
+            if st.window_open && st.open_batch == my_batch && plan.is_some() && st.pending.is_none() && !st.in_flight {
+                self.plan_into_batch(&mut st, my_ticket, &mut plan, &mut out, &mut my_error);
                 shared.changed.notify_all();
                 continue;
             }
@@ -222,7 +239,7 @@ impl App {
                 let start_seq = *seen;
                 let mut caught_up_to = start_seq;
                 let mut window_used = false;
-                let result = self.store.write(start_seq, &mut |catch_up| {
+                let result = self.store.write(start_seq, &mut |catch_up, write| {
                     if !catch_up.is_empty() {
                         let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
                         for (seq, set) in catch_up {
@@ -235,10 +252,38 @@ impl App {
                     st.window_open = true;
                     shared.changed.notify_all();
                     if plan.is_some() {
-                        self.plan_into_batch(&mut st, &mut plan, &mut out, &mut my_error);
+                        self.plan_into_batch(&mut st, my_ticket, &mut plan, &mut out, &mut my_error);
                         shared.changed.notify_all();
                     }
-                    while st.waiting > 0 {
+                    loop {
+                        if let Some(member) = st.pending.take() {
+                            st.in_flight = true;
+                            drop(st);
+                            let written = write(&member.changes);
+                            st = lock(&shared.state);
+                            st.in_flight = false;
+                            match written {
+                                Ok(()) => {
+                                    st.changes.changes.extend(member.changes.changes);
+                                    st.undo.push(member.undo);
+                                }
+                                Err(err) => {
+                                    // Refused (or the transaction is lost):
+                                    // take it back. It was planned last, so
+                                    // nothing rests on it.
+                                    self.state
+                                        .write()
+                                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                                        .apply(&member.undo);
+                                    st.refused.insert(member.ticket, err);
+                                }
+                            }
+                            shared.changed.notify_all();
+                            continue;
+                        }
+                        if st.waiting == 0 {
+                            break;
+                        }
                         st = shared.changed.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
                     }
                     st.window_open = false;
@@ -301,15 +346,19 @@ impl App {
         if let Some(err) = my_error {
             return Err(err);
         }
+        if let Some(err) = st.refused.remove(&my_ticket) {
+            return Err(E::from(err));
+        }
         if let Some(err) = st.failed.get(&my_batch) {
-            return Err(E::from(clone_store_error(err)));
+            return Err(E::from(err.clone()));
         }
         drop(st);
         out.ok_or_else(|| E::from(StoreError::Internal("a writer's plan never ran".into())))
     }
 
     /// One writer plans into the open batch (the window is open, so
-    /// the snapshot has caught up) and applies its change set at once.
+    /// the snapshot has caught up) and applies its change set at once; it
+    /// is left pending for the leader to write.
     ///
     /// A plan that panics becomes that writer's error: the batch goes on
     /// (a panicking leader would otherwise leave the batch open forever,
@@ -317,6 +366,7 @@ impl App {
     fn plan_into_batch<T, E: From<StoreError>>(
         &self,
         st: &mut SharedState,
+        ticket: u64,
         plan: &mut Option<impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>>,
         out: &mut Option<T>,
         my_error: &mut Option<E>,
@@ -332,8 +382,7 @@ impl App {
                     let undo = state.undo_for(&changes);
                     drop(state);
                     self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
-                    st.changes.changes.extend(changes.changes);
-                    st.undo.push(undo);
+                    st.pending = Some(Member { ticket, changes, undo });
                 }
                 *out = Some(value);
             }

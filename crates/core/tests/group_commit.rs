@@ -28,7 +28,7 @@ impl Store for FaultyStore {
             // Alternate: fail before the plan runs (connection lost at
             // BEGIN), or let it run and fail the commit.
             if (n / self.fail_every).is_multiple_of(2) {
-                let _ = plan(Vec::new());
+                let _ = plan(Vec::new(), &mut |_| Ok(()));
             }
             return Err(StoreError::Unavailable("injected commit failure".into()));
         }

@@ -142,6 +142,11 @@ impl From<StoreError> for ApiError {
                 tracing::error!(seq, "change feed gap reached a client request");
                 ApiError::internal()
             }
+            StoreError::Rejected(msg) => {
+                // Validation should have refused it first: worth a look.
+                tracing::warn!(error = %msg, "the database refused a change");
+                ApiError::bad_request("The request contains data the database cannot store.")
+            }
             StoreError::Internal(msg) => {
                 tracing::error!(error = %msg, "store failure");
                 ApiError::internal()

@@ -105,6 +105,9 @@ impl Req {
         self.require_json()?;
         let value: Value =
             serde_json::from_slice(&self.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
+        if let Some(at) = find_nul(&value) {
+            return Err(ApiError::bad_request(format!("JSON does not validate: {NUL_REFUSED} (at {at})")));
+        }
         schema::validate(schema, &value).map_err(|e| ApiError::bad_request(format!("JSON does not validate: {e}")))?;
         Ok(value)
     }
@@ -176,5 +179,53 @@ impl Resp {
         }
         let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
         self.header("last-modified", httpdate::fmt_http_date(when)).header("cache-control", "no-cache")
+    }
+}
+
+/// Why a body with a NUL character is refused.
+pub const NUL_REFUSED: &str = "strings may not contain the NUL character (\\u0000)";
+
+/// Where the first string or object key containing U+0000 sits in `value`
+/// (a dotted path, `<body>` for the top level), if anywhere. No backend can
+/// store NUL in text (PostgreSQL refuses it outright), so every API refuses
+/// such bodies before they reach the write path.
+pub fn find_nul(value: &Value) -> Option<String> {
+    fn walk(value: &Value, path: &mut Vec<String>) -> bool {
+        match value {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+                path.push(i.to_string());
+                let found = walk(item, path);
+                if !found {
+                    path.pop();
+                }
+                found
+            }),
+            Value::Object(map) => map.iter().any(|(key, item)| {
+                path.push(key.replace('\0', "\\u0000"));
+                let found = key.contains('\0') || walk(item, path);
+                if !found {
+                    path.pop();
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut path = Vec::new();
+    walk(value, &mut path).then(|| if path.is_empty() { "<body>".to_owned() } else { path.join(".") })
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::find_nul;
+    use serde_json::json;
+
+    #[test]
+    fn finds_nul_in_strings_and_keys_only() {
+        assert_eq!(find_nul(&json!({"name": "a\u{0}b"})).as_deref(), Some("name"));
+        assert_eq!(find_nul(&json!({"a": [1, {"k\u{0}": 2}]})).as_deref(), Some("a.1.k\\u0000"));
+        assert_eq!(find_nul(&json!("\u{0}")).as_deref(), Some("<body>"));
+        assert_eq!(find_nul(&json!({"name": "back\\u0000slash", "n": 0, "x": null})), None);
     }
 }

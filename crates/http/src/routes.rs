@@ -118,7 +118,13 @@ pub fn find<'a, C>(table: &'a [Route<C>], method: &Method, path: &str) -> Match<
                     ok = false;
                     break;
                 }
-                params.push(percent_encoding::percent_decode_str(got).decode_utf8_lossy().into_owned());
+                let param = percent_encoding::percent_decode_str(got).decode_utf8_lossy().into_owned();
+                if param.contains('\0') {
+                    // Nothing can be named with NUL (no backend stores it).
+                    ok = false;
+                    break;
+                }
+                params.push(param);
             } else if want != got {
                 ok = false;
                 break;

@@ -30,7 +30,7 @@ pub use cell::PostgresCellStore;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use berth_compute_model::{ComputeChange, WorldChange};
+use berth_compute_model::{ComputeChange, WorldChange, WorldChangeSet};
 use berth_model::{AllocationMap, Change, ConsumerRow, Inventory, ProviderRow, Uuid};
 use berth_store::{CatchUp, Loaded, PlanFn, Rows, Seq, Store, StoreError};
 use postgres::error::SqlState;
@@ -123,6 +123,12 @@ fn classify(err: postgres::Error) -> StoreError {
         }
         if db.code().code().starts_with("57") || db.code().code().starts_with("08") {
             return StoreError::Unavailable(db.message().to_owned());
+        }
+        // Data exceptions (a value the column cannot hold: NUL in text,
+        // out of range), integrity constraints and program limits (a value
+        // too large to index) belong to the change that carried them.
+        if ["22", "23", "54"].iter().any(|class| db.code().code().starts_with(class)) {
+            return StoreError::Rejected(format!("{}: {}", db.code().code(), db.message()));
         }
         return StoreError::Internal(format!("{}: {}", db.code().code(), db.message()));
     }
@@ -479,6 +485,27 @@ fn write_allocations(
     Ok(())
 }
 
+/// Write one writer's change set under a savepoint: on error it is rolled
+/// back alone (the transaction goes on if the error is the change's own).
+fn write_isolated(tx: &mut Cached<'_, Transaction<'_>>, changes: &WorldChangeSet) -> Result<(), StoreError> {
+    tx.conn.batch_execute("SAVEPOINT berth_member").map_err(classify)?;
+    let written = changes.changes.iter().try_for_each(|change| match change {
+        WorldChange::Placement(change) => write_change(tx, change),
+        WorldChange::Compute(change) => write_compute_change(tx, change),
+    });
+    match written {
+        Ok(()) => tx.conn.batch_execute("RELEASE SAVEPOINT berth_member").map_err(classify),
+        Err(err) => {
+            if err.is_per_change() {
+                tx.conn
+                    .batch_execute("ROLLBACK TO SAVEPOINT berth_member; RELEASE SAVEPOINT berth_member")
+                    .map_err(classify)?;
+            }
+            Err(err)
+        }
+    }
+}
+
 impl Store for PostgresStore {
     fn load(&self) -> Result<Loaded, StoreError> {
         self.with_conn(&self.read_conn, |conn| {
@@ -501,16 +528,25 @@ impl Store for PostgresStore {
             let mut cached = Cached { conn: &mut tx, statements: &mut conn.statements };
             cached.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
             let catch_up = read_changes(&mut cached, seen)?;
-            let Some(changes) = plan(catch_up) else { return Ok(None) };
-            if changes.is_empty() {
-                return Ok(None);
-            }
-            for change in &changes.changes {
-                match change {
-                    WorldChange::Placement(change) => write_change(&mut cached, change)?,
-                    WorldChange::Compute(change) => write_compute_change(&mut cached, change)?,
+            // The first error that is not one change's own loses the
+            // transaction.
+            let mut lost: Option<StoreError> = None;
+            let written = plan(catch_up, &mut |changes| {
+                if let Some(err) = &lost {
+                    return Err(err.clone());
                 }
+                let result = write_isolated(&mut cached, changes);
+                if let Err(err) = &result {
+                    if !err.is_per_change() {
+                        lost = Some(err.clone());
+                    }
+                }
+                result
+            });
+            if let Some(err) = lost {
+                return Err(err);
             }
+            let Some(changes) = written.filter(|set| !set.is_empty()) else { return Ok(None) };
             let seq: i64 = cached
                 .query_one("INSERT INTO berth_changes (payload) VALUES ($1) RETURNING seq", &[&codec::encode(&changes)])
                 .map_err(classify)?

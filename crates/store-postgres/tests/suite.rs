@@ -36,18 +36,18 @@ fn two_processes_share_one_database() {
     let mut set = ChangeSet::new();
     set.push(Change::PutTrait { id: 1, name: "CUSTOM_A".into(), created_at: 1 });
     let set: berth_compute_model::WorldChangeSet = set.into();
-    let mut once = Some(set.clone());
-    let seq_a = a.write(0, &mut |_| once.take()).expect("write a").expect("committed");
+    let seq_a = berth_store::write_one(&a, 0, set.clone()).expect("write a").expect("committed");
     let feed = b.changes_since(0).expect("feed");
     assert_eq!(feed, vec![(seq_a, set)]);
     let mut handed = Vec::new();
     let mut set_b = ChangeSet::new();
     set_b.push(Change::PutTrait { id: 2, name: "CUSTOM_B".into(), created_at: 2 });
-    let mut once = Some(set_b.into());
+    let set_b: berth_compute_model::WorldChangeSet = set_b.into();
     let seq_b = b
-        .write(0, &mut |catch_up| {
+        .write(0, &mut |catch_up, write| {
             handed = catch_up.iter().map(|(seq, _)| *seq).collect();
-            once.take()
+            write(&set_b).expect("write b's change");
+            Some(set_b.clone())
         })
         .expect("write b")
         .expect("committed");
@@ -68,8 +68,7 @@ fn pruned_feed_reports_a_gap() {
         .with_feed_retention(std::time::Duration::ZERO);
     let mut set = ChangeSet::new();
     set.push(Change::PutTrait { id: 1, name: "CUSTOM_OLD".into(), created_at: 1 });
-    let mut once = Some(set.into());
-    let seq = store.write(0, &mut |_| once.take()).expect("write").expect("committed");
+    let seq = berth_store::write_one(&store, 0, set.into()).expect("write").expect("committed");
     assert!(store.changes_since(0).expect("feed before pruning").len() == 1);
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(store.prune_feed().expect("prune"), 1);

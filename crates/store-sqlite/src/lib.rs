@@ -16,7 +16,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Mutex;
 
-use berth_compute_model::{ComputeChange, World, WorldChange};
+use berth_compute_model::{ComputeChange, World, WorldChange, WorldChangeSet};
 use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, Uuid};
 use berth_store::{CatchUp, Loaded, PlanFn, Rows, Seq, Store, StoreError};
 use rusqlite::{params, Connection, TransactionBehavior};
@@ -40,6 +40,22 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 fn internal(err: rusqlite::Error) -> StoreError {
+    if let rusqlite::Error::SqliteFailure(e, _) = &err {
+        match e.code {
+            // The value or the row itself is refused: that change alone.
+            rusqlite::ErrorCode::ConstraintViolation
+            | rusqlite::ErrorCode::TooBig
+            | rusqlite::ErrorCode::TypeMismatch
+            | rusqlite::ErrorCode::ParameterOutOfRange => return StoreError::Rejected(err.to_string()),
+            rusqlite::ErrorCode::DatabaseBusy
+            | rusqlite::ErrorCode::DatabaseLocked
+            | rusqlite::ErrorCode::DiskFull
+            | rusqlite::ErrorCode::SystemIoFailure
+            | rusqlite::ErrorCode::CannotOpen
+            | rusqlite::ErrorCode::ReadOnly => return StoreError::Unavailable(err.to_string()),
+            _ => {}
+        }
+    }
     StoreError::Internal(err.to_string())
 }
 
@@ -113,7 +129,7 @@ fn is_unique_violation(err: &rusqlite::Error) -> bool {
             || e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
 }
 
-fn write_change(tx: &rusqlite::Transaction<'_>, change: &Change) -> Result<(), StoreError> {
+fn write_change(tx: &rusqlite::Connection, change: &Change) -> Result<(), StoreError> {
     let unique = |e: rusqlite::Error| {
         if is_unique_violation(&e) {
             StoreError::Conflict(e.to_string())
@@ -266,11 +282,7 @@ fn write_change(tx: &rusqlite::Transaction<'_>, change: &Change) -> Result<(), S
     Ok(())
 }
 
-fn write_allocations(
-    tx: &rusqlite::Transaction<'_>,
-    consumer: &str,
-    allocations: &AllocationMap,
-) -> Result<(), StoreError> {
+fn write_allocations(tx: &rusqlite::Connection, consumer: &str, allocations: &AllocationMap) -> Result<(), StoreError> {
     tx.execute("DELETE FROM allocations WHERE consumer_uuid = ?1", params![consumer]).map_err(internal)?;
     let mut insert = tx
         .prepare_cached(
@@ -300,16 +312,27 @@ impl Store for SqliteStore {
     /// there is never anything to catch up on and the sequence stays 0.
     fn write(&self, _seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
         let mut conn = self.conn.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
-        let Some(changes) = plan(Vec::new()) else { return Ok(None) };
-        if changes.is_empty() {
-            return Ok(None);
-        }
-        for change in &changes.changes {
-            match change {
-                WorldChange::Placement(change) => write_change(&tx, change)?,
-                WorldChange::Compute(change) => write_compute_change(&tx, change)?,
+        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+        // The first error that is not one change's own loses the
+        // transaction.
+        let mut lost: Option<StoreError> = None;
+        let written = plan(Vec::new(), &mut |changes| {
+            if let Some(err) = &lost {
+                return Err(err.clone());
             }
+            let result = write_isolated(&mut tx, changes);
+            if let Err(err) = &result {
+                if !err.is_per_change() {
+                    lost = Some(err.clone());
+                }
+            }
+            result
+        });
+        if let Some(err) = lost {
+            return Err(err);
+        }
+        if written.is_none_or(|set| set.is_empty()) {
+            return Ok(None);
         }
         tx.commit().map_err(internal)?;
         Ok(Some(0))
@@ -329,12 +352,23 @@ impl Store for SqliteStore {
     }
 }
 
+/// Write one writer's change set under a savepoint: on error it is rolled
+/// back alone (the transaction goes on if the error is the change's own).
+fn write_isolated(tx: &mut rusqlite::Transaction<'_>, changes: &WorldChangeSet) -> Result<(), StoreError> {
+    let savepoint = tx.savepoint().map_err(internal)?;
+    for change in &changes.changes {
+        match change {
+            WorldChange::Placement(change) => write_change(&savepoint, change)?,
+            WorldChange::Compute(change) => write_compute_change(&savepoint, change)?,
+        }
+    }
+    savepoint.commit().map_err(internal)
+}
+
 impl SqliteStore {
     /// Commit a change set outside the planning protocol (start-up data).
     pub fn commit(&self, changes: &ChangeSet) -> Result<(), StoreError> {
-        let changes = berth_compute_model::WorldChangeSet::from(changes.clone());
-        let mut once = Some(changes);
-        self.write(0, &mut |_| once.take()).map(|_| ())
+        berth_store::write_one(self, 0, changes.clone().into()).map(|_| ())
     }
 }
 
@@ -455,7 +489,7 @@ fn load_state(conn: &Connection) -> Result<World, LoadError> {
 }
 
 /// A compute control row: an upsert for a put, a delete for a delete.
-fn write_compute_change(tx: &rusqlite::Transaction<'_>, change: &ComputeChange) -> Result<(), StoreError> {
+fn write_compute_change(tx: &rusqlite::Connection, change: &ComputeChange) -> Result<(), StoreError> {
     let (kind, key, body) = berth_store::json::change_row(change);
     match body {
         Some(body) => {

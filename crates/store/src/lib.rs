@@ -9,11 +9,14 @@
 //! - [`Store::write`] runs one write transaction: inside it, the store first
 //!   hands the caller every change committed by *other* processes since the
 //!   sequence number the caller has seen (so the caller can bring its
-//!   in-memory state up to date), then calls the caller's planning closure,
-//!   and commits the [`WorldChangeSet`] it returns atomically and durably. Every
-//!   generation precondition in the change set is compared-and-swapped
-//!   inside the transaction; if one fails nothing is written and
-//!   [`StoreError::Conflict`] is returned;
+//!   in-memory state up to date), then calls the caller's planning closure
+//!   with a [`MemberWrite`]. The closure writes each writer's
+//!   [`WorldChangeSet`] through it, one at a time and each isolated (a
+//!   savepoint): a change set the database refuses for its own sake
+//!   ([`StoreError::is_per_change`]) is rolled back alone, and the others
+//!   stay in the transaction. The store then commits atomically and
+//!   durably. Any other error loses the whole transaction: nothing is
+//!   committed and `write` returns that error;
 //! - [`Store::changes_since`] lets a process follow the writes of others
 //!   (the change feed that keeps each process's snapshot fresh).
 //!
@@ -53,9 +56,34 @@ pub enum StoreError {
     /// The database could not be reached or is not usable right now.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The database refused this change for its own sake (a value it
+    /// cannot hold, out of range, a check or constraint): the API should
+    /// have refused it first.
+    #[error("the database refused the change: {0}")]
+    Rejected(String),
     /// Anything else (corruption, bug). Never shown to API clients verbatim.
     #[error("store error: {0}")]
     Internal(String),
+}
+
+impl StoreError {
+    /// Does the error belong to one change set, not to the database as a
+    /// whole? Only that change set's writer fails; the transaction goes on.
+    pub fn is_per_change(&self) -> bool {
+        matches!(self, StoreError::Rejected(_) | StoreError::Conflict(_))
+    }
+}
+
+impl Clone for StoreError {
+    fn clone(&self) -> Self {
+        match self {
+            StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+            StoreError::FeedGap(s) => StoreError::FeedGap(*s),
+            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+            StoreError::Rejected(m) => StoreError::Rejected(m.clone()),
+            StoreError::Internal(m) => StoreError::Internal(m.clone()),
+        }
+    }
 }
 
 /// A full snapshot and the change sequence number it reflects.
@@ -70,10 +98,40 @@ pub struct Loaded {
 /// Changes committed by other writers, in commit order.
 pub type CatchUp = Vec<(Seq, WorldChangeSet)>;
 
+/// Writes one writer's change set inside the open transaction, isolated
+/// from the others: on an error for which [`StoreError::is_per_change`]
+/// holds, this change set alone is rolled back and the transaction goes
+/// on; on any other error the transaction is lost and [`Store::write`]
+/// fails with it.
+pub type MemberWrite<'a> = dyn FnMut(&WorldChangeSet) -> Result<(), StoreError> + 'a;
+
 /// The planning step run inside a write transaction. It receives the
 /// changes committed by others since the caller's last seen sequence
-/// number and returns the change set to commit, or `None` to roll back.
-pub type PlanFn<'a> = dyn FnMut(CatchUp) -> Option<WorldChangeSet> + 'a;
+/// number and a [`MemberWrite`]; it writes every change set through it and
+/// returns the union of those that were written (the change-feed entry),
+/// or `None` when nothing was.
+pub type PlanFn<'a> = dyn FnMut(CatchUp, &mut MemberWrite<'_>) -> Option<WorldChangeSet> + 'a;
+
+/// Commit one change set outside group commit (start-up data, tests):
+/// its refusal is the error.
+pub fn write_one<S: Store + ?Sized>(store: &S, seen: Seq, changes: WorldChangeSet) -> Result<Option<Seq>, StoreError> {
+    let mut once = Some(changes);
+    let mut refused = None;
+    let seq = store.write(seen, &mut |_, write| {
+        let changes = once.take().filter(|c| !c.is_empty())?;
+        match write(&changes) {
+            Ok(()) => Some(changes),
+            Err(err) => {
+                refused = Some(err);
+                None
+            }
+        }
+    })?;
+    match refused {
+        Some(err) => Err(err),
+        None => Ok(seq),
+    }
+}
 
 /// A placement store backend.
 pub trait Store: Send + Sync {

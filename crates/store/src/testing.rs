@@ -15,8 +15,7 @@ fn commit(
     seen: crate::Seq,
     set: impl Into<WorldChangeSet>,
 ) -> Result<Option<crate::Seq>, StoreError> {
-    let mut once = Some(set.into());
-    store.write(seen, &mut |_| once.take())
+    crate::write_one(store, seen, set.into())
 }
 
 fn provider(id: i64, uuid: Uuid, name: &str, generation: i64, parent: Option<Uuid>, root: Uuid) -> ProviderRow {
@@ -149,8 +148,42 @@ pub fn store_suite(store: &dyn Store) {
     });
     assert!(matches!(commit(store, seen, dup), Err(StoreError::Conflict(_))), "duplicate provider name must conflict");
 
+    // In one transaction, a refused change set (here a duplicate name)
+    // is rolled back alone; the sets before and after it commit.
+    let member = |id: i64, name: &str| {
+        let mut set = ChangeSet::new();
+        set.push(Change::PutTrait { id, name: name.into(), created_at: 81 });
+        set
+    };
+    let mut dup = ChangeSet::new();
+    dup.push(Change::PutTrait { id: 100_002, name: "CUSTOM_REFUSED_SET".into(), created_at: 81 });
+    dup.push(Change::PutProvider {
+        row: provider(4, Uuid::new_v4(), "root", 0, None, Uuid::new_v4()),
+        expected_generation: None,
+    });
+    let members = [member(100_003, "CUSTOM_BEFORE_REFUSED"), dup, member(100_004, "CUSTOM_AFTER_REFUSED")];
+    let mut outcomes = Vec::new();
+    let written = store
+        .write(seen, &mut |_, write| {
+            let mut all = WorldChangeSet::default();
+            for set in &members {
+                let set = WorldChangeSet::from(set.clone());
+                let outcome = write(&set);
+                outcomes.push(outcome.as_ref().map_err(StoreError::is_per_change).err());
+                if outcome.is_ok() {
+                    all.changes.extend(set.changes);
+                }
+            }
+            Some(all)
+        })
+        .expect("a batch with one refused member commits");
+    assert_eq!(outcomes, [None, Some(true), None], "only the duplicate is refused, as its own error");
+    seen = written.unwrap_or(seen);
+    mirror.apply_placement_set(&members[0]);
+    mirror.apply_placement_set(&members[2]);
+
     // A plan that declines commits nothing.
-    let declined = store.write(seen, &mut |_| None).expect("declined write");
+    let declined = store.write(seen, &mut |_, _| None).expect("declined write");
     assert_eq!(declined, None);
 
     // Everything committed, and nothing from the failed sets, is loaded back.
@@ -160,10 +193,12 @@ pub fn store_suite(store: &dyn Store) {
         summary(&mirror.placement),
         "reloaded state differs from what was committed"
     );
-    assert!(
-        !reloaded.state.placement.traits.contains_key("CUSTOM_SHOULD_NOT_EXIST"),
-        "a failed change set leaked a row"
-    );
+    for leaked in ["CUSTOM_SHOULD_NOT_EXIST", "CUSTOM_REFUSED_SET"] {
+        assert!(!reloaded.state.placement.traits.contains_key(leaked), "a failed change set leaked {leaked}");
+    }
+    for kept in ["CUSTOM_BEFORE_REFUSED", "CUSTOM_AFTER_REFUSED"] {
+        assert!(reloaded.state.placement.traits.contains_key(kept), "a refused neighbour took {kept} with it");
+    }
 
     // Compute control rows commit in the same transactions and load back.
     let flavor = Flavor {

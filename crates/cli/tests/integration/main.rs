@@ -7,6 +7,8 @@ mod candidate_options;
 mod compute;
 mod concurrency;
 mod durability;
+mod isolation;
+mod logs;
 mod multiprocess;
 mod nested_race;
 mod outage;

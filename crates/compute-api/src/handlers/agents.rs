@@ -18,7 +18,12 @@ use uuid::Uuid;
 use crate::api::{ComputeCtx, NovaResult};
 
 fn json_body(req: &Req) -> ApiResult<Value> {
-    serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))
+    let value: Value =
+        serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
+    match berth_http::request::find_nul(&value) {
+        Some(at) => Err(ApiError::bad_request(format!("{} (at {at})", berth_http::request::NUL_REFUSED))),
+        None => Ok(value),
+    }
 }
 
 fn admin_only(req: &Req, rule: &str) -> ApiResult<()> {

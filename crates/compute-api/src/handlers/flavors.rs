@@ -355,8 +355,7 @@ pub fn list_access(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 
 /// `POST /flavors/{id}/action`: `addTenantAccess`, `removeTenantAccess`.
 pub fn action(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    let value: Value =
-        serde_json::from_slice(&req.body).map_err(|_| ApiError::bad_request("Malformed request body"))?;
+    let value: Value = crate::api::parse_body(&req)?;
     let (add, schema, rule) = if value.get("addTenantAccess").is_some() {
         (true, schemas::flavors::add_tenant_access(), "os_compute_api:os-flavor-access:add_tenant_access")
     } else if value.get("removeTenantAccess").is_some() {

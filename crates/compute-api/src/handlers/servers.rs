@@ -774,8 +774,7 @@ pub fn delete(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         let id = server_id(&req)?;
-        let value: Value =
-            serde_json::from_slice(&req.body).map_err(|_| ApiError::bad_request("Malformed request body"))?;
+        let value: Value = crate::api::parse_body(&req)?;
         let Some((name, _)) = value.as_object().and_then(|o| o.iter().next()) else {
             return Err(ApiError::bad_request("Malformed request body"));
         };
