@@ -36,8 +36,15 @@ pub use uuid::Uuid;
 /// reads the clock.
 pub type Timestamp = i64;
 
-/// Allocations of one consumer: provider uuid -> resource class -> amount.
-pub type AllocationMap = std::collections::BTreeMap<Uuid, std::collections::BTreeMap<String, i64>>;
+/// Allocations of one consumer: provider uuid -> resource class -> amount,
+/// both levels in the order they were written (the request body's order),
+/// which is the order upstream lists them in `GET /allocations/{consumer}`.
+/// Equality ignores the order.
+pub type AllocationMap = indexmap::IndexMap<Uuid, ClassAmounts>;
+
+/// One provider's part of an allocation: resource class -> amount, in
+/// written order.
+pub type ClassAmounts = indexmap::IndexMap<String, i64>;
 
 /// Result alias for model operations.
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;

@@ -132,9 +132,11 @@ pub fn plan_rename(state: &State, name: &str, new_name: &str, now: Timestamp) ->
     for consumer in consumers {
         let mut allocations = consumer.allocations.clone();
         for amounts in allocations.values_mut() {
-            if let Some(amount) = amounts.remove(name) {
-                amounts.insert(new_name.to_owned(), amount);
-            }
+            // Renamed in place: the written order stays.
+            *amounts = std::mem::take(amounts)
+                .into_iter()
+                .map(|(class, amount)| if class == name { (new_name.to_owned(), amount) } else { (class, amount) })
+                .collect();
         }
         set.push(Change::PutConsumer {
             row: consumer.row.clone(),

@@ -100,8 +100,13 @@ impl Provider {
 pub struct Consumer {
     /// Scalar columns.
     pub row: ConsumerRow,
-    /// Allocations: provider -> class -> amount.
+    /// Allocations: provider -> class -> amount, in written order.
     pub allocations: AllocationMap,
+    /// When its allocations were last written, relative to the other
+    /// consumers (higher is later). Upstream re-inserts a consumer's rows
+    /// on every write and lists a provider's allocations by (class id,
+    /// amount, row id); this is the row-id part.
+    pub written: u64,
 }
 
 /// A resource class (standard or custom).
@@ -157,6 +162,8 @@ pub struct State {
     /// that a search learns whether any provider shares without looking at
     /// every provider's traits).
     pub sharing_providers: BTreeSet<Uuid>,
+    /// Derived: allocation writes applied so far (see [`Consumer::written`]).
+    pub allocation_writes: u64,
 }
 
 impl State {
@@ -347,7 +354,10 @@ impl State {
             Change::PutConsumer { row, allocations, .. } => {
                 self.remove_consumer_allocations(&row.uuid);
                 self.add_consumer_allocations(&row.uuid, allocations);
-                self.consumers.insert(row.uuid, Consumer { row: row.clone(), allocations: allocations.clone() });
+                self.allocation_writes += 1;
+                let written = self.allocation_writes;
+                self.consumers
+                    .insert(row.uuid, Consumer { row: row.clone(), allocations: allocations.clone(), written });
             }
             Change::DeleteConsumer { uuid, .. } => {
                 self.remove_consumer_allocations(uuid);

@@ -28,7 +28,12 @@ fn consumer_row(row: &ConsumerRow) -> Value {
 
 fn allocations(map: &AllocationMap) -> Value {
     Value::Object(
-        map.iter().map(|(provider, amounts)| (provider.to_string(), json!(amounts))).collect::<Map<String, Value>>(),
+        map.iter()
+            .map(|(provider, amounts)| {
+                let amounts = amounts.iter().map(|(class, amount)| (class.clone(), json!(amount))).collect();
+                (provider.to_string(), Value::Object(amounts))
+            })
+            .collect::<Map<String, Value>>(),
     )
 }
 
@@ -197,7 +202,7 @@ pub(crate) fn decode(text: &str) -> Result<WorldChangeSet, DecodeError> {
                     c.get("allocations").and_then(Value::as_object).ok_or_else(|| bad("allocations"))?
                 {
                     let provider = Uuid::parse_str(provider).map_err(|_| bad("allocation provider"))?;
-                    let mut per_class = BTreeMap::new();
+                    let mut per_class = berth_model::ClassAmounts::new();
                     for (class, amount) in amounts.as_object().ok_or_else(|| bad("amounts"))? {
                         per_class.insert(class.clone(), amount.as_i64().ok_or_else(|| bad("amount"))?);
                     }

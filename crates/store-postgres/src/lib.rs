@@ -45,6 +45,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0001_initial", include_str!("../migrations/0001_initial.sql")),
     ("0002_feed_retention", include_str!("../migrations/0002_feed_retention.sql")),
     ("0003_compute_rows", include_str!("../migrations/0003_compute_rows.sql")),
+    ("0004_allocation_order", include_str!("../migrations/0004_allocation_order.sql")),
 ];
 
 /// How long change-feed entries are kept by default.
@@ -477,7 +478,8 @@ fn write_allocations(
     if !providers.is_empty() {
         tx.execute(
             "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used)
-             SELECT $1, p, c, u FROM unnest($2::text[], $3::text[], $4::bigint[]) AS t(p, c, u)",
+             SELECT $1, p, c, u FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(p, c, u, n)
+             ORDER BY n",
             &[&consumer, &providers, &classes, &amounts],
         )
         .map_err(classify)?;
@@ -628,7 +630,9 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
     for row in query("SELECT provider_uuid, aggregate_uuid FROM provider_aggregates")? {
         rows.provider_aggregates.push((parse_uuid(row.get(0))?, parse_uuid(row.get(1))?));
     }
-    for row in query("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations")? {
+    for row in
+        query("SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations ORDER BY seq, consumer_uuid")?
+    {
         rows.allocations.push((parse_uuid(row.get(0))?, parse_uuid(row.get(1))?, row.get(2), row.get(3)));
     }
     for row in

@@ -25,6 +25,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 const MIGRATIONS: &[(&str, &str)] = &[
     ("0001_initial", include_str!("../migrations/0001_initial.sql")),
     ("0002_compute_rows", include_str!("../migrations/0002_compute_rows.sql")),
+    ("0003_allocation_order", include_str!("../migrations/0003_allocation_order.sql")),
 ];
 
 /// SQLite-backed store.
@@ -284,15 +285,25 @@ fn write_change(tx: &rusqlite::Connection, change: &Change) -> Result<(), StoreE
 
 fn write_allocations(tx: &rusqlite::Connection, consumer: &str, allocations: &AllocationMap) -> Result<(), StoreError> {
     tx.execute("DELETE FROM allocations WHERE consumer_uuid = ?1", params![consumer]).map_err(internal)?;
+    if allocations.is_empty() {
+        return Ok(());
+    }
+    // Rows are numbered after every existing one, in written order.
+    let mut seq: i64 = tx
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM allocations")
+        .and_then(|mut max| max.query_row([], |row| row.get(0)))
+        .map_err(internal)?;
     let mut insert = tx
         .prepare_cached(
-            "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used, seq)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
         )
         .map_err(internal)?;
     for (provider, amounts) in allocations {
         let provider = provider.to_string();
         for (class, used) in amounts {
-            insert.execute(params![consumer, provider, class, used]).map_err(internal)?;
+            seq += 1;
+            insert.execute(params![consumer, provider, class, used, seq]).map_err(internal)?;
         }
     }
     Ok(())
@@ -458,10 +469,14 @@ fn load_state(conn: &Connection) -> Result<World, LoadError> {
         rows.provider_aggregates.push((uuid_at(row, 0)?, uuid_at(row, 1)?));
         Ok(())
     })?;
-    each_row(conn, "SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations", |row| {
-        rows.allocations.push((uuid_at(row, 0)?, uuid_at(row, 1)?, row.get(2)?, row.get(3)?));
-        Ok(())
-    })?;
+    each_row(
+        conn,
+        "SELECT consumer_uuid, provider_uuid, resource_class, used FROM allocations ORDER BY seq, consumer_uuid",
+        |row| {
+            rows.allocations.push((uuid_at(row, 0)?, uuid_at(row, 1)?, row.get(2)?, row.get(3)?));
+            Ok(())
+        },
+    )?;
     each_row(
         conn,
         "SELECT uuid, project_id, user_id, generation, consumer_type, created_at, updated_at FROM consumers",

@@ -73,12 +73,28 @@ impl Rows {
         for (provider, aggregates) in aggregates {
             set.push(Change::SetProviderAggregates { provider, aggregates });
         }
+        // Allocation rows come in row-id (written) order: consumers are put
+        // in the order of their first row, which gives their relative
+        // write order back; those without allocations come first.
         let mut allocations: HashMap<Uuid, AllocationMap> = HashMap::new();
+        let mut written: Vec<Uuid> = Vec::new();
         for (consumer, provider, class, used) in self.allocations {
-            allocations.entry(consumer).or_default().entry(provider).or_default().insert(class, used);
+            let entry = allocations.entry(consumer).or_insert_with(|| {
+                written.push(consumer);
+                AllocationMap::new()
+            });
+            entry.entry(provider).or_default().insert(class, used);
         }
+        let mut rows: HashMap<Uuid, ConsumerRow> = HashMap::with_capacity(self.consumers.len());
         for row in self.consumers {
-            let allocations = allocations.remove(&row.uuid).unwrap_or_default();
+            if allocations.contains_key(&row.uuid) {
+                rows.insert(row.uuid, row);
+            } else {
+                set.push(Change::PutConsumer { row, expected_generation: None, allocations: AllocationMap::new() });
+            }
+        }
+        for uuid in written {
+            let (Some(row), Some(allocations)) = (rows.remove(&uuid), allocations.remove(&uuid)) else { continue };
             set.push(Change::PutConsumer { row, expected_generation: None, allocations });
         }
         let mut world = World::default();

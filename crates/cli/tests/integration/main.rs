@@ -1,6 +1,7 @@
 //! HTTP integration tests: each test starts the real `berth` binary on a
 //! loopback port with a fresh data directory and talks to it over HTTP.
 
+mod allocation_order;
 mod auth;
 mod bad_input;
 mod candidate_options;

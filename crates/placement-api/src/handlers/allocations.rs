@@ -5,8 +5,6 @@
 //! required from 1.28, `mappings` accepted from 1.34, `consumer_type`
 //! required from 1.38.
 
-use std::collections::BTreeMap;
-
 use berth_model::allocations::{self, AllocationError, ConsumerAllocations, ConsumerGeneration};
 use berth_model::{AllocationMap, State, Uuid};
 use serde_json::{json, Map, Value};
@@ -246,16 +244,30 @@ pub fn list_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     let provider = path_uuid(raw).and_then(|uuid| state.provider(&uuid)).ok_or_else(|| {
         ApiError::not_found(format!("Resource provider '{raw}' not found: No resource provider with uuid {raw} found"))
     })?;
-    let mut allocations = Map::new();
-    let mut last_modified = None;
+    // Upstream's order: rows sorted by (class id, amount, row id), each
+    // consumer where its first row falls, its classes in class-id order.
+    let mut rows: Vec<(i64, i64, u64, &berth_model::Consumer, &str)> = Vec::new();
     for consumer_uuid in &provider.consumers {
         let Some(consumer) = state.consumers.get(consumer_uuid) else { continue };
         let Some(amounts) = consumer.allocations.get(&provider.uuid()) else { continue };
-        let mut entry = json!({"resources": amounts});
-        if req.at_least(28) {
-            entry["consumer_generation"] = json!(consumer.row.generation);
+        for (class, used) in amounts {
+            let class_id = state.resource_classes.get(class).map_or(i64::MAX, |rc| rc.id);
+            rows.push((class_id, *used, consumer.written, consumer, class.as_str()));
         }
-        allocations.insert(consumer_uuid.to_string(), entry);
+    }
+    rows.sort_unstable_by_key(|(class_id, used, written, consumer, _)| (*class_id, *used, *written, consumer.row.uuid));
+    let mut allocations = Map::new();
+    let mut last_modified = None;
+    for (_, used, _, consumer, class) in rows {
+        let key = consumer.row.uuid.to_string();
+        let entry = allocations.entry(key).or_insert_with(|| {
+            let mut entry = json!({"resources": {}});
+            if req.at_least(28) {
+                entry["consumer_generation"] = json!(consumer.row.generation);
+            }
+            entry
+        });
+        entry["resources"][class] = json!(used);
         last_modified = last_modified.max(Some(consumer.row.updated_at));
     }
     let body = json!({
@@ -311,7 +323,7 @@ pub fn set_allocations_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
         for item in data.get("allocations").and_then(Value::as_array).into_iter().flatten() {
             let raw = item.pointer("/resource_provider/uuid").and_then(Value::as_str).unwrap_or("");
             let provider = Uuid::parse_str(raw).map_err(|_| missing_provider(raw))?;
-            let amounts: BTreeMap<String, i64> = item
+            let amounts: berth_model::ClassAmounts = item
                 .get("resources")
                 .and_then(Value::as_object)
                 .into_iter()
