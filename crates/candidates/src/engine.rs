@@ -7,9 +7,11 @@
 //! (provider, class) when a group is matched, and duplicates are only hunted
 //! when sharing providers make them possible.
 
-use std::collections::HashMap;
+use std::cell::OnceCell;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
+use berth_model::search_index::Topology;
 use berth_model::{Provider, State};
 use uuid::Uuid;
 
@@ -18,116 +20,85 @@ use crate::{
     SummaryResource,
 };
 
-const NONE: u32 = u32::MAX;
+const NONE: u32 = berth_model::search_index::NO_POSITION;
 
-/// Dense view of the providers for one search.
+/// Dense view of the providers for one search: the state's cached
+/// [`Topology`] (positions in creation order, roots, parents, sharing), and
+/// providers looked up by position. Nothing here is O(providers) per
+/// request unless a search really visits every provider (then
+/// [`Index::all`] builds the position -> provider table once).
 struct Index<'a> {
     state: &'a State,
-    provs: Vec<&'a Provider>,
-    /// Internal ids, ascending (creation order): uuid -> position lookups
-    /// (empty when `id_pos` is used).
-    ids: Vec<i64>,
-    /// Position by internal id (`NONE` for no provider), when ids are dense.
-    id_pos: Option<Vec<u32>>,
-    root: Vec<u32>,
-    parent: Vec<u32>,
+    topo: &'a Topology,
+    /// Every provider by position, when a search needs them all.
+    all: OnceCell<Vec<&'a Provider>>,
+    root: &'a [u32],
+    parent: &'a [u32],
     has_trees: bool,
-    sharing: Vec<bool>,
+    sharing: &'a [bool],
     any_sharing: bool,
-    /// Aggregate -> roots of the providers in it (built on first use).
-    agg_roots: Option<HashMap<Uuid, Vec<u32>>>,
 }
 
 impl<'a> Index<'a> {
     fn build(state: &'a State) -> Self {
-        // Walking the provider table sequentially and ordering by id is much
-        // cheaper than a hash lookup per provider in creation order. Ids are
-        // dense (few deleted providers): scatter them into an id-indexed
-        // table instead of sorting, when that table stays small.
-        let n = state.providers.len();
-        let (lo, hi) =
-            state.providers.values().fold((i64::MAX, i64::MIN), |(lo, hi), p| (lo.min(p.row.id), hi.max(p.row.id)));
-        let (provs, ids, id_pos) = if n > 0 && lo >= 0 && (hi as u64) < 4 * n as u64 + 1024 {
-            let mut slots: Vec<Option<&Provider>> = vec![None; hi as usize + 1];
-            for p in state.providers.values() {
-                slots[p.row.id as usize] = Some(p);
-            }
-            let mut id_pos = vec![NONE; slots.len()];
-            let mut provs = Vec::with_capacity(n);
-            for (id, slot) in slots.into_iter().enumerate() {
-                if let Some(p) = slot {
-                    id_pos[id] = provs.len() as u32;
-                    provs.push(p);
-                }
-            }
-            (provs, Vec::new(), Some(id_pos))
-        } else {
-            let mut by_id: Vec<(i64, &Provider)> = state.providers.values().map(|p| (p.row.id, p)).collect();
-            by_id.sort_unstable_by_key(|(id, _)| *id);
-            let ids: Vec<i64> = by_id.iter().map(|(id, _)| *id).collect();
-            (by_id.into_iter().map(|(_, p)| p).collect(), ids, None)
-        };
-        let mut idx = Index {
+        let topo = state.topology();
+        Index {
             state,
-            root: Vec::with_capacity(provs.len()),
-            parent: Vec::with_capacity(provs.len()),
-            sharing: Vec::with_capacity(provs.len()),
-            provs: Vec::new(),
-            ids,
-            id_pos,
-            has_trees: false,
-            any_sharing: false,
-            agg_roots: None,
-        };
-        for (i, p) in provs.iter().enumerate() {
-            let r = if p.row.root == p.row.uuid { i as u32 } else { idx.pos(&p.row.root).unwrap_or(i as u32) };
-            idx.root.push(r);
-            let par = match p.row.parent {
-                Some(u) => {
-                    idx.has_trees = true;
-                    idx.pos(&u).unwrap_or(NONE)
-                }
-                None => NONE,
-            };
-            idx.parent.push(par);
-            let s = !state.sharing_providers.is_empty() && state.sharing_providers.contains(&p.row.uuid);
-            idx.any_sharing |= s;
-            idx.sharing.push(s);
+            topo,
+            all: OnceCell::new(),
+            root: &topo.root,
+            parent: &topo.parent,
+            has_trees: topo.has_trees,
+            sharing: &topo.sharing,
+            any_sharing: topo.any_sharing,
         }
-        idx.provs = provs;
-        idx
+    }
+
+    /// The provider at position `i`.
+    fn prov(&self, i: u32) -> &'a Provider {
+        match self.all.get() {
+            Some(all) => all[i as usize],
+            None => &self.state.providers[&self.topo.uuids[i as usize]],
+        }
+    }
+
+    /// Every provider by position (built on first use: one pass over the
+    /// provider table).
+    fn all(&self) -> &[&'a Provider] {
+        self.all.get_or_init(|| {
+            let state = self.state;
+            let mut slots: Vec<Option<&'a Provider>> = vec![None; self.topo.len()];
+            for p in state.providers.values() {
+                if let Some(pos) = self.topo.position_of_id(p.row.id) {
+                    slots[pos as usize] = Some(p);
+                }
+            }
+            slots.into_iter().map(|p| p.expect("every position has a provider")).collect()
+        })
     }
 
     /// Position of a provider by uuid.
     fn pos(&self, uuid: &Uuid) -> Option<u32> {
-        let id = self.state.providers.get(uuid)?.row.id;
-        match &self.id_pos {
-            Some(id_pos) => usize::try_from(id).ok().and_then(|id| id_pos.get(id)).copied().filter(|p| *p != NONE),
-            None => self.ids.binary_search(&id).ok().map(|i| i as u32),
-        }
+        self.topo.position_of_id(self.state.providers.get(uuid)?.row.id)
     }
 
     fn len(&self) -> usize {
-        self.provs.len()
+        self.topo.len()
+    }
+
+    /// Positions of the providers with these ids (ascending ids give
+    /// ascending positions).
+    fn positions<'s>(&'s self, ids: impl Iterator<Item = &'s i64> + 's) -> impl Iterator<Item = u32> + 's {
+        ids.filter_map(|id| self.topo.position_of_id(*id))
     }
 
     /// Roots of every tree with a provider in one of `sp`'s aggregates
     /// (upstream `anchors_for_sharing_providers`), deduplicated and sorted.
-    fn anchors_of(&mut self, sp: u32) -> Vec<u32> {
-        if self.agg_roots.is_none() {
-            let mut map: HashMap<Uuid, Vec<u32>> = HashMap::new();
-            for (i, p) in self.provs.iter().enumerate() {
-                for agg in &p.aggregates {
-                    map.entry(*agg).or_default().push(self.root[i]);
-                }
-            }
-            self.agg_roots = Some(map);
-        }
-        let map = self.agg_roots.as_ref().expect("built above");
+    fn anchors_of(&self, sp: u32) -> Vec<u32> {
         let mut out = Vec::new();
-        for agg in &self.provs[sp as usize].aggregates {
-            if let Some(roots) = map.get(agg) {
-                out.extend_from_slice(roots);
+        for agg in &self.prov(sp).aggregates {
+            if let Some(members) = self.state.search.in_aggregate.get(agg) {
+                out.extend(self.positions(members.iter()).map(|p| self.root[p as usize]));
             }
         }
         out.sort_unstable();
@@ -135,30 +106,10 @@ impl<'a> Index<'a> {
         out
     }
 
-    /// Providers grouped by root: members of the tree rooted at position
-    /// `r` are `order[starts[r]..starts[r + 1]]`, ascending.
-    fn trees(&self) -> (Vec<u32>, Vec<u32>) {
-        let n = self.len();
-        let mut starts = vec![0u32; n + 1];
-        for &r in &self.root {
-            starts[r as usize + 1] += 1;
-        }
-        for r in 0..n {
-            starts[r + 1] += starts[r];
-        }
-        let mut fill: Vec<u32> = starts[..n].to_vec();
-        let mut order = vec![0u32; n];
-        for (i, &r) in self.root.iter().enumerate() {
-            order[fill[r as usize] as usize] = i as u32;
-            fill[r as usize] += 1;
-        }
-        (order, starts)
-    }
-
     /// Is `anc` the provider `p` itself or one of its ancestors?
     fn is_ancestor_or_self(&self, anc: u32, mut p: u32) -> bool {
         let mut guard = 0;
-        while p != NONE && guard <= self.provs.len() {
+        while p != NONE && guard <= self.len() {
             if p == anc {
                 return true;
             }
@@ -265,7 +216,7 @@ impl<'a> Search<'a> {
     }
 
     fn anchor_allowed(&self, anchor: u32) -> bool {
-        !self.root_filtered || self.root_passes(self.idx.provs[anchor as usize])
+        !self.root_filtered || self.root_passes(self.idx.prov(anchor))
     }
 
     fn root_passes(&self, p: &Provider) -> bool {
@@ -285,11 +236,11 @@ impl<'a> Search<'a> {
 
     /// Providers with all of `aggs_all` (each inner list: any of).
     fn in_aggregates(&self, aggs_all: &[Vec<Uuid>]) -> Vec<bool> {
-        self.idx.provs.iter().map(|p| in_all_aggregates(p, aggs_all)).collect()
+        self.idx.all().iter().map(|p| in_all_aggregates(p, aggs_all)).collect()
     }
 
     fn in_any_aggregate(&self, aggs: &[Uuid]) -> Vec<bool> {
-        self.idx.provs.iter().map(|p| in_any_aggregate(p, aggs)).collect()
+        self.idx.all().iter().map(|p| in_any_aggregate(p, aggs)).collect()
     }
 
     fn root_filter(&mut self) -> Result<bool, CandidatesError> {
@@ -300,7 +251,7 @@ impl<'a> Search<'a> {
         self.check_traits_exist(&req.root_required)?;
         self.check_traits_exist(&req.root_forbidden)?;
         self.root_filtered = true;
-        Ok(self.idx.provs.iter().any(|p| self.root_passes(p)))
+        Ok(self.state.providers.values().any(|p| self.root_passes(p)))
     }
 
     /// Validate a group (unknown classes / traits) and compute its
@@ -328,7 +279,7 @@ impl<'a> Search<'a> {
             }
             Some(v)
         } else {
-            if !self.idx.provs.iter().any(|p| in_all_aggregates(p, &group.member_of)) {
+            if !self.any_in_all_aggregates(&group.member_of) {
                 return Ok(None);
             }
             None
@@ -352,21 +303,104 @@ impl<'a> Search<'a> {
         Ok(Some(Prepared { rcs, in_aggs, bad_aggs, tree_root }))
     }
 
+    /// Is some provider in all of `aggs_all` (each inner list: any of)?
+    /// Looks only at the members of the smallest inner list.
+    fn any_in_all_aggregates(&self, aggs_all: &[Vec<Uuid>]) -> bool {
+        let index = &self.state.search.in_aggregate;
+        let members = |any: &Vec<Uuid>| any.iter().filter_map(|a| index.get(a)).map(BTreeSet::len).sum::<usize>();
+        let Some(smallest) = aggs_all.iter().min_by_key(|any| members(any)) else { return true };
+        smallest.iter().filter_map(|a| index.get(a)).flatten().any(|id| {
+            self.idx.topo.position_of_id(*id).is_some_and(|pos| in_all_aggregates(self.idx.prov(pos), aggs_all))
+        })
+    }
+
     /// Match a prepared group against the providers `provs` (ascending
     /// positions), appending its allocation requests to `out`.
     fn scan(&mut self, group: &RequestGroup, p: &Prepared<'a>, provs: &[u32], out: &mut Vec<GAreq>) {
-        if !group.use_same_provider() && (self.idx.any_sharing || self.idx.has_trees) {
+        if self.multi(group) {
             self.multiple_providers(group, p, provs, out)
         } else {
             // A class nobody can provide empties the answer exactly as an
             // empty match does, so the single-provider path needs no
             // per-class pre-check.
-            self.single_provider(group, p, provs, out)
+            self.single_provider(group, p, provs.iter().copied(), out)
+        }
+    }
+
+    /// Does `group` take the multiple-provider path?
+    fn multi(&self, group: &RequestGroup) -> bool {
+        !group.use_same_provider() && (self.idx.any_sharing || self.idx.has_trees)
+    }
+
+    /// Match a prepared group against every provider, in search order from
+    /// position `start`. The single-provider path visits only the members
+    /// of the smallest index set every match must be in.
+    fn scan_all(&mut self, group: &RequestGroup, p: &Prepared<'a>, start: u32, out: &mut Vec<GAreq>) {
+        let n = self.idx.len() as u32;
+        if self.multi(group) {
+            let all: Vec<u32> = (0..n).map(|i| (start + i) % n.max(1)).collect();
+            self.multiple_providers(group, p, &all, out);
+            return;
+        }
+        let search = &*self;
+        let start_id = search.idx.topo.ids.get(start as usize).copied().unwrap_or(i64::MIN);
+        let rotated_set = |set: &'a BTreeSet<i64>| {
+            let idx = &search.idx;
+            set.range(start_id..).chain(set.range(..start_id)).filter_map(move |id| idx.topo.position_of_id(*id))
+        };
+        match search.driving_set(group, p) {
+            Driving::Set(set) => search.single_provider(group, p, rotated_set(set), out),
+            Driving::Tree(members) => {
+                let rotated = members.iter().filter(|m| **m >= start).chain(members.iter().filter(|m| **m < start));
+                search.single_provider(group, p, rotated.copied(), out)
+            }
+            Driving::All => search.single_provider(group, p, (0..n).map(|i| (start + i) % n.max(1)), out),
+        }
+    }
+
+    /// The smallest set of providers every single-provider match of
+    /// `group` must be in: those with room for a requested class, with a
+    /// required trait, in a required aggregate, or in the `in_tree` tree.
+    fn driving_set(&self, group: &RequestGroup, p: &Prepared<'a>) -> Driving<'a> {
+        static EMPTY: BTreeSet<i64> = BTreeSet::new();
+        let search = &self.state.search;
+        let mut sets: Vec<&'a BTreeSet<i64>> = Vec::new();
+        for (_, name, amount) in &p.rcs {
+            if *amount >= 1 {
+                sets.push(search.with_room.get(*name).unwrap_or(&EMPTY));
+            }
+        }
+        for any in &group.required_traits {
+            if let [only] = &any[..] {
+                sets.push(search.with_trait.get(only).unwrap_or(&EMPTY));
+            }
+        }
+        for any in &group.member_of {
+            if let [only] = &any[..] {
+                sets.push(search.in_aggregate.get(only).unwrap_or(&EMPTY));
+            }
+        }
+        let best = sets.into_iter().min_by_key(|set| set.len());
+        let tree = match p.tree_root {
+            Some(root) if !p.rcs.is_empty() => Some(self.idx.topo.tree(root)),
+            _ => None,
+        };
+        match (best, tree) {
+            (Some(set), Some(tree)) if tree.len() < set.len() => Driving::Tree(tree),
+            (None, Some(tree)) => Driving::Tree(tree),
+            (Some(set), _) => Driving::Set(set),
+            (None, None) => Driving::All,
         }
     }
 
     /// Upstream `get_provider_ids_matching` + `_alloc_candidates_single_provider`.
-    fn single_provider(&mut self, group: &RequestGroup, p: &Prepared<'a>, provs: &[u32], out: &mut Vec<GAreq>) {
+    fn single_provider(
+        &self,
+        group: &RequestGroup,
+        p: &Prepared<'a>,
+        provs: impl Iterator<Item = u32>,
+        out: &mut Vec<GAreq>,
+    ) {
         let (rcs, in_aggs, bad_aggs, tree_root) =
             (&p.rcs[..], p.in_aggs.as_deref(), p.bad_aggs.as_deref(), p.tree_root);
         if rcs.is_empty() && group.required_traits.is_empty() && group.member_of.is_empty() {
@@ -376,11 +410,11 @@ impl<'a> Search<'a> {
         }
         let base = out.len();
         let mut res: Vec<Res> = Vec::with_capacity(rcs.len());
-        for &i in provs {
+        for i in provs {
             if out.len() - base >= self.stop_after {
                 break;
             }
-            let p = self.idx.provs[i as usize];
+            let p = self.idx.prov(i);
             // in_tree restricts providers of resources (not resourceless groups).
             if !rcs.is_empty() && tree_root.is_some_and(|t| self.idx.root[i as usize] != t) {
                 continue;
@@ -420,6 +454,7 @@ impl<'a> Search<'a> {
     fn multiple_providers(&mut self, group: &RequestGroup, p: &Prepared<'a>, provs: &[u32], out: &mut Vec<GAreq>) {
         let (rcs, in_aggs, bad_aggs, tree_root) =
             (&p.rcs[..], p.in_aggs.as_deref(), p.bad_aggs.as_deref(), p.tree_root);
+        let all = self.idx.all();
         // Per requested class: (anchor, provider, headroom) entries.
         let mut per_rc: Vec<Vec<(u32, u32, i64, i64)>> = Vec::with_capacity(rcs.len());
         for (_, name, amount) in rcs {
@@ -429,7 +464,7 @@ impl<'a> Search<'a> {
                 if tree_root.is_some_and(|t| self.idx.root[i as usize] != t) {
                     continue;
                 }
-                if let Some((room, max_unit)) = fit(self.idx.provs[i as usize], name, *amount) {
+                if let Some((room, max_unit)) = fit(all[i as usize], name, *amount) {
                     pairs.push((self.idx.root[i as usize], i, room, max_unit));
                     if self.idx.sharing[i as usize] && in_aggs.is_none_or(|v| v[i as usize]) {
                         sps.push((i, room, max_unit));
@@ -496,7 +531,7 @@ impl<'a> Search<'a> {
         let depth = choice.len();
         if depth == lists.len() {
             // Required traits are satisfied collectively by the providers used.
-            let provs = &self.idx.provs;
+            let provs = self.idx.all();
             let ok = group
                 .required_traits
                 .iter()
@@ -512,7 +547,7 @@ impl<'a> Search<'a> {
         let (id, _, amount) = rcs[depth];
         for &(_, rp, room, max_unit) in lists[depth] {
             // Forbidden traits: no provider used may have one.
-            if has_any(self.idx.provs[rp as usize], &group.forbidden_traits) {
+            if has_any(self.idx.prov(rp), &group.forbidden_traits) {
                 continue;
             }
             choice.push(Res { rp, rc: id, amount, room, max_unit });
@@ -520,6 +555,16 @@ impl<'a> Search<'a> {
             choice.pop();
         }
     }
+}
+
+/// Where the single-provider path looks (see [`Search::driving_set`]).
+enum Driving<'a> {
+    /// Provider ids (creation order).
+    Set(&'a BTreeSet<i64>),
+    /// Tree members (positions, ascending).
+    Tree(&'a [u32]),
+    /// Every provider.
+    All,
 }
 
 /// One merged candidate: consolidated amounts and the chosen group requests.
@@ -912,13 +957,12 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     } else {
         let n = search.idx.len() as u32;
         let start = req.rotate.map_or(0, |r| (r % u64::from(n.max(1))) as u32);
-        let all: Vec<u32> = (0..n).map(|i| (start + i) % n.max(1)).collect();
         for group in &req.groups {
             let Some(p) = search.prepare(group)? else {
                 return Ok(Candidates::default());
             };
             let mut areqs = Vec::new();
-            search.scan(group, &p, &all, &mut areqs);
+            search.scan_all(group, &p, start, &mut areqs);
             if areqs.is_empty() {
                 return Ok(Candidates::default());
             }
@@ -946,13 +990,13 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     let flags = (isolate, exclude_nested, stop_at);
     let mut found: Vec<Found> = Vec::new();
     if lazy {
-        let (order, starts) = search.idx.trees();
+        let topo = search.idx.topo;
         let mut marks: Vec<usize> = vec![0; per_group.len()];
         let n = search.idx.len();
         let start = req.rotate.map_or(0, |r| (r % n.max(1) as u64) as usize);
         for step in 0..n {
             let anchor = (start + step) % n;
-            let members = &order[starts[anchor] as usize..starts[anchor + 1] as usize];
+            let members = topo.tree(anchor as u32);
             if members.is_empty() || !search.anchor_allowed(anchor as u32) {
                 continue;
             }
@@ -1017,20 +1061,22 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     let capped = cap.is_some_and(|c| found.len() >= c);
 
     // Providers summarised: whole trees of the providers used (only the
-    // providers used, before 1.29 with trees around).
-    let mut in_summary = vec![false; idx.len()];
-    let mut used_roots = vec![false; idx.len()];
-    for f in &found {
-        for (rp, _, _) in &f.res {
-            in_summary[*rp as usize] = true;
-            used_roots[idx.root[*rp as usize] as usize] = true;
-        }
-    }
-    if !exclude_nested {
-        for i in 0..idx.len() {
-            in_summary[i] = used_roots[idx.root[i] as usize];
-        }
-    }
+    // providers used, before 1.29 with trees around), of the candidates
+    // kept. Positions, ascending; the cost follows the answer, not the
+    // cloud.
+    let mut used: Vec<u32> = found.iter().flat_map(|f| f.res.iter().map(|r| r.0)).collect();
+    used.sort_unstable();
+    used.dedup();
+    let mut in_summary: Vec<u32> = if exclude_nested {
+        used
+    } else {
+        let mut roots: Vec<u32> = used.iter().map(|rp| idx.root[*rp as usize]).collect();
+        roots.sort_unstable();
+        roots.dedup();
+        let mut members: Vec<u32> = roots.iter().flat_map(|r| idx.topo.tree(*r).iter().copied()).collect();
+        members.sort_unstable();
+        members
+    };
     match (req.limit, req.randomize_seed) {
         (Some(limit), seed) if limit < found.len() => {
             if let Some(seed) = seed {
@@ -1041,15 +1087,11 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
                 }
             }
             found.truncate(limit);
-            let mut kept_roots = vec![false; idx.len()];
-            for f in &found {
-                for (rp, _, _) in &f.res {
-                    kept_roots[idx.root[*rp as usize] as usize] = true;
-                }
-            }
-            for i in 0..idx.len() {
-                in_summary[i] = in_summary[i] && kept_roots[idx.root[i] as usize];
-            }
+            let mut kept_roots: Vec<u32> =
+                found.iter().flat_map(|f| f.res.iter().map(|r| idx.root[r.0 as usize])).collect();
+            kept_roots.sort_unstable();
+            kept_roots.dedup();
+            in_summary.retain(|i| kept_roots.binary_search(&idx.root[*i as usize]).is_ok());
         }
         (_, Some(seed)) => {
             let mut rng = Rng(seed);
@@ -1061,7 +1103,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         _ => {}
     }
 
-    let uuid_of = |i: u32| idx.provs[i as usize].uuid();
+    let uuid_of = |i: u32| idx.prov(i).uuid();
     let allocation_requests = found
         .into_iter()
         .map(|f| {
@@ -1092,10 +1134,13 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
             AllocationRequest { allocations, mappings }
         })
         .collect();
-    let provider_summaries = (0..idx.len())
-        .filter(|i| in_summary[*i] && !req.skip_summaries)
+    if req.skip_summaries {
+        in_summary.clear();
+    }
+    let provider_summaries = in_summary
+        .into_iter()
         .map(|i| {
-            let p = idx.provs[i];
+            let p = idx.prov(i);
             // Upstream lists a provider's traits in trait id order.
             let mut traits: Vec<(i64, &str)> =
                 p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();

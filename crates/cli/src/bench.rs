@@ -112,7 +112,12 @@ async fn wait_ready(url: &str, child: &mut Child) -> anyhow::Result<()> {
 pub(crate) async fn spawn_berth(extra_args: &[String]) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let dir = temp_dir("berth")?;
-    let exe = std::env::current_exe()?;
+    // `BERTH_BENCH_SERVER=PATH` serves with another berth binary (before /
+    // after comparisons with the same load generator).
+    let exe = match std::env::var_os("BERTH_BENCH_SERVER") {
+        Some(path) if !path.is_empty() => std::path::PathBuf::from(path),
+        _ => std::env::current_exe()?,
+    };
     let mut child = Command::new(exe)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log", "warn", "--data-dir"])
         .arg(&dir)

@@ -246,12 +246,15 @@ struct Figures {
     p99_ms: f64,
     limit1_median_ms: f64,
     limit1_p99_ms: f64,
+    limit1000_median_ms: f64,
+    limit1000_p99_ms: f64,
     rps: f64,
     claims_per_sec: f64,
     claims: usize,
     conflicts: usize,
     overcommitted: usize,
     rss_mib: f64,
+    peak_rss_mib: f64,
 }
 
 async fn latency(api: &Api, path: &str, n: usize, warmup: usize) -> anyhow::Result<(Vec<Duration>, usize, usize)> {
@@ -368,10 +371,12 @@ async fn overcommitted(api: &Api) -> anyhow::Result<usize> {
     Ok(bad)
 }
 
-fn rss_mib(pid: u32) -> f64 {
+/// A memory figure of `/proc/PID/status` in MiB: `VmRSS` (now) or
+/// `VmHWM` (the peak since the process started).
+fn rss_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_owned))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
@@ -442,6 +447,10 @@ async fn measure(
     let (samples, _, _) = latency(&api, &limit1, n, opts.warmup).await?;
     f.limit1_median_ms = ms(percentile(&samples, 0.5));
     f.limit1_p99_ms = ms(percentile(&samples, 0.99));
+    // What Nova asks (`max_placement_results`).
+    let (samples, _, _) = latency(&api, &format!("{path}&limit=1000"), n, opts.warmup).await?;
+    f.limit1000_median_ms = ms(percentile(&samples, 0.5));
+    f.limit1000_p99_ms = ms(percentile(&samples, 0.99));
     let throughput_path = if opts.limit_only { &limit1 } else { &path };
     f.rps = throughput(&apis, throughput_path, opts.concurrency, opts.throughput_secs).await?;
     if opts.claims > 0 {
@@ -457,12 +466,14 @@ async fn measure(
         f.overcommitted = overcommitted(&api).await?;
     }
     if let Some(pid) = pid {
-        f.rss_mib = rss_mib(pid);
+        f.rss_mib = rss_mib(pid, "VmRSS:");
+        f.peak_rss_mib = rss_mib(pid, "VmHWM:");
     }
     println!(
-        "{name:<15} load {:>7.1}s | {:>5} candidates {:>8} B | full median {:>8.2} ms p99 {:>8.2} ms | limit=1 median {:>7.2} ms p99 {:>7.2} ms | {:>8.1} req/s @{}{} | claims@{} {:>7.1}/s ({} granted, {} conflicts, {} overcommitted) | RSS {:.0} MiB",
-        f.load_secs, f.candidates, f.bytes, f.median_ms, f.p99_ms, f.limit1_median_ms, f.limit1_p99_ms, f.rps,
-        opts.concurrency, if opts.limit_only { " (limit=1)" } else { "" }, write_concurrency, f.claims_per_sec, f.claims, f.conflicts, f.overcommitted, f.rss_mib
+        "{name:<15} load {:>7.1}s | {:>5} candidates {:>8} B | full median {:>8.2} ms p99 {:>8.2} ms | limit=1 median {:>7.2} ms p99 {:>7.2} ms | limit=1000 median {:>7.2} ms p99 {:>7.2} ms | {:>8.1} req/s @{}{} | claims@{} {:>7.1}/s ({} granted, {} conflicts, {} overcommitted) | RSS {:.0} MiB, peak {:.0} MiB",
+        f.load_secs, f.candidates, f.bytes, f.median_ms, f.p99_ms, f.limit1_median_ms, f.limit1_p99_ms,
+        f.limit1000_median_ms, f.limit1000_p99_ms, f.rps,
+        opts.concurrency, if opts.limit_only { " (limit=1)" } else { "" }, write_concurrency, f.claims_per_sec, f.claims, f.conflicts, f.overcommitted, f.rss_mib, f.peak_rss_mib
     );
     Ok(f)
 }

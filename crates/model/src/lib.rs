@@ -22,6 +22,7 @@ pub mod inventories;
 pub mod providers;
 pub mod query;
 pub mod resource_classes;
+pub mod search_index;
 pub mod traits;
 
 pub use change::{parents_first, Change, ChangeSet, ConsumerRow, ProviderRow};

@@ -164,9 +164,20 @@ pub struct State {
     pub sharing_providers: BTreeSet<Uuid>,
     /// Derived: allocation writes applied so far (see [`Consumer::written`]).
     pub allocation_writes: u64,
+    /// Derived: provider ids by trait, aggregate and class with room.
+    pub search: crate::search_index::SearchIndex,
+    /// Derived: the providers' positions and tree shape, cached between
+    /// changes of shape.
+    pub topology: crate::search_index::TopologyCache,
 }
 
 impl State {
+    /// The providers' positions and tree shape (built on first use after a
+    /// change of shape, then shared).
+    pub fn topology(&self) -> &crate::search_index::Topology {
+        self.topology.get(self)
+    }
+
     /// An empty state holding only the standard traits and resource classes,
     /// stamped with `now`.
     pub fn with_standard_data(now: Timestamp) -> Self {
@@ -333,22 +344,32 @@ impl State {
             Change::DeleteProvider { uuid, .. } => self.delete_provider(uuid),
             Change::SetInventories { provider, inventories } => {
                 if let Some(p) = self.providers.get_mut(provider) {
+                    self.search.remove_room(p);
                     p.inventories = inventories.clone();
+                    self.search.add_room(p);
                 }
             }
             Change::SetProviderTraits { provider, traits } => {
                 if let Some(p) = self.providers.get_mut(provider) {
+                    self.search.remove_traits(p);
                     p.traits = traits.clone();
+                    self.search.add_traits(p);
+                    let was_sharing = self.sharing_providers.contains(provider);
                     if traits.contains(SHARES_VIA_AGGREGATE) {
                         self.sharing_providers.insert(*provider);
                     } else {
                         self.sharing_providers.remove(provider);
                     }
+                    if was_sharing != traits.contains(SHARES_VIA_AGGREGATE) {
+                        self.topology.invalidate();
+                    }
                 }
             }
             Change::SetProviderAggregates { provider, aggregates } => {
                 if let Some(p) = self.providers.get_mut(provider) {
+                    self.search.remove_aggregates(p);
                     p.aggregates = aggregates.clone();
+                    self.search.add_aggregates(p);
                 }
             }
             Change::PutConsumer { row, allocations, .. } => {
@@ -397,10 +418,14 @@ impl State {
                 if existing.row.name != row.name {
                     self.provider_names.remove(&existing.row.name);
                 }
+                if existing.row.parent != row.parent || existing.row.root != row.root || existing.row.id != row.id {
+                    self.topology.invalidate();
+                }
                 existing.row = row.clone();
             }
             None => {
                 old_parent = None;
+                self.topology.invalidate();
                 self.provider_order.insert(row.id, uuid);
                 self.providers.insert(uuid, Provider::new(row.clone()));
             }
@@ -418,6 +443,8 @@ impl State {
 
     fn delete_provider(&mut self, uuid: &Uuid) {
         if let Some(provider) = self.providers.remove(uuid) {
+            self.search.remove_provider(&provider);
+            self.topology.invalidate();
             self.sharing_providers.remove(uuid);
             self.provider_order.remove(&provider.row.id);
             self.provider_names.remove(&provider.row.name);
@@ -431,6 +458,7 @@ impl State {
         let Some(existing) = self.consumers.get(consumer) else { return };
         for (provider_uuid, amounts) in &existing.allocations {
             if let Some(provider) = self.providers.get_mut(provider_uuid) {
+                self.search.remove_room(provider);
                 provider.consumers.remove(consumer);
                 for (class, amount) in amounts {
                     if let Some(used) = provider.usages.get_mut(class) {
@@ -440,6 +468,7 @@ impl State {
                         }
                     }
                 }
+                self.search.add_room(provider);
             }
         }
     }
@@ -447,10 +476,12 @@ impl State {
     fn add_consumer_allocations(&mut self, consumer: &Uuid, allocations: &AllocationMap) {
         for (provider_uuid, amounts) in allocations {
             if let Some(provider) = self.providers.get_mut(provider_uuid) {
+                self.search.remove_room(provider);
                 provider.consumers.insert(*consumer);
                 for (class, amount) in amounts {
                     *provider.usages.entry(class.clone()).or_insert(0) += amount;
                 }
+                self.search.add_room(provider);
             }
         }
     }

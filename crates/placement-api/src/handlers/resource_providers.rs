@@ -114,8 +114,19 @@ pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
         found.clear();
     }
     let last_modified = found.iter().map(|p| p.row.updated_at.max(p.row.created_at)).max().unwrap_or_else(now);
-    let body: Vec<Value> = found.iter().map(|p| wire::provider(req, p)).collect();
-    Ok(Resp::ok(json!({ "resource_providers": body })).last_modified(req, last_modified))
+    // Written one provider at a time: a large cloud's listing would
+    // otherwise exist as a tree of JSON values (several KiB per provider)
+    // next to its bytes.
+    let mut out = Vec::with_capacity(64 + found.len() * 600);
+    out.extend_from_slice(b"{\"resource_providers\":[");
+    for (i, p) in found.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &wire::provider(req, p)).map_err(|_| ApiError::internal())?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok(Resp::raw_json(StatusCode::OK, out).last_modified(req, last_modified))
 }
 
 /// `POST /resource_providers`: 201 without body before 1.20, 200 with the
