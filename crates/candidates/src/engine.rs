@@ -348,7 +348,20 @@ impl<'a> Search<'a> {
             let idx = &search.idx;
             set.range(start_id..).chain(set.range(..start_id)).filter_map(move |id| idx.topo.position_of_id(*id))
         };
-        match search.driving_set(group, p) {
+        let driving = search.driving_set(group, p);
+        // A scan that may visit a good part of the cloud reads providers
+        // from a position table (one pass over the providers) rather than
+        // by a hash lookup each.
+        let visits = match driving {
+            Driving::Set(set) => set.len(),
+            Driving::Tree(members) => members.len(),
+            Driving::All => n as usize,
+        }
+        .min(search.stop_after);
+        if visits.saturating_mul(8) >= n as usize && visits >= 64 {
+            search.idx.all();
+        }
+        match driving {
             Driving::Set(set) => search.single_provider(group, p, rotated_set(set), out),
             Driving::Tree(members) => {
                 let rotated = members.iter().filter(|m| **m >= start).chain(members.iter().filter(|m| **m < start));
@@ -558,6 +571,7 @@ impl<'a> Search<'a> {
 }
 
 /// Where the single-provider path looks (see [`Search::driving_set`]).
+#[derive(Clone, Copy)]
 enum Driving<'a> {
     /// Provider ids (creation order).
     Set(&'a BTreeSet<i64>),

@@ -29,7 +29,20 @@ fn lock_shared(m: &Mutex<SharedState>) -> std::sync::MutexGuard<'_, SharedState>
 #[derive(Debug, Default)]
 struct Batches {
     state: Mutex<SharedState>,
+    /// Batch outcomes and leadership (every waiter re-checks).
     changed: std::sync::Condvar,
+    /// A planning turn: one writer of the open batch may plan now.
+    turn: std::sync::Condvar,
+    /// The leader: a change set is pending, or nobody is left to plan.
+    leader: std::sync::Condvar,
+}
+
+impl Batches {
+    /// Something other than a planning turn changed: wake everyone.
+    fn wake_all(&self) {
+        self.changed.notify_all();
+        self.turn.notify_all();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +117,8 @@ impl App {
             batches: Batches {
                 state: Mutex::new(SharedState { open_batch: 1, ..SharedState::default() }),
                 changed: std::sync::Condvar::new(),
+                turn: std::sync::Condvar::new(),
+                leader: std::sync::Condvar::new(),
             },
         };
         // Upstream syncs standard traits and classes at start-up; several
@@ -228,7 +243,9 @@ impl App {
             }
             if st.window_open && st.open_batch == my_batch && plan.is_some() && st.pending.is_none() && !st.in_flight {
                 self.plan_into_batch(&mut st, my_ticket, &mut plan, &mut out, &mut my_error);
-                shared.changed.notify_all();
+                // The leader writes it (or, if nothing was planned, hands
+                // the turn on).
+                shared.leader.notify_one();
                 continue;
             }
             if !st.leader_active && st.open_batch == my_batch {
@@ -250,10 +267,8 @@ impl App {
                     window_used = true;
                     let mut st = lock(&shared.state);
                     st.window_open = true;
-                    shared.changed.notify_all();
                     if plan.is_some() {
                         self.plan_into_batch(&mut st, my_ticket, &mut plan, &mut out, &mut my_error);
-                        shared.changed.notify_all();
                     }
                     loop {
                         if let Some(member) = st.pending.take() {
@@ -278,13 +293,15 @@ impl App {
                                     st.refused.insert(member.ticket, err);
                                 }
                             }
-                            shared.changed.notify_all();
                             continue;
                         }
                         if st.waiting == 0 {
                             break;
                         }
-                        st = shared.changed.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
+                        // Nothing pending: the next writer's turn. One
+                        // wake-up per turn, not a stampede.
+                        shared.turn.notify_one();
+                        st = shared.leader.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
                     }
                     st.window_open = false;
                     st.open_batch += 1;
@@ -306,7 +323,7 @@ impl App {
                         st.failed.insert(my_batch, err);
                         st.done_through = my_batch;
                     }
-                    shared.changed.notify_all();
+                    shared.wake_all();
                     continue;
                 }
                 st = lock(&shared.state);
@@ -338,10 +355,17 @@ impl App {
                 st.leader_active = false;
                 let keep_from = my_batch.saturating_sub(1024);
                 st.failed.retain(|id, _| *id >= keep_from);
-                shared.changed.notify_all();
+                shared.wake_all();
                 continue;
             }
-            st = shared.changed.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
+            // Waiting for a planning turn in the open batch, or for
+            // anything else (outcome, leadership).
+            let condvar = if st.open_batch == my_batch && plan.is_some() && st.leader_active {
+                &shared.turn
+            } else {
+                &shared.changed
+            };
+            st = condvar.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         if let Some(err) = my_error {
             return Err(err);

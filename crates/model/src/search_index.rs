@@ -119,6 +119,10 @@ pub struct Topology {
     pub uuids: Vec<Uuid>,
     /// Provider id at each position (ascending).
     pub ids: Vec<i64>,
+    /// Position by provider id ([`NO_POSITION`] for none), when ids are
+    /// dense enough for a table (few deleted providers); else empty and
+    /// lookups binary-search `ids`.
+    pub id_pos: Vec<u32>,
     /// Root position of each position.
     pub root: Vec<u32>,
     /// Parent position ([`NO_POSITION`] for roots).
@@ -139,6 +143,9 @@ pub struct Topology {
 impl Topology {
     /// Position of the provider with internal id `id`.
     pub fn position_of_id(&self, id: i64) -> Option<u32> {
+        if !self.id_pos.is_empty() {
+            return usize::try_from(id).ok().and_then(|i| self.id_pos.get(i)).copied().filter(|p| *p != NO_POSITION);
+        }
         self.ids.binary_search(&id).ok().map(|p| p as u32)
     }
 
@@ -172,6 +179,15 @@ impl Topology {
         for (id, uuid) in &state.provider_order {
             topo.ids.push(*id);
             topo.uuids.push(*uuid);
+        }
+        if let (Some(&lo), Some(&hi)) = (topo.ids.first(), topo.ids.last()) {
+            if lo >= 0 && (hi as u64) < 4 * n as u64 + 1024 {
+                let mut id_pos = vec![NO_POSITION; hi as usize + 1];
+                for (pos, id) in topo.ids.iter().enumerate() {
+                    id_pos[*id as usize] = pos as u32;
+                }
+                topo.id_pos = id_pos;
+            }
         }
         let pos_of = |uuid: &Uuid| -> Option<u32> {
             let id = state.providers.get(uuid)?.row.id;

@@ -366,14 +366,22 @@ impl Store for SqliteStore {
 /// Write one writer's change set under a savepoint: on error it is rolled
 /// back alone (the transaction goes on if the error is the change's own).
 fn write_isolated(tx: &mut rusqlite::Transaction<'_>, changes: &WorldChangeSet) -> Result<(), StoreError> {
-    let savepoint = tx.savepoint().map_err(internal)?;
-    for change in &changes.changes {
-        match change {
-            WorldChange::Placement(change) => write_change(&savepoint, change)?,
-            WorldChange::Compute(change) => write_compute_change(&savepoint, change)?,
+    // Cached statements: a savepoint per writer costs two statement runs,
+    // no SQL parsing.
+    let run = |sql: &str| tx.prepare_cached(sql).and_then(|mut stmt| stmt.execute([])).map(|_| ()).map_err(internal);
+    run("SAVEPOINT berth_member")?;
+    let written = changes.changes.iter().try_for_each(|change| match change {
+        WorldChange::Placement(change) => write_change(tx, change),
+        WorldChange::Compute(change) => write_compute_change(tx, change),
+    });
+    match written {
+        Ok(()) => run("RELEASE berth_member"),
+        Err(err) => {
+            run("ROLLBACK TO berth_member")?;
+            run("RELEASE berth_member")?;
+            Err(err)
         }
     }
-    savepoint.commit().map_err(internal)
 }
 
 impl SqliteStore {
