@@ -355,7 +355,7 @@ pub fn list_access(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 
 /// `POST /flavors/{id}/action`: `addTenantAccess`, `removeTenantAccess`.
 pub fn action(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    let value: Value = crate::api::parse_body(&req)?;
+    let value: Value = crate::api::parse_body(req)?;
     let (add, schema, rule) = if value.get("addTenantAccess").is_some() {
         (true, schemas::flavors::add_tenant_access(), "os_compute_api:os-flavor-access:add_tenant_access")
     } else if value.get("removeTenantAccess").is_some() {

@@ -596,7 +596,7 @@ pub fn delete_aggregate(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// `set_metadata`.
 pub fn aggregate_action(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let id = aggregate_id(req)?;
-    let value: Value = crate::api::parse_body(&req)?;
+    let value: Value = crate::api::parse_body(req)?;
     let now = berth_core::now();
     let aggregate = if value.get("add_host").is_some() {
         authorize(req, "os_compute_api:os-aggregates:add_host")?;
