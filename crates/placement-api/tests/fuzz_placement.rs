@@ -1901,35 +1901,29 @@ fn query_cases() -> impl Strategy<Value = Case> {
 
 /// Writes with valid bodies, mutated as JSON or as bytes.
 fn mutated_body_cases() -> impl Strategy<Value = Case> {
-    let body = prop_oneof![
-        7 => prop::collection::vec(json_mutation(), 0..4).prop_map(BodyGen::Template),
-        3 => prop::collection::vec(byte_mutation(), 1..4).prop_map(BodyGen::Bytes),
-    ]
-    .boxed();
-    write_route().prop_flat_map(move |write| {
-        (body.clone(), version(write.min_minor()), header_choices(2), Just(write)).prop_map(
-            |(body, version, headers, write)| Case {
-                route: Route::Write(write),
-                method: None,
-                path_splices: Vec::new(),
-                query: Vec::new(),
-                query_mutations: Vec::new(),
-                body,
-                version,
-                headers,
-            },
-        )
-    })
+    write_cases(
+        prop_oneof![
+            7 => prop::collection::vec(json_mutation(), 0..4).prop_map(BodyGen::Template),
+            3 => prop::collection::vec(byte_mutation(), 1..4).prop_map(BodyGen::Bytes),
+        ]
+        .boxed(),
+    )
 }
 
 /// Writes with random JSON, random bytes or heavily mutated bodies.
 fn random_body_cases() -> impl Strategy<Value = Case> {
-    let body = prop_oneof![
-        5 => json_value().prop_map(BodyGen::Random),
-        2 => prop::collection::vec(body_byte(), 0..64).prop_map(BodyGen::Raw),
-        3 => prop::collection::vec(json_mutation(), 4..10).prop_map(BodyGen::Template),
-    ]
-    .boxed();
+    write_cases(
+        prop_oneof![
+            5 => json_value().prop_map(BodyGen::Random),
+            2 => prop::collection::vec(body_byte(), 0..64).prop_map(BodyGen::Raw),
+            3 => prop::collection::vec(json_mutation(), 4..10).prop_map(BodyGen::Template),
+        ]
+        .boxed(),
+    )
+}
+
+/// A write route with bodies from `body`, at a microversion the route has.
+fn write_cases(body: BoxedStrategy<BodyGen>) -> impl Strategy<Value = Case> {
     write_route().prop_flat_map(move |write| {
         (body.clone(), version(write.min_minor()), header_choices(2), Just(write)).prop_map(
             |(body, version, headers, write)| Case {

@@ -530,25 +530,8 @@ impl Store for PostgresStore {
             let mut cached = Cached { conn: &mut tx, statements: &mut conn.statements };
             cached.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
             let catch_up = read_changes(&mut cached, seen)?;
-            // The first error that is not one change's own loses the
-            // transaction.
-            let mut lost: Option<StoreError> = None;
-            let written = plan(catch_up, &mut |changes| {
-                if let Some(err) = &lost {
-                    return Err(err.clone());
-                }
-                let result = write_isolated(&mut cached, changes);
-                if let Err(err) = &result {
-                    if !err.is_per_change() {
-                        lost = Some(err.clone());
-                    }
-                }
-                result
-            });
-            if let Some(err) = lost {
-                return Err(err);
-            }
-            let Some(changes) = written.filter(|set| !set.is_empty()) else { return Ok(None) };
+            let written = berth_store::run_plan(plan, catch_up, |changes| write_isolated(&mut cached, changes))?;
+            let Some(changes) = written else { return Ok(None) };
             let seq: i64 = cached
                 .query_one("INSERT INTO berth_changes (payload) VALUES ($1) RETURNING seq", &[&codec::encode(&changes)])
                 .map_err(classify)?

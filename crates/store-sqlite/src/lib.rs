@@ -324,25 +324,7 @@ impl Store for SqliteStore {
     fn write(&self, _seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
         let mut conn = self.conn.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
-        // The first error that is not one change's own loses the
-        // transaction.
-        let mut lost: Option<StoreError> = None;
-        let written = plan(Vec::new(), &mut |changes| {
-            if let Some(err) = &lost {
-                return Err(err.clone());
-            }
-            let result = write_isolated(&mut tx, changes);
-            if let Err(err) = &result {
-                if !err.is_per_change() {
-                    lost = Some(err.clone());
-                }
-            }
-            result
-        });
-        if let Some(err) = lost {
-            return Err(err);
-        }
-        if written.is_none_or(|set| set.is_empty()) {
+        if berth_store::run_plan(plan, Vec::new(), |changes| write_isolated(&mut tx, changes))?.is_none() {
             return Ok(None);
         }
         tx.commit().map_err(internal)?;

@@ -112,6 +112,36 @@ pub type MemberWrite<'a> = dyn FnMut(&WorldChangeSet) -> Result<(), StoreError> 
 /// or `None` when nothing was.
 pub type PlanFn<'a> = dyn FnMut(CatchUp, &mut MemberWrite<'_>) -> Option<WorldChangeSet> + 'a;
 
+/// Run a backend's planning step: hand `plan` the catch-up and a
+/// [`MemberWrite`] built on `write_isolated` (which writes one change set
+/// under a savepoint). The first error that is not one change's own loses
+/// the transaction: every later write gets it too, and it is returned
+/// here, so the backend must not commit. Otherwise returns the non-empty
+/// union of what was written, if any.
+pub fn run_plan(
+    plan: &mut PlanFn<'_>,
+    catch_up: CatchUp,
+    mut write_isolated: impl FnMut(&WorldChangeSet) -> Result<(), StoreError>,
+) -> Result<Option<WorldChangeSet>, StoreError> {
+    let mut lost: Option<StoreError> = None;
+    let written = plan(catch_up, &mut |changes| {
+        if let Some(err) = &lost {
+            return Err(err.clone());
+        }
+        let result = write_isolated(changes);
+        if let Err(err) = &result {
+            if !err.is_per_change() {
+                lost = Some(err.clone());
+            }
+        }
+        result
+    });
+    match lost {
+        Some(err) => Err(err),
+        None => Ok(written.filter(|set| !set.is_empty())),
+    }
+}
+
 /// Commit one change set outside group commit (start-up data, tests):
 /// its refusal is the error.
 pub fn write_one<S: Store + ?Sized>(store: &S, seen: Seq, changes: WorldChangeSet) -> Result<Option<Seq>, StoreError> {
