@@ -22,6 +22,8 @@
 pub mod cell;
 mod error;
 pub mod extra_specs;
+pub mod lease;
+pub mod lease_plan;
 pub mod plan;
 pub mod quota;
 mod state;

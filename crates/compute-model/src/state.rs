@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use uuid::Uuid;
 
+use crate::lease::{Lease, LeaseTables, ReservableHost, ResourceProperty};
 use crate::{
     Aggregate, BuildRequest, CellMapping, ComputeNodeRef, Flavor, HostMapping, Image, InstanceMapping, RequestSpec,
     ServerGroup,
@@ -87,6 +88,18 @@ pub enum ComputeChange {
     PutAggregate(Aggregate),
     /// Delete a host aggregate.
     DeleteAggregate(i64),
+    /// Enrol or update a reservable host.
+    PutReservableHost(ReservableHost),
+    /// Remove a reservable host.
+    DeleteReservableHost(i64),
+    /// Insert or replace a lease (with its reservations and events).
+    PutLease(Lease),
+    /// Delete a lease.
+    DeleteLease(Uuid),
+    /// Insert or replace a resource property's settings.
+    PutResourceProperty(ResourceProperty),
+    /// Remove a resource property.
+    DeleteResourceProperty(String, String),
 }
 
 /// The identity of the row a change touches (what the store keys rows by,
@@ -117,6 +130,12 @@ pub enum RowKey {
     QuotaClass(String, String),
     /// A host aggregate.
     Aggregate(i64),
+    /// A reservable host.
+    ReservableHost(i64),
+    /// A lease.
+    Lease(Uuid),
+    /// A resource property `(resource_type, name)`.
+    ResourceProperty(String, String),
 }
 
 impl ComputeChange {
@@ -148,6 +167,12 @@ impl ComputeChange {
             C::PutQuotaClass { class_name, resource, .. } => RowKey::QuotaClass(class_name.clone(), resource.clone()),
             C::PutAggregate(a) => RowKey::Aggregate(a.id),
             C::DeleteAggregate(id) => RowKey::Aggregate(*id),
+            C::PutReservableHost(h) => RowKey::ReservableHost(h.id),
+            C::DeleteReservableHost(id) => RowKey::ReservableHost(*id),
+            C::PutLease(l) => RowKey::Lease(l.id),
+            C::DeleteLease(id) => RowKey::Lease(*id),
+            C::PutResourceProperty(p) => RowKey::ResourceProperty(p.resource_type.clone(), p.name.clone()),
+            C::DeleteResourceProperty(t, n) => RowKey::ResourceProperty(t.clone(), n.clone()),
         }
     }
 }
@@ -195,6 +220,8 @@ pub struct ComputeState {
     pub quota_classes: BTreeMap<(String, String), i64>,
     /// Host aggregates by id.
     pub aggregates: BTreeMap<i64, Aggregate>,
+    /// Reservations (Blazar): enrolled hosts, leases, properties.
+    pub leases: LeaseTables,
     /// Highest flavor id handed out.
     pub max_flavor_id: i64,
     /// Highest aggregate id handed out.
@@ -316,6 +343,11 @@ impl ComputeState {
                 limit: *limit,
             }),
             RowKey::Aggregate(id) => self.aggregates.get(id).cloned().map(C::PutAggregate),
+            RowKey::ReservableHost(id) => self.leases.hosts.get(id).cloned().map(C::PutReservableHost),
+            RowKey::Lease(id) => self.leases.leases.get(id).cloned().map(C::PutLease),
+            RowKey::ResourceProperty(t, n) => {
+                self.leases.properties.get(&(t.clone(), n.clone())).cloned().map(C::PutResourceProperty)
+            }
         }
     }
 
@@ -340,6 +372,9 @@ impl ComputeState {
                 C::PutQuotaClass { class_name, resource, limit }
             }
             RowKey::Aggregate(id) => C::DeleteAggregate(id),
+            RowKey::ReservableHost(id) => C::DeleteReservableHost(id),
+            RowKey::Lease(id) => C::DeleteLease(id),
+            RowKey::ResourceProperty(t, n) => C::DeleteResourceProperty(t, n),
         }
     }
 
@@ -424,6 +459,16 @@ impl ComputeState {
             }
             C::DeleteAggregate(id) => {
                 self.aggregates.remove(id);
+            }
+            C::PutReservableHost(h) => self.leases.put_host(h),
+            C::DeleteReservableHost(id) => self.leases.delete_host(*id),
+            C::PutLease(l) => self.leases.put_lease(l),
+            C::DeleteLease(id) => self.leases.delete_lease(*id),
+            C::PutResourceProperty(p) => {
+                self.leases.properties.insert((p.resource_type.clone(), p.name.clone()), p.clone());
+            }
+            C::DeleteResourceProperty(t, n) => {
+                self.leases.properties.remove(&(t.clone(), n.clone()));
             }
         }
     }

@@ -14,9 +14,9 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
-type Result<T> = std::result::Result<T, StoreError>;
+pub(crate) type Result<T> = std::result::Result<T, StoreError>;
 
-fn bad(what: &str) -> StoreError {
+pub(crate) fn bad(what: &str) -> StoreError {
     StoreError::Internal(format!("malformed stored JSON: {what}"))
 }
 
@@ -24,22 +24,22 @@ fn field<'a>(v: &'a Value, key: &str) -> Result<&'a Value> {
     v.get(key).ok_or_else(|| bad(key))
 }
 
-fn s(v: &Value, key: &str) -> Result<String> {
+pub(crate) fn s(v: &Value, key: &str) -> Result<String> {
     field(v, key)?.as_str().map(str::to_owned).ok_or_else(|| bad(key))
 }
 
-fn opt_s(v: &Value, key: &str) -> Result<Option<String>> {
+pub(crate) fn opt_s(v: &Value, key: &str) -> Result<Option<String>> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(x) => x.as_str().map(|t| Some(t.to_owned())).ok_or_else(|| bad(key)),
     }
 }
 
-fn i(v: &Value, key: &str) -> Result<i64> {
+pub(crate) fn i(v: &Value, key: &str) -> Result<i64> {
     field(v, key)?.as_i64().ok_or_else(|| bad(key))
 }
 
-fn opt_i(v: &Value, key: &str) -> Result<Option<i64>> {
+pub(crate) fn opt_i(v: &Value, key: &str) -> Result<Option<i64>> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(x) => x.as_i64().map(Some).ok_or_else(|| bad(key)),
@@ -50,11 +50,11 @@ fn f(v: &Value, key: &str) -> Result<f64> {
     field(v, key)?.as_f64().ok_or_else(|| bad(key))
 }
 
-fn b(v: &Value, key: &str) -> Result<bool> {
+pub(crate) fn b(v: &Value, key: &str) -> Result<bool> {
     field(v, key)?.as_bool().ok_or_else(|| bad(key))
 }
 
-fn uuid(v: &Value, key: &str) -> Result<Uuid> {
+pub(crate) fn uuid(v: &Value, key: &str) -> Result<Uuid> {
     Uuid::parse_str(&s(v, key)?).map_err(|_| bad(key))
 }
 
@@ -62,11 +62,11 @@ fn opt_uuid(v: &Value, key: &str) -> Result<Option<Uuid>> {
     opt_s(v, key)?.map(|t| Uuid::parse_str(&t).map_err(|_| bad(key))).transpose()
 }
 
-fn str_map(map: &BTreeMap<String, String>) -> Value {
+pub(crate) fn str_map(map: &BTreeMap<String, String>) -> Value {
     Value::Object(map.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
 }
 
-fn get_str_map(v: &Value, key: &str) -> Result<BTreeMap<String, String>> {
+pub(crate) fn get_str_map(v: &Value, key: &str) -> Result<BTreeMap<String, String>> {
     let Some(obj) = v.get(key).and_then(Value::as_object) else { return Ok(BTreeMap::new()) };
     obj.iter().map(|(k, x)| x.as_str().map(|t| (k.clone(), t.to_owned())).ok_or_else(|| bad(key))).collect()
 }
@@ -323,6 +323,9 @@ pub fn row_key(key: &RowKey) -> (&'static str, String) {
         RowKey::Quota(p, u, r) => ("quota", json!([p, u, r]).to_string()),
         RowKey::QuotaClass(c, r) => ("quota_class", json!([c, r]).to_string()),
         RowKey::Aggregate(id) => ("aggregate", id.to_string()),
+        RowKey::ReservableHost(id) => ("rsv_host", id.to_string()),
+        RowKey::Lease(id) => ("lease", id.to_string()),
+        RowKey::ResourceProperty(t, n) => ("rsv_property", json!([t, n]).to_string()),
     }
 }
 
@@ -352,6 +355,9 @@ pub fn change_row(change: &ComputeChange) -> (&'static str, String, Option<Value
         C::PutRequestSpec(x) => Some(request_spec(x)),
         C::PutQuota { limit, .. } | C::PutQuotaClass { limit, .. } => Some(json!({"limit": limit})),
         C::PutAggregate(x) => Some(aggregate(x)),
+        C::PutReservableHost(x) => Some(crate::lease_json::host(x)),
+        C::PutLease(x) => Some(crate::lease_json::lease(x)),
+        C::PutResourceProperty(x) => Some(crate::lease_json::property(x)),
         _ => None,
     };
     (kind, key, body)
@@ -385,6 +391,12 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
                 C::DeleteQuota { project_id: p[0].clone(), user_id: p[1].clone(), resource: p[2].clone() }
             }
             "aggregate" => C::DeleteAggregate(key.parse().map_err(|_| bad(kind))?),
+            "rsv_host" => C::DeleteReservableHost(key.parse().map_err(|_| bad(kind))?),
+            "lease" => C::DeleteLease(crate::lease_json::lease_key(key)?),
+            "rsv_property" => {
+                let p = key_parts(key, 2)?;
+                C::DeleteResourceProperty(p[0].clone(), p[1].clone())
+            }
             other => return Err(bad(&format!("row kind {other}"))),
         });
     };
@@ -430,6 +442,9 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
             C::PutQuotaClass { class_name: p[0].clone(), resource: p[1].clone(), limit: i(v, "limit")? }
         }
         "aggregate" => C::PutAggregate(to_aggregate(v)?),
+        "rsv_host" => C::PutReservableHost(crate::lease_json::to_host(v)?),
+        "lease" => C::PutLease(crate::lease_json::to_lease(v)?),
+        "rsv_property" => C::PutResourceProperty(crate::lease_json::to_property(v)?),
         other => return Err(bad(&format!("row kind {other}"))),
     })
 }
@@ -452,6 +467,8 @@ pub fn to_change(v: &Value) -> Result<ComputeChange> {
 
 #[cfg(test)]
 mod tests {
+    use berth_compute_model::lease;
+
     use super::*;
 
     fn sample_flavor() -> Flavor {
@@ -592,6 +609,93 @@ mod tests {
                 updated_at: Some(2),
             }),
             C::DeleteAggregate(7),
+            C::PutReservableHost(lease::ReservableHost {
+                id: 4,
+                hypervisor_hostname: "n".into(),
+                service_name: "h".into(),
+                vcpus: 8,
+                memory_mb: 1024,
+                local_gb: 10,
+                hypervisor_type: "QEMU".into(),
+                hypervisor_version: 1,
+                cpu_info: "{}".into(),
+                availability_zone: String::new(),
+                trust_id: "t".into(),
+                reservable: false,
+                extra: [("gpu".to_owned(), "true".to_owned())].into(),
+                created_at: 1,
+                updated_at: None,
+            }),
+            C::DeleteReservableHost(4),
+            C::PutLease(lease::Lease {
+                id,
+                name: "l".into(),
+                user_id: "u".into(),
+                project_id: "p".into(),
+                start: 10,
+                end: 20,
+                trust_id: "t".into(),
+                status: lease::LeaseStatus::Active,
+                degraded: true,
+                reservations: vec![
+                    lease::Reservation {
+                        id,
+                        resource_id: id,
+                        status: lease::ReservationStatus::Active,
+                        missing_resources: true,
+                        resources_changed: false,
+                        kind: lease::ReservationKind::Host {
+                            min: 1,
+                            max: 2,
+                            hypervisor_properties: "[]".into(),
+                            resource_properties: String::new(),
+                            before_end: "default".into(),
+                        },
+                        allocations: vec![lease::HostAllocation { host_id: 4, slots: 1 }],
+                        created_at: 1,
+                        updated_at: Some(2),
+                    },
+                    lease::Reservation {
+                        id,
+                        resource_id: id,
+                        status: lease::ReservationStatus::Pending,
+                        missing_resources: false,
+                        resources_changed: true,
+                        kind: lease::ReservationKind::Instance {
+                            vcpus: 2,
+                            memory_mb: 512,
+                            disk_gb: 1,
+                            amount: 3,
+                            affinity: Some(false),
+                            resource_properties: "[\"==\", \"$a\", \"b\"]".into(),
+                            source_flavor: Some("f".into()),
+                        },
+                        allocations: vec![],
+                        created_at: 1,
+                        updated_at: None,
+                    },
+                ],
+                events: vec![lease::LeaseEvent {
+                    id,
+                    event_type: lease::EventType::BeforeEndLease,
+                    time: 15,
+                    status: lease::EventStatus::InProgress,
+                    created_at: 1,
+                    updated_at: Some(3),
+                }],
+                created_at: 1,
+                updated_at: None,
+            }),
+            C::DeleteLease(id),
+            C::PutResourceProperty(lease::ResourceProperty {
+                id,
+                resource_type: "physical:host".into(),
+                name: "gpu".into(),
+                private: true,
+                created_at: 1,
+                updated_at: None,
+            }),
+            C::DeleteResourceProperty("physical:host".into(), "gpu".into()),
         ];
         for original in changes {
             let encoded = change(&original);

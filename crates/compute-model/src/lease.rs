@@ -1,0 +1,510 @@
+//! Reservations (Blazar's data model, berth's rules): hosts enrolled for
+//! reservation, leases with their reservations, allocations and events,
+//! and the derived booking index admission reads.
+//!
+//! A lease is one control row: its reservations, the hosts (or slots on
+//! hosts) each one holds and its events travel together, so admitting,
+//! updating or advancing a lease is one `PutLease` in one planned write
+//! ([`crate::plan::lease`]). Capacity over time is the *peak* concurrent
+//! usage inside a window, computed from [`LeaseTables::bookings`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use berth_model::Uuid;
+
+use crate::Timestamp;
+
+/// `physical:host`.
+pub const RESOURCE_PHYSICAL_HOST: &str = "physical:host";
+/// `virtual:instance`.
+pub const RESOURCE_VIRTUAL_INSTANCE: &str = "virtual:instance";
+/// `flavor:instance`.
+pub const RESOURCE_FLAVOR_INSTANCE: &str = "flavor:instance";
+
+/// A host enrolled for reservation (Blazar's `computehosts` row plus its
+/// extra capabilities).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservableHost {
+    /// Blazar's integer id (shown as a string).
+    pub id: i64,
+    /// The compute node's name (`hypervisor_hostname`).
+    pub hypervisor_hostname: String,
+    /// The compute service's host.
+    pub service_name: String,
+    /// Physical vCPUs.
+    pub vcpus: i64,
+    /// RAM in MiB.
+    pub memory_mb: i64,
+    /// Disk in GiB.
+    pub local_gb: i64,
+    /// Hypervisor type (`QEMU`).
+    pub hypervisor_type: String,
+    /// Hypervisor version.
+    pub hypervisor_version: i64,
+    /// CPU info (JSON text).
+    pub cpu_info: String,
+    /// Availability zone ("" when none).
+    pub availability_zone: String,
+    /// Trust id Blazar would create (berth makes one up).
+    pub trust_id: String,
+    /// False while the host is down or disabled (healing).
+    pub reservable: bool,
+    /// Extra capabilities.
+    pub extra: BTreeMap<String, String>,
+    /// Enrolment time.
+    pub created_at: Timestamp,
+    /// Last update.
+    pub updated_at: Option<Timestamp>,
+}
+
+/// Lease status (Blazar's `status.lease`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseStatus {
+    /// Created, not started.
+    Pending,
+    /// Start event running.
+    Starting,
+    /// Started.
+    Active,
+    /// End event running.
+    Terminating,
+    /// Ended.
+    Terminated,
+    /// An event failed.
+    Error,
+}
+
+impl LeaseStatus {
+    /// Blazar's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseStatus::Pending => "PENDING",
+            LeaseStatus::Starting => "STARTING",
+            LeaseStatus::Active => "ACTIVE",
+            LeaseStatus::Terminating => "TERMINATING",
+            LeaseStatus::Terminated => "TERMINATED",
+            LeaseStatus::Error => "ERROR",
+        }
+    }
+
+    /// From Blazar's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "PENDING" => LeaseStatus::Pending,
+            "STARTING" => LeaseStatus::Starting,
+            "ACTIVE" => LeaseStatus::Active,
+            "TERMINATING" => LeaseStatus::Terminating,
+            "TERMINATED" => LeaseStatus::Terminated,
+            "ERROR" => LeaseStatus::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// Reservation status (Blazar's `status.reservation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReservationStatus {
+    /// Not started.
+    Pending,
+    /// Started.
+    Active,
+    /// Ended.
+    Deleted,
+    /// Failed.
+    Error,
+}
+
+impl ReservationStatus {
+    /// Blazar's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservationStatus::Pending => "pending",
+            ReservationStatus::Active => "active",
+            ReservationStatus::Deleted => "deleted",
+            ReservationStatus::Error => "error",
+        }
+    }
+
+    /// From Blazar's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => ReservationStatus::Pending,
+            "active" => ReservationStatus::Active,
+            "deleted" => ReservationStatus::Deleted,
+            "error" => ReservationStatus::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// What a reservation books.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReservationKind {
+    /// `physical:host`: whole hosts.
+    Host {
+        /// Fewest hosts.
+        min: i64,
+        /// Most hosts.
+        max: i64,
+        /// Query on hypervisor fields (Blazar's JSON language, as given).
+        hypervisor_properties: String,
+        /// Query on extra capabilities.
+        resource_properties: String,
+        /// `before_end` action (`default`, `snapshot`, `notification`).
+        before_end: String,
+    },
+    /// `virtual:instance` / `flavor:instance`: `amount` slots.
+    Instance {
+        /// vCPUs per slot.
+        vcpus: i64,
+        /// RAM per slot.
+        memory_mb: i64,
+        /// Disk per slot.
+        disk_gb: i64,
+        /// Slots.
+        amount: i64,
+        /// `Some(true)`: all on one host; `Some(false)`: one per host.
+        affinity: Option<bool>,
+        /// Query on extra capabilities.
+        resource_properties: String,
+        /// The flavor the slots are shaped like (`flavor:instance`).
+        source_flavor: Option<String>,
+    },
+}
+
+/// Slots of one reservation on one host (1 for a whole host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostAllocation {
+    /// Reservable host id.
+    pub host_id: i64,
+    /// Slots held there (whole-host reservations: 1).
+    pub slots: i64,
+}
+
+/// One reservation of a lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reservation {
+    /// Reservation id.
+    pub id: Uuid,
+    /// Blazar's `resource_id` (the type-specific row's id).
+    pub resource_id: Uuid,
+    /// Status.
+    pub status: ReservationStatus,
+    /// A held host went away and none could replace it.
+    pub missing_resources: bool,
+    /// A held host was replaced by another.
+    pub resources_changed: bool,
+    /// What it books.
+    pub kind: ReservationKind,
+    /// Where, in host-id order.
+    pub allocations: Vec<HostAllocation>,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Updated.
+    pub updated_at: Option<Timestamp>,
+}
+
+impl Reservation {
+    /// Blazar's `resource_type`.
+    pub fn resource_type(&self) -> &'static str {
+        match &self.kind {
+            ReservationKind::Host { .. } => RESOURCE_PHYSICAL_HOST,
+            ReservationKind::Instance { source_flavor: Some(_), .. } => RESOURCE_FLAVOR_INSTANCE,
+            ReservationKind::Instance { .. } => RESOURCE_VIRTUAL_INSTANCE,
+        }
+    }
+
+    /// What one allocation slot takes from a host.
+    pub fn demand(&self) -> Demand {
+        match &self.kind {
+            ReservationKind::Host { .. } => Demand::WholeHost,
+            ReservationKind::Instance { vcpus, memory_mb, disk_gb, .. } => {
+                Demand::Slot { vcpus: *vcpus, memory_mb: *memory_mb, disk_gb: *disk_gb }
+            }
+        }
+    }
+}
+
+/// What one booking takes from a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demand {
+    /// The whole host.
+    WholeHost,
+    /// One instance slot.
+    Slot {
+        /// vCPUs.
+        vcpus: i64,
+        /// RAM.
+        memory_mb: i64,
+        /// Disk.
+        disk_gb: i64,
+    },
+}
+
+/// Event kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventType {
+    /// The lease ends (ordered first: at one instant ends run before starts).
+    EndLease,
+    /// Before the end.
+    BeforeEndLease,
+    /// The lease starts.
+    StartLease,
+}
+
+impl EventType {
+    /// Blazar's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::StartLease => "start_lease",
+            EventType::BeforeEndLease => "before_end_lease",
+            EventType::EndLease => "end_lease",
+        }
+    }
+
+    /// From Blazar's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "start_lease" => EventType::StartLease,
+            "before_end_lease" => EventType::BeforeEndLease,
+            "end_lease" => EventType::EndLease,
+            _ => return None,
+        })
+    }
+}
+
+/// Event status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventStatus {
+    /// Not run.
+    Undone,
+    /// Running (after a crash: redone, idempotently).
+    InProgress,
+    /// Done.
+    Done,
+    /// Failed.
+    Error,
+}
+
+impl EventStatus {
+    /// Blazar's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Undone => "UNDONE",
+            EventStatus::InProgress => "IN_PROGRESS",
+            EventStatus::Done => "DONE",
+            EventStatus::Error => "ERROR",
+        }
+    }
+
+    /// From Blazar's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "UNDONE" => EventStatus::Undone,
+            "IN_PROGRESS" => EventStatus::InProgress,
+            "DONE" => EventStatus::Done,
+            "ERROR" => EventStatus::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// One lease event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseEvent {
+    /// Event id.
+    pub id: Uuid,
+    /// Kind.
+    pub event_type: EventType,
+    /// When it is due.
+    pub time: Timestamp,
+    /// Status.
+    pub status: EventStatus,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Updated.
+    pub updated_at: Option<Timestamp>,
+}
+
+/// A lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// Lease id.
+    pub id: Uuid,
+    /// Name.
+    pub name: String,
+    /// Owner user.
+    pub user_id: String,
+    /// Owner project.
+    pub project_id: String,
+    /// Window start (inclusive).
+    pub start: Timestamp,
+    /// Window end (exclusive).
+    pub end: Timestamp,
+    /// Trust id (made up; Blazar shows one).
+    pub trust_id: String,
+    /// Status.
+    pub status: LeaseStatus,
+    /// A reservation lost resources.
+    pub degraded: bool,
+    /// Reservations.
+    pub reservations: Vec<Reservation>,
+    /// Events.
+    pub events: Vec<LeaseEvent>,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Updated.
+    pub updated_at: Option<Timestamp>,
+}
+
+impl Lease {
+    /// The event of a kind.
+    pub fn event(&self, kind: EventType) -> Option<&LeaseEvent> {
+        self.events.iter().find(|e| e.event_type == kind)
+    }
+
+    /// True once the lease no longer holds anything.
+    pub fn is_over(&self) -> bool {
+        matches!(self.status, LeaseStatus::Terminated)
+    }
+}
+
+/// A resource property's settings (`private` hides its values from
+/// non-admins).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceProperty {
+    /// Id.
+    pub id: Uuid,
+    /// `physical:host`.
+    pub resource_type: String,
+    /// Name.
+    pub name: String,
+    /// Hidden from non-admins.
+    pub private: bool,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Updated.
+    pub updated_at: Option<Timestamp>,
+}
+
+/// One reservation's hold on a host during a window (derived).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Booking {
+    /// Lease.
+    pub lease: Uuid,
+    /// Reservation.
+    pub reservation: Uuid,
+    /// Window start.
+    pub start: Timestamp,
+    /// Window end.
+    pub end: Timestamp,
+    /// Per slot.
+    pub demand: Demand,
+    /// Slots.
+    pub slots: i64,
+}
+
+impl Booking {
+    /// True when `[start, end)` overlaps the booking's window.
+    pub fn overlaps(&self, start: Timestamp, end: Timestamp) -> bool {
+        self.start < end && start < self.end
+    }
+}
+
+/// The reservation tables, part of [`crate::ComputeState`].
+#[derive(Debug, Clone, Default)]
+pub struct LeaseTables {
+    /// Enrolled hosts by id.
+    pub hosts: BTreeMap<i64, ReservableHost>,
+    /// Leases by id.
+    pub leases: BTreeMap<Uuid, Lease>,
+    /// Resource properties by `(resource_type, name)`.
+    pub properties: BTreeMap<(String, String), ResourceProperty>,
+    /// Highest host id handed out.
+    pub max_host_id: i64,
+    /// Derived: host id by compute service host.
+    pub host_by_service: HashMap<String, i64>,
+    /// Derived: bookings per host id (leases not terminated).
+    pub bookings: HashMap<i64, Vec<Booking>>,
+    /// Derived: reservation id → lease id.
+    pub lease_of_reservation: HashMap<Uuid, Uuid>,
+}
+
+impl LeaseTables {
+    pub(crate) fn put_host(&mut self, host: &ReservableHost) {
+        self.max_host_id = self.max_host_id.max(host.id);
+        if let Some(old) = self.hosts.insert(host.id, host.clone()) {
+            self.host_by_service.remove(&old.service_name);
+        }
+        self.host_by_service.insert(host.service_name.clone(), host.id);
+    }
+
+    pub(crate) fn delete_host(&mut self, id: i64) {
+        if let Some(old) = self.hosts.remove(&id) {
+            self.host_by_service.remove(&old.service_name);
+        }
+    }
+
+    pub(crate) fn put_lease(&mut self, lease: &Lease) {
+        self.delete_lease(lease.id);
+        for reservation in &lease.reservations {
+            self.lease_of_reservation.insert(reservation.id, lease.id);
+            if lease.is_over() || reservation.status == ReservationStatus::Deleted {
+                continue;
+            }
+            let demand = reservation.demand();
+            for a in &reservation.allocations {
+                self.bookings.entry(a.host_id).or_default().push(Booking {
+                    lease: lease.id,
+                    reservation: reservation.id,
+                    start: lease.start,
+                    end: lease.end,
+                    demand,
+                    slots: a.slots,
+                });
+            }
+        }
+        self.leases.insert(lease.id, lease.clone());
+    }
+
+    pub(crate) fn delete_lease(&mut self, id: Uuid) {
+        let Some(old) = self.leases.remove(&id) else { return };
+        for reservation in &old.reservations {
+            self.lease_of_reservation.remove(&reservation.id);
+            for a in &reservation.allocations {
+                if let Some(list) = self.bookings.get_mut(&a.host_id) {
+                    list.retain(|b| b.lease != id);
+                    if list.is_empty() {
+                        self.bookings.remove(&a.host_id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The lease and reservation with this reservation id.
+    pub fn reservation(&self, id: Uuid) -> Option<(&Lease, &Reservation)> {
+        let lease = self.leases.get(self.lease_of_reservation.get(&id)?)?;
+        Some((lease, lease.reservations.iter().find(|r| r.id == id)?))
+    }
+
+    /// The enrolled host of a compute service host.
+    pub fn host_of_service(&self, service_host: &str) -> Option<&ReservableHost> {
+        self.hosts.get(self.host_by_service.get(service_host)?)
+    }
+
+    /// Bookings on a host overlapping `[start, end)`, ignoring `except`.
+    pub fn overlapping(
+        &self,
+        host_id: i64,
+        start: Timestamp,
+        end: Timestamp,
+        except: Option<Uuid>,
+    ) -> impl Iterator<Item = &Booking> {
+        self.bookings
+            .get(&host_id)
+            .into_iter()
+            .flatten()
+            .filter(move |b| b.overlaps(start, end) && Some(b.lease) != except)
+    }
+}

@@ -1,0 +1,1045 @@
+//! Reservation planning: enrolment, lease admission and updates, events.
+//!
+//! Admission is a plan like any other control write: it reads the current
+//! bookings, chooses hosts (or slots on hosts) and returns one `PutLease`.
+//! Because plans run one at a time on the caught-up state inside the
+//! batch's transaction, two creates for the last host in a window cannot
+//! both be admitted, in one process or several.
+//!
+//! Capacity over time: a whole-host booking excludes every other booking
+//! of that host in an overlapping window; instance slots on a host fit when
+//! the *peak* concurrent usage of the host inside the requested window plus
+//! the new slots stays within the host's vCPUs, RAM and disk.
+
+use std::collections::HashMap;
+
+use berth_model::Uuid;
+
+use crate::lease::{
+    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, Reservation,
+    ReservableHost, ReservationKind, ReservationStatus, ResourceProperty,
+};
+use crate::state::ComputeChange as C;
+use crate::{ComputeError, Timestamp, World, WorldChangeSet};
+
+type Result<T> = std::result::Result<T, ComputeError>;
+
+/// Blazar's "Not enough hosts available".
+pub const NOT_ENOUGH_HOSTS: &str = "Not enough hosts available";
+
+/// Comparison operators of Blazar's query language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `>`
+    Gt,
+    /// `<=`
+    Le,
+    /// `>=`
+    Ge,
+}
+
+impl Op {
+    /// From its text.
+    pub fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "==" | "=" => Op::Eq,
+            "!=" => Op::Ne,
+            "<" => Op::Lt,
+            ">" => Op::Gt,
+            "<=" => Op::Le,
+            ">=" => Op::Ge,
+            _ => return None,
+        })
+    }
+}
+
+/// A parsed requirement (`["==", "$vcpus", "8"]`, `["and", q1, q2]`, and
+/// as an extension `["or", …]`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Query {
+    /// `key op value`.
+    Cmp {
+        /// Operator.
+        op: Op,
+        /// Property (without `$`).
+        key: String,
+        /// Value as given.
+        value: String,
+    },
+    /// All of.
+    And(Vec<Query>),
+    /// Any of.
+    Or(Vec<Query>),
+}
+
+fn compare(op: Op, have: &str, want: &str) -> bool {
+    use std::cmp::Ordering;
+    let ord = match (have.trim().parse::<f64>(), want.trim().parse::<f64>()) {
+        (Ok(a), Ok(b)) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+        _ => have.cmp(want),
+    };
+    match op {
+        Op::Eq => ord == Ordering::Equal,
+        Op::Ne => ord != Ordering::Equal,
+        Op::Lt => ord == Ordering::Less,
+        Op::Gt => ord == Ordering::Greater,
+        Op::Le => ord != Ordering::Greater,
+        Op::Ge => ord != Ordering::Less,
+    }
+}
+
+impl Query {
+    /// True when `lookup` (property → value) satisfies the query. A missing
+    /// property satisfies nothing.
+    pub fn matches(&self, lookup: &dyn Fn(&str) -> Option<String>) -> bool {
+        match self {
+            Query::Cmp { op, key, value } => lookup(key).is_some_and(|have| compare(*op, &have, value)),
+            Query::And(list) => list.iter().all(|q| q.matches(lookup)),
+            Query::Or(list) => list.iter().any(|q| q.matches(lookup)),
+        }
+    }
+
+    /// The property names used.
+    pub fn keys(&self, out: &mut Vec<String>) {
+        match self {
+            Query::Cmp { key, .. } => out.push(key.clone()),
+            Query::And(list) | Query::Or(list) => list.iter().for_each(|q| q.keys(out)),
+        }
+    }
+}
+
+/// A hypervisor field of an enrolled host, for `hypervisor_properties`.
+pub fn hypervisor_field(host: &ReservableHost, key: &str) -> Option<String> {
+    Some(match key {
+        "vcpus" => host.vcpus.to_string(),
+        "memory_mb" => host.memory_mb.to_string(),
+        "local_gb" => host.local_gb.to_string(),
+        "hypervisor_type" => host.hypervisor_type.clone(),
+        "hypervisor_version" => host.hypervisor_version.to_string(),
+        "hypervisor_hostname" => host.hypervisor_hostname.clone(),
+        "service_name" => host.service_name.clone(),
+        "cpu_info" => host.cpu_info.clone(),
+        "availability_zone" => host.availability_zone.clone(),
+        _ => return None,
+    })
+}
+
+/// One reservation as requested.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservationRequest {
+    /// What to book (`allocations` are chosen by admission).
+    pub kind: ReservationKind,
+    /// Parsed `hypervisor_properties`.
+    pub hypervisor_query: Option<Query>,
+    /// Parsed `resource_properties`.
+    pub resource_query: Option<Query>,
+}
+
+/// A lease as requested.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRequest {
+    /// Name.
+    pub name: String,
+    /// Owner user.
+    pub user_id: String,
+    /// Owner project.
+    pub project_id: String,
+    /// Start.
+    pub start: Timestamp,
+    /// End.
+    pub end: Timestamp,
+    /// `before_end_date`, if given.
+    pub before_end: Option<Timestamp>,
+    /// Reservations.
+    pub reservations: Vec<ReservationRequest>,
+}
+
+/// Blazar's default `minutes_before_end_lease`.
+pub const MINUTES_BEFORE_END: i64 = 60;
+
+/// Bookings admitted earlier in the same plan (other reservations of the
+/// same lease), on top of the world's.
+#[derive(Default)]
+struct Overlay(HashMap<i64, Vec<Booking>>);
+
+struct Admission<'a> {
+    world: &'a World,
+    /// The lease being admitted or updated (its stored bookings are ignored).
+    lease: Uuid,
+    start: Timestamp,
+    end: Timestamp,
+    overlay: Overlay,
+    /// A host that may not be chosen (healing: the lost one).
+    exclude: Option<i64>,
+}
+
+impl Admission<'_> {
+    fn bookings(&self, host: i64) -> impl Iterator<Item = &Booking> {
+        let tables = &self.world.compute.leases;
+        tables
+            .overlapping(host, self.start, self.end, Some(self.lease))
+            .chain(self.overlay.0.get(&host).into_iter().flatten())
+    }
+
+    fn matching_hosts(&self, request: &ReservationRequest) -> Vec<&ReservableHost> {
+        let tables = &self.world.compute.leases;
+        tables
+            .hosts
+            .values()
+            .filter(|h| h.reservable && Some(h.id) != self.exclude)
+            .filter(|h| {
+                request.hypervisor_query.as_ref().is_none_or(|q| q.matches(&|k| hypervisor_field(h, k)))
+            })
+            .filter(|h| request.resource_query.as_ref().is_none_or(|q| q.matches(&|k| h.extra.get(k).cloned())))
+            .collect()
+    }
+
+    /// Whole host free in the window.
+    fn host_free(&self, host: i64) -> bool {
+        self.bookings(host).next().is_none()
+    }
+
+    /// How many more `(vcpus, memory_mb, disk_gb)` slots fit on a host for
+    /// the whole window: capacity minus the peak concurrent usage.
+    fn free_slots(&self, host: &ReservableHost, need: (i64, i64, i64)) -> i64 {
+        let list: Vec<&Booking> = self.bookings(host.id).collect();
+        if list.iter().any(|b| b.demand == Demand::WholeHost) {
+            return 0;
+        }
+        let mut instants: Vec<Timestamp> = vec![self.start];
+        instants.extend(list.iter().map(|b| b.start).filter(|t| *t > self.start && *t < self.end));
+        let mut peak = (0i64, 0i64, 0i64);
+        for t in instants {
+            let mut used = (0, 0, 0);
+            for b in list.iter().filter(|b| b.start <= t && t < b.end) {
+                if let Demand::Slot { vcpus, memory_mb, disk_gb } = b.demand {
+                    used.0 += vcpus * b.slots;
+                    used.1 += memory_mb * b.slots;
+                    used.2 += disk_gb * b.slots;
+                }
+            }
+            peak = (peak.0.max(used.0), peak.1.max(used.1), peak.2.max(used.2));
+        }
+        let fit = |cap: i64, used: i64, per: i64| if per <= 0 { i64::MAX } else { ((cap - used) / per).max(0) };
+        fit(host.vcpus, peak.0, need.0).min(fit(host.memory_mb, peak.1, need.1)).min(fit(host.local_gb, peak.2, need.2))
+    }
+
+    /// Choose allocations for one reservation, keeping `keep` (the current
+    /// allocations of an updated reservation) first where they still fit.
+    fn allocate(
+        &mut self,
+        reservation: Uuid,
+        request: &ReservationRequest,
+        keep: &[HostAllocation],
+        active: bool,
+    ) -> Result<Vec<HostAllocation>> {
+        let hosts = self.matching_hosts(request);
+        let mut chosen: Vec<HostAllocation> = Vec::new();
+        let demand;
+        match &request.kind {
+            ReservationKind::Host { min, max, .. } => {
+                demand = Demand::WholeHost;
+                let mut order: Vec<&ReservableHost> = Vec::new();
+                for a in keep {
+                    if let Some(h) = hosts.iter().find(|h| h.id == a.host_id) {
+                        order.push(h);
+                    } else if active {
+                        return Err(ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()));
+                    }
+                }
+                order.extend(hosts.iter().filter(|h| !keep.iter().any(|a| a.host_id == h.id)));
+                for h in order {
+                    if chosen.len() as i64 >= *max {
+                        break;
+                    }
+                    if self.host_free(h.id) {
+                        chosen.push(HostAllocation { host_id: h.id, slots: 1 });
+                    } else if active && keep.iter().any(|a| a.host_id == h.id) {
+                        return Err(ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()));
+                    }
+                }
+                if (chosen.len() as i64) < *min {
+                    return Err(ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()));
+                }
+            }
+            ReservationKind::Instance { vcpus, memory_mb, disk_gb, amount, affinity, .. } => {
+                demand = Demand::Slot { vcpus: *vcpus, memory_mb: *memory_mb, disk_gb: *disk_gb };
+                let need = (*vcpus, *memory_mb, *disk_gb);
+                let mut free: Vec<(&ReservableHost, i64)> =
+                    hosts.iter().map(|h| (*h, self.free_slots(h, need))).filter(|(_, n)| *n > 0).collect();
+                // Current hosts first, in their order.
+                free.sort_by_key(|(h, _)| (keep.iter().position(|a| a.host_id == h.id).unwrap_or(usize::MAX), h.id));
+                let mut left = *amount;
+                match affinity {
+                    Some(true) => {
+                        let host = free
+                            .iter()
+                            .find(|(_, n)| *n >= left)
+                            .ok_or_else(|| ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()))?;
+                        chosen.push(HostAllocation { host_id: host.0.id, slots: left });
+                        left = 0;
+                    }
+                    Some(false) => {
+                        for (h, _) in &free {
+                            if left == 0 {
+                                break;
+                            }
+                            chosen.push(HostAllocation { host_id: h.id, slots: 1 });
+                            left -= 1;
+                        }
+                    }
+                    None => {
+                        for (h, n) in &free {
+                            if left == 0 {
+                                break;
+                            }
+                            let take = (*n).min(left);
+                            chosen.push(HostAllocation { host_id: h.id, slots: take });
+                            left -= take;
+                        }
+                    }
+                }
+                if left > 0 {
+                    return Err(ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()));
+                }
+            }
+        }
+        chosen.sort_by_key(|a| a.host_id);
+        for a in &chosen {
+            self.overlay.0.entry(a.host_id).or_default().push(Booking {
+                lease: self.lease,
+                reservation,
+                start: self.start,
+                end: self.end,
+                demand,
+                slots: a.slots,
+            });
+        }
+        Ok(chosen)
+    }
+}
+
+fn check_window(start: Timestamp, end: Timestamp) -> Result<()> {
+    if end <= start {
+        return Err(ComputeError::Invalid("End date must be later than start date.".into()));
+    }
+    Ok(())
+}
+
+fn before_end_time(start: Timestamp, end: Timestamp, before_end: Option<Timestamp>) -> Timestamp {
+    before_end.unwrap_or(end - MINUTES_BEFORE_END * 60).max(start)
+}
+
+fn check_before_end(start: Timestamp, end: Timestamp, before_end: Option<Timestamp>) -> Result<()> {
+    if let Some(t) = before_end {
+        if t < start || t > end {
+            return Err(ComputeError::Invalid(
+                "Before end date must be between lease start and end dates".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Admit a new lease: choose hosts or slots for every reservation in the
+/// window, or refuse (`Conflict`: not enough hosts) with nothing written.
+/// `ids` hands out fresh uuids (lease first).
+pub fn plan_create_lease(
+    world: &World,
+    request: &LeaseRequest,
+    ids: &mut dyn FnMut() -> Uuid,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Lease)> {
+    check_window(request.start, request.end)?;
+    check_before_end(request.start, request.end, request.before_end)?;
+    let id = ids();
+    let mut admission =
+        Admission { world, lease: id, start: request.start, end: request.end, overlay: Overlay::default(), exclude: None };
+    let mut reservations = Vec::new();
+    for r in &request.reservations {
+        let rid = ids();
+        let allocations = admission.allocate(rid, r, &[], false)?;
+        reservations.push(Reservation {
+            id: rid,
+            resource_id: ids(),
+            status: ReservationStatus::Pending,
+            missing_resources: false,
+            resources_changed: false,
+            kind: r.kind.clone(),
+            allocations,
+            created_at: now,
+            updated_at: None,
+        });
+    }
+    let events = vec![
+        LeaseEvent {
+            id: ids(),
+            event_type: EventType::StartLease,
+            time: request.start,
+            status: EventStatus::Undone,
+            created_at: now,
+            updated_at: None,
+        },
+        LeaseEvent {
+            id: ids(),
+            event_type: EventType::BeforeEndLease,
+            time: before_end_time(request.start, request.end, request.before_end),
+            status: EventStatus::Undone,
+            created_at: now,
+            updated_at: None,
+        },
+        LeaseEvent {
+            id: ids(),
+            event_type: EventType::EndLease,
+            time: request.end,
+            status: EventStatus::Undone,
+            created_at: now,
+            updated_at: None,
+        },
+    ];
+    let lease = Lease {
+        id,
+        name: request.name.clone(),
+        user_id: request.user_id.clone(),
+        project_id: request.project_id.clone(),
+        start: request.start,
+        end: request.end,
+        trust_id: ids().simple().to_string(),
+        status: LeaseStatus::Pending,
+        degraded: false,
+        reservations,
+        events,
+        created_at: now,
+        updated_at: None,
+    };
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutLease(lease.clone()));
+    Ok((set, lease))
+}
+
+/// Changes to one existing reservation (`None`: unchanged).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReservationUpdate {
+    /// Reservation id.
+    pub id: Uuid,
+    /// New `min` (hosts).
+    pub min: Option<i64>,
+    /// New `max` (hosts).
+    pub max: Option<i64>,
+    /// New `amount` (slots).
+    pub amount: Option<i64>,
+    /// New `hypervisor_properties` (text, parsed).
+    pub hypervisor_properties: Option<(String, Option<Query>)>,
+    /// New `resource_properties` (text, parsed).
+    pub resource_properties: Option<(String, Option<Query>)>,
+}
+
+/// A lease update.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeaseUpdate {
+    /// New name.
+    pub name: Option<String>,
+    /// New start.
+    pub start: Option<Timestamp>,
+    /// New end.
+    pub end: Option<Timestamp>,
+    /// New `before_end_date`.
+    pub before_end: Option<Timestamp>,
+    /// Reservation changes.
+    pub reservations: Vec<ReservationUpdate>,
+}
+
+/// The stored query texts of a reservation, parsed by the caller.
+pub type ParseQuery<'a> = &'a dyn Fn(&str) -> Result<Option<Query>>;
+
+/// Admit an update of a lease: the new shape is admitted against every
+/// *other* lease's bookings (so a lease never conflicts with itself), its
+/// current hosts or slots kept first. Shrinking therefore always succeeds.
+/// Started leases keep Blazar's rules: the start cannot move, hosts cannot
+/// be taken away, `amount` only grows.
+pub fn plan_update_lease(
+    world: &World,
+    lease_id: Uuid,
+    update: &LeaseUpdate,
+    parse: ParseQuery<'_>,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Lease)> {
+    let old = world
+        .compute
+        .leases
+        .leases
+        .get(&lease_id)
+        .ok_or_else(|| ComputeError::NotFound(format!("Object with {{'lease_id': '{lease_id}'}} not found")))?;
+    let mut lease = old.clone();
+    if let Some(name) = &update.name {
+        lease.name = name.clone();
+    }
+    let only_name = update.start.is_none()
+        && update.end.is_none()
+        && update.before_end.is_none()
+        && update.reservations.is_empty();
+    if only_name {
+        lease.updated_at = Some(now);
+        let mut set = WorldChangeSet::new();
+        set.compute(C::PutLease(lease.clone()));
+        return Ok((set, lease));
+    }
+    let started = old.start <= now && !matches!(old.status, LeaseStatus::Pending);
+    let start = update.start.unwrap_or(old.start);
+    let end = update.end.unwrap_or(old.end);
+    if old.end < now || old.is_over() {
+        return Err(ComputeError::Invalid("Terminated leases can only be renamed".into()));
+    }
+    if started && start != old.start {
+        return Err(ComputeError::Invalid("Cannot modify the start date of already started leases".into()));
+    }
+    if !started && start != old.start && start < now {
+        return Err(ComputeError::Invalid("Start date must be later than current date".into()));
+    }
+    if end < now || end <= start {
+        return Err(ComputeError::Invalid("End date must be later than current and start date".into()));
+    }
+    check_before_end(start, end, update.before_end)?;
+    for u in &update.reservations {
+        if !old.reservations.iter().any(|r| r.id == u.id) {
+            return Err(ComputeError::Invalid(format!(
+                "Please enter valid reservation IDs. Invalid reservation IDs are: {}",
+                u.id
+            )));
+        }
+    }
+    lease.start = start;
+    lease.end = end;
+    let mut admission = Admission { world, lease: lease_id, start, end, overlay: Overlay::default(), exclude: None };
+    for reservation in &mut lease.reservations {
+        let change = update.reservations.iter().find(|u| u.id == reservation.id);
+        let (mut hyp_text, mut res_text) = (String::new(), String::new());
+        match &mut reservation.kind {
+            ReservationKind::Host { min, max, hypervisor_properties, resource_properties, .. } => {
+                if let Some(c) = change {
+                    *min = c.min.unwrap_or(*min);
+                    *max = c.max.unwrap_or(*max);
+                    if let Some((text, _)) = &c.hypervisor_properties {
+                        *hypervisor_properties = text.clone();
+                    }
+                    if let Some((text, _)) = &c.resource_properties {
+                        *resource_properties = text.clone();
+                    }
+                    if c.amount.is_some() {
+                        return Err(ComputeError::Conflict("amount cannot be updated".into()));
+                    }
+                }
+                if *min < 1 || *max < *min {
+                    return Err(ComputeError::Invalid(
+                        "Invalid values for min/max of hosts. Max must be equal to or larger than min.".into(),
+                    ));
+                }
+                if started && (*max as usize) < reservation.allocations.len() {
+                    return Err(ComputeError::Conflict("max cannot be updated".into()));
+                }
+                hyp_text.clone_from(hypervisor_properties);
+                res_text.clone_from(resource_properties);
+            }
+            ReservationKind::Instance { amount, resource_properties, .. } => {
+                if let Some(c) = change {
+                    if let Some(n) = c.amount {
+                        if n < 1 {
+                            return Err(ComputeError::Invalid("Malformed parameter amount".into()));
+                        }
+                        if started && n < *amount {
+                            return Err(ComputeError::Conflict("amount cannot be updated".into()));
+                        }
+                        *amount = n;
+                    }
+                    if let Some((text, _)) = &c.resource_properties {
+                        *resource_properties = text.clone();
+                    }
+                    if c.min.is_some() || c.max.is_some() {
+                        return Err(ComputeError::Conflict("min cannot be updated".into()));
+                    }
+                }
+                res_text.clone_from(resource_properties);
+            }
+        }
+        let request = ReservationRequest {
+            kind: reservation.kind.clone(),
+            hypervisor_query: parse(&hyp_text)?,
+            resource_query: parse(&res_text)?,
+        };
+        reservation.allocations =
+            admission.allocate(reservation.id, &request, &reservation.allocations.clone(), started)?;
+        reservation.updated_at = Some(now);
+    }
+    for event in &mut lease.events {
+        if event.status != EventStatus::Undone {
+            continue;
+        }
+        let time = match event.event_type {
+            EventType::StartLease => start,
+            EventType::EndLease => end,
+            EventType::BeforeEndLease => before_end_time(start, end, update.before_end),
+        };
+        if time != event.time {
+            event.time = time;
+            event.updated_at = Some(now);
+        }
+    }
+    lease.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutLease(lease.clone()));
+    Ok((set, lease))
+}
+
+/// Delete a lease row (the runtime has ended an active lease first).
+pub fn plan_delete_lease(world: &World, lease_id: Uuid) -> Result<WorldChangeSet> {
+    if !world.compute.leases.leases.contains_key(&lease_id) {
+        return Err(ComputeError::NotFound(format!("Object with {{'lease_id': '{lease_id}'}} not found")));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::DeleteLease(lease_id));
+    Ok(set)
+}
+
+/// Due events, in the order they must run: by time, and at one instant
+/// ends before starts. Includes events left `IN_PROGRESS` by a crash.
+pub fn due_events(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, Timestamp)> {
+    let mut out: Vec<(Uuid, Uuid, EventType, Timestamp)> = world
+        .compute
+        .leases
+        .leases
+        .values()
+        .filter(|l| !matches!(l.status, LeaseStatus::Terminated | LeaseStatus::Error))
+        .flat_map(|l| {
+            l.events
+                .iter()
+                .filter(move |e| {
+                    matches!(e.status, EventStatus::Undone | EventStatus::InProgress) && e.time <= now
+                })
+                .map(move |e| (l.id, e.id, e.event_type, e.time))
+        })
+        .collect();
+    out.sort_by_key(|(lease, _, kind, time)| (*time, *kind, *lease));
+    out
+}
+
+/// A lease whose end has not run yet and that holds a host `lease` needs,
+/// in a window before it: `lease` cannot start before that end has run.
+pub fn start_blocked_by(world: &World, lease: &Lease) -> Option<Uuid> {
+    let tables = &world.compute.leases;
+    for reservation in &lease.reservations {
+        for a in &reservation.allocations {
+            for b in tables.bookings.get(&a.host_id).into_iter().flatten() {
+                if b.lease == lease.id || b.start >= lease.start {
+                    continue;
+                }
+                let other = tables.leases.get(&b.lease)?;
+                let ended = other.event(EventType::EndLease).is_some_and(|e| e.status == EventStatus::Done);
+                if !ended && !other.is_over() {
+                    return Some(other.id);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Mark an event in progress (the lease becomes STARTING / TERMINATING).
+/// Redoing an event already in progress writes nothing.
+pub fn plan_event_begin(world: &World, lease_id: Uuid, event_id: Uuid, now: Timestamp) -> Result<Option<WorldChangeSet>> {
+    let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
+    let mut lease = old.clone();
+    let Some(event) = lease.events.iter_mut().find(|e| e.id == event_id) else { return Ok(None) };
+    if event.status != EventStatus::Undone {
+        return Ok(None);
+    }
+    event.status = EventStatus::InProgress;
+    event.updated_at = Some(now);
+    match event.event_type {
+        EventType::StartLease => lease.status = LeaseStatus::Starting,
+        EventType::EndLease => lease.status = LeaseStatus::Terminating,
+        EventType::BeforeEndLease => {}
+    }
+    lease.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutLease(lease));
+    Ok(Some(set))
+}
+
+/// Finish an event: DONE, and the lease and its reservations move on
+/// (start → ACTIVE/active, end → TERMINATED/deleted, which frees the
+/// bookings). Finishing twice writes nothing.
+pub fn plan_event_finish(
+    world: &World,
+    lease_id: Uuid,
+    event_id: Uuid,
+    failed: bool,
+    now: Timestamp,
+) -> Result<Option<WorldChangeSet>> {
+    let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
+    let mut lease = old.clone();
+    let Some(event) = lease.events.iter_mut().find(|e| e.id == event_id) else { return Ok(None) };
+    if matches!(event.status, EventStatus::Done | EventStatus::Error) {
+        return Ok(None);
+    }
+    event.status = if failed { EventStatus::Error } else { EventStatus::Done };
+    event.updated_at = Some(now);
+    let kind = event.event_type;
+    if failed {
+        lease.status = LeaseStatus::Error;
+    } else {
+        match kind {
+            EventType::StartLease => {
+                lease.status = LeaseStatus::Active;
+                for r in &mut lease.reservations {
+                    r.status = ReservationStatus::Active;
+                    r.updated_at = Some(now);
+                }
+            }
+            EventType::EndLease => {
+                lease.status = LeaseStatus::Terminated;
+                for r in &mut lease.reservations {
+                    r.status = ReservationStatus::Deleted;
+                    r.updated_at = Some(now);
+                }
+                // A before_end that never ran is moot now.
+                for e in &mut lease.events {
+                    if e.event_type == EventType::BeforeEndLease && e.status == EventStatus::Undone {
+                        e.status = EventStatus::Done;
+                        e.updated_at = Some(now);
+                    }
+                }
+            }
+            EventType::BeforeEndLease => {}
+        }
+    }
+    lease.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutLease(lease));
+    Ok(Some(set))
+}
+
+/// Host fields to enrol, read from the compute node by the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostEnrolment {
+    /// Compute service host.
+    pub service_name: String,
+    /// Node name.
+    pub hypervisor_hostname: String,
+    /// vCPUs.
+    pub vcpus: i64,
+    /// RAM.
+    pub memory_mb: i64,
+    /// Disk.
+    pub local_gb: i64,
+    /// Zone ("" for none).
+    pub availability_zone: String,
+    /// Extra capabilities.
+    pub extra: std::collections::BTreeMap<String, String>,
+    /// Trust id.
+    pub trust_id: String,
+}
+
+/// Enrol a host (409 when it already is).
+pub fn plan_enrol_host(world: &World, host: HostEnrolment, now: Timestamp) -> Result<(WorldChangeSet, ReservableHost)> {
+    let tables = &world.compute.leases;
+    if tables.host_by_service.contains_key(&host.service_name) {
+        return Err(ComputeError::Conflict(format!("Host '{}' is already enrolled", host.hypervisor_hostname)));
+    }
+    for key in host.extra.keys() {
+        if key.len() > 64 {
+            return Err(ComputeError::Invalid("Extra capability key too long".into()));
+        }
+    }
+    let row = ReservableHost {
+        id: tables.max_host_id + 1,
+        hypervisor_hostname: host.hypervisor_hostname,
+        service_name: host.service_name,
+        vcpus: host.vcpus,
+        memory_mb: host.memory_mb,
+        local_gb: host.local_gb,
+        hypervisor_type: "QEMU".into(),
+        hypervisor_version: 1,
+        cpu_info: "{}".into(),
+        availability_zone: host.availability_zone,
+        trust_id: host.trust_id,
+        reservable: true,
+        extra: host.extra,
+        created_at: now,
+        updated_at: None,
+    };
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutReservableHost(row.clone()));
+    put_new_properties(world, row.extra.keys(), ids_from(&row), now, &mut set);
+    Ok((set, row))
+}
+
+fn ids_from(host: &ReservableHost) -> Uuid {
+    // Deterministic property ids: derived from the host's trust id and time
+    // only to be unique enough; properties are keyed by name.
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&host.id.to_be_bytes());
+    bytes[8..].copy_from_slice(&host.created_at.to_be_bytes());
+    Uuid::from_bytes(bytes)
+}
+
+fn put_new_properties<'a>(
+    world: &World,
+    keys: impl Iterator<Item = &'a String>,
+    seed: Uuid,
+    now: Timestamp,
+    set: &mut WorldChangeSet,
+) {
+    let props = &world.compute.leases.properties;
+    for (n, key) in keys.enumerate() {
+        let id = (crate::lease::RESOURCE_PHYSICAL_HOST.to_string(), key.clone());
+        if props.contains_key(&id) {
+            continue;
+        }
+        let mut bytes = *seed.as_bytes();
+        bytes[0] ^= n as u8;
+        bytes[1] ^= (n >> 8) as u8;
+        set.compute(C::PutResourceProperty(ResourceProperty {
+            id: Uuid::from_bytes(bytes),
+            resource_type: id.0,
+            name: id.1,
+            private: false,
+            created_at: now,
+            updated_at: None,
+        }));
+    }
+}
+
+/// Set extra capabilities of an enrolled host.
+pub fn plan_update_host(
+    world: &World,
+    id: i64,
+    extra: &std::collections::BTreeMap<String, String>,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, ReservableHost)> {
+    let mut host = world
+        .compute
+        .leases
+        .hosts
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| ComputeError::NotFound(format!("Object with {{'host_id': '{id}'}} not found")))?;
+    for (k, v) in extra {
+        if k.len() > 64 {
+            return Err(ComputeError::Invalid("Extra capability key too long".into()));
+        }
+        host.extra.insert(k.clone(), v.clone());
+    }
+    host.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutReservableHost(host.clone()));
+    put_new_properties(world, extra.keys(), ids_from(&host), now, &mut set);
+    Ok((set, host))
+}
+
+/// Remove an enrolled host: refused while a lease that has not ended
+/// holds it (Blazar: "Can't delete host 1. The host is reserved.").
+pub fn plan_delete_host(world: &World, id: i64) -> Result<WorldChangeSet> {
+    let tables = &world.compute.leases;
+    if !tables.hosts.contains_key(&id) {
+        return Err(ComputeError::NotFound(format!("Object with {{'host_id': '{id}'}} not found")));
+    }
+    if tables.bookings.get(&id).is_some_and(|b| !b.is_empty()) {
+        return Err(ComputeError::Conflict(format!("Can't delete host {id}. The host is reserved.")));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::DeleteReservableHost(id));
+    Ok(set)
+}
+
+/// Set a resource property's `private` flag.
+pub fn plan_set_property_private(
+    world: &World,
+    resource_type: &str,
+    name: &str,
+    private: bool,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, ResourceProperty)> {
+    let mut prop = world
+        .compute
+        .leases
+        .properties
+        .get(&(resource_type.to_string(), name.to_string()))
+        .cloned()
+        .ok_or_else(|| ComputeError::NotFound(format!("Object with {{'property_name': '{name}'}} not found")))?;
+    prop.private = private;
+    prop.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutResourceProperty(prop.clone()));
+    Ok((set, prop))
+}
+
+/// Mark a held host lost for `lease`'s reservations: replaced by a free
+/// matching host for the window when one exists (`resources_changed`), else
+/// dropped (`missing_resources`, the lease `degraded`).
+pub fn plan_heal_host(
+    world: &World,
+    lease_id: Uuid,
+    lost_host: i64,
+    parse: ParseQuery<'_>,
+    now: Timestamp,
+) -> Result<Option<WorldChangeSet>> {
+    let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
+    let mut lease = old.clone();
+    let mut admission = Admission {
+        world,
+        lease: lease_id,
+        start: lease.start,
+        end: lease.end,
+        overlay: Overlay::default(),
+        exclude: Some(lost_host),
+    };
+    // The lease's other holdings stay booked.
+    for reservation in &lease.reservations {
+        for a in reservation.allocations.iter().filter(|a| a.host_id != lost_host) {
+            admission.overlay.0.entry(a.host_id).or_default().push(Booking {
+                lease: lease_id,
+                reservation: reservation.id,
+                start: lease.start,
+                end: lease.end,
+                demand: reservation.demand(),
+                slots: a.slots,
+            });
+        }
+    }
+    let mut changed = false;
+    for reservation in &mut lease.reservations {
+        let Some(pos) = reservation.allocations.iter().position(|a| a.host_id == lost_host) else { continue };
+        changed = true;
+        let lost = reservation.allocations.remove(pos);
+        let (hyp, res) = match &reservation.kind {
+            ReservationKind::Host { hypervisor_properties, resource_properties, .. } => {
+                (hypervisor_properties.clone(), resource_properties.clone())
+            }
+            ReservationKind::Instance { resource_properties, .. } => (String::new(), resource_properties.clone()),
+        };
+        let mut kind = reservation.kind.clone();
+        match &mut kind {
+            ReservationKind::Host { min, max, .. } => {
+                *min = 1;
+                *max = 1;
+            }
+            ReservationKind::Instance { amount, affinity, .. } => {
+                *amount = lost.slots;
+                // One replacement host takes all the lost slots.
+                if *affinity == Some(false) && lost.slots == 1 {
+                    *affinity = None;
+                }
+            }
+        }
+        let request = ReservationRequest { kind, hypervisor_query: parse(&hyp)?, resource_query: parse(&res)? };
+        match admission.allocate(reservation.id, &request, &[], false) {
+            Ok(more) => {
+                reservation.allocations.extend(more);
+                reservation.allocations.sort_by_key(|a| a.host_id);
+                reservation.resources_changed = true;
+            }
+            Err(_) => {
+                reservation.missing_resources = true;
+                lease.degraded = true;
+            }
+        }
+        reservation.updated_at = Some(now);
+    }
+    if !changed {
+        return Ok(None);
+    }
+    lease.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutLease(lease));
+    Ok(Some(set))
+}
+
+/// Set a host reservable or not (healing marks a down host unreservable).
+pub fn plan_set_host_reservable(world: &World, id: i64, reservable: bool, now: Timestamp) -> Option<WorldChangeSet> {
+    let host = world.compute.leases.hosts.get(&id)?;
+    if host.reservable == reservable {
+        return None;
+    }
+    let mut host = host.clone();
+    host.reservable = reservable;
+    host.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutReservableHost(host));
+    Some(set)
+}
+
+/// The reservation a boot may use on a host: `Ok` when the host may take
+/// the boot. An enrolled host takes only boots that name (scheduler hint
+/// `reservation`) an active reservation holding it; a boot naming a
+/// reservation goes only to hosts that reservation holds.
+pub fn host_allows(world: &World, service_host: &str, reservation: Option<Uuid>) -> bool {
+    let tables = &world.compute.leases;
+    let enrolled = tables.host_by_service.get(service_host).copied();
+    match (enrolled, reservation) {
+        (None, None) => true,
+        (None, Some(_)) => false,
+        (Some(_), None) => false,
+        (Some(host_id), Some(rid)) => tables.reservation(rid).is_some_and(|(lease, r)| {
+            lease.status == LeaseStatus::Active
+                && r.status == ReservationStatus::Active
+                && r.allocations.iter().any(|a| a.host_id == host_id)
+        }),
+    }
+}
+
+/// Earliest start `>= from` at which `request` (one reservation, for
+/// `duration` seconds) would be admitted, looking no further than
+/// `horizon`. Candidate starts are `from` and the ends of bookings.
+pub fn earliest_window(
+    world: &World,
+    request: &ReservationRequest,
+    duration: Timestamp,
+    from: Timestamp,
+    horizon: Timestamp,
+) -> Option<(Timestamp, Vec<HostAllocation>)> {
+    let tables = &world.compute.leases;
+    let mut starts: Vec<Timestamp> = vec![from];
+    for list in tables.bookings.values() {
+        starts.extend(list.iter().map(|b| b.end).filter(|t| *t > from && *t <= horizon));
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    for start in starts {
+        let mut admission = Admission {
+            world,
+            lease: Uuid::nil(),
+            start,
+            end: start + duration,
+            overlay: Overlay::default(),
+            exclude: None,
+        };
+        if let Ok(a) = admission.allocate(Uuid::nil(), request, &[], false) {
+            return Some((start, a));
+        }
+    }
+    None
+}
+
+/// Leases whose bookings overlap `[start, end)` on hosts `request` could
+/// use: what blocks an admission (dry run).
+pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Timestamp, end: Timestamp) -> Vec<Uuid> {
+    let admission = Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: None };
+    let mut out: Vec<Uuid> = Vec::new();
+    for h in admission.matching_hosts(request) {
+        for b in admission.bookings(h.id) {
+            if !out.contains(&b.lease) {
+                out.push(b.lease);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

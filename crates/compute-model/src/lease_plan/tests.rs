@@ -1,0 +1,274 @@
+//! Admission, updates and events on a small world.
+
+use std::collections::BTreeMap;
+
+use super::*;
+
+const H: i64 = 3600;
+
+fn world_with_hosts(n: usize, vcpus: i64) -> World {
+    let mut world = World::default();
+    for i in 0..n {
+        let enrol = HostEnrolment {
+            service_name: format!("h{i}"),
+            hypervisor_hostname: format!("h{i}"),
+            vcpus,
+            memory_mb: 16384,
+            local_gb: 100,
+            availability_zone: String::new(),
+            extra: BTreeMap::from([("gpu".to_string(), if i % 2 == 0 { "true" } else { "false" }.to_string())]),
+            trust_id: "t".into(),
+        };
+        let (set, _) = plan_enrol_host(&world, enrol, 0).unwrap();
+        world.apply(&set);
+    }
+    world
+}
+
+fn ids() -> impl FnMut() -> Uuid {
+    let mut n = 0u128;
+    move || {
+        n += 1;
+        Uuid::from_u128(n + (std::process::id() as u128) * 1_000_000_000 + rand_base())
+    }
+}
+
+fn rand_base() -> u128 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    (NEXT.fetch_add(1, Ordering::SeqCst) as u128) << 64
+}
+
+fn hosts(min: i64, max: i64) -> ReservationRequest {
+    ReservationRequest {
+        kind: ReservationKind::Host {
+            min,
+            max,
+            hypervisor_properties: String::new(),
+            resource_properties: String::new(),
+            before_end: "default".into(),
+        },
+        hypervisor_query: None,
+        resource_query: None,
+    }
+}
+
+fn slots(amount: i64, vcpus: i64, affinity: Option<bool>) -> ReservationRequest {
+    ReservationRequest {
+        kind: ReservationKind::Instance {
+            vcpus,
+            memory_mb: 1024,
+            disk_gb: 10,
+            amount,
+            affinity,
+            resource_properties: String::new(),
+            source_flavor: None,
+        },
+        hypervisor_query: None,
+        resource_query: None,
+    }
+}
+
+fn lease(start: i64, end: i64, reservations: Vec<ReservationRequest>) -> LeaseRequest {
+    LeaseRequest {
+        name: "l".into(),
+        user_id: "u".into(),
+        project_id: "p".into(),
+        start,
+        end,
+        before_end: None,
+        reservations,
+    }
+}
+
+fn admit(world: &mut World, request: &LeaseRequest) -> std::result::Result<Lease, ComputeError> {
+    let mut next = ids();
+    let (set, lease) = plan_create_lease(world, request, &mut next, 0)?;
+    world.apply(&set);
+    Ok(lease)
+}
+
+fn no_parse(s: &str) -> Result<Option<Query>> {
+    assert!(s.is_empty());
+    Ok(None)
+}
+
+#[test]
+fn last_host_is_booked_once_and_touching_windows_are_admitted() {
+    let mut world = world_with_hosts(1, 8);
+    admit(&mut world, &lease(10 * H, 11 * H, vec![hosts(1, 1)])).unwrap();
+    let err = admit(&mut world, &lease(10 * H + 1800, 12 * H, vec![hosts(1, 1)])).unwrap_err();
+    assert_eq!(err, ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()));
+    assert_eq!(world.compute.leases.leases.len(), 1, "a refused lease writes nothing");
+    admit(&mut world, &lease(11 * H, 12 * H, vec![hosts(1, 1)])).expect("end of A = start of B");
+    admit(&mut world, &lease(9 * H, 10 * H, vec![hosts(1, 1)])).expect("end of B = start of A");
+}
+
+#[test]
+fn min_max_takes_what_is_free() {
+    let mut world = world_with_hosts(3, 8);
+    let a = admit(&mut world, &lease(0, H, vec![hosts(1, 2)])).unwrap();
+    assert_eq!(a.reservations[0].allocations.len(), 2);
+    let b = admit(&mut world, &lease(0, H, vec![hosts(1, 5)])).unwrap();
+    assert_eq!(b.reservations[0].allocations.len(), 1);
+    assert!(admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).is_err());
+}
+
+#[test]
+fn slots_are_counted_per_slot() {
+    // 8-vCPU host; 2 × 4-vCPU slots fill it; a third overlapping slot does not fit.
+    let mut world = world_with_hosts(1, 8);
+    admit(&mut world, &lease(0, 2 * H, vec![slots(2, 4, None)])).unwrap();
+    assert!(admit(&mut world, &lease(H, 3 * H, vec![slots(1, 4, None)])).is_err());
+    assert!(admit(&mut world, &lease(H, 3 * H, vec![slots(1, 4, Some(true))])).is_err());
+    assert!(admit(&mut world, &lease(H, 3 * H, vec![slots(1, 4, Some(false))])).is_err());
+    // After the window it fits again.
+    admit(&mut world, &lease(2 * H, 3 * H, vec![slots(2, 4, None)])).unwrap();
+}
+
+#[test]
+fn peak_not_sum_inside_the_window() {
+    // Three non-overlapping 4-vCPU reservations inside [0, 6h) on an
+    // 8-vCPU host leave exactly one 4-vCPU slot for the whole window.
+    let mut world = world_with_hosts(1, 8);
+    for i in 0..3 {
+        admit(&mut world, &lease(2 * i * H, 2 * (i + 1) * H, vec![slots(1, 4, None)])).unwrap();
+    }
+    admit(&mut world, &lease(0, 6 * H, vec![slots(1, 4, None)])).expect("peak 4 + 4 = 8");
+    assert!(admit(&mut world, &lease(0, 6 * H, vec![slots(1, 4, None)])).is_err());
+}
+
+#[test]
+fn affinity_decides_the_spread() {
+    let mut world = world_with_hosts(2, 8);
+    assert!(admit(&mut world, &lease(0, H, vec![slots(3, 4, Some(true))])).is_err(), "3 × 4 on one 8-vCPU host");
+    let l = admit(&mut world, &lease(0, H, vec![slots(2, 4, Some(false))])).unwrap();
+    assert_eq!(l.reservations[0].allocations.len(), 2);
+    assert!(admit(&mut world, &lease(0, H, vec![slots(2, 4, Some(false))])).is_ok());
+    assert!(admit(&mut world, &lease(0, H, vec![slots(1, 1, None)])).is_err());
+}
+
+#[test]
+fn whole_host_and_slots_exclude_each_other() {
+    let mut world = world_with_hosts(1, 8);
+    admit(&mut world, &lease(0, H, vec![slots(1, 1, None)])).unwrap();
+    assert!(admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).is_err());
+    admit(&mut world, &lease(H, 2 * H, vec![hosts(1, 1)])).unwrap();
+    assert!(admit(&mut world, &lease(H, 2 * H, vec![slots(1, 1, None)])).is_err());
+}
+
+#[test]
+fn properties_filter_hosts() {
+    let mut world = world_with_hosts(4, 8);
+    let mut req = hosts(1, 4);
+    req.resource_query = Some(Query::Cmp { op: Op::Eq, key: "gpu".into(), value: "true".into() });
+    let l = admit(&mut world, &lease(0, H, vec![req])).unwrap();
+    assert_eq!(l.reservations[0].allocations.iter().map(|a| a.host_id).collect::<Vec<_>>(), vec![1, 3]);
+    let mut big = hosts(1, 1);
+    big.hypervisor_query = Some(Query::Cmp { op: Op::Ge, key: "vcpus".into(), value: "16".into() });
+    assert!(admit(&mut world, &lease(0, H, vec![big])).is_err(), "numeric comparison: 8 < 16");
+}
+
+#[test]
+fn updates_never_conflict_with_themselves_and_overcommit_is_refused() {
+    let mut world = world_with_hosts(1, 8);
+    let a = admit(&mut world, &lease(10 * H, 12 * H, vec![slots(2, 4, None)])).unwrap();
+    admit(&mut world, &lease(12 * H, 14 * H, vec![slots(2, 4, None)])).unwrap();
+    let before = world.compute.leases.leases.get(&a.id).cloned().unwrap();
+    // Extending into the other lease's window would overcommit.
+    let grow = LeaseUpdate { end: Some(13 * H), ..Default::default() };
+    assert!(plan_update_lease(&world, a.id, &grow, &no_parse, 0).is_err());
+    assert_eq!(world.compute.leases.leases.get(&a.id), Some(&before), "nothing changed");
+    // Shrinking the amount and the window on a full host always succeeds.
+    let rid = a.reservations[0].id;
+    let shrink = LeaseUpdate {
+        end: Some(11 * H),
+        reservations: vec![ReservationUpdate { id: rid, amount: Some(1), ..Default::default() }],
+        ..Default::default()
+    };
+    let (set, after) = plan_update_lease(&world, a.id, &shrink, &no_parse, 0).unwrap();
+    world.apply(&set);
+    assert_eq!(after.reservations[0].allocations, vec![HostAllocation { host_id: 1, slots: 1 }]);
+    assert_eq!(after.event(EventType::EndLease).unwrap().time, 11 * H);
+    assert_eq!(after.event(EventType::BeforeEndLease).unwrap().time, 10 * H);
+}
+
+#[test]
+fn active_leases_keep_their_hosts_and_amount_only_grows() {
+    let mut world = world_with_hosts(2, 8);
+    let a = admit(&mut world, &lease(0, 10 * H, vec![slots(1, 4, None)])).unwrap();
+    for (lease, event, _, _) in due_events(&world, 0) {
+        let set = plan_event_begin(&world, lease, event, 0).unwrap().unwrap();
+        world.apply(&set);
+        let set = plan_event_finish(&world, lease, event, false, 0).unwrap().unwrap();
+        world.apply(&set);
+        break;
+    }
+    assert_eq!(world.compute.leases.leases[&a.id].status, LeaseStatus::Active);
+    let rid = a.reservations[0].id;
+    let shrink = LeaseUpdate {
+        reservations: vec![ReservationUpdate { id: rid, amount: Some(0), ..Default::default() }],
+        ..Default::default()
+    };
+    assert!(plan_update_lease(&world, a.id, &shrink, &no_parse, H).is_err());
+    let moved = LeaseUpdate { start: Some(H), ..Default::default() };
+    assert_eq!(
+        plan_update_lease(&world, a.id, &moved, &no_parse, H).unwrap_err(),
+        ComputeError::Invalid("Cannot modify the start date of already started leases".into())
+    );
+    let grow = LeaseUpdate {
+        reservations: vec![ReservationUpdate { id: rid, amount: Some(3), ..Default::default() }],
+        ..Default::default()
+    };
+    let (_, grown) = plan_update_lease(&world, a.id, &grow, &no_parse, H).unwrap();
+    assert_eq!(grown.reservations[0].allocations[0], HostAllocation { host_id: 1, slots: 2 }, "kept first");
+}
+
+#[test]
+fn due_events_run_ends_before_starts_and_starts_wait_for_ends() {
+    let mut world = world_with_hosts(1, 8);
+    let a = admit(&mut world, &lease(0, 10 * H, vec![hosts(1, 1)])).unwrap();
+    let b = admit(&mut world, &lease(10 * H, 20 * H, vec![hosts(1, 1)])).unwrap();
+    let due: Vec<(Uuid, EventType)> = due_events(&world, 10 * H).into_iter().map(|(l, _, k, _)| (l, k)).collect();
+    let pos = |l: Uuid, k: EventType| due.iter().position(|x| *x == (l, k)).unwrap();
+    assert!(pos(a.id, EventType::EndLease) < pos(b.id, EventType::StartLease));
+    assert_eq!(start_blocked_by(&world, &world.compute.leases.leases[&b.id]), Some(a.id));
+    let end = a.event(EventType::EndLease).unwrap().id;
+    world.apply(&plan_event_finish(&world, a.id, end, false, 10 * H).unwrap().unwrap());
+    assert_eq!(start_blocked_by(&world, &world.compute.leases.leases[&b.id]), None);
+    assert!(plan_event_finish(&world, a.id, end, false, 10 * H).unwrap().is_none(), "exactly once");
+}
+
+#[test]
+fn healing_replaces_a_lost_host_or_degrades() {
+    let mut world = world_with_hosts(2, 8);
+    let a = admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).unwrap();
+    let held = a.reservations[0].allocations[0].host_id;
+    world.apply(&plan_set_host_reservable(&world, held, false, 0).unwrap());
+    let set = plan_heal_host(&world, a.id, held, &no_parse, 0).unwrap().unwrap();
+    world.apply(&set);
+    let healed = &world.compute.leases.leases[&a.id];
+    assert!(healed.reservations[0].resources_changed);
+    let now_held = healed.reservations[0].allocations[0].host_id;
+    assert_ne!(now_held, held);
+    world.apply(&plan_set_host_reservable(&world, now_held, false, 0).unwrap());
+    let set = plan_heal_host(&world, a.id, now_held, &no_parse, 0).unwrap().unwrap();
+    world.apply(&set);
+    let degraded = &world.compute.leases.leases[&a.id];
+    assert!(degraded.degraded && degraded.reservations[0].missing_resources);
+}
+
+#[test]
+fn the_scheduler_rule() {
+    let mut world = world_with_hosts(1, 8);
+    assert!(host_allows(&world, "other", None));
+    assert!(!host_allows(&world, "h0", None), "free pool");
+    let a = admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).unwrap();
+    let rid = a.reservations[0].id;
+    assert!(!host_allows(&world, "h0", Some(rid)), "not started");
+    let start = a.event(EventType::StartLease).unwrap().id;
+    world.apply(&plan_event_begin(&world, a.id, start, 0).unwrap().unwrap());
+    world.apply(&plan_event_finish(&world, a.id, start, false, 0).unwrap().unwrap());
+    assert!(host_allows(&world, "h0", Some(rid)));
+    assert!(!host_allows(&world, "other", Some(rid)));
+}
