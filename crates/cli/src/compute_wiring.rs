@@ -36,6 +36,7 @@ pub(crate) struct ComputeServices {
     agent_api: Api<ComputeCtx>,
     admin_api: Api<ComputeCtx>,
     identity_api: Api<ComputeCtx>,
+    reservation_api: Api<ComputeCtx>,
 }
 
 /// Open a cell's store from its mapping.
@@ -121,6 +122,7 @@ impl ComputeServices {
             agent_api: berth_compute_api::routes::agent_api(overrides)?,
             admin_api: berth_compute_api::routes::admin_api(overrides)?,
             identity_api: berth_compute_api::routes::identity_api(overrides)?,
+            reservation_api: berth_compute_api::routes::reservation_api(overrides)?,
         })
     }
 
@@ -137,6 +139,7 @@ impl ComputeServices {
             Target::Agent(rest) => (&self.agent_api, rest.to_owned()),
             Target::Admin(rest) => (&self.admin_api, rest.to_owned()),
             Target::Identity(rest) => (&self.identity_api, rest.to_owned()),
+            Target::Reservation(rest) => (&self.reservation_api, rest.to_owned()),
             Target::Operational | Target::Placement(_) => {
                 return Response::builder().status(404).body(Body::empty()).unwrap_or_default()
             }

@@ -39,6 +39,8 @@ pub(crate) enum Target<'a> {
     Admin(&'a str),
     /// The minimal identity endpoints (after `/identity`).
     Identity(&'a str),
+    /// The reservation API (after `/reservation`).
+    Reservation(&'a str),
 }
 
 fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
@@ -68,6 +70,9 @@ pub(crate) fn target(path: &str) -> Target<'_> {
     }
     if let Some(rest) = under(path, "/identity") {
         return Target::Identity(rest);
+    }
+    if let Some(rest) = under(path, "/reservation") {
+        return Target::Reservation(rest);
     }
     Target::Placement(path)
 }
@@ -163,6 +168,8 @@ mod tests {
         assert_eq!(target("/compute/v2.1/servers"), Target::Compute("/v2.1/servers"));
         assert_eq!(target("/compute"), Target::Compute(""));
         assert_eq!(target("/image/v2/images"), Target::Image("/v2/images"));
+        assert_eq!(target("/reservation/v1/leases"), Target::Reservation("/v1/leases"));
+        assert_eq!(target("/reservationx"), Target::Placement("/reservationx"));
         assert_eq!(target("/agent/v1/work"), Target::Agent("/work"));
         assert_eq!(target("/admin/v1/cells"), Target::Admin("/cells"));
         assert_eq!(target("/metrics"), Target::Operational);

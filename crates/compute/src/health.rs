@@ -106,6 +106,11 @@ impl Health {
         self.update(host, |r| r.failed_builds = 0);
     }
 
+    /// Has `host` ever been seen (heartbeat or service row)?
+    pub fn is_known(&self, host: &str) -> bool {
+        self.hosts.read().unwrap_or_else(|p| p.into_inner()).get(host).is_some_and(|r| r.last_seen.is_some())
+    }
+
     /// Is `host` up at `now`?
     pub fn is_up_at(&self, host: &str, now: Timestamp) -> bool {
         let hosts = self.hosts.read().unwrap_or_else(|p| p.into_inner());

@@ -22,6 +22,8 @@ pub mod conductor;
 pub mod control;
 pub mod health;
 pub mod hub;
+pub mod lease_query;
+pub mod leases;
 pub mod servers;
 pub mod services;
 
@@ -56,6 +58,8 @@ pub struct ComputeConfig {
     /// Where a new cell's database goes when none is given: `{name}` is
     /// replaced by the cell's name.
     pub cell_database_template: String,
+    /// How often the lease runner looks for due events and down hosts.
+    pub lease_tick: Duration,
 }
 
 impl Default for ComputeConfig {
@@ -66,6 +70,7 @@ impl Default for ComputeConfig {
             schedule_retries: 3,
             conductor_workers: 4,
             sweep_interval: Duration::from_millis(200),
+            lease_tick: Duration::from_secs(1),
             service_down_time: 60,
             max_limit: 1000,
             cell_database_template: "sqlite://berth-data/{name}.sqlite".to_owned(),
@@ -142,6 +147,9 @@ pub struct Compute {
     pub metrics: Metrics,
     /// Test breakpoints.
     pub hooks: TestHooks,
+    /// Counters of the lease runner.
+    pub lease_metrics: leases::LeaseMetrics,
+    lease_wake: tokio::sync::Notify,
     seed: AtomicU64,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
     jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
@@ -167,6 +175,8 @@ impl Compute {
             clock,
             metrics: Metrics::default(),
             hooks: TestHooks::default(),
+            lease_metrics: leases::LeaseMetrics::default(),
+            lease_wake: tokio::sync::Notify::new(),
             seed: AtomicU64::new(seed),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
@@ -183,6 +193,7 @@ impl Compute {
             conductor::spawn_workers(self.clone(), rx);
         }
         agents::spawn_sweep(self.clone());
+        leases::spawn_lease_runner(self.clone());
         conductor::resume_pending(self);
     }
 

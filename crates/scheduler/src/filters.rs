@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use berth_compute_model::lease_plan::host_allows;
 use berth_compute_model::plan::{group_allows, host_of_instance};
 use berth_compute_model::{RequestSpec, ServerGroup, World, CELL0_UUID};
 
@@ -37,7 +38,8 @@ pub(crate) fn passes_static(
     if !health.is_up(name) || health.is_disabled(name) {
         return false;
     }
-    aggregate_extra_specs_pass(world, name, spec)
+    reservation_pass(world, name, spec)
+        && aggregate_extra_specs_pass(world, name, spec)
         && same_host_pass(world, name, spec)
         && different_host_pass(world, name, spec)
 }
@@ -56,6 +58,29 @@ fn different_host_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
     !spec.different_host.iter().any(|i| host_of_instance(world, i).is_some_and(|n| n.host == host))
 }
 
+/// Blazar's filter: a host enrolled for reservations takes only boots for
+/// an active reservation that holds it (scheduler hint `reservation`, or a
+/// reservation flavor's `aggregate_instance_extra_specs:reservation`), and
+/// such boots go nowhere else.
+fn reservation_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
+    let named = spec
+        .hints
+        .get("reservation")
+        .and_then(|v| v.first())
+        .or_else(|| spec.flavor.extra_specs.get(RESERVATION_SPEC));
+    let reservation = match named {
+        None => None,
+        // A hint that is not a reservation id matches no host.
+        Some(text) => match uuid::Uuid::parse_str(text) {
+            Ok(id) => Some(id),
+            Err(_) => return false,
+        },
+    };
+    host_allows(world, host, reservation)
+}
+
+const RESERVATION_SPEC: &str = "aggregate_instance_extra_specs:reservation";
+
 const SCOPE: &str = "aggregate_instance_extra_specs";
 
 fn aggregate_extra_specs_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
@@ -64,6 +89,7 @@ fn aggregate_extra_specs_pass(world: &World, host: &str, spec: &RequestSpec) -> 
         .extra_specs
         .iter()
         .filter_map(|(k, v)| k.strip_prefix(SCOPE).and_then(|k| k.strip_prefix(':')).map(|k| (k, v.as_str())))
+        .filter(|(k, _)| *k != "reservation")
         .collect();
     if scoped.is_empty() {
         return true;

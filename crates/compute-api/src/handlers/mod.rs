@@ -6,5 +6,6 @@
 pub mod agents;
 pub mod flavors;
 pub mod images;
+pub mod leases;
 pub mod resources;
 pub mod servers;

@@ -1,0 +1,938 @@
+//! The reservation API (Blazar v1 at `/reservation/v1`): leases,
+//! `os-hosts` with properties and allocations, and berth's extensions
+//! (`/availability`, `?dry_run=true`). Bodies, dates, messages and
+//! policy rule names are Blazar 18.0.0's; admission is berth's (one planned
+//! write, peak usage in the window).
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Response, StatusCode};
+use berth_compute_model::lease::{
+    HostAllocation, Lease, LeaseEvent, Reservation, ReservableHost, ReservationKind, ResourceProperty,
+    RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
+};
+use berth_compute_model::lease_plan::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
+use berth_compute_model::{ComputeError, World};
+use berth_http::policy::{RuleTable, Target};
+use berth_http::{error_response, ApiError, ApiResult, Req, Resp, Version};
+use uuid::Uuid;
+use serde_json::{json, Map, Value};
+
+use crate::api::{self, ComputeCtx};
+
+/// Blazar 18.0.0's policy rules and defaults.
+pub const RULES: &RuleTable = &[
+    ("admin", "is_admin:True or role:admin", None),
+    ("admin_or_owner", "rule:admin or project_id:%(project_id)s", None),
+    ("project_member_api", "role:member and project_id:%(project_id)s", None),
+    ("project_reader_api", "role:reader and project_id:%(project_id)s", None),
+    ("project_member_or_admin", "rule:project_member_api or rule:admin", None),
+    ("project_reader_or_admin", "rule:project_reader_api or rule:admin", None),
+    ("blazar:leases:get", "rule:project_reader_or_admin", None),
+    ("blazar:leases:post", "rule:project_member_or_admin", None),
+    ("blazar:leases:put", "rule:project_member_or_admin", None),
+    ("blazar:leases:delete", "rule:project_member_or_admin", None),
+    ("blazar:oshosts:get", "rule:admin", None),
+    ("blazar:oshosts:post", "rule:admin", None),
+    ("blazar:oshosts:put", "rule:admin", None),
+    ("blazar:oshosts:delete", "rule:admin", None),
+    ("blazar:oshosts:get_allocations", "rule:admin", None),
+    ("blazar:oshosts:get_resource_properties", "rule:admin", None),
+    ("blazar:oshosts:update_resource_properties", "rule:admin", None),
+];
+
+/// Blazar's error body: `{"error_code": 400, "error_message": "...",
+/// "error_name": 400}` (Blazar puts the code in `error_name` too).
+pub fn render_error(err: &ApiError, _: Option<Version>, _: &str, _: &HeaderMap) -> Response<Body> {
+    let code = err.status.as_u16();
+    let body = json!({"error_code": code, "error_message": err.detail, "error_name": code});
+    error_response(err, "application/json", body.to_string())
+}
+
+fn refused(err: ComputeError) -> ApiError {
+    api::refused(err)
+}
+
+fn policy(req: &Req, rule: &str, project_id: &str) -> ApiResult<()> {
+    let mut target = Target::default();
+    target.values.insert("project_id".into(), project_id.to_owned());
+    if req.allowed(rule, &target) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!("Policy doesn't allow {rule} to be performed")))
+    }
+}
+
+fn is_admin(req: &Req) -> bool {
+    api::is_admin(req)
+}
+
+// ---------------------------------------------------------------- dates
+
+const MONTH_DAYS: [i64; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = if y2 >= 0 { y2 } else { y2 - 399 } / 400;
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// `YYYY-MM-DD HH:MM` (Blazar's input format, strict like `strptime`).
+fn parse_blazar_date(text: &str) -> Option<i64> {
+    let (date, time) = text.split_once(' ')?;
+    let mut d = date.split('-');
+    let (y, m, day) = (d.next()?, d.next()?, d.next()?);
+    if d.next().is_some() || y.len() != 4 || m.is_empty() || m.len() > 2 || day.is_empty() || day.len() > 2 {
+        return None;
+    }
+    let (hh, mm) = time.split_once(':')?;
+    if hh.is_empty() || hh.len() > 2 || mm.is_empty() || mm.len() > 2 {
+        return None;
+    }
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if ![y, m, day, hh, mm].iter().all(|s| all_digits(s)) {
+        return None;
+    }
+    let (y, m, day, hh, mm): (i64, i64, i64, i64, i64) =
+        (y.parse().ok()?, m.parse().ok()?, day.parse().ok()?, hh.parse().ok()?, mm.parse().ok()?);
+    if !(1..=12).contains(&m) || hh > 23 || mm > 59 || day < 1 {
+        return None;
+    }
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let max_day = if m == 2 && leap { 29 } else { MONTH_DAYS[(m - 1) as usize] };
+    if day > max_day {
+        return None;
+    }
+    Some(days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60)
+}
+
+/// A lease date: `now` (truncated to the minute, as Blazar does), Blazar's
+/// format, or RFC 3339 (extension). 400 with Blazar's message otherwise.
+fn parse_date(text: &str, now: i64) -> ApiResult<i64> {
+    if text == "now" {
+        return Ok(now - now.rem_euclid(60));
+    }
+    parse_blazar_date(text)
+        .or_else(|| if text.contains('T') { api::parse_time(text) } else { None })
+        .ok_or_else(|| ApiError::bad_request(format!("{text} is an invalid date. Required format: %Y-%m-%d %H:%M")))
+}
+
+fn split(ts: i64) -> ((i64, i64, i64), (i64, i64, i64)) {
+    let days = ts.div_euclid(86_400);
+    let secs = ts.rem_euclid(86_400);
+    (civil_from_days(days), (secs / 3600, secs % 3600 / 60, secs % 60))
+}
+
+/// `2050-01-01T10:00:00.000000` (lease dates, event times).
+pub fn iso(ts: i64) -> String {
+    let ((y, m, d), (hh, mm, ss)) = split(ts);
+    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.000000")
+}
+
+/// `2026-11-23 10:58:47.000000` (`created_at`, `updated_at`).
+pub fn stamp(ts: i64) -> String {
+    let ((y, m, d), (hh, mm, ss)) = split(ts);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02}.000000")
+}
+
+fn opt_stamp(ts: Option<i64>) -> Value {
+    ts.map_or(Value::Null, |t| json!(stamp(t)))
+}
+
+// ---------------------------------------------------------------- bodies
+
+fn body(req: &Req) -> ApiResult<Map<String, Value>> {
+    match api::parse_body(req)? {
+        Value::Object(map) => Ok(map),
+        _ => Err(ApiError::bad_request("Malformed request body: a JSON object is expected")),
+    }
+}
+
+fn missing(param: &str) -> ApiError {
+    ApiError::bad_request(format!("Missing parameter {param}"))
+}
+
+fn malformed(param: &str) -> ApiError {
+    ApiError::bad_request(format!("Malformed parameter {param}"))
+}
+
+/// An integer parameter: JSON integers, or strings holding one (Blazar's
+/// client sends both); anything else is "Malformed parameter".
+fn int_param(map: &Map<String, Value>, key: &str) -> ApiResult<Option<i64>> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| malformed(key)),
+        Some(Value::String(s)) => s.trim().parse::<i64>().map(Some).map_err(|_| malformed(key)),
+        Some(_) => Err(malformed(key)),
+    }
+}
+
+fn str_param(map: &Map<String, Value>, key: &str) -> ApiResult<Option<String>> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(malformed(key)),
+    }
+}
+
+/// Parse Blazar's JSON query text (`""` and `"[]"` mean no requirement).
+pub fn parse_query(text: &str) -> ApiResult<Option<Query>> {
+    berth_compute::lease_query::parse(text).map_err(ApiError::bad_request)
+}
+
+fn check_keys(world: &World, query: &Option<Query>, hypervisor: bool, text: &str) -> ApiResult<()> {
+    let Some(q) = query else { return Ok(()) };
+    let mut keys = Vec::new();
+    q.keys(&mut keys);
+    for key in keys {
+        let known = if hypervisor {
+            matches!(
+                key.as_str(),
+                "vcpus"
+                    | "memory_mb"
+                    | "local_gb"
+                    | "hypervisor_type"
+                    | "hypervisor_version"
+                    | "hypervisor_hostname"
+                    | "service_name"
+                    | "cpu_info"
+                    | "availability_zone"
+            )
+        } else {
+            world.compute.leases.properties.contains_key(&(RESOURCE_PHYSICAL_HOST.to_string(), key.clone()))
+        };
+        if !known {
+            return Err(ApiError::bad_request(format!("Malformed requirements {text}: unknown property {key}")));
+        }
+    }
+    Ok(())
+}
+
+fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<ReservationRequest> {
+    let resource_type = str_param(map, "resource_type")?.ok_or_else(|| missing("resource_type"))?;
+    match resource_type.as_str() {
+        RESOURCE_PHYSICAL_HOST => {
+            let min = int_param(map, "min")?.ok_or_else(|| missing("min"))?;
+            let max = int_param(map, "max")?.ok_or_else(|| missing("max"))?;
+            if min < 1 || max < min {
+                return Err(ApiError::bad_request(
+                    "Invalid values for min/max of hosts. Max must be equal to or larger than min.",
+                ));
+            }
+            let hyp = str_param(map, "hypervisor_properties")?.unwrap_or_default();
+            let res = str_param(map, "resource_properties")?.unwrap_or_default();
+            let hypervisor_query = parse_query(&hyp)?;
+            let resource_query = parse_query(&res)?;
+            check_keys(world, &hypervisor_query, true, &hyp)?;
+            check_keys(world, &resource_query, false, &res)?;
+            let before_end = str_param(map, "before_end")?.unwrap_or_else(|| "default".into());
+            if !matches!(before_end.as_str(), "default" | "snapshot" | "notification") {
+                return Err(malformed("before_end"));
+            }
+            Ok(ReservationRequest {
+                kind: ReservationKind::Host {
+                    min,
+                    max,
+                    hypervisor_properties: hyp,
+                    resource_properties: res,
+                    before_end,
+                },
+                hypervisor_query,
+                resource_query,
+            })
+        }
+        RESOURCE_VIRTUAL_INSTANCE | RESOURCE_FLAVOR_INSTANCE => {
+            let (vcpus, memory_mb, disk_gb, source_flavor) = if resource_type == RESOURCE_FLAVOR_INSTANCE {
+                let id = str_param(map, "flavor_id")?.ok_or_else(|| missing("flavor_id"))?;
+                let flavor = world
+                    .compute
+                    .flavors
+                    .get(&id)
+                    .ok_or_else(|| ApiError::bad_request(format!("Flavor {id} could not be found.")))?;
+                (flavor.vcpus, flavor.memory_mb, flavor.root_gb + flavor.ephemeral_gb, Some(id))
+            } else {
+                let need = |k: &str| int_param(map, k)?.ok_or_else(|| missing(k));
+                (need("vcpus")?, need("memory_mb")?, need("disk_gb")?, None)
+            };
+            let amount = int_param(map, "amount")?.ok_or_else(|| missing("amount"))?;
+            for (name, v) in [("vcpus", vcpus), ("memory_mb", memory_mb), ("disk_gb", disk_gb)] {
+                if v < 0 {
+                    return Err(malformed(name));
+                }
+            }
+            if amount < 1 {
+                return Err(malformed("amount"));
+            }
+            let affinity = match map.get("affinity") {
+                None | Some(Value::Null) => None,
+                Some(Value::Bool(b)) => Some(*b),
+                Some(Value::String(s)) => match api::parse_bool(s) {
+                    Some(b) => Some(b),
+                    None if s.eq_ignore_ascii_case("none") => None,
+                    None => return Err(malformed("affinity")),
+                },
+                Some(_) => return Err(malformed("affinity")),
+            };
+            let res = str_param(map, "resource_properties")?.unwrap_or_default();
+            let resource_query = parse_query(&res)?;
+            check_keys(world, &resource_query, false, &res)?;
+            Ok(ReservationRequest {
+                kind: ReservationKind::Instance {
+                    vcpus,
+                    memory_mb,
+                    disk_gb,
+                    amount,
+                    affinity,
+                    resource_properties: res,
+                    source_flavor,
+                },
+                hypervisor_query: None,
+                resource_query,
+            })
+        }
+        other => Err(ApiError::bad_request(format!("The {other} resource type is not supported"))),
+    }
+}
+
+// ---------------------------------------------------------------- views
+
+fn reservation_view(lease: &Lease, r: &Reservation) -> Value {
+    let mut out = json!({
+        "id": r.id.to_string(), "lease_id": lease.id.to_string(), "resource_id": r.resource_id.to_string(),
+        "resource_type": r.resource_type(), "status": r.status.as_str(),
+        "missing_resources": r.missing_resources, "resources_changed": r.resources_changed,
+        "created_at": stamp(r.created_at), "updated_at": opt_stamp(r.updated_at),
+    });
+    let map = out.as_object_mut().expect("object");
+    match &r.kind {
+        ReservationKind::Host { min, max, hypervisor_properties, resource_properties, before_end } => {
+            map.insert("hypervisor_properties".into(), json!(hypervisor_properties));
+            map.insert("resource_properties".into(), json!(resource_properties));
+            map.insert("before_end".into(), json!(before_end));
+            map.insert("min".into(), json!(min));
+            map.insert("max".into(), json!(max));
+        }
+        ReservationKind::Instance {
+            vcpus,
+            memory_mb,
+            disk_gb,
+            amount,
+            affinity,
+            resource_properties,
+            source_flavor,
+        } => {
+            map.insert("vcpus".into(), json!(vcpus));
+            map.insert("memory_mb".into(), json!(memory_mb));
+            map.insert("disk_gb".into(), json!(disk_gb));
+            map.insert("amount".into(), json!(amount));
+            map.insert("affinity".into(), json!(affinity));
+            map.insert("resource_properties".into(), json!(resource_properties));
+            map.insert("flavor_id".into(), json!(source_flavor.clone().unwrap_or_else(|| r.id.to_string())));
+        }
+    }
+    out
+}
+
+fn event_view(lease: &Lease, e: &LeaseEvent) -> Value {
+    json!({
+        "id": e.id.to_string(), "lease_id": lease.id.to_string(), "event_type": e.event_type.as_str(),
+        "time": iso(e.time), "status": e.status.as_str(),
+        "created_at": stamp(e.created_at), "updated_at": opt_stamp(e.updated_at),
+    })
+}
+
+/// A lease as Blazar shows it.
+pub fn lease_view(lease: &Lease) -> Value {
+    json!({
+        "id": lease.id.to_string(), "name": lease.name, "user_id": lease.user_id,
+        "project_id": lease.project_id, "start_date": iso(lease.start), "end_date": iso(lease.end),
+        "trust_id": lease.trust_id, "status": lease.status.as_str(), "degraded": lease.degraded,
+        "created_at": stamp(lease.created_at), "updated_at": opt_stamp(lease.updated_at),
+        "reservations": lease.reservations.iter().map(|r| reservation_view(lease, r)).collect::<Vec<_>>(),
+        "events": lease.events.iter().map(|e| event_view(lease, e)).collect::<Vec<_>>(),
+    })
+}
+
+fn host_view(world: &World, host: &ReservableHost, admin: bool) -> Value {
+    let mut out = json!({
+        "id": host.id.to_string(), "vcpus": host.vcpus, "cpu_info": host.cpu_info,
+        "hypervisor_type": host.hypervisor_type, "hypervisor_version": host.hypervisor_version,
+        "hypervisor_hostname": host.hypervisor_hostname, "service_name": host.service_name,
+        "memory_mb": host.memory_mb, "local_gb": host.local_gb, "status": Value::Null,
+        "availability_zone": host.availability_zone, "trust_id": host.trust_id, "reservable": host.reservable,
+        "created_at": stamp(host.created_at), "updated_at": opt_stamp(host.updated_at),
+    });
+    let map = out.as_object_mut().expect("object");
+    let props = &world.compute.leases.properties;
+    for (k, v) in &host.extra {
+        let private = props.get(&(RESOURCE_PHYSICAL_HOST.to_string(), k.clone())).is_some_and(|p| p.private);
+        if admin || !private {
+            map.insert(k.clone(), json!(v));
+        }
+    }
+    out
+}
+
+fn property_view(p: &ResourceProperty) -> Value {
+    json!({
+        "id": p.id.to_string(), "resource_type": p.resource_type, "property_name": p.name,
+        "private": p.private, "created_at": iso(p.created_at),
+        "updated_at": p.updated_at.map(iso),
+    })
+}
+
+// ---------------------------------------------------------------- versions
+
+fn version_doc(req: &Req, prefix: &str) -> Value {
+    json!({"id": "v1.0", "status": "CURRENT",
+           "links": [{"href": format!("{}{prefix}/v1/", req.base_url), "rel": "self"}]})
+}
+
+/// `GET /reservation/`: Blazar's version list.
+pub fn versions(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    let _ = ctx;
+    Ok(Resp::json(StatusCode::MULTIPLE_CHOICES, json!({"versions": [version_doc(req, "/reservation")]})))
+}
+
+/// `GET /reservation/v1/`.
+pub fn version_show(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    Ok(Resp::ok(json!({"version": version_doc(req, "/reservation")})))
+}
+
+// ---------------------------------------------------------------- leases
+
+fn lease_id(req: &Req) -> ApiResult<Uuid> {
+    let text = req.param(0).trim_end_matches(".json");
+    Uuid::parse_str(text)
+        .map_err(|_| ApiError::not_found(format!("Object with {{'lease_id': '{text}'}} not found")))
+}
+
+fn visible_lease(ctx: &ComputeCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
+    let id = lease_id(req)?;
+    let lease = ctx
+        .core
+        .read()
+        .compute
+        .leases
+        .leases
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("Object with {{'lease_id': '{id}'}} not found")))?;
+    if !is_admin(req) && lease.project_id != api::project(req) {
+        return Err(ApiError::not_found(format!("Object with {{'lease_id': '{id}'}} not found")));
+    }
+    policy(req, rule, &lease.project_id)?;
+    Ok(lease)
+}
+
+/// `GET /leases`: the caller's project's leases (admins: all).
+pub fn list_leases(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:leases:get", &api::project(req))?;
+    let world = ctx.core.read();
+    let project = api::project(req);
+    let admin = is_admin(req);
+    let filter = req.query_one("project_id").map(str::to_owned);
+    let mut leases: Vec<&Lease> = world
+        .compute
+        .leases
+        .leases
+        .values()
+        .filter(|l| if admin { filter.as_ref().is_none_or(|p| &l.project_id == p) } else { l.project_id == project })
+        .collect();
+    leases.sort_by_key(|l| (l.created_at, l.id));
+    Ok(Resp::ok(json!({"leases": leases.into_iter().map(lease_view).collect::<Vec<_>>()})))
+}
+
+/// `GET /leases/{id}`.
+pub fn show_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    let lease = visible_lease(ctx, req, "blazar:leases:get")?;
+    Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
+}
+
+fn dry_run(req: &Req) -> ApiResult<bool> {
+    match req.query_one("dry_run") {
+        None => Ok(false),
+        Some(v) => api::parse_bool(v).ok_or_else(|| malformed("dry_run")),
+    }
+}
+
+/// What a refused dry run reports: the leases whose bookings overlap.
+fn blockers(world: &World, requests: &[ReservationRequest], start: i64, end: i64) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in requests {
+        for id in plan::blocking_leases(world, r, start, end) {
+            let id = id.to_string();
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+    }
+    out
+}
+
+/// `POST /leases`: validate, then admit in one planned write.
+pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:leases:post", &api::project(req))?;
+    let map = body(req)?;
+    let now = ctx.compute.now();
+    for key in ["name", "start_date", "end_date"] {
+        if !map.contains_key(key) {
+            return Err(missing(key));
+        }
+    }
+    let name = str_param(&map, "name")?.ok_or_else(|| missing("name"))?;
+    let start_text = str_param(&map, "start_date")?.ok_or_else(|| missing("start_date"))?;
+    let end_text = str_param(&map, "end_date")?.ok_or_else(|| missing("end_date"))?;
+    let start = parse_date(&start_text, now)?;
+    let end = parse_date(&end_text, now)?;
+    let minute = now - now.rem_euclid(60);
+    if start < minute {
+        return Err(ApiError::bad_request("Start date must be later than current date"));
+    }
+    if end <= start {
+        return Err(ApiError::bad_request("End date must be later than start date."));
+    }
+    let before_end = match str_param(&map, "before_end_date")? {
+        None => None,
+        Some(t) => Some(parse_date(&t, now)?),
+    };
+    let reservations = match map.get("reservations") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => list.clone(),
+        Some(_) => return Err(malformed("reservations")),
+    };
+    if let Some(events) = map.get("events") {
+        if !events.is_array() && !events.is_null() {
+            return Err(malformed("events"));
+        }
+    }
+    let requests = {
+        let world = ctx.core.read();
+        reservations
+            .iter()
+            .map(|r| match r {
+                Value::Object(m) => reservation_request(&world, m),
+                _ => Err(malformed("reservations")),
+            })
+            .collect::<ApiResult<Vec<_>>>()?
+    };
+    let request = LeaseRequest {
+        name,
+        user_id: api::user(req),
+        project_id: api::project(req),
+        start,
+        end,
+        before_end,
+        reservations: requests,
+    };
+    if dry_run(req)? {
+        let world = ctx.core.read();
+        let mut ids = Uuid::new_v4;
+        return Ok(match plan::plan_create_lease(&world, &request, &mut ids, now) {
+            Ok((_, lease)) => Resp::ok(json!({"admitted": true, "lease": lease_view(&lease)})),
+            Err(ComputeError::Conflict(m)) => Resp::ok(json!({
+                "admitted": false, "reason": m,
+                "blocking_leases": blockers(&world, &request.reservations, start, end),
+            })),
+            Err(e) => return Err(refused(e)),
+        });
+    }
+    let lease = ctx.core.write(|w| {
+        let mut ids = Uuid::new_v4;
+        plan::plan_create_lease(w, &request, &mut ids, now).map_err(refused)
+    })?;
+    ctx.compute.leases_changed();
+    Ok(Resp::json(StatusCode::CREATED, json!({"lease": lease_view(&lease)})))
+}
+
+/// `PUT /leases/{id}`: name, dates, `before_end_date`, and per
+/// reservation `min`/`max`/`amount`/properties; admitted like a create.
+pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    let lease = visible_lease(ctx, req, "blazar:leases:put")?;
+    let map = body(req)?;
+    let now = ctx.compute.now();
+    let mut update = LeaseUpdate { name: str_param(&map, "name")?, ..Default::default() };
+    if let Some(t) = str_param(&map, "start_date")? {
+        update.start = Some(parse_date(&t, now)?);
+    }
+    if let Some(t) = str_param(&map, "end_date")? {
+        update.end = Some(parse_date(&t, now)?);
+    }
+    if let Some(t) = str_param(&map, "before_end_date")? {
+        update.before_end = Some(parse_date(&t, now)?);
+    }
+    for key in ["prolong_for", "reduce_by", "defer_by", "advance_by"] {
+        if map.contains_key(key) {
+            return Err(ApiError::bad_request(format!("{key} is computed by the client: send end_date/start_date")));
+        }
+    }
+    match map.get("reservations") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => {
+            for r in list {
+                let m = r.as_object().ok_or_else(|| malformed("reservations"))?;
+                let id = str_param(m, "id")?.ok_or_else(|| missing("reservation ID"))?;
+                let id = Uuid::parse_str(&id).map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "Please enter valid reservation IDs. Invalid reservation IDs are: {id}"
+                    ))
+                })?;
+                let props = |key: &str| -> ApiResult<Option<(String, Option<Query>)>> {
+                    match str_param(m, key)? {
+                        None => Ok(None),
+                        Some(text) => {
+                            let q = parse_query(&text)?;
+                            check_keys(&ctx.core.read(), &q, key == "hypervisor_properties", &text)?;
+                            Ok(Some((text, q)))
+                        }
+                    }
+                };
+                update.reservations.push(plan::ReservationUpdate {
+                    id,
+                    min: int_param(m, "min")?,
+                    max: int_param(m, "max")?,
+                    amount: int_param(m, "amount")?,
+                    hypervisor_properties: props("hypervisor_properties")?,
+                    resource_properties: props("resource_properties")?,
+                });
+            }
+        }
+        Some(_) => return Err(malformed("reservations")),
+    }
+    let parse = |text: &str| parse_query(text).map_err(|e| ComputeError::Invalid(e.detail.clone()));
+    if dry_run(req)? {
+        let world = ctx.core.read();
+        return Ok(match plan::plan_update_lease(&world, lease.id, &update, &parse, now) {
+            Ok((_, lease)) => Resp::ok(json!({"admitted": true, "lease": lease_view(&lease)})),
+            Err(ComputeError::Conflict(m)) => Resp::ok(json!({"admitted": false, "reason": m})),
+            Err(e) => return Err(refused(e)),
+        });
+    }
+    let lease = ctx.core.write(|w| plan::plan_update_lease(w, lease.id, &update, &parse, now).map_err(refused))?;
+    ctx.compute.leases_changed();
+    Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
+}
+
+/// `DELETE /leases/{id}`: an active lease is ended first (its servers
+/// deleted), then the row goes.
+pub fn delete_lease(ctx: std::sync::Arc<ComputeCtx>, req: Req) -> berth_http::HandlerFuture {
+    Box::pin(async move {
+        let lease = visible_lease(&ctx, &req, "blazar:leases:delete")?;
+        ctx.compute.end_lease_now(lease.id).await.map_err(api::service)?;
+        ctx.core.write(|w| Ok::<_, ApiError>((plan::plan_delete_lease(w, lease.id).map_err(refused)?, ())))?;
+        ctx.compute.leases_changed();
+        Ok(Resp::no_content())
+    })
+}
+
+// ---------------------------------------------------------------- hosts
+
+fn host_id(req: &Req) -> ApiResult<i64> {
+    let text = req.param(0).trim_end_matches(".json");
+    text.parse().map_err(|_| ApiError::not_found(format!("Object with {{'host_id': '{text}'}} not found")))
+}
+
+/// `GET /os-hosts`.
+pub fn list_hosts(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:get", &api::project(req))?;
+    let world = ctx.core.read();
+    let admin = is_admin(req);
+    let hosts: Vec<Value> = world.compute.leases.hosts.values().map(|h| host_view(&world, h, admin)).collect();
+    Ok(Resp::ok(json!({"hosts": hosts})))
+}
+
+/// `GET /os-hosts/{id}`.
+pub fn show_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:get", &api::project(req))?;
+    let id = host_id(req)?;
+    let world = ctx.core.read();
+    let host = world
+        .compute
+        .leases
+        .hosts
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found(format!("Object with {{'host_id': '{id}'}} not found")))?;
+    Ok(Resp::ok(json!({"host": host_view(&world, host, is_admin(req))})))
+}
+
+fn extra_capabilities(map: &Map<String, Value>, skip: &[&str]) -> ApiResult<BTreeMap<String, String>> {
+    let mut extra = BTreeMap::new();
+    for (k, v) in map {
+        if skip.contains(&k.as_str()) {
+            continue;
+        }
+        if k.len() > 64 {
+            return Err(ApiError::bad_request("Extra capability key too long"));
+        }
+        let value = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            _ => return Err(ApiError::bad_request(format!("Invalid values for host: {k} must be a string"))),
+        };
+        extra.insert(k.clone(), value);
+    }
+    Ok(extra)
+}
+
+/// `POST /os-hosts {"name": ..., <extra capabilities>}`: enrol a compute
+/// host that has no servers.
+pub fn create_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:post", &api::project(req))?;
+    let map = body(req)?;
+    let name = str_param(&map, "name")?.ok_or_else(|| missing("name"))?;
+    let extra = extra_capabilities(&map, &["name"])?;
+    let now = ctx.compute.now();
+    let host = ctx.core.write(|w| {
+        let enrolment = enrolment_of(w, &name, extra.clone())?;
+        plan::plan_enrol_host(w, enrolment, now).map_err(refused)
+    })?;
+    ctx.compute.leases_changed();
+    let world = ctx.core.read();
+    Ok(Resp::json(StatusCode::CREATED, json!({"host": host_view(&world, &host, true)})))
+}
+
+fn enrolment_of(world: &World, name: &str, extra: BTreeMap<String, String>) -> ApiResult<plan::HostEnrolment> {
+    let node = world
+        .compute
+        .compute_nodes
+        .values()
+        .filter(|n| n.node == name || n.host == name)
+        .min_by_key(|n| (n.node != name, n.uuid))
+        .ok_or_else(|| ApiError::not_found(format!("Host '{name}' not found!")))?;
+    let state = &world.placement;
+    let root = state.provider(&node.uuid).ok_or_else(|| ApiError::not_found(format!("Host '{name}' not found!")))?;
+    // The whole tree: a host with servers anywhere in it is not free.
+    let mut stack = vec![root];
+    let mut servers: Vec<String> = Vec::new();
+    while let Some(p) = stack.pop() {
+        servers.extend(p.consumers.iter().map(Uuid::to_string));
+        stack.extend(p.children.iter().filter_map(|c| state.provider(c)));
+    }
+    if !servers.is_empty() {
+        servers.sort();
+        servers.dedup();
+        return Err(ApiError::conflict(format!("Servers [{}] found for host {name}", servers.join(", "))));
+    }
+    let total = |class: &str| root.inventories.get(class).map_or(0, |i| i.total - i.reserved);
+    let zone = world
+        .compute
+        .aggregates
+        .values()
+        .find(|a| a.hosts.contains(&node.host) && a.availability_zone().is_some())
+        .and_then(|a| a.availability_zone().map(str::to_owned))
+        .unwrap_or_default();
+    Ok(plan::HostEnrolment {
+        service_name: node.host.clone(),
+        hypervisor_hostname: node.node.clone(),
+        vcpus: total("VCPU") + total("PCPU"),
+        memory_mb: total("MEMORY_MB"),
+        local_gb: total("DISK_GB"),
+        availability_zone: zone,
+        extra,
+        trust_id: Uuid::new_v4().simple().to_string(),
+    })
+}
+
+/// `PUT /os-hosts/{id}`: set extra capabilities (`{"values": {...}}` is
+/// also accepted).
+pub fn update_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:put", &api::project(req))?;
+    let id = host_id(req)?;
+    let mut map = body(req)?;
+    if let Some(Value::Object(values)) = map.get("values").cloned() {
+        if map.len() == 1 {
+            map = values;
+        }
+    }
+    if map.is_empty() {
+        return Err(ApiError::bad_request("No values to update passed."));
+    }
+    let extra = extra_capabilities(&map, &[])?;
+    let now = ctx.compute.now();
+    let host = ctx.core.write(|w| plan::plan_update_host(w, id, &extra, now).map_err(refused))?;
+    let world = ctx.core.read();
+    Ok(Resp::ok(json!({"host": host_view(&world, &host, true)})))
+}
+
+/// `DELETE /os-hosts/{id}`: refused while a lease holds the host.
+pub fn delete_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:delete", &api::project(req))?;
+    let id = host_id(req)?;
+    ctx.core.write(|w| Ok::<_, ApiError>((plan::plan_delete_host(w, id).map_err(refused)?, ())))?;
+    ctx.compute.leases_changed();
+    Ok(Resp::no_content())
+}
+
+fn allocation_view(world: &World, host: i64, lease_filter: Option<Uuid>, reservation_filter: Option<Uuid>) -> Value {
+    let tables = &world.compute.leases;
+    let mut reservations = Vec::new();
+    for b in tables.bookings.get(&host).into_iter().flatten() {
+        if lease_filter.is_some_and(|l| l != b.lease) || reservation_filter.is_some_and(|r| r != b.reservation) {
+            continue;
+        }
+        reservations.push(json!({
+            "id": b.reservation.to_string(), "lease_id": b.lease.to_string(),
+            "start_date": iso(b.start), "end_date": iso(b.end),
+        }));
+    }
+    json!({"resource_id": host.to_string(), "reservations": reservations})
+}
+
+fn uuid_query(req: &Req, key: &str) -> ApiResult<Option<Uuid>> {
+    match req.query_one(key) {
+        None => Ok(None),
+        Some(v) => Uuid::parse_str(v).map(Some).map_err(|_| malformed(key)),
+    }
+}
+
+/// `GET /os-hosts/allocations[?lease_id=&reservation_id=]`: per host, the
+/// reservations holding it (hosts held by none are listed empty unless a
+/// filter is given).
+pub fn list_allocations(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:get_allocations", &api::project(req))?;
+    let lease = uuid_query(req, "lease_id")?;
+    let reservation = uuid_query(req, "reservation_id")?;
+    let world = ctx.core.read();
+    let filtered = lease.is_some() || reservation.is_some();
+    let out: Vec<Value> = world
+        .compute
+        .leases
+        .hosts
+        .keys()
+        .map(|id| allocation_view(&world, *id, lease, reservation))
+        .filter(|v| !filtered || v["reservations"].as_array().is_some_and(|l| !l.is_empty()))
+        .collect();
+    Ok(Resp::ok(json!({"allocations": out})))
+}
+
+/// `GET /os-hosts/{id}/allocation`.
+pub fn host_allocation(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:get_allocations", &api::project(req))?;
+    let id = host_id(req)?;
+    let lease = uuid_query(req, "lease_id")?;
+    let reservation = uuid_query(req, "reservation_id")?;
+    let world = ctx.core.read();
+    if !world.compute.leases.hosts.contains_key(&id) {
+        return Err(ApiError::not_found(format!("Object with {{'host_id': '{id}'}} not found")));
+    }
+    Ok(Resp::ok(json!({"allocation": allocation_view(&world, id, lease, reservation)})))
+}
+
+/// `GET /os-hosts/properties[?detail=True&all=True]`.
+pub fn list_properties(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:get_resource_properties", &api::project(req))?;
+    let detail = req.query_one("detail").and_then(api::parse_bool).unwrap_or(false);
+    let all = req.query_one("all").and_then(api::parse_bool).unwrap_or(false);
+    let world = ctx.core.read();
+    let tables = &world.compute.leases;
+    let out: Vec<Value> = tables
+        .properties
+        .values()
+        .filter(|p| all || !p.private)
+        .map(|p| {
+            if detail {
+                let mut values: Vec<&String> = tables.hosts.values().filter_map(|h| h.extra.get(&p.name)).collect();
+                values.sort();
+                values.dedup();
+                json!({"property": p.name, "private": p.private, "values": values})
+            } else {
+                json!({"property": p.name})
+            }
+        })
+        .collect();
+    Ok(Resp::ok(json!({"resource_properties": out})))
+}
+
+/// `PATCH /os-hosts/properties/{name} {"private": bool}`.
+pub fn patch_property(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:update_resource_properties", &api::project(req))?;
+    let name = req.param(0).to_owned();
+    let map = body(req)?;
+    let private = match map.get("private") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => api::parse_bool(s).ok_or_else(|| malformed("private"))?,
+        None => return Err(missing("private")),
+        Some(_) => return Err(malformed("private")),
+    };
+    let now = ctx.compute.now();
+    let prop = ctx
+        .core
+        .write(|w| plan::plan_set_property_private(w, RESOURCE_PHYSICAL_HOST, &name, private, now).map_err(refused))?;
+    Ok(Resp::ok(json!({"resource_property": property_view(&prop)})))
+}
+
+// ---------------------------------------------------------------- extensions
+
+/// `GET /availability?resource_type=...&duration=SECONDS[&from=DATE]
+/// [&horizon=DATE]` plus the reservation's parameters (`min`, `max`,
+/// `amount`, `vcpus`, ...): the earliest window of that length in which the
+/// request would be admitted, and the hosts it would get.
+pub fn availability(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:leases:get", &api::project(req))?;
+    let now = ctx.compute.now();
+    let mut map = Map::new();
+    for (k, v) in &req.query {
+        map.insert(k.clone(), json!(v));
+    }
+    let duration = int_param(&map, "duration")?.ok_or_else(|| missing("duration"))?;
+    if duration <= 0 {
+        return Err(malformed("duration"));
+    }
+    let from = match str_param(&map, "from")? {
+        Some(t) => parse_date(&t, now)?,
+        None => now - now.rem_euclid(60),
+    };
+    let horizon = match str_param(&map, "horizon")? {
+        Some(t) => parse_date(&t, now)?,
+        None => from + 366 * 86_400,
+    };
+    let world = ctx.core.read();
+    let request = reservation_request(&world, &map)?;
+    Ok(Resp::ok(match plan::earliest_window(&world, &request, duration, from, horizon) {
+        Some((start, hosts)) => json!({"availability": {
+            "start_date": iso(start), "end_date": iso(start + duration),
+            "allocations": hosts.iter().map(|a: &HostAllocation| json!({"resource_id": a.host_id.to_string(), "slots": a.slots})).collect::<Vec<_>>(),
+        }}),
+        None => json!({"availability": Value::Null}),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_round_trip_in_blazar_formats() {
+        let t = parse_blazar_date("2050-01-01 10:00").unwrap();
+        assert_eq!(iso(t), "2050-01-01T10:00:00.000000");
+        assert_eq!(stamp(t + 5), "2050-01-01 10:00:05.000000");
+        assert_eq!(parse_blazar_date("2024-02-29 23:59").map(iso).as_deref(), Some("2024-02-29T23:59:00.000000"));
+        for bad in ["Bogus-date 13:13", "2050-02-30 10:00", "2050-01-01 24:00", "2050-01-01T10:00", "2050-01-01 10:00:00"] {
+            assert_eq!(parse_blazar_date(bad), None, "{bad}");
+        }
+        assert_eq!(parse_date("2050-01-01T10:00:00Z", 0).unwrap(), t, "RFC 3339 extension");
+        assert_eq!(parse_date("now", 125).unwrap(), 120);
+        assert_eq!(
+            parse_date("Bogus-date 13:13", 0).unwrap_err().detail,
+            "Bogus-date 13:13 is an invalid date. Required format: %Y-%m-%d %H:%M"
+        );
+    }
+}
