@@ -184,6 +184,16 @@ impl ComputeServices {
             ),
             ("berth_compute_instances_active_total", "Instances that went ACTIVE.", m.instances_active.load(Relaxed)),
             ("berth_compute_builds_failed_total", "Builds that failed on their host.", m.builds_failed.load(Relaxed)),
+            (
+                "berth_lease_events_done_total",
+                "Lease events (start, before end, end) finished by this process.",
+                self.compute.lease_metrics.events_done.load(Relaxed),
+            ),
+            (
+                "berth_lease_hosts_healed_total",
+                "Leases healed because a host they held went down.",
+                self.compute.lease_metrics.hosts_healed.load(Relaxed),
+            ),
         ]
     }
 

@@ -5,6 +5,7 @@ mod bad_input;
 mod boot;
 mod cells;
 mod groups;
+mod leases;
 mod prefilters;
 mod quota;
 mod race;

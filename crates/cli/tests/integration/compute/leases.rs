@@ -1,0 +1,280 @@
+//! Reservations (Blazar v1 at `/reservation/v1`) end to end: admission that
+//! never double-books (sequential, concurrent, across processes on
+//! PostgreSQL), slot multiplicity, updates, tenancy, bad input, and the
+//! event runner on the test clock: a lease starts, boots with its hint land
+//! only on its hosts, it ends, servers go, hosts come back; an event
+//! interrupted by `kill -9` completes exactly once after restart.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::support::{Cloud, Hosts};
+use crate::support::{Client, Reply, TestServer};
+
+fn rsv(server: &TestServer, token: &str) -> Client {
+    let mut client = server.client();
+    client.token = token.to_owned();
+    client
+}
+
+async fn enrol(client: &Client, name: &str, extra: Value) -> String {
+    let mut body = json!({"name": name});
+    body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+    let reply = client.post("/reservation/v1/os-hosts", &body).await;
+    assert_eq!(reply.status, 201, "enrol {name}: {:?}", reply.body);
+    reply.body["host"]["id"].as_str().unwrap().to_owned()
+}
+
+fn host_lease(name: &str, start: &str, end: &str, extra: Value) -> Value {
+    let mut r = json!({"resource_type": "physical:host", "min": 1, "max": 1,
+                       "hypervisor_properties": "", "resource_properties": ""});
+    r.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+    json!({"name": name, "start_date": start, "end_date": end, "reservations": [r], "events": []})
+}
+
+fn slot_lease(name: &str, start: &str, end: &str, amount: i64, vcpus: i64, affinity: Value) -> Value {
+    json!({"name": name, "start_date": start, "end_date": end, "events": [], "reservations": [
+        {"resource_type": "virtual:instance", "amount": amount, "vcpus": vcpus, "memory_mb": 512,
+         "disk_gb": 1, "affinity": affinity, "resource_properties": ""}]})
+}
+
+fn assert_blazar_error(reply: &Reply, status: u16, text: &str) {
+    assert_eq!(reply.status, status, "{:?}", reply.body);
+    assert_eq!(reply.body["error_code"], json!(status), "{:?}", reply.body);
+    let message = reply.body["error_message"].as_str().unwrap_or("");
+    assert!(message.contains(text), "want {text:?} in {message:?}");
+}
+
+async fn leases(client: &Client) -> Vec<Value> {
+    client.get("/reservation/v1/leases").await.body["leases"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admission_never_double_books() {
+    let mut cloud = Cloud::start("rsv-admit", &[]).await;
+    cloud.add_agent(Hosts::new("r", 2, &["--vcpus", "8"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let before = admin.get("/reservation/v1/os-hosts").await;
+    assert_eq!(before.body["hosts"], json!([]));
+    enrol(&admin, "r0", json!({"gpu": "true"})).await;
+
+    // Last host, sequential: overlap refused with nothing written; touching admitted.
+    let a = admin.post("/reservation/v1/leases", &host_lease("a", "2050-01-01 10:00", "2050-01-01 11:00", json!({}))).await;
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    let b = admin.post("/reservation/v1/leases", &host_lease("b", "2050-01-01 10:59", "2050-01-01 12:00", json!({}))).await;
+    assert_blazar_error(&b, 409, "Not enough hosts available");
+    assert_eq!(leases(&admin).await.len(), 1, "the refused lease left nothing");
+    let c = admin.post("/reservation/v1/leases", &host_lease("c", "2050-01-01 11:00", "2050-01-01 12:00", json!({}))).await;
+    assert_eq!(c.status, 201, "end of A = start of B: {:?}", c.body);
+    let dry = admin
+        .post("/reservation/v1/leases?dry_run=true", &host_lease("d", "2050-01-01 10:30", "2050-01-01 11:30", json!({})))
+        .await;
+    assert_eq!(dry.body["admitted"], json!(false), "{:?}", dry.body);
+    assert_eq!(dry.body["blocking_leases"].as_array().map(Vec::len), Some(2), "{:?}", dry.body);
+    assert_eq!(leases(&admin).await.len(), 2, "a dry run writes nothing");
+
+    // Last host, concurrent: 20 creates for one window, exactly one admitted
+    // (PostgreSQL: split across two server processes).
+    let pg = std::env::var("TEST_DATABASE_URL").is_ok();
+    if pg {
+        cloud.add_process(&[]).await;
+    }
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let server = if pg && i % 2 == 1 { &cloud.siblings[0] } else { &cloud.server };
+        let client = rsv(server, "admin");
+        tasks.push(tokio::spawn(async move {
+            client
+                .post("/reservation/v1/leases", &host_lease(&format!("race{i}"), "2050-03-01 10:00", "2050-03-01 11:00", json!({})))
+                .await
+                .status
+        }));
+    }
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 201 || *s == 409), "{statuses:?}");
+
+    // Slot multiplicity on the 8-vCPU host r1: 2 × 4 fill it, one more 4 in
+    // an overlapping window is refused, also with affinity.
+    enrol(&admin, "r1", json!({"gpu": "false"})).await;
+    let gpu_false = json!({"resource_properties": "[\"==\", \"$gpu\", \"false\"]"});
+    let mut s1 = slot_lease("s1", "2050-05-01 10:00", "2050-05-01 12:00", 2, 4, Value::Null);
+    s1["reservations"][0]["resource_properties"] = gpu_false["resource_properties"].clone();
+    let s1 = admin.post("/reservation/v1/leases", &s1).await;
+    assert_eq!(s1.status, 201, "{:?}", s1.body);
+    for affinity in [Value::Null, json!(true), json!(false)] {
+        let mut s2 = slot_lease("s2", "2050-05-01 11:00", "2050-05-01 13:00", 1, 4, affinity);
+        s2["reservations"][0]["resource_properties"] = gpu_false["resource_properties"].clone();
+        assert_blazar_error(&admin.post("/reservation/v1/leases", &s2).await, 409, "Not enough hosts available");
+    }
+
+    // Updates: an overcommitting extension is refused and changes nothing;
+    // shrinking on the full host always succeeds.
+    let s1_id = s1.body["lease"]["id"].as_str().unwrap().to_owned();
+    let s1_rid = s1.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let mut s3 = slot_lease("s3", "2050-05-01 12:00", "2050-05-01 14:00", 2, 4, Value::Null);
+    s3["reservations"][0]["resource_properties"] = gpu_false["resource_properties"].clone();
+    assert_eq!(admin.post("/reservation/v1/leases", &s3).await.status, 201);
+    let shown = admin.get(&format!("/reservation/v1/leases/{s1_id}")).await.body;
+    let grow = admin.put(&format!("/reservation/v1/leases/{s1_id}"), &json!({"end_date": "2050-05-01 13:00"})).await;
+    assert_blazar_error(&grow, 409, "Not enough hosts available");
+    assert_eq!(admin.get(&format!("/reservation/v1/leases/{s1_id}")).await.body, shown, "nothing changed");
+    let shrink = admin
+        .put(
+            &format!("/reservation/v1/leases/{s1_id}"),
+            &json!({"end_date": "2050-05-01 11:30", "reservations": [{"id": s1_rid, "amount": 1}]}),
+        )
+        .await;
+    assert_eq!(shrink.status, 200, "{:?}", shrink.body);
+    assert_eq!(shrink.body["lease"]["reservations"][0]["amount"], json!(1));
+    let end_event = shrink.body["lease"]["events"].as_array().unwrap().iter().find(|e| e["event_type"] == "end_lease").cloned();
+    assert_eq!(end_event.unwrap()["time"], json!("2050-05-01T11:30:00.000000"));
+
+    // Tenancy: project B neither sees nor touches A's lease.
+    let alice = rsv(&cloud.server, "alice:pa");
+    let bob = rsv(&cloud.server, "bob:pb");
+    let mine = alice.post("/reservation/v1/leases", &json!({"name": "mine", "start_date": "2050-09-01 10:00", "end_date": "2050-09-01 11:00"})).await;
+    assert_eq!(mine.status, 201, "{:?}", mine.body);
+    let id = mine.body["lease"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(leases(&alice).await.len(), 1);
+    assert_eq!(leases(&bob).await.len(), 0);
+    assert_eq!(bob.get(&format!("/reservation/v1/leases/{id}")).await.status, 404);
+    assert_eq!(bob.put(&format!("/reservation/v1/leases/{id}"), &json!({"name": "x"})).await.status, 404);
+    assert_eq!(bob.call("DELETE", &format!("/reservation/v1/leases/{id}"), None).await.status, 404);
+    assert_eq!(bob.get("/reservation/v1/os-hosts").await.status, 403, "hosts are admin-only");
+    assert_eq!(alice.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"]["name"], json!("mine"));
+
+    // Bad input: Blazar's messages, never a 500, nothing written.
+    let count = leases(&admin).await.len();
+    let cases: Vec<(Value, &str)> = vec![
+        (host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"min": "many"})), "Malformed parameter min"),
+        (json!({"name": "x", "start_date": "now"}), "Missing parameter end_date"),
+        (json!({"name": "x", "start_date": "2050-01-02 12:00", "end_date": "2050-01-02 11:00"}), "End date must be later than start date."),
+        (json!({"name": "x", "start_date": "Bogus-date 13:13", "end_date": "2050-01-02 11:00"}), "Bogus-date 13:13 is an invalid date. Required format: %Y-%m-%d %H:%M"),
+        (json!({"name": "x", "start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00", "reservations": [{"resource_type": "foo:bar"}]}), "The foo:bar resource type is not supported"),
+        (host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"resource_properties": "[\"==\", \"$nope\", \"1\"]"})), "unknown property nope"),
+        (host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"min": 2, "max": 1})), "Max must be equal to or larger than min."),
+        (json!({"start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00"}), "Missing parameter name"),
+        (json!({"name": "x", "start_date": "2010-01-02 10:00", "end_date": "2050-01-02 11:00"}), "Start date must be later than current date"),
+    ];
+    for (body, text) in cases {
+        let reply = admin.post("/reservation/v1/leases", &body).await;
+        assert_blazar_error(&reply, 400, text);
+    }
+    let garbage = admin.raw("POST", "/reservation/v1/leases", &[("content-type", "application/json")], b"{oops".to_vec()).await;
+    assert_eq!(garbage.status, 400, "{:?}", garbage.body);
+    let long_key = "k".repeat(65);
+    let reply = admin.post("/reservation/v1/os-hosts", &json!({"name": "r0", long_key: "v"})).await;
+    assert_blazar_error(&reply, 400, "Extra capability key too long");
+    assert_eq!(leases(&admin).await.len(), count, "bad input wrote nothing");
+    cloud.check_invariants().await;
+}
+
+async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lease = client.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
+        if lease["status"] == json!(status) {
+            return lease;
+        }
+        assert!(Instant::now() < deadline, "lease {id} never became {status}: {lease}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn advance(server: &TestServer, seconds: i64) {
+    let reply = server.client().post("/admin/v1/test/clock", &json!({"advance": seconds})).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_starts_routes_boots_and_ends() {
+    let mut cloud = Cloud::start("rsv-life", &[]).await;
+    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    cloud.add_agent(Hosts::new("n", 1, &["--vcpus", "4"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("admin");
+    enrol(&admin, "r0", json!({})).await;
+    let flavor = nova.flavor("one", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+
+    // Before the lease starts, normal boots avoid the free pool.
+    let early = nova.boot_id("early", &flavor, &image).await;
+    assert_eq!(nova.wait_settled(&early).await["OS-EXT-SRV-ATTR:host"], json!("n0"));
+
+    let lease = admin.post("/reservation/v1/leases", &host_lease("life", "now", "2050-01-01 00:00", json!({}))).await;
+    assert_eq!(lease.status, 201, "{:?}", lease.body);
+    let id = lease.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid = lease.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    wait_lease(&admin, &id, "ACTIVE").await;
+
+    // Boots with the hint land on r0 only; normal boots never do.
+    let mut reserved = Vec::new();
+    for i in 0..4 {
+        let reply = nova.boot(&format!("rsv{i}"), &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
+        assert_eq!(reply.status, 202, "{:?}", reply.body);
+        let sid = reply.body["server"]["id"].as_str().unwrap().to_owned();
+        let server = nova.wait_settled(&sid).await;
+        assert_eq!(server["status"], json!("ACTIVE"), "{server}");
+        assert_eq!(server["OS-EXT-SRV-ATTR:host"], json!("r0"));
+        reserved.push(sid);
+    }
+    let over = nova.boot("over", &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
+    let over = nova.wait_settled(over.body["server"]["id"].as_str().unwrap()).await;
+    assert_eq!(over["status"], json!("ERROR"), "the reservation's host is full: {over}");
+    for i in 0..3 {
+        let sid = nova.boot_id(&format!("normal{i}"), &flavor, &image).await;
+        let server = nova.wait_settled(&sid).await;
+        assert_ne!(server["OS-EXT-SRV-ATTR:host"], json!("r0"), "{server}");
+    }
+
+    // The end: servers on r0 deleted, then the host is free again.
+    advance(&cloud.server, 40 * 366 * 86_400).await;
+    let ended = wait_lease(&admin, &id, "TERMINATED").await;
+    assert!(ended["events"].as_array().unwrap().iter().all(|e| e["status"] == "DONE"), "{ended}");
+    for sid in &reserved {
+        assert_eq!(nova.get(&format!("/servers/{sid}")).await.status, 404, "{sid} deleted at the end");
+    }
+    let allocations = admin.get("/reservation/v1/os-hosts/allocations").await.body;
+    assert!(allocations["allocations"].as_array().unwrap().iter().all(|a| a["reservations"] == json!([])), "{allocations}");
+    cloud.check_invariants().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_interrupted_by_kill9_completes_exactly_once() {
+    let server = TestServer::start_with_args("rsv-crash", &["--test-hooks", "--fake-hosts", "1"]).await;
+    let admin = rsv(&server, "admin");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = admin.post("/reservation/v1/os-hosts", &json!({"name": "fake-0"})).await;
+        if reply.status == 201 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "fake-0 never enrolled: {:?}", reply.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let hold = server.client().post("/admin/v1/test/hold", &json!({"point": "lease-event"})).await;
+    assert_eq!(hold.status, 204, "{:?}", hold.body);
+    let lease = admin.post("/reservation/v1/leases", &host_lease("crash", "now", "2049-01-01 00:00", json!({}))).await;
+    assert_eq!(lease.status, 201, "{:?}", lease.body);
+    let id = lease.body["lease"]["id"].as_str().unwrap().to_owned();
+    let starting = wait_lease(&admin, &id, "STARTING").await;
+    let event = |lease: &Value| {
+        lease["events"].as_array().unwrap().iter().find(|e| e["event_type"] == "start_lease").cloned().unwrap()
+    };
+    assert_eq!(event(&starting)["status"], json!("IN_PROGRESS"));
+
+    // kill -9 in the middle of the event; the new process redoes it.
+    let server = server.restart_after_kill9().await;
+    let admin = rsv(&server, "admin");
+    let active = wait_lease(&admin, &id, "ACTIVE").await;
+    assert_eq!(event(&active)["status"], json!("DONE"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(server.metric("berth_lease_events_done_total").await, 1, "the start ran once in the new process");
+    assert_eq!(wait_lease(&admin, &id, "ACTIVE").await["updated_at"], active["updated_at"], "and never again");
+    super::support::check_invariants(&server).await;
+}
