@@ -211,7 +211,11 @@ pub fn reservation_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<A
         r("/v1/leases.json", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
         r(
             "/v1/leases/{id}",
-            vec![v1s(M::GET, leases::show_lease), v1s(M::PUT, leases::update_lease), v1a(M::DELETE, leases::delete_lease)],
+            vec![
+                v1s(M::GET, leases::show_lease),
+                v1s(M::PUT, leases::update_lease),
+                v1a(M::DELETE, leases::delete_lease),
+            ],
         ),
         r("/v1/os-hosts", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
         r("/v1/os-hosts.json", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),

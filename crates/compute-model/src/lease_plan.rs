@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use berth_model::Uuid;
 
 use crate::lease::{
-    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, Reservation,
-    ReservableHost, ReservationKind, ReservationStatus, ResourceProperty,
+    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, ReservableHost,
+    Reservation, ReservationKind, ReservationStatus, ResourceProperty,
 };
 use crate::state::ComputeChange as C;
 use crate::{ComputeError, Timestamp, World, WorldChangeSet};
@@ -193,9 +193,7 @@ impl Admission<'_> {
             .hosts
             .values()
             .filter(|h| h.reservable && Some(h.id) != self.exclude)
-            .filter(|h| {
-                request.hypervisor_query.as_ref().is_none_or(|q| q.matches(&|k| hypervisor_field(h, k)))
-            })
+            .filter(|h| request.hypervisor_query.as_ref().is_none_or(|q| q.matches(&|k| hypervisor_field(h, k))))
             .filter(|h| request.resource_query.as_ref().is_none_or(|q| q.matches(&|k| h.extra.get(k).cloned())))
             .collect()
     }
@@ -339,9 +337,7 @@ fn before_end_time(start: Timestamp, end: Timestamp, before_end: Option<Timestam
 fn check_before_end(start: Timestamp, end: Timestamp, before_end: Option<Timestamp>) -> Result<()> {
     if let Some(t) = before_end {
         if t < start || t > end {
-            return Err(ComputeError::Invalid(
-                "Before end date must be between lease start and end dates".into(),
-            ));
+            return Err(ComputeError::Invalid("Before end date must be between lease start and end dates".into()));
         }
     }
     Ok(())
@@ -359,8 +355,14 @@ pub fn plan_create_lease(
     check_window(request.start, request.end)?;
     check_before_end(request.start, request.end, request.before_end)?;
     let id = ids();
-    let mut admission =
-        Admission { world, lease: id, start: request.start, end: request.end, overlay: Overlay::default(), exclude: None };
+    let mut admission = Admission {
+        world,
+        lease: id,
+        start: request.start,
+        end: request.end,
+        overlay: Overlay::default(),
+        exclude: None,
+    };
     let mut reservations = Vec::new();
     for r in &request.reservations {
         let rid = ids();
@@ -480,10 +482,8 @@ pub fn plan_update_lease(
     if let Some(name) = &update.name {
         lease.name = name.clone();
     }
-    let only_name = update.start.is_none()
-        && update.end.is_none()
-        && update.before_end.is_none()
-        && update.reservations.is_empty();
+    let only_name =
+        update.start.is_none() && update.end.is_none() && update.before_end.is_none() && update.reservations.is_empty();
     if only_name {
         lease.updated_at = Some(now);
         let mut set = WorldChangeSet::new();
@@ -618,9 +618,7 @@ pub fn due_events(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, 
         .flat_map(|l| {
             l.events
                 .iter()
-                .filter(move |e| {
-                    matches!(e.status, EventStatus::Undone | EventStatus::InProgress) && e.time <= now
-                })
+                .filter(move |e| matches!(e.status, EventStatus::Undone | EventStatus::InProgress) && e.time <= now)
                 .map(move |e| (l.id, e.id, e.event_type, e.time))
         })
         .collect();
@@ -651,7 +649,12 @@ pub fn start_blocked_by(world: &World, lease: &Lease) -> Option<Uuid> {
 
 /// Mark an event in progress (the lease becomes STARTING / TERMINATING).
 /// Redoing an event already in progress writes nothing.
-pub fn plan_event_begin(world: &World, lease_id: Uuid, event_id: Uuid, now: Timestamp) -> Result<Option<WorldChangeSet>> {
+pub fn plan_event_begin(
+    world: &World,
+    lease_id: Uuid,
+    event_id: Uuid,
+    now: Timestamp,
+) -> Result<Option<WorldChangeSet>> {
     let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
     let mut lease = old.clone();
     let Some(event) = lease.events.iter_mut().find(|e| e.id == event_id) else { return Ok(None) };

@@ -97,11 +97,9 @@ impl Compute {
     /// and by deleting a lease that started.
     pub async fn end_lease_now(&self, lease_id: Uuid) -> Result<(), ServiceError> {
         let started = read(&*self.control, |w| {
-            w.compute
-                .leases
-                .leases
-                .get(&lease_id)
-                .is_some_and(|l| matches!(l.status, LeaseStatus::Active | LeaseStatus::Terminating | LeaseStatus::Starting))
+            w.compute.leases.leases.get(&lease_id).is_some_and(|l| {
+                matches!(l.status, LeaseStatus::Active | LeaseStatus::Terminating | LeaseStatus::Starting)
+            })
         });
         if !started {
             return Ok(());
@@ -203,7 +201,9 @@ impl Compute {
                 .collect()
         });
         for (host, up) in flips {
-            match write(&*self.control, |w| Ok((plan::plan_set_host_reservable(w, host, up, now).unwrap_or_default(), ()))) {
+            match write(&*self.control, |w| {
+                Ok((plan::plan_set_host_reservable(w, host, up, now).unwrap_or_default(), ()))
+            }) {
                 Ok(()) => tracing::warn!(host, up, "reservable host changed health"),
                 Err(e) => tracing::warn!(host, error = %e, "could not mark host health"),
             }

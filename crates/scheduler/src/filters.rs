@@ -63,11 +63,8 @@ fn different_host_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
 /// reservation flavor's `aggregate_instance_extra_specs:reservation`), and
 /// such boots go nowhere else.
 fn reservation_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
-    let named = spec
-        .hints
-        .get("reservation")
-        .and_then(|v| v.first())
-        .or_else(|| spec.flavor.extra_specs.get(RESERVATION_SPEC));
+    let named =
+        spec.hints.get("reservation").and_then(|v| v.first()).or_else(|| spec.flavor.extra_specs.get(RESERVATION_SPEC));
     let reservation = match named {
         None => None,
         // A hint that is not a reservation id matches no host.

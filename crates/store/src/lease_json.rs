@@ -3,7 +3,7 @@
 //! other compute rows.
 
 use berth_compute_model::lease::{
-    EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, Reservation, ReservableHost,
+    EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, ReservableHost, Reservation,
     ReservationKind, ReservationStatus, ResourceProperty,
 };
 use serde_json::{json, Value};

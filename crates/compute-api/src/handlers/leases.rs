@@ -9,15 +9,15 @@ use std::collections::BTreeMap;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use berth_compute_model::lease::{
-    HostAllocation, Lease, LeaseEvent, Reservation, ReservableHost, ReservationKind, ResourceProperty,
+    HostAllocation, Lease, LeaseEvent, ReservableHost, Reservation, ReservationKind, ResourceProperty,
     RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
 };
 use berth_compute_model::lease_plan::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
 use berth_compute_model::{ComputeError, World};
 use berth_http::policy::{RuleTable, Target};
 use berth_http::{error_response, ApiError, ApiResult, Req, Resp, Version};
-use uuid::Uuid;
 use serde_json::{json, Map, Value};
+use uuid::Uuid;
 
 use crate::api::{self, ComputeCtx};
 
@@ -420,8 +420,7 @@ pub fn version_show(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 
 fn lease_id(req: &Req) -> ApiResult<Uuid> {
     let text = req.param(0).trim_end_matches(".json");
-    Uuid::parse_str(text)
-        .map_err(|_| ApiError::not_found(format!("Object with {{'lease_id': '{text}'}} not found")))
+    Uuid::parse_str(text).map_err(|_| ApiError::not_found(format!("Object with {{'lease_id': '{text}'}} not found")))
 }
 
 fn visible_lease(ctx: &ComputeCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
@@ -925,7 +924,9 @@ mod tests {
         assert_eq!(iso(t), "2050-01-01T10:00:00.000000");
         assert_eq!(stamp(t + 5), "2050-01-01 10:00:05.000000");
         assert_eq!(parse_blazar_date("2024-02-29 23:59").map(iso).as_deref(), Some("2024-02-29T23:59:00.000000"));
-        for bad in ["Bogus-date 13:13", "2050-02-30 10:00", "2050-01-01 24:00", "2050-01-01T10:00", "2050-01-01 10:00:00"] {
+        for bad in
+            ["Bogus-date 13:13", "2050-02-30 10:00", "2050-01-01 24:00", "2050-01-01T10:00", "2050-01-01 10:00:00"]
+        {
             assert_eq!(parse_blazar_date(bad), None, "{bad}");
         }
         assert_eq!(parse_date("2050-01-01T10:00:00Z", 0).unwrap(), t, "RFC 3339 extension");

@@ -197,13 +197,11 @@ fn updates_never_conflict_with_themselves_and_overcommit_is_refused() {
 fn active_leases_keep_their_hosts_and_amount_only_grows() {
     let mut world = world_with_hosts(2, 8);
     let a = admit(&mut world, &lease(0, 10 * H, vec![slots(1, 4, None)])).unwrap();
-    for (lease, event, _, _) in due_events(&world, 0) {
-        let set = plan_event_begin(&world, lease, event, 0).unwrap().unwrap();
-        world.apply(&set);
-        let set = plan_event_finish(&world, lease, event, false, 0).unwrap().unwrap();
-        world.apply(&set);
-        break;
-    }
+    let (lease, event, _, _) = due_events(&world, 0)[0];
+    let set = plan_event_begin(&world, lease, event, 0).unwrap().unwrap();
+    world.apply(&set);
+    let set = plan_event_finish(&world, lease, event, false, 0).unwrap().unwrap();
+    world.apply(&set);
     assert_eq!(world.compute.leases.leases[&a.id].status, LeaseStatus::Active);
     let rid = a.reservations[0].id;
     let shrink = LeaseUpdate {

@@ -60,15 +60,21 @@ async fn admission_never_double_books() {
     enrol(&admin, "r0", json!({"gpu": "true"})).await;
 
     // Last host, sequential: overlap refused with nothing written; touching admitted.
-    let a = admin.post("/reservation/v1/leases", &host_lease("a", "2050-01-01 10:00", "2050-01-01 11:00", json!({}))).await;
+    let a =
+        admin.post("/reservation/v1/leases", &host_lease("a", "2050-01-01 10:00", "2050-01-01 11:00", json!({}))).await;
     assert_eq!(a.status, 201, "{:?}", a.body);
-    let b = admin.post("/reservation/v1/leases", &host_lease("b", "2050-01-01 10:59", "2050-01-01 12:00", json!({}))).await;
+    let b =
+        admin.post("/reservation/v1/leases", &host_lease("b", "2050-01-01 10:59", "2050-01-01 12:00", json!({}))).await;
     assert_blazar_error(&b, 409, "Not enough hosts available");
     assert_eq!(leases(&admin).await.len(), 1, "the refused lease left nothing");
-    let c = admin.post("/reservation/v1/leases", &host_lease("c", "2050-01-01 11:00", "2050-01-01 12:00", json!({}))).await;
+    let c =
+        admin.post("/reservation/v1/leases", &host_lease("c", "2050-01-01 11:00", "2050-01-01 12:00", json!({}))).await;
     assert_eq!(c.status, 201, "end of A = start of B: {:?}", c.body);
     let dry = admin
-        .post("/reservation/v1/leases?dry_run=true", &host_lease("d", "2050-01-01 10:30", "2050-01-01 11:30", json!({})))
+        .post(
+            "/reservation/v1/leases?dry_run=true",
+            &host_lease("d", "2050-01-01 10:30", "2050-01-01 11:30", json!({})),
+        )
         .await;
     assert_eq!(dry.body["admitted"], json!(false), "{:?}", dry.body);
     assert_eq!(dry.body["blocking_leases"].as_array().map(Vec::len), Some(2), "{:?}", dry.body);
@@ -86,7 +92,10 @@ async fn admission_never_double_books() {
         let client = rsv(server, "admin");
         tasks.push(tokio::spawn(async move {
             client
-                .post("/reservation/v1/leases", &host_lease(&format!("race{i}"), "2050-03-01 10:00", "2050-03-01 11:00", json!({})))
+                .post(
+                    "/reservation/v1/leases",
+                    &host_lease(&format!("race{i}"), "2050-03-01 10:00", "2050-03-01 11:00", json!({})),
+                )
                 .await
                 .status
         }));
@@ -131,13 +140,19 @@ async fn admission_never_double_books() {
         .await;
     assert_eq!(shrink.status, 200, "{:?}", shrink.body);
     assert_eq!(shrink.body["lease"]["reservations"][0]["amount"], json!(1));
-    let end_event = shrink.body["lease"]["events"].as_array().unwrap().iter().find(|e| e["event_type"] == "end_lease").cloned();
+    let end_event =
+        shrink.body["lease"]["events"].as_array().unwrap().iter().find(|e| e["event_type"] == "end_lease").cloned();
     assert_eq!(end_event.unwrap()["time"], json!("2050-05-01T11:30:00.000000"));
 
     // Tenancy: project B neither sees nor touches A's lease.
     let alice = rsv(&cloud.server, "alice:pa");
     let bob = rsv(&cloud.server, "bob:pb");
-    let mine = alice.post("/reservation/v1/leases", &json!({"name": "mine", "start_date": "2050-09-01 10:00", "end_date": "2050-09-01 11:00"})).await;
+    let mine = alice
+        .post(
+            "/reservation/v1/leases",
+            &json!({"name": "mine", "start_date": "2050-09-01 10:00", "end_date": "2050-09-01 11:00"}),
+        )
+        .await;
     assert_eq!(mine.status, 201, "{:?}", mine.body);
     let id = mine.body["lease"]["id"].as_str().unwrap().to_owned();
     assert_eq!(leases(&alice).await.len(), 1);
@@ -153,19 +168,43 @@ async fn admission_never_double_books() {
     let cases: Vec<(Value, &str)> = vec![
         (host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"min": "many"})), "Malformed parameter min"),
         (json!({"name": "x", "start_date": "now"}), "Missing parameter end_date"),
-        (json!({"name": "x", "start_date": "2050-01-02 12:00", "end_date": "2050-01-02 11:00"}), "End date must be later than start date."),
-        (json!({"name": "x", "start_date": "Bogus-date 13:13", "end_date": "2050-01-02 11:00"}), "Bogus-date 13:13 is an invalid date. Required format: %Y-%m-%d %H:%M"),
-        (json!({"name": "x", "start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00", "reservations": [{"resource_type": "foo:bar"}]}), "The foo:bar resource type is not supported"),
-        (host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"resource_properties": "[\"==\", \"$nope\", \"1\"]"})), "unknown property nope"),
-        (host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"min": 2, "max": 1})), "Max must be equal to or larger than min."),
+        (
+            json!({"name": "x", "start_date": "2050-01-02 12:00", "end_date": "2050-01-02 11:00"}),
+            "End date must be later than start date.",
+        ),
+        (
+            json!({"name": "x", "start_date": "Bogus-date 13:13", "end_date": "2050-01-02 11:00"}),
+            "Bogus-date 13:13 is an invalid date. Required format: %Y-%m-%d %H:%M",
+        ),
+        (
+            json!({"name": "x", "start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00", "reservations": [{"resource_type": "foo:bar"}]}),
+            "The foo:bar resource type is not supported",
+        ),
+        (
+            host_lease(
+                "x",
+                "2050-01-02 10:00",
+                "2050-01-02 11:00",
+                json!({"resource_properties": "[\"==\", \"$nope\", \"1\"]"}),
+            ),
+            "unknown property nope",
+        ),
+        (
+            host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"min": 2, "max": 1})),
+            "Max must be equal to or larger than min.",
+        ),
         (json!({"start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00"}), "Missing parameter name"),
-        (json!({"name": "x", "start_date": "2010-01-02 10:00", "end_date": "2050-01-02 11:00"}), "Start date must be later than current date"),
+        (
+            json!({"name": "x", "start_date": "2010-01-02 10:00", "end_date": "2050-01-02 11:00"}),
+            "Start date must be later than current date",
+        ),
     ];
     for (body, text) in cases {
         let reply = admin.post("/reservation/v1/leases", &body).await;
         assert_blazar_error(&reply, 400, text);
     }
-    let garbage = admin.raw("POST", "/reservation/v1/leases", &[("content-type", "application/json")], b"{oops".to_vec()).await;
+    let garbage =
+        admin.raw("POST", "/reservation/v1/leases", &[("content-type", "application/json")], b"{oops".to_vec()).await;
     assert_eq!(garbage.status, 400, "{:?}", garbage.body);
     let long_key = "k".repeat(65);
     let reply = admin.post("/reservation/v1/os-hosts", &json!({"name": "r0", long_key: "v"})).await;
@@ -215,7 +254,8 @@ async fn a_lease_starts_routes_boots_and_ends() {
     // Boots with the hint land on r0 only; normal boots never do.
     let mut reserved = Vec::new();
     for i in 0..4 {
-        let reply = nova.boot(&format!("rsv{i}"), &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
+        let reply =
+            nova.boot(&format!("rsv{i}"), &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
         assert_eq!(reply.status, 202, "{:?}", reply.body);
         let sid = reply.body["server"]["id"].as_str().unwrap().to_owned();
         let server = nova.wait_settled(&sid).await;
@@ -240,7 +280,10 @@ async fn a_lease_starts_routes_boots_and_ends() {
         assert_eq!(nova.get(&format!("/servers/{sid}")).await.status, 404, "{sid} deleted at the end");
     }
     let allocations = admin.get("/reservation/v1/os-hosts/allocations").await.body;
-    assert!(allocations["allocations"].as_array().unwrap().iter().all(|a| a["reservations"] == json!([])), "{allocations}");
+    assert!(
+        allocations["allocations"].as_array().unwrap().iter().all(|a| a["reservations"] == json!([])),
+        "{allocations}"
+    );
     cloud.check_invariants().await;
 }
 
