@@ -181,6 +181,16 @@ impl ComputeServices {
             ),
             ("berth_compute_instances_active_total", "Instances that went ACTIVE.", m.instances_active.load(Relaxed)),
             ("berth_compute_builds_failed_total", "Builds that failed on their host.", m.builds_failed.load(Relaxed)),
+            (
+                "berth_compute_reschedules_total",
+                "Failed builds moved to an alternate host without scheduling again.",
+                m.reschedules.load(Relaxed),
+            ),
+            (
+                "berth_compute_reschedules_exhausted_total",
+                "Failed builds that went to ERROR with no attempt or alternate left.",
+                m.reschedules_exhausted.load(Relaxed),
+            ),
         ]
     }
 

@@ -90,6 +90,11 @@ pub struct Metrics {
     pub instances_active: AtomicU64,
     /// Builds that failed on their host.
     pub builds_failed: AtomicU64,
+    /// Failed builds moved to an alternate host (without scheduling again).
+    pub reschedules: AtomicU64,
+    /// Failed builds that went to ERROR because no attempt or alternate
+    /// was left.
+    pub reschedules_exhausted: AtomicU64,
 }
 
 /// Named points where a test can hold the conductor (only with
