@@ -1185,6 +1185,96 @@ mod tests {
         assert_eq!(plan_claim(&world, &claims, 3).expect("plan"), Err(ClaimFailure::NoRoom(more[1])));
     }
 
+    /// Instances' VCPU per root provider.
+    fn vcpus_on(world: &World, instance: &Uuid) -> Vec<(Uuid, i64)> {
+        let Some(consumer) = world.placement.consumers.get(instance) else { return Vec::new() };
+        consumer.allocations.iter().map(|(p, a)| (*p, a.get("VCPU").copied().unwrap_or(0))).collect()
+    }
+
+    /// One instance claimed on host 0 with hosts 1 and 2 as alternates.
+    fn claimed_with_alternates(world: &mut World, roots: &[Uuid]) -> Uuid {
+        let instance = admit(world, 1, None)[0];
+        let claims = vec![InstanceChoices {
+            instance,
+            choices: vec![choice(roots[0], 2), choice(roots[1], 2), choice(roots[2], 2)],
+        }];
+        let (set, _) = plan_claim(world, &claims, 2).expect("plan").expect("fits");
+        world.apply(&set);
+        instance
+    }
+
+    #[test]
+    fn claim_keeps_the_alternates_and_reschedule_consumes_them() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = claimed_with_alternates(&mut world, &roots);
+        let retry = &world.compute.request_specs[&instance].retry;
+        assert_eq!(retry.num_attempts, 1);
+        assert_eq!(retry.alternates, vec![choice(roots[1], 2), choice(roots[2], 2)]);
+
+        // Failed on h0: one write replaces the allocation by host 1's.
+        let (set, decided) = plan_reschedule(&world, &instance, "h0", 3, 3).expect("plan");
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[1]].clone(), attempt: 2 });
+        world.apply(&set);
+        assert_eq!(vcpus_on(&world, &instance), vec![(roots[1], 2)], "never on both hosts");
+        let retry = &world.compute.request_specs[&instance].retry;
+        assert_eq!((retry.num_attempts, retry.failed_hosts.clone()), (2, vec!["h0".to_owned()]));
+        assert_eq!(retry.alternates, vec![choice(roots[2], 2)]);
+
+        // The same report again: nothing written, the same answer.
+        let (again, decided) = plan_reschedule(&world, &instance, "h0", 3, 4).expect("plan");
+        assert!(again.is_empty());
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[1]].clone(), attempt: 2 });
+
+        // Failed on h1 too: host 2, the last attempt.
+        let (set, decided) = plan_reschedule(&world, &instance, "h1", 3, 5).expect("plan");
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[2]].clone(), attempt: 3 });
+        world.apply(&set);
+        // And on h2: max_attempts reached, no allocation left.
+        let (set, decided) = plan_reschedule(&world, &instance, "h2", 3, 6).expect("plan");
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::MaxAttempts { max_attempts: 3 }));
+        world.apply(&set);
+        assert!(world.placement.consumers.get(&instance).is_none());
+        assert!(world.compute.request_specs[&instance].retry.alternates.is_empty());
+        let (again, decided) = plan_reschedule(&world, &instance, "h2", 3, 7).expect("plan");
+        assert!(again.is_empty());
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::MaxAttempts { max_attempts: 3 }));
+    }
+
+    #[test]
+    fn reschedule_skips_an_alternate_taken_meanwhile() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = claimed_with_alternates(&mut world, &roots);
+        // Someone else takes 3 of host 1's 4 VCPU.
+        let other = admit(&mut world, 1, None)[0];
+        let claims = vec![InstanceChoices { instance: other, choices: vec![choice(roots[1], 3)] }];
+        let (set, _) = plan_claim(&world, &claims, 2).expect("plan").expect("fits");
+        world.apply(&set);
+        let (set, decided) = plan_reschedule(&world, &instance, "h0", 3, 3).expect("plan");
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[2]].clone(), attempt: 2 });
+        world.apply(&set);
+        assert_eq!(vcpus_on(&world, &instance), vec![(roots[2], 2)]);
+        assert!(world.compute.request_specs[&instance].retry.alternates.is_empty(), "host 1 was skipped for good");
+
+        // Host 2 fails too and nothing is left: the allocations go.
+        let (set, decided) = plan_reschedule(&world, &instance, "h2", 3, 4).expect("plan");
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::NoHostsLeft));
+        world.apply(&set);
+        assert!(world.placement.consumers.get(&instance).is_none());
+        assert!(Exhausted::NoHostsLeft
+            .message(&instance, "boom")
+            .starts_with("Exceeded maximum number of retries. Exhausted all hosts available"));
+    }
+
+    #[test]
+    fn reschedule_of_a_deleted_instance_does_nothing() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = claimed_with_alternates(&mut world, &roots);
+        world.apply(&plan_forget_instance(&world, &instance));
+        let (set, decided) = plan_reschedule(&world, &instance, "h0", 3, 3).expect("plan");
+        assert!(set.is_empty());
+        assert_eq!(decided, Rescheduled::Gone);
+    }
+
     #[test]
     fn claim_keeps_hard_anti_affinity() {
         let (mut world, roots) = world_with_hosts(2);
