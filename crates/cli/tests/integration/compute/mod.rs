@@ -8,4 +8,5 @@ mod groups;
 mod prefilters;
 mod quota;
 mod race;
+mod reschedule;
 pub(crate) mod support;
