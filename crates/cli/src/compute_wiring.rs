@@ -191,6 +191,11 @@ impl ComputeServices {
                 "Failed builds that went to ERROR with no attempt or alternate left.",
                 m.reschedules_exhausted.load(Relaxed),
             ),
+            (
+                "berth_compute_services_auto_disabled_total",
+                "Compute services disabled after consecutive failed builds.",
+                m.services_auto_disabled.load(Relaxed),
+            ),
         ]
     }
 

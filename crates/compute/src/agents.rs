@@ -333,8 +333,12 @@ impl Compute {
                 self.metrics.instances_active.fetch_add(1, Ordering::Relaxed);
             }
             "build_failed" if applied => {
-                self.health.build_failed(&event.host);
+                let failures = self.health.build_failed(&event.host);
                 self.metrics.builds_failed.fetch_add(1, Ordering::Relaxed);
+                let threshold = self.config.auto_disable_after_failed_builds;
+                if threshold > 0 && failures == threshold {
+                    self.auto_disable(&event.host, failures).await;
+                }
                 if reschedule {
                     crate::conductor::reschedule(self, &handle, uuid, &event.host, &failure_message(event), request_id)
                         .await?;

@@ -56,6 +56,10 @@ pub struct ComputeConfig {
     /// Where a new cell's database goes when none is given: `{name}` is
     /// replaced by the cell's name.
     pub cell_database_template: String,
+    /// Disable a host's compute service after this many consecutive failed
+    /// builds (Nova's `[compute] consecutive_build_service_disable_threshold`;
+    /// 0: never, berth's default).
+    pub auto_disable_after_failed_builds: i64,
 }
 
 impl Default for ComputeConfig {
@@ -69,6 +73,7 @@ impl Default for ComputeConfig {
             service_down_time: 60,
             max_limit: 1000,
             cell_database_template: "sqlite://berth-data/{name}.sqlite".to_owned(),
+            auto_disable_after_failed_builds: 0,
         }
     }
 }
@@ -95,6 +100,8 @@ pub struct Metrics {
     /// Failed builds that went to ERROR because no attempt or alternate
     /// was left.
     pub reschedules_exhausted: AtomicU64,
+    /// Compute services disabled after consecutive failed builds.
+    pub services_auto_disabled: AtomicU64,
 }
 
 /// Named points where a test can hold the conductor (only with

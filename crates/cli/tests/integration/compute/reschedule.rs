@@ -313,3 +313,29 @@ async fn reschedule_survives_a_restart() {
     assert_eq!(consumers_on(&cloud, "big0").await, 0);
     cloud.check_invariants().await;
 }
+
+/// With `--auto-disable-after-failed-builds 1` the first failed build
+/// disables the host's service and puts `COMPUTE_STATUS_DISABLED` on its
+/// node; the build itself is rescheduled.
+#[tokio::test]
+async fn failing_host_is_auto_disabled_when_asked() {
+    let mut cloud = Cloud::start("resched-disable", &["--auto-disable-after-failed-builds", "1"]).await;
+    cloud.add_agent(Hosts::new("big", 1, &with(BIG, &["--bad-hosts", "big0"]))).await;
+    cloud.add_agent(Hosts::new("mid", 1, MID)).await;
+    let nova = cloud.nova("admin");
+    let (flavor, image) = setup(&nova).await;
+    let id = nova.boot_id("vm1", &flavor, &image).await;
+    let server = nova.wait_settled(&id).await;
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], "mid0");
+    let services = nova.get("/os-services?binary=nova-compute&host=big0").await;
+    assert_eq!(services.status, 200, "{:?}", services.body);
+    let service = &services.body["services"][0];
+    assert_eq!(service["status"], "disabled", "{service}");
+    assert_eq!(service["disabled_reason"], "Auto-disabled due to 1 build failures");
+    let uuid = provider_uuid(&cloud, "big0").await;
+    let traits = cloud.server.client().get(&format!("/resource_providers/{uuid}/traits")).await.body;
+    assert!(traits["traits"].as_array().is_some_and(|t| t.iter().any(|t| t == "COMPUTE_STATUS_DISABLED")), "{traits}");
+    assert_eq!(cloud.server.metric("berth_compute_services_auto_disabled_total").await, 1);
+    cloud.check_invariants().await;
+}
