@@ -30,9 +30,9 @@ use uuid::Uuid;
 
 use crate::state::ComputeChange as C;
 use crate::{
-    quota, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image,
-    InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID,
-    CONSUMER_TYPE_INSTANCE,
+    quota, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy,
+    HostMapping, Image, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet,
+    CELL0_UUID, CONSUMER_TYPE_INSTANCE,
 };
 
 type Result<T> = std::result::Result<T, ComputeError>;
@@ -1233,7 +1233,7 @@ mod tests {
         let (set, decided) = plan_reschedule(&world, &instance, "h2", 3, 6).expect("plan");
         assert_eq!(decided, Rescheduled::Exhausted(Exhausted::MaxAttempts { max_attempts: 3 }));
         world.apply(&set);
-        assert!(world.placement.consumers.get(&instance).is_none());
+        assert!(!world.placement.consumers.contains_key(&instance));
         assert!(world.compute.request_specs[&instance].retry.alternates.is_empty());
         let (again, decided) = plan_reschedule(&world, &instance, "h2", 3, 7).expect("plan");
         assert!(again.is_empty());
@@ -1259,7 +1259,7 @@ mod tests {
         let (set, decided) = plan_reschedule(&world, &instance, "h2", 3, 4).expect("plan");
         assert_eq!(decided, Rescheduled::Exhausted(Exhausted::NoHostsLeft));
         world.apply(&set);
-        assert!(world.placement.consumers.get(&instance).is_none());
+        assert!(!world.placement.consumers.contains_key(&instance));
         assert!(Exhausted::NoHostsLeft
             .message(&instance, "boom")
             .starts_with("Exceeded maximum number of retries. Exhausted all hosts available"));

@@ -443,7 +443,8 @@ pub(crate) async fn reschedule(
 ) -> Result<(), ServiceError> {
     compute.hooks.pass("before-reschedule").await;
     let max_attempts = compute.config.scheduler.max_attempts.max(1);
-    let decided = write(&*compute.control, |w| plan_reschedule(w, &instance, failed_host, max_attempts, compute.now()))?;
+    let decided =
+        write(&*compute.control, |w| plan_reschedule(w, &instance, failed_host, max_attempts, compute.now()))?;
     let now = compute.now();
     let expect = Expect {
         task_states: vec![Some(task_state::SCHEDULING.to_owned())],
@@ -540,7 +541,9 @@ pub(crate) async fn redrive_reschedules(compute: &Compute, handle: &Arc<Cell>) {
         let create = actions.into_iter().find(|a| a.action == "create");
         let last_error = create
             .as_ref()
-            .and_then(|a| a.events.iter().rev().find(|e| e.event == EVENT_BUILD && e.result.as_deref() == Some("Error")))
+            .and_then(|a| {
+                a.events.iter().rev().find(|e| e.event == EVENT_BUILD && e.result.as_deref() == Some("Error"))
+            })
             .and_then(|e| e.traceback.clone())
             .unwrap_or_else(|| format!("Build of instance {uuid} failed on {host}."));
         tracing::info!(instance = %uuid, %host, "finishing an interrupted reschedule");

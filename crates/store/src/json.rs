@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use berth_compute_model::plan::HostChoice;
 use berth_compute_model::{
-    Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image,
-    ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
+    Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor, GroupPolicy, HostMapping,
+    Image, ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
 };
 use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};

@@ -189,8 +189,12 @@ async fn alternate_taken_meanwhile_is_skipped() {
     // Now both alternates of a new boot are taken before its reschedule.
     // big0 has a failed build, so force the first attempt there through a
     // fresh bad host: a new agent whose host is the roomiest.
-    cloud.add_agent(Hosts::new("huge", 1, &["--vcpus", "64", "--memory-mb", "131072", "--disk-gb", "4000",
-                                             "--bad-hosts", "huge0"]))
+    cloud
+        .add_agent(Hosts::new(
+            "huge",
+            1,
+            &["--vcpus", "64", "--memory-mb", "131072", "--disk-gb", "4000", "--bad-hosts", "huge0"],
+        ))
         .await;
     let (status, _) = admin(&cloud, "POST", "/test/hold", json!({"point": "before-reschedule"})).await;
     assert_eq!(status, 204);
