@@ -194,6 +194,21 @@ impl ComputeServices {
                 "Leases healed because a host they held went down.",
                 self.compute.lease_metrics.hosts_healed.load(Relaxed),
             ),
+            (
+                "berth_compute_reschedules_total",
+                "Failed builds moved to an alternate host without scheduling again.",
+                m.reschedules.load(Relaxed),
+            ),
+            (
+                "berth_compute_reschedules_exhausted_total",
+                "Failed builds that went to ERROR with no attempt or alternate left.",
+                m.reschedules_exhausted.load(Relaxed),
+            ),
+            (
+                "berth_compute_services_auto_disabled_total",
+                "Compute services disabled after consecutive failed builds.",
+                m.services_auto_disabled.load(Relaxed),
+            ),
         ]
     }
 

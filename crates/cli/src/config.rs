@@ -50,6 +50,9 @@ pub(crate) struct FileConfig {
     pub(crate) cell_timeout_ms: Option<u64>,
     /// Seconds without a heartbeat before a compute service is down.
     pub(crate) service_down_time: Option<i64>,
+    /// Consecutive failed builds after which a host's service is disabled
+    /// (0: never).
+    pub(crate) auto_disable_after_failed_builds: Option<i64>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

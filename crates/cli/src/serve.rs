@@ -100,6 +100,11 @@ pub(crate) struct ServeOpts {
     /// (Nova's `service_down_time`, default 60).
     #[arg(long, env = "BERTH_SERVICE_DOWN_TIME")]
     service_down_time: Option<i64>,
+    /// Disable a host's compute service (and set `COMPUTE_STATUS_DISABLED`
+    /// on its nodes) after this many consecutive failed builds (Nova's
+    /// `consecutive_build_service_disable_threshold`). Default 0: never.
+    #[arg(long, env = "BERTH_AUTO_DISABLE_AFTER_FAILED_BUILDS")]
+    auto_disable_after_failed_builds: Option<i64>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -247,6 +252,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         scheduler,
         default_cell: opts.default_cell.or(file.default_cell).unwrap_or_else(|| "cell1".to_owned()),
         service_down_time: opts.service_down_time.or(file.service_down_time).unwrap_or(60),
+        auto_disable_after_failed_builds: opts
+            .auto_disable_after_failed_builds
+            .or(file.auto_disable_after_failed_builds)
+            .unwrap_or(0)
+            .max(0),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         ..berth_compute::ComputeConfig::default()
     };

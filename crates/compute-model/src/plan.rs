@@ -14,6 +14,11 @@
 //! 3. [`plan_bury`] (conductor, when no host fits): mappings moved to cell0,
 //!    build requests removed.
 //!
+//! A build that fails on its host is moved to the next alternate the claim
+//! kept in the request spec by [`plan_reschedule`] (allocations replaced,
+//! attempt counted, in one write), or its allocations go when no attempt
+//! is left.
+//!
 //! Deleting goes through [`plan_delete_build_request`] (not yet in a cell)
 //! or [`plan_forget_instance`] (removed from its cell).
 
@@ -25,9 +30,9 @@ use uuid::Uuid;
 
 use crate::state::ComputeChange as C;
 use crate::{
-    quota, Aggregate, BuildRequest, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image,
-    InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID,
-    CONSUMER_TYPE_INSTANCE,
+    quota, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy,
+    HostMapping, Image, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet,
+    CELL0_UUID, CONSUMER_TYPE_INSTANCE,
 };
 
 type Result<T> = std::result::Result<T, ComputeError>;
@@ -206,6 +211,7 @@ pub fn plan_claim(
     let mut requests: Vec<ConsumerAllocations> = Vec::new();
     let mut placed: Vec<(Uuid, ComputeNodeRef)> = Vec::new();
     let mut gone = Vec::new();
+    let mut specs: Vec<RequestSpec> = Vec::new();
     let claiming: BTreeSet<Uuid> = instances.iter().map(|i| i.instance).collect();
     // Hosts of the group members, plus the ones chosen in this write.
     let mut group_state: HashMap<Uuid, HashMap<String, i64>> = HashMap::new();
@@ -220,7 +226,7 @@ pub fn plan_claim(
             group_state.entry(group.uuid).or_insert_with(|| group_hosts(world, group, &claiming));
         }
         let mut chosen = None;
-        for choice in &choices.choices {
+        for (idx, choice) in choices.choices.iter().enumerate() {
             let Some(node) = world.compute.compute_nodes.get(&choice.root) else { continue };
             if world.compute.cells.get(&node.cell).is_none_or(|c| c.disabled) {
                 continue;
@@ -233,10 +239,10 @@ pub fn plan_claim(
             if !fits(world, &choice.allocations, &extra) {
                 continue;
             }
-            chosen = Some((choice, node));
+            chosen = Some((idx, choice, node));
             break;
         }
-        let Some((choice, node)) = chosen else {
+        let Some((taken, choice, node)) = chosen else {
             return Ok(Err(ClaimFailure::NoRoom(choices.instance)));
         };
         for (provider, amounts) in &choice.allocations {
@@ -256,6 +262,16 @@ pub fn plan_claim(
             allocations: choice.allocations.clone(),
         });
         placed.push((choices.instance, node.clone()));
+        // The choices after the one claimed are the instance's alternates
+        // should its build fail: kept in its request spec, in this write.
+        let alternates: Vec<HostChoice> = choices.choices[taken + 1..].to_vec();
+        if let Some(spec) = world.compute.request_specs.get(&choices.instance) {
+            if !alternates.is_empty() || spec.retry != BuildRetry::default() {
+                let mut spec = spec.clone();
+                spec.retry = BuildRetry { num_attempts: 1, failed_hosts: Vec::new(), alternates };
+                specs.push(spec);
+            }
+        }
     }
     let mut set = WorldChangeSet::new();
     if !requests.is_empty() {
@@ -271,7 +287,167 @@ pub fn plan_claim(
         }
         set.compute(C::DeleteBuildRequest(*instance));
     }
+    for spec in specs {
+        set.compute(C::PutRequestSpec(spec));
+    }
     Ok(Ok((set, Claimed { placed, gone })))
+}
+
+/// Why an instance's build cannot be retried anymore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exhausted {
+    /// `max_attempts` builds failed (Nova's `populate_retry` refusal).
+    MaxAttempts {
+        /// The limit.
+        max_attempts: usize,
+    },
+    /// No alternate is left, or none still fits (Nova's conductor with an
+    /// empty or fully taken host list).
+    NoHostsLeft,
+}
+
+impl Exhausted {
+    /// Nova's fault message (`MaxRetriesExceeded`) for `instance`; `last`
+    /// is the last build failure.
+    pub fn message(&self, instance: &Uuid, last: &str) -> String {
+        match self {
+            Exhausted::MaxAttempts { max_attempts } => format!(
+                "Exceeded maximum number of retries. Exceeded max scheduling attempts {max_attempts} for instance \
+                 {instance}. Last exception: {last}"
+            ),
+            Exhausted::NoHostsLeft => format!(
+                "Exceeded maximum number of retries. Exhausted all hosts available for retrying build failures for \
+                 instance {instance}."
+            ),
+        }
+    }
+}
+
+/// What [`plan_reschedule`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rescheduled {
+    /// The instance is gone (deleted meanwhile): nothing to do.
+    Gone,
+    /// Build it on `node`; this is attempt number `attempt`. Also the
+    /// answer when an earlier run already moved the allocations there.
+    Build {
+        /// Where its allocations now are.
+        node: ComputeNodeRef,
+        /// Attempt number (2 for the first reschedule).
+        attempt: i64,
+    },
+    /// No attempt left; the instance holds no allocations anymore.
+    Exhausted(Exhausted),
+}
+
+/// Move an instance whose build failed on `failed_host` to its next
+/// alternate, in one write: the first alternate (in order) whose node is
+/// known and in the instance's cell, whose cell is enabled, that keeps the
+/// server group's hard policy and that still fits replaces the instance's
+/// allocations (placement's planner re-checks the whole claim, consumer
+/// generation included), and the request spec counts the attempt and
+/// drops the alternates used or skipped. When `max_attempts` attempts were
+/// made, or no alternate fits, the allocations are deleted instead. The
+/// scheduler is not asked again.
+///
+/// Safe to run twice: when the allocations are no longer on `failed_host`
+/// (an earlier run moved them, or deleted them), nothing is written and
+/// the earlier decision is returned.
+pub fn plan_reschedule(
+    world: &World,
+    instance: &Uuid,
+    failed_host: &str,
+    max_attempts: usize,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Rescheduled)> {
+    let mut set = WorldChangeSet::new();
+    let Some(mapping) = world.compute.instance_mappings.get(instance) else { return Ok((set, Rescheduled::Gone)) };
+    let Some(cell) = mapping.cell else { return Ok((set, Rescheduled::Gone)) };
+    let mut spec = world.compute.request_specs.get(instance).cloned();
+    let attempts = spec.as_ref().map_or(1, |s| s.retry.attempts());
+    let exhausted_reason = |attempts: i64| {
+        if attempts >= max_attempts as i64 {
+            Exhausted::MaxAttempts { max_attempts }
+        } else {
+            Exhausted::NoHostsLeft
+        }
+    };
+    let Some(consumer) = world.placement.consumers.get(instance) else {
+        return Ok((set, Rescheduled::Exhausted(exhausted_reason(attempts))));
+    };
+    match host_of_instance(world, instance) {
+        Some(node) if node.host != failed_host => {
+            return Ok((set, Rescheduled::Build { node: node.clone(), attempt: attempts }));
+        }
+        Some(_) => {}
+        None => return Ok((set, Rescheduled::Exhausted(exhausted_reason(attempts)))),
+    }
+    let mut retry = spec.as_ref().map(|s| s.retry.clone()).unwrap_or_default();
+    retry.num_attempts = attempts;
+    retry.failed_hosts.push(failed_host.to_owned());
+    let mut chosen: Option<(usize, &HostChoice, &ComputeNodeRef)> = None;
+    if attempts < max_attempts as i64 {
+        let group = world.compute.group_of_instance.get(instance).and_then(|g| world.compute.server_groups.get(g));
+        let members_on = group.map(|g| group_hosts(world, g, &BTreeSet::from([*instance])));
+        // The instance's own allocations are replaced, not added to: they
+        // count as free for its alternate (a sharing provider may be in
+        // both).
+        let mut own: HashMap<(Uuid, &str), i64> = HashMap::new();
+        for (provider, amounts) in &consumer.allocations {
+            for (class, amount) in amounts {
+                own.insert((*provider, class.as_str()), -amount);
+            }
+        }
+        for (idx, choice) in retry.alternates.iter().enumerate() {
+            let Some(node) = world.compute.compute_nodes.get(&choice.root) else { continue };
+            if node.cell != cell || retry.failed_hosts.contains(&node.host) {
+                continue;
+            }
+            if world.compute.cells.get(&node.cell).is_none_or(|c| c.disabled) {
+                continue;
+            }
+            if let (Some(group), Some(on)) = (group, &members_on) {
+                if !group_allows(group, &node.host, on) {
+                    continue;
+                }
+            }
+            if !fits(world, &choice.allocations, &own) {
+                continue;
+            }
+            chosen = Some((idx, choice, node));
+            break;
+        }
+    }
+    let outcome = match chosen {
+        Some((idx, choice, node)) => {
+            let request = ConsumerAllocations {
+                consumer: *instance,
+                project_id: consumer.row.project_id.clone(),
+                user_id: consumer.row.user_id.clone(),
+                generation: ConsumerGeneration::Is(consumer.row.generation),
+                consumer_type: Some(CONSUMER_TYPE_INSTANCE.to_owned()),
+                allocations: choice.allocations.clone(),
+            };
+            let placement = plan_replace_allocations(&world.placement, &[request], now)
+                .map_err(|e| ComputeError::Conflict(format!("{e:?}")))?;
+            set.placement(placement);
+            retry.num_attempts = attempts + 1;
+            retry.alternates = retry.alternates.split_off(idx + 1);
+            Rescheduled::Build { node: node.clone(), attempt: attempts + 1 }
+        }
+        None => {
+            set.placement(ChangeSet {
+                changes: vec![Change::DeleteConsumer { uuid: *instance, expected_generation: consumer.row.generation }],
+            });
+            retry.alternates.clear();
+            Rescheduled::Exhausted(exhausted_reason(attempts))
+        }
+    };
+    if let Some(mut spec) = spec.take() {
+        spec.retry = retry;
+        set.compute(C::PutRequestSpec(spec));
+    }
+    Ok((set, outcome))
 }
 
 /// Would `allocations` fit on top of current usage plus `extra` (amounts
@@ -888,6 +1064,7 @@ mod tests {
             different_host: vec![],
             hints: BTreeMap::new(),
             reservation_id: "r-1".into(),
+            retry: BuildRetry::default(),
         }
     }
 
@@ -1006,6 +1183,96 @@ mod tests {
             .map(|i| InstanceChoices { instance: *i, choices: vec![choice(roots[0], 1), choice(roots[1], 3)] })
             .collect();
         assert_eq!(plan_claim(&world, &claims, 3).expect("plan"), Err(ClaimFailure::NoRoom(more[1])));
+    }
+
+    /// Instances' VCPU per root provider.
+    fn vcpus_on(world: &World, instance: &Uuid) -> Vec<(Uuid, i64)> {
+        let Some(consumer) = world.placement.consumers.get(instance) else { return Vec::new() };
+        consumer.allocations.iter().map(|(p, a)| (*p, a.get("VCPU").copied().unwrap_or(0))).collect()
+    }
+
+    /// One instance claimed on host 0 with hosts 1 and 2 as alternates.
+    fn claimed_with_alternates(world: &mut World, roots: &[Uuid]) -> Uuid {
+        let instance = admit(world, 1, None)[0];
+        let claims = vec![InstanceChoices {
+            instance,
+            choices: vec![choice(roots[0], 2), choice(roots[1], 2), choice(roots[2], 2)],
+        }];
+        let (set, _) = plan_claim(world, &claims, 2).expect("plan").expect("fits");
+        world.apply(&set);
+        instance
+    }
+
+    #[test]
+    fn claim_keeps_the_alternates_and_reschedule_consumes_them() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = claimed_with_alternates(&mut world, &roots);
+        let retry = &world.compute.request_specs[&instance].retry;
+        assert_eq!(retry.num_attempts, 1);
+        assert_eq!(retry.alternates, vec![choice(roots[1], 2), choice(roots[2], 2)]);
+
+        // Failed on h0: one write replaces the allocation by host 1's.
+        let (set, decided) = plan_reschedule(&world, &instance, "h0", 3, 3).expect("plan");
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[1]].clone(), attempt: 2 });
+        world.apply(&set);
+        assert_eq!(vcpus_on(&world, &instance), vec![(roots[1], 2)], "never on both hosts");
+        let retry = &world.compute.request_specs[&instance].retry;
+        assert_eq!((retry.num_attempts, retry.failed_hosts.clone()), (2, vec!["h0".to_owned()]));
+        assert_eq!(retry.alternates, vec![choice(roots[2], 2)]);
+
+        // The same report again: nothing written, the same answer.
+        let (again, decided) = plan_reschedule(&world, &instance, "h0", 3, 4).expect("plan");
+        assert!(again.is_empty());
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[1]].clone(), attempt: 2 });
+
+        // Failed on h1 too: host 2, the last attempt.
+        let (set, decided) = plan_reschedule(&world, &instance, "h1", 3, 5).expect("plan");
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[2]].clone(), attempt: 3 });
+        world.apply(&set);
+        // And on h2: max_attempts reached, no allocation left.
+        let (set, decided) = plan_reschedule(&world, &instance, "h2", 3, 6).expect("plan");
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::MaxAttempts { max_attempts: 3 }));
+        world.apply(&set);
+        assert!(!world.placement.consumers.contains_key(&instance));
+        assert!(world.compute.request_specs[&instance].retry.alternates.is_empty());
+        let (again, decided) = plan_reschedule(&world, &instance, "h2", 3, 7).expect("plan");
+        assert!(again.is_empty());
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::MaxAttempts { max_attempts: 3 }));
+    }
+
+    #[test]
+    fn reschedule_skips_an_alternate_taken_meanwhile() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = claimed_with_alternates(&mut world, &roots);
+        // Someone else takes 3 of host 1's 4 VCPU.
+        let other = admit(&mut world, 1, None)[0];
+        let claims = vec![InstanceChoices { instance: other, choices: vec![choice(roots[1], 3)] }];
+        let (set, _) = plan_claim(&world, &claims, 2).expect("plan").expect("fits");
+        world.apply(&set);
+        let (set, decided) = plan_reschedule(&world, &instance, "h0", 3, 3).expect("plan");
+        assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[2]].clone(), attempt: 2 });
+        world.apply(&set);
+        assert_eq!(vcpus_on(&world, &instance), vec![(roots[2], 2)]);
+        assert!(world.compute.request_specs[&instance].retry.alternates.is_empty(), "host 1 was skipped for good");
+
+        // Host 2 fails too and nothing is left: the allocations go.
+        let (set, decided) = plan_reschedule(&world, &instance, "h2", 3, 4).expect("plan");
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::NoHostsLeft));
+        world.apply(&set);
+        assert!(!world.placement.consumers.contains_key(&instance));
+        assert!(Exhausted::NoHostsLeft
+            .message(&instance, "boom")
+            .starts_with("Exceeded maximum number of retries. Exhausted all hosts available"));
+    }
+
+    #[test]
+    fn reschedule_of_a_deleted_instance_does_nothing() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = claimed_with_alternates(&mut world, &roots);
+        world.apply(&plan_forget_instance(&world, &instance));
+        let (set, decided) = plan_reschedule(&world, &instance, "h0", 3, 3).expect("plan");
+        assert!(set.is_empty());
+        assert_eq!(decided, Rescheduled::Gone);
     }
 
     #[test]

@@ -353,4 +353,32 @@ pub struct RequestSpec {
     pub hints: BTreeMap<String, Vec<String>>,
     /// Reservation id of the request.
     pub reservation_id: String,
+    /// Build attempts and the alternates left for rescheduling (Nova's
+    /// `RequestSpec.retry` plus the `host_list` its conductor hands to the
+    /// compute host). Empty until a claim leaves alternates.
+    pub retry: BuildRetry,
+}
+
+/// How an instance's build went so far, and where it may go next if it
+/// fails. Written by the claim (attempt 1, the scheduler's alternates) and
+/// by each reschedule (one more attempt, one alternate fewer), each time in
+/// the same control write as the allocations it describes, so the
+/// alternates survive a restart and are consumed exactly once.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BuildRetry {
+    /// Attempts made (Nova's `retry.num_attempts`); 0 when never recorded,
+    /// which means the first attempt.
+    pub num_attempts: i64,
+    /// Hosts whose build failed, oldest first (Nova's `retry.hosts`).
+    pub failed_hosts: Vec<String>,
+    /// Alternates not tried yet, best first: the scheduler's choices after
+    /// the one claimed, all in the instance's cell.
+    pub alternates: Vec<crate::plan::HostChoice>,
+}
+
+impl BuildRetry {
+    /// Attempts made, counting an unrecorded first one.
+    pub fn attempts(&self) -> i64 {
+        self.num_attempts.max(1)
+    }
 }

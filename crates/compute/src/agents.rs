@@ -1,7 +1,7 @@
 //! What agents ask of the control plane: register their hosts (host
 //! discovery), heartbeat, take work, report what happened. Plus the sweep
-//! that keeps agents fed with work committed elsewhere and the health view
-//! in step with the cell databases.
+//! that keeps agents fed with work committed elsewhere, the health view in
+//! step with the cell databases, and interrupted reschedules finished.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -225,10 +225,15 @@ impl Compute {
         let now = self.now();
         let request_id = self.create_request_id(&handle, &uuid).await;
         let expect = |task: &[&str]| Expect {
-            vm_states: vec![],
             task_states: task.iter().map(|t| Some((*t).to_owned())).collect(),
             not_deleted: true,
+            ..Expect::default()
         };
+        // A build's outcome is only taken from the host building it (a late
+        // or repeated report from a host the instance was rescheduled away
+        // from is a mismatch).
+        let from_host = |task: &[&str]| Expect { host: Some(Some(event.host.clone())), ..expect(task) };
+        let reschedule = event.kind == "build_failed" && self.may_reschedule(&uuid);
         let finish = |result: &str, traceback: Option<String>| {
             request_id.as_ref().map(|request_id| CellOp::FinishEvent {
                 instance: uuid,
@@ -250,18 +255,31 @@ impl Compute {
                     updated_at: now,
                     ..InstanceUpdate::default()
                 };
-                ops.push(CellOp::UpdateInstance { uuid, expect: expect(&[task_state::SPAWNING]), update });
+                ops.push(CellOp::UpdateInstance { uuid, expect: from_host(&[task_state::SPAWNING]), update });
                 ops.extend(finish("Success", None));
             }
+            "build_failed" if reschedule => {
+                // Back to `scheduling`, keeping the failed host on the row
+                // until the reschedule write has moved the allocations: it
+                // is how a re-drive after a crash knows where the build
+                // failed (`conductor::redrive_reschedules`).
+                let update = InstanceUpdate {
+                    task_state: Some(Some(task_state::SCHEDULING.to_owned())),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                ops.push(CellOp::UpdateInstance { uuid, expect: from_host(&[task_state::SPAWNING]), update });
+                ops.extend(finish("Error", Some(failure_message(event))));
+            }
             "build_failed" => {
-                let message = event.message.clone().unwrap_or_else(|| "Build failed on the host.".to_owned());
+                let message = failure_message(event);
                 let update = InstanceUpdate {
                     vm_state: Some(vm_state::ERROR.to_owned()),
                     task_state: Some(None),
                     updated_at: now,
                     ..InstanceUpdate::default()
                 };
-                ops.push(CellOp::UpdateInstance { uuid, expect: expect(&[task_state::SPAWNING]), update });
+                ops.push(CellOp::UpdateInstance { uuid, expect: from_host(&[task_state::SPAWNING]), update });
                 ops.push(CellOp::AddFault(Fault {
                     instance_uuid: uuid,
                     code: 500,
@@ -315,8 +333,17 @@ impl Compute {
                 self.metrics.instances_active.fetch_add(1, Ordering::Relaxed);
             }
             "build_failed" if applied => {
-                self.health.build_failed(&event.host);
+                let failures = self.health.build_failed(&event.host);
                 self.metrics.builds_failed.fetch_add(1, Ordering::Relaxed);
+                let threshold = self.config.auto_disable_after_failed_builds;
+                if threshold > 0 && failures == threshold {
+                    self.auto_disable(&event.host, failures).await;
+                }
+                if reschedule {
+                    crate::conductor::reschedule(self, &handle, uuid, &event.host, &failure_message(event), request_id)
+                        .await?;
+                    return Ok(true);
+                }
                 // The host keeps nothing of a failed build.
                 write(&*self.control, |w| {
                     let mut set = WorldChangeSet::new();
@@ -348,11 +375,25 @@ impl Compute {
         Ok(applied)
     }
 
-    async fn create_request_id(&self, handle: &Arc<crate::cells::Cell>, uuid: &Uuid) -> Option<String> {
+    /// Is a failed build of `instance` rescheduled? Not with
+    /// `max_attempts` 1 nor onto a forced host or node (Nova's
+    /// `populate_retry`).
+    fn may_reschedule(&self, instance: &Uuid) -> bool {
+        self.config.scheduler.max_attempts > 1
+            && read(&*self.control, |w| {
+                w.compute.request_specs.get(instance).is_some_and(|s| s.force_host.is_none() && s.force_node.is_none())
+            })
+    }
+
+    pub(crate) async fn create_request_id(&self, handle: &Arc<crate::cells::Cell>, uuid: &Uuid) -> Option<String> {
         let id = *uuid;
         let actions = self.cells.read(handle, move |s| s.instance_actions(&id)).await.ok()?;
         actions.into_iter().find(|a| a.action == "create").map(|a| a.request_id)
     }
+}
+
+fn failure_message(event: &AgentEvent) -> String {
+    event.message.clone().unwrap_or_else(|| format!("Build of instance {} failed on {}.", event.instance, event.host))
 }
 
 /// Start the periodic sweep: re-offer agent work found in the cells for
@@ -393,6 +434,7 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                     if let Ok(services) = compute.cells.read(&handle, |s| s.services()).await {
                         compute.health.merge_services(&services);
                     }
+                    crate::conductor::redrive_reschedules(&compute, &handle).await;
                 }
             }
         }

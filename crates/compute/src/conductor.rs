@@ -13,6 +13,13 @@
 //! 4. give the rows their host and `spawning`, and hand the build to the
 //!    host's agent.
 //!
+//! A build that fails on its host is rescheduled ([`reschedule`]): the
+//! instance's next alternate, kept in its request spec by the claim, is
+//! claimed in place of the failed host's allocations (one control write),
+//! then the row gets the new host and the agent the build. The scheduler
+//! is not called again. With no attempt or alternate left the instance
+//! goes to ERROR without allocations.
+//!
 //! When no host fits, the instances are buried in cell0 in ERROR with a
 //! fault and an instance action (rows first, then the mappings), and any
 //! rows written in step 2 are purged. A build request deleted meanwhile is
@@ -25,14 +32,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_compute_model::cell::{task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction};
-use berth_compute_model::plan::{plan_bury, plan_claim, plan_forget_instance, ClaimFailure, Claimed, InstanceChoices};
+use berth_compute_model::plan::{
+    plan_bury, plan_claim, plan_forget_instance, plan_reschedule, ClaimFailure, Claimed, InstanceChoices, Rescheduled,
+};
 use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet, CELL0_UUID};
 use berth_scheduler::{schedule, ScheduleRequest};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
 
+use crate::cells::Cell;
 use crate::control::{read, write};
 use crate::hub::Task;
+use crate::servers::ServiceError;
 use crate::Compute;
 
 /// The conductor's event of an instance's create action.
@@ -402,5 +413,143 @@ async fn bury(
             let _ = cell0.write(gone).await;
         }
         Err(err) => tracing::error!(error = %err, "burying instances failed; boot stays pending"),
+    }
+}
+
+/// Carry on a build that failed on `failed_host` (the row is back in
+/// `scheduling`, still naming that host):
+///
+/// 1. one control write (`plan_reschedule`) moves the instance's
+///    allocations to its next alternate that still fits, counting the
+///    attempt and consuming the alternates tried, or deletes them when no
+///    attempt or alternate is left;
+/// 2. the row (`Expect`: `scheduling` on `failed_host`) gets the new host
+///    and `spawning`, a new build event starts and the agent gets the
+///    task; or the row goes to ERROR, without host, with Nova's
+///    `MaxRetriesExceeded` fault.
+///
+/// The control write comes first, so a crash in between leaves the row in
+/// `scheduling` on the failed host, which [`redrive_reschedules`] finds
+/// and finishes (step 1 does nothing the second time). A delete in
+/// between wins: the row no longer matches and whoever deleted it forgets
+/// the allocations wherever they are.
+pub(crate) async fn reschedule(
+    compute: &Compute,
+    handle: &Arc<Cell>,
+    instance: Uuid,
+    failed_host: &str,
+    last_error: &str,
+    request_id: Option<String>,
+) -> Result<(), ServiceError> {
+    compute.hooks.pass("before-reschedule").await;
+    let max_attempts = compute.config.scheduler.max_attempts.max(1);
+    let decided =
+        write(&*compute.control, |w| plan_reschedule(w, &instance, failed_host, max_attempts, compute.now()))?;
+    let now = compute.now();
+    let expect = Expect {
+        task_states: vec![Some(task_state::SCHEDULING.to_owned())],
+        not_deleted: true,
+        host: Some(Some(failed_host.to_owned())),
+        ..Expect::default()
+    };
+    match decided {
+        Rescheduled::Gone => Ok(()),
+        Rescheduled::Build { node, attempt } => {
+            let zone = read(&*compute.control, |w| {
+                w.compute.availability_zone_of_host(&node.host, &compute.config.scheduler.default_availability_zone)
+            });
+            let update = InstanceUpdate {
+                host: Some(Some(node.host.clone())),
+                node: Some(Some(node.node.clone())),
+                availability_zone: Some(Some(zone)),
+                task_state: Some(Some(task_state::SPAWNING.to_owned())),
+                updated_at: now,
+                ..InstanceUpdate::default()
+            };
+            let mut ops = vec![CellOp::UpdateInstance { uuid: instance, expect, update }];
+            if let Some(request_id) = request_id {
+                ops.push(CellOp::StartEvent {
+                    instance,
+                    request_id,
+                    event: EVENT_BUILD.to_owned(),
+                    host: Some(node.host.clone()),
+                    at: now,
+                });
+            }
+            let outcomes = handle.write(ops).await?;
+            if outcomes.first() == Some(&CellOutcome::Done) {
+                compute.metrics.reschedules.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%instance, from = failed_host, to = %node.host, attempt, "build rescheduled");
+                if let Some(task) = Task::new(instance, &node.host, task_state::SPAWNING) {
+                    compute.hub.push(task);
+                }
+            }
+            Ok(())
+        }
+        Rescheduled::Exhausted(why) => {
+            let message = why.message(&instance, last_error);
+            let update = InstanceUpdate {
+                vm_state: Some(vm_state::ERROR.to_owned()),
+                task_state: Some(None),
+                host: Some(None),
+                node: Some(None),
+                updated_at: now,
+                ..InstanceUpdate::default()
+            };
+            let ops = vec![
+                CellOp::UpdateInstance { uuid: instance, expect, update },
+                CellOp::AddFault(Fault {
+                    instance_uuid: instance,
+                    code: 500,
+                    message: message.clone(),
+                    details: message.clone(),
+                    host: Some(failed_host.to_owned()),
+                    created_at: now,
+                }),
+            ];
+            let outcomes = handle.write(ops).await?;
+            if outcomes.first() == Some(&CellOutcome::Done) {
+                compute.metrics.reschedules_exhausted.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%instance, failed_host, %message, "build failed for good");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Seconds a row may stay in `scheduling` on a failed host before the
+/// sweep assumes its reschedule was interrupted (a crash, a lost write).
+pub const RESCHEDULE_GRACE_SECS: i64 = 10;
+
+/// Finish reschedules that were interrupted: rows of `cell` in
+/// `scheduling` that still name a host (only a failed build leaves a row
+/// so) and were last updated more than [`RESCHEDULE_GRACE_SECS`] ago.
+/// [`reschedule`] is safe to run twice, so another process doing the same
+/// at the same time is harmless.
+pub(crate) async fn redrive_reschedules(compute: &Compute, handle: &Arc<Cell>) {
+    let now = compute.now();
+    let Ok(rows) = compute.cells.read(handle, |s| s.instances_with_tasks(&[task_state::SCHEDULING])).await else {
+        return;
+    };
+    for row in rows {
+        let Some(host) = row.host.clone() else { continue };
+        if row.deleted || now - row.updated_at.unwrap_or(row.created_at) <= RESCHEDULE_GRACE_SECS {
+            continue;
+        }
+        let uuid = row.uuid;
+        let actions = compute.cells.read(handle, move |s| s.instance_actions(&uuid)).await.unwrap_or_default();
+        let create = actions.into_iter().find(|a| a.action == "create");
+        let last_error = create
+            .as_ref()
+            .and_then(|a| {
+                a.events.iter().rev().find(|e| e.event == EVENT_BUILD && e.result.as_deref() == Some("Error"))
+            })
+            .and_then(|e| e.traceback.clone())
+            .unwrap_or_else(|| format!("Build of instance {uuid} failed on {host}."));
+        tracing::info!(instance = %uuid, %host, "finishing an interrupted reschedule");
+        let request_id = create.map(|a| a.request_id);
+        if let Err(err) = reschedule(compute, handle, uuid, &host, &last_error, request_id).await {
+            tracing::warn!(instance = %uuid, error = %err, "re-driving a reschedule failed; will retry");
+        }
     }
 }

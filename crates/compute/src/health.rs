@@ -96,9 +96,17 @@ impl Health {
         });
     }
 
-    /// A build failed on `host`.
-    pub fn build_failed(&self, host: &str) {
-        self.update(host, |r| r.failed_builds += 1);
+    /// A build failed on `host`: counted at once (the build-failure
+    /// weigher sees it on the next request, not after Nova's 60-second
+    /// periodic report). Returns the host's failures since its last
+    /// success.
+    pub fn build_failed(&self, host: &str) -> i64 {
+        let mut failures = 0;
+        self.update(host, |r| {
+            r.failed_builds += 1;
+            failures = r.failed_builds;
+        });
+        failures
     }
 
     /// A build succeeded on `host`: its failure count resets.

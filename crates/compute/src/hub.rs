@@ -6,8 +6,8 @@
 //! a poll), and a sweep of the cell databases re-queues any task state it
 //! finds for a local agent's host that is neither queued nor recently
 //! handed out (work committed by another process, tasks lost in a restart,
-//! agents that took a task and died). A task is identified by instance and
-//! task state, so handing it out twice is harmless: the agent ignores a
+//! agents that took a task and died). A task is identified by instance,
+//! task state and host, so handing it out twice is harmless: the agent ignores a
 //! task it is already running, and the transition it reports is
 //! conditional on the task state.
 
@@ -65,7 +65,9 @@ pub const AGENT_TASK_STATES: &[&str] =
 /// One task for an agent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
-    /// `instance:task_state`.
+    /// `instance:task_state@host` (the host too: a build rescheduled to
+    /// another host is a new task, even for an agent serving both hosts
+    /// that is still reporting the failed one).
     pub id: String,
     /// What to do.
     pub kind: TaskKind,
@@ -79,7 +81,7 @@ impl Task {
     /// The task for `instance` on `host` in `task_state`.
     pub fn new(instance: Uuid, host: &str, task_state: &str) -> Option<Self> {
         let kind = TaskKind::for_task_state(task_state)?;
-        Some(Task { id: format!("{instance}:{task_state}"), kind, instance, host: host.to_owned() })
+        Some(Task { id: format!("{instance}:{task_state}@{host}"), kind, instance, host: host.to_owned() })
     }
 }
 

@@ -60,6 +60,10 @@ pub struct ComputeConfig {
     pub cell_database_template: String,
     /// How often the lease runner looks for due events and down hosts.
     pub lease_tick: Duration,
+    /// Disable a host's compute service after this many consecutive failed
+    /// builds (Nova's `[compute] consecutive_build_service_disable_threshold`;
+    /// 0: never, berth's default).
+    pub auto_disable_after_failed_builds: i64,
 }
 
 impl Default for ComputeConfig {
@@ -74,6 +78,7 @@ impl Default for ComputeConfig {
             service_down_time: 60,
             max_limit: 1000,
             cell_database_template: "sqlite://berth-data/{name}.sqlite".to_owned(),
+            auto_disable_after_failed_builds: 0,
         }
     }
 }
@@ -95,6 +100,13 @@ pub struct Metrics {
     pub instances_active: AtomicU64,
     /// Builds that failed on their host.
     pub builds_failed: AtomicU64,
+    /// Failed builds moved to an alternate host (without scheduling again).
+    pub reschedules: AtomicU64,
+    /// Failed builds that went to ERROR because no attempt or alternate
+    /// was left.
+    pub reschedules_exhausted: AtomicU64,
+    /// Compute services disabled after consecutive failed builds.
+    pub services_auto_disabled: AtomicU64,
 }
 
 /// Named points where a test can hold the conductor (only with

@@ -528,7 +528,7 @@ impl Compute {
                 events: Vec::new(),
             };
             let local = cell.uuid == CELL0_UUID || row.host.as_deref().is_none_or(|h| !self.health.is_up_at(h, now));
-            let expect = Expect { vm_states: vec![], task_states: vec![row.task_state.clone()], not_deleted: true };
+            let expect = Expect { task_states: vec![row.task_state.clone()], not_deleted: true, ..Expect::default() };
             if local {
                 // No host to ask (cell0, never placed, or its service is
                 // down): delete here, as Nova's local delete does.
@@ -651,6 +651,7 @@ impl Compute {
             vm_states: vm_states.iter().map(|s| (*s).to_owned()).collect(),
             task_states: vec![None],
             not_deleted: true,
+            ..Expect::default()
         };
         let update =
             InstanceUpdate { task_state: Some(Some(task.to_owned())), updated_at: now, ..InstanceUpdate::default() };

@@ -150,6 +150,31 @@ impl Compute {
         Ok(service)
     }
 
+    /// Disable `host`'s compute service after `failures` consecutive failed
+    /// builds, as `set_service` does (service row, then
+    /// `COMPUTE_STATUS_DISABLED` on its nodes in one control write). A
+    /// failure here is logged: the build failure itself was handled.
+    pub(crate) async fn auto_disable(&self, host: &str, failures: i64) {
+        let Some(cell_id) = crate::control::read(&*self.control, |w| w.compute.cell_of_host(host)) else { return };
+        let Some(mapping) = self.cell(&cell_id) else { return };
+        let Ok(handle) = self.cells.get(&mapping) else { return };
+        let found = self.cells.read(&handle, |s| Ok((s.services()?, s.compute_nodes()?))).await;
+        let Ok((services, nodes)) = found else { return };
+        let Some(service) = services.into_iter().find(|s| s.binary == "nova-compute" && s.host == host) else {
+            return;
+        };
+        let nodes: Vec<ComputeNode> = nodes.into_iter().filter(|n| n.host == host).collect();
+        let target = HostService { cell: cell_id, service, nodes, instances: 0 };
+        let reason = format!("Auto-disabled due to {failures} build failures");
+        match self.set_service(&target, Some(true), Some(Some(reason)), None).await {
+            Ok(_) => {
+                self.metrics.services_auto_disabled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(host, failures, "compute service disabled after consecutive failed builds");
+            }
+            Err(err) => tracing::warn!(host, error = %err, "auto-disabling a failing host failed"),
+        }
+    }
+
     /// Delete a compute service (refused while its host has instances).
     pub async fn delete_service(&self, target: &HostService) -> Result<(), ServiceError> {
         if target.instances > 0 {

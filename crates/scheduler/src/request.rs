@@ -272,6 +272,7 @@ mod tests {
             different_host: vec![],
             hints: BTreeMap::new(),
             reservation_id: "r".into(),
+            retry: Default::default(),
         }
     }
 

@@ -157,6 +157,7 @@ fn spec(ram: i64) -> RequestSpec {
         different_host: vec![],
         hints: BTreeMap::new(),
         reservation_id: "r".into(),
+        retry: Default::default(),
     }
 }
 

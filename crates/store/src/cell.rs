@@ -62,6 +62,9 @@ pub struct Expect {
     pub task_states: Vec<Option<String>>,
     /// The row must not be soft-deleted.
     pub not_deleted: bool,
+    /// The row's host must be this (`Some(None)`: no host); `None`: any.
+    /// An agent's report is only taken from the host the instance is on.
+    pub host: Option<Option<String>>,
 }
 
 /// One write to a cell.

@@ -383,6 +383,7 @@ pub fn expect_matches(row: &Instance, expect: &Expect) -> bool {
     (expect.vm_states.is_empty() || expect.vm_states.contains(&row.vm_state))
         && (expect.task_states.is_empty() || expect.task_states.contains(&row.task_state))
         && !(expect.not_deleted && row.deleted)
+        && expect.host.as_ref().is_none_or(|host| *host == row.host)
 }
 
 // ---------------------------------------------------------------------------

@@ -255,6 +255,7 @@ fn conditional_updates(store: &dyn CellStore) {
         Expect { vm_states: vec!["active".into()], ..Default::default() },
         Expect { task_states: vec![None], ..Default::default() },
         Expect { task_states: vec![Some("spawning".into()), None], ..Default::default() },
+        Expect { host: Some(Some("elsewhere".into())), ..Default::default() },
     ] {
         assert_eq!(write_one(store, update(expect.clone(), touch.clone())), CellOutcome::Mismatch, "{expect:?}");
         assert_eq!(get(store, row.uuid), Some(row.clone()), "a mismatch changes nothing ({expect:?})");
@@ -285,6 +286,7 @@ fn conditional_updates(store: &dyn CellStore) {
         vm_states: vec!["building".into(), "error".into()],
         task_states: vec![None, Some("scheduling".into())],
         not_deleted: true,
+        host: Some(row.host.clone()),
     };
     assert_eq!(write_one(store, update(expect, full_update)), CellOutcome::Done);
     let mut want = row.clone();

@@ -5,10 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use berth_compute_model::plan::HostChoice;
 use berth_compute_model::{
-    Aggregate, BuildRequest, CellMapping, ComputeChange, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image,
-    ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
+    Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor, GroupPolicy, HostMapping,
+    Image, ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
 };
+use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
@@ -255,6 +257,54 @@ pub fn request_spec(spec: &RequestSpec) -> Value {
         "force_host": spec.force_host, "force_node": spec.force_node, "group": spec.group.map(|g| g.to_string()),
         "same_host": uuid_list(&spec.same_host), "different_host": uuid_list(&spec.different_host),
         "hints": hints(&spec.hints), "reservation_id": spec.reservation_id,
+        "retry": build_retry(&spec.retry),
+    })
+}
+
+/// A request spec's retry info: alternates as `[[provider, {class:
+/// amount}], ...]` lists so that their order survives.
+fn build_retry(retry: &BuildRetry) -> Value {
+    let alternates: Vec<Value> = retry
+        .alternates
+        .iter()
+        .map(|choice| {
+            let allocations: Vec<Value> = choice
+                .allocations
+                .iter()
+                .map(|(provider, amounts)| {
+                    let amounts: Vec<Value> = amounts.iter().map(|(class, amount)| json!([class, amount])).collect();
+                    json!([provider.to_string(), amounts])
+                })
+                .collect();
+            json!({"root": choice.root.to_string(), "allocations": allocations})
+        })
+        .collect();
+    json!({"num_attempts": retry.num_attempts, "failed_hosts": retry.failed_hosts, "alternates": alternates})
+}
+
+/// Decode [`build_retry`]; absent (written before reschedules existed) is
+/// the default.
+fn to_build_retry(v: Option<&Value>) -> Result<BuildRetry> {
+    let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(BuildRetry::default()) };
+    let mut alternates = Vec::new();
+    for alt in v.get("alternates").and_then(Value::as_array).into_iter().flatten() {
+        let mut allocations = AllocationMap::new();
+        for pair in field(alt, "allocations")?.as_array().ok_or_else(|| bad("allocations"))? {
+            let provider = pair.get(0).and_then(Value::as_str).and_then(|t| Uuid::parse_str(t).ok());
+            let provider = provider.ok_or_else(|| bad("allocations"))?;
+            let amounts = allocations.entry(provider).or_default();
+            for amount in pair.get(1).and_then(Value::as_array).ok_or_else(|| bad("allocations"))? {
+                let class = amount.get(0).and_then(Value::as_str).ok_or_else(|| bad("allocations"))?;
+                let value = amount.get(1).and_then(Value::as_i64).ok_or_else(|| bad("allocations"))?;
+                amounts.insert(class.to_owned(), value);
+            }
+        }
+        alternates.push(HostChoice { root: uuid(alt, "root")?, allocations });
+    }
+    Ok(BuildRetry {
+        num_attempts: opt_i(v, "num_attempts")?.unwrap_or(0),
+        failed_hosts: strings(v, "failed_hosts")?,
+        alternates,
     })
 }
 
@@ -283,6 +333,7 @@ pub fn to_request_spec(v: &Value) -> Result<RequestSpec> {
         different_host: uuids(v, "different_host")?,
         hints: get_hints(v, "hints")?,
         reservation_id: s(v, "reservation_id")?,
+        retry: to_build_retry(v.get("retry"))?,
     })
 }
 
@@ -594,6 +645,19 @@ mod tests {
                 different_host: vec![],
                 hints: BTreeMap::new(),
                 reservation_id: "r".into(),
+                retry: BuildRetry {
+                    num_attempts: 2,
+                    failed_hosts: vec!["h1".into()],
+                    alternates: vec![HostChoice {
+                        root: id,
+                        allocations: [
+                            (id, [("VCPU".to_owned(), 1), ("MEMORY_MB".to_owned(), 512)].into_iter().collect()),
+                            (Uuid::from_u128(7), [("DISK_GB".to_owned(), 1)].into_iter().collect()),
+                        ]
+                        .into_iter()
+                        .collect(),
+                    }],
+                },
             }),
             C::DeleteRequestSpec(id),
             C::PutQuota { project_id: "p".into(), user_id: String::new(), resource: "cores".into(), limit: -1 },

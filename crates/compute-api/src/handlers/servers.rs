@@ -340,6 +340,7 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         different_host,
         hints,
         reservation_id: reservation_id.clone(),
+        retry: Default::default(),
     };
     let boot = BootAdmission { project_id: project, user_id: user, instances, min_count, request_spec, now };
     let admitted = ctx.compute.accept_boot(boot, &req.request_id).nova()?;

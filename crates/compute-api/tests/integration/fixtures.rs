@@ -122,6 +122,7 @@ pub(crate) fn request_spec(instance: &Instance) -> RequestSpec {
             .into_iter()
             .collect(),
         reservation_id: instance.spec.reservation_id.clone(),
+        retry: Default::default(),
     }
 }
 

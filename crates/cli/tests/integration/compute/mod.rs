@@ -9,4 +9,5 @@ mod leases;
 mod prefilters;
 mod quota;
 mod race;
+mod reschedule;
 pub(crate) mod support;

@@ -17,6 +17,9 @@ pub(crate) struct Cloud {
     /// More server processes on the same database (PostgreSQL).
     pub(crate) siblings: Vec<TestServer>,
     agents: Vec<Child>,
+    /// What the first process and the agents were started with (restarts).
+    serve_args: Vec<String>,
+    hosts: Vec<Hosts>,
 }
 
 /// One agent process's hosts.
@@ -48,7 +51,29 @@ impl Cloud {
         let mut args: Vec<&str> = vec!["--test-hooks"];
         args.extend_from_slice(serve_args);
         let server = TestServer::start_with_args_in(fresh_dir(tag), test_database(tag), &args).await;
-        Cloud { server, siblings: Vec::new(), agents: Vec::new() }
+        let serve_args = args.iter().map(|a| a.to_string()).collect();
+        Cloud { server, siblings: Vec::new(), agents: Vec::new(), serve_args, hosts: Vec::new() }
+    }
+
+    /// SIGKILL the first process and every agent, then start them again
+    /// on the same data (the server on a new port, the agents on it).
+    pub(crate) async fn restart(&mut self) {
+        self.stop_agents();
+        let args: Vec<&str> = self.serve_args.iter().map(String::as_str).collect();
+        self.server.kill9();
+        self.server =
+            TestServer::start_with_args_in(self.server.dir.clone(), self.server.database.clone(), &args).await;
+        for hosts in std::mem::take(&mut self.hosts) {
+            self.add_agent(hosts).await;
+        }
+    }
+
+    fn stop_agents(&mut self) {
+        for child in &mut self.agents {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.agents.clear();
     }
 
     /// Start another server process on the same database.
@@ -73,6 +98,7 @@ impl Cloud {
         }
         let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn agent");
         self.agents.push(child);
+        self.hosts.push(hosts.clone());
         let names: Vec<String> = (0..hosts.count).map(|i| format!("{}{i}", hosts.prefix)).collect();
         self.wait_hosts(&names).await;
     }
@@ -110,10 +136,7 @@ impl Cloud {
 
 impl Drop for Cloud {
     fn drop(&mut self) {
-        for child in &mut self.agents {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.stop_agents();
     }
 }
 
