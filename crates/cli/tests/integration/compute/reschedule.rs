@@ -65,6 +65,17 @@ async fn consumers_on(cloud: &Cloud, host: &str) -> usize {
     reply.body["allocations"].as_object().map_or(0, |a| a.len())
 }
 
+/// Wait until `host` holds no allocation: without a reschedule the row
+/// goes to ERROR first and the allocations go right after (as before
+/// reschedules existed), so a reader may see the ERROR a moment earlier.
+async fn wait_no_consumers(cloud: &Cloud, host: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while consumers_on(cloud, host).await != 0 {
+        assert!(Instant::now() < deadline, "{host} keeps an allocation of a failed build");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Take every free MEMORY_MB of `host` through the placement API (as
 /// another service would); returns the consumers to remove afterwards.
 async fn fill_memory(cloud: &Cloud, host: &str) -> Vec<Uuid> {
@@ -153,7 +164,7 @@ async fn failed_build_moves_to_the_alternate_without_scheduling_again() {
     let fault = server["fault"]["message"].as_str().unwrap_or("");
     assert!(fault.contains("fake driver failure on big0"), "{server}");
     assert_eq!(build_attempts(&nova, &forced).await, vec![attempt("big0", "Error")]);
-    assert_eq!(consumers_on(&cloud, "big0").await, 0);
+    wait_no_consumers(&cloud, "big0").await;
     assert_eq!(cloud.server.metric("berth_compute_reschedules_total").await, 1);
     cloud.check_invariants().await;
 }
@@ -282,6 +293,7 @@ async fn max_attempts_one_does_not_reschedule() {
     assert_eq!(server["status"], "ERROR", "{server}");
     assert!(server["fault"]["message"].as_str().unwrap_or("").contains("fake driver failure on big0"), "{server}");
     assert_eq!(build_attempts(&nova, &id).await, vec![attempt("big0", "Error")]);
+    wait_no_consumers(&cloud, "big0").await;
     assert_eq!(project_vcpus(&cloud.server, "admin").await, 0);
     assert_eq!(cloud.server.metric("berth_compute_reschedules_total").await, 0);
     cloud.check_invariants().await;
