@@ -126,6 +126,22 @@ fn create_action(build: &BuildRequest, request_id: &str, now: i64, events: Vec<A
     }
 }
 
+/// The update that hands an instance to `node` for building: host, node,
+/// the host's zone and `spawning` (claim and reschedule alike).
+fn spawning_on(compute: &Compute, node: &berth_compute_model::ComputeNodeRef, now: i64) -> InstanceUpdate {
+    let zone = read(&*compute.control, |w| {
+        w.compute.availability_zone_of_host(&node.host, &compute.config.scheduler.default_availability_zone)
+    });
+    InstanceUpdate {
+        host: Some(Some(node.host.clone())),
+        node: Some(Some(node.node.clone())),
+        availability_zone: Some(Some(zone)),
+        task_state: Some(Some(task_state::SPAWNING.to_owned())),
+        updated_at: now,
+        ..InstanceUpdate::default()
+    }
+}
+
 fn event(name: &str, at: i64) -> ActionEvent {
     ActionEvent {
         event: name.to_owned(),
@@ -248,17 +264,7 @@ async fn finish_claim(compute: &Arc<Compute>, job: &BootJob, claimed: Claimed, i
     compute.metrics.instances_claimed.fetch_add(claimed.placed.len() as u64, Ordering::Relaxed);
     let mut ops: HashMap<Uuid, Vec<(Uuid, String, CellOp)>> = HashMap::new();
     for (instance, node) in &claimed.placed {
-        let zone = read(&*compute.control, |w| {
-            w.compute.availability_zone_of_host(&node.host, &compute.config.scheduler.default_availability_zone)
-        });
-        let update = InstanceUpdate {
-            host: Some(Some(node.host.clone())),
-            node: Some(Some(node.node.clone())),
-            availability_zone: Some(Some(zone)),
-            task_state: Some(Some(task_state::SPAWNING.to_owned())),
-            updated_at: now,
-            ..InstanceUpdate::default()
-        };
+        let update = spawning_on(compute, node, now);
         let expect = Expect {
             task_states: vec![Some(task_state::SCHEDULING.to_owned())],
             not_deleted: true,
@@ -455,17 +461,7 @@ pub(crate) async fn reschedule(
     match decided {
         Rescheduled::Gone => Ok(()),
         Rescheduled::Build { node, attempt } => {
-            let zone = read(&*compute.control, |w| {
-                w.compute.availability_zone_of_host(&node.host, &compute.config.scheduler.default_availability_zone)
-            });
-            let update = InstanceUpdate {
-                host: Some(Some(node.host.clone())),
-                node: Some(Some(node.node.clone())),
-                availability_zone: Some(Some(zone)),
-                task_state: Some(Some(task_state::SPAWNING.to_owned())),
-                updated_at: now,
-                ..InstanceUpdate::default()
-            };
+            let update = spawning_on(compute, &node, now);
             let mut ops = vec![CellOp::UpdateInstance { uuid: instance, expect, update }];
             if let Some(request_id) = request_id {
                 ops.push(CellOp::StartEvent {

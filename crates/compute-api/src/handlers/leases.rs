@@ -72,15 +72,6 @@ fn is_admin(req: &Req) -> bool {
 
 const MONTH_DAYS: [i64; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = if y2 >= 0 { y2 } else { y2 - 399 } / 400;
-    let yoe = y2 - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
-}
-
 fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
@@ -120,7 +111,7 @@ fn parse_blazar_date(text: &str) -> Option<i64> {
     if day > max_day {
         return None;
     }
-    Some(days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60)
+    Some(api::days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60)
 }
 
 /// A lease date: `now` (truncated to the minute, as Blazar does), Blazar's
