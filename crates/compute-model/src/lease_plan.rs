@@ -422,6 +422,7 @@ pub fn plan_create_lease(
     };
     let mut set = WorldChangeSet::new();
     set.compute(C::PutLease(lease.clone()));
+    resources::sync(world, None, Some(&lease), ids, now, &mut set)?;
     Ok((set, lease))
 }
 
@@ -470,6 +471,7 @@ pub fn plan_update_lease(
     lease_id: Uuid,
     update: &LeaseUpdate,
     parse: ParseQuery<'_>,
+    ids: &mut dyn FnMut() -> Uuid,
     now: Timestamp,
 ) -> Result<(WorldChangeSet, Lease)> {
     let old = world
@@ -593,16 +595,21 @@ pub fn plan_update_lease(
     lease.updated_at = Some(now);
     let mut set = WorldChangeSet::new();
     set.compute(C::PutLease(lease.clone()));
+    resources::sync(world, Some(old), Some(&lease), ids, now, &mut set)?;
     Ok((set, lease))
 }
 
-/// Delete a lease row (the runtime has ended an active lease first).
+/// Delete a lease row and its reservations' flavors, classes and
+/// inventories (the runtime has ended an active lease first: a reservation
+/// inventory still in use is a conflict).
 pub fn plan_delete_lease(world: &World, lease_id: Uuid) -> Result<WorldChangeSet> {
-    if !world.compute.leases.leases.contains_key(&lease_id) {
+    let Some(old) = world.compute.leases.leases.get(&lease_id) else {
         return Err(ComputeError::NotFound(format!("Object with {{'lease_id': '{lease_id}'}} not found")));
-    }
+    };
     let mut set = WorldChangeSet::new();
     set.compute(C::DeleteLease(lease_id));
+    // Nothing is created for a deleted lease, so no id is ever asked for.
+    resources::sync(world, Some(old), None, &mut Uuid::nil, 0, &mut set)?;
     Ok(set)
 }
 
@@ -890,6 +897,7 @@ pub fn plan_heal_host(
     lease_id: Uuid,
     lost_host: i64,
     parse: ParseQuery<'_>,
+    ids: &mut dyn FnMut() -> Uuid,
     now: Timestamp,
 ) -> Result<Option<WorldChangeSet>> {
     let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
@@ -959,7 +967,8 @@ pub fn plan_heal_host(
     }
     lease.updated_at = Some(now);
     let mut set = WorldChangeSet::new();
-    set.compute(C::PutLease(lease));
+    set.compute(C::PutLease(lease.clone()));
+    resources::sync(world, Some(old), Some(&lease), ids, now, &mut set)?;
     Ok(Some(set))
 }
 
@@ -1043,6 +1052,8 @@ pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Times
     }
     out
 }
+
+pub mod resources;
 
 #[cfg(test)]
 mod tests;

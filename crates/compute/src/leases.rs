@@ -128,6 +128,25 @@ impl Compute {
         Ok(false)
     }
 
+    /// Bring the lease's instance-reservation flavors, classes and
+    /// inventories in line with its status (`STARTING`: inventory and
+    /// flavor access; `TERMINATING`: all gone). True when done; a conflict
+    /// (servers still holding the inventory) is retried next tick.
+    fn sync_lease_resources(&self, lease_id: Uuid, now: i64) -> bool {
+        match write(&*self.control, |w| {
+            Ok((
+                plan::resources::plan_sync_lease_resources(w, lease_id, &mut Uuid::new_v4, now)?.unwrap_or_default(),
+                (),
+            ))
+        }) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(%lease_id, error = %e, "lease resources not in step yet; retrying");
+                false
+            }
+        }
+    }
+
     /// One pass over due events and host health. Returns how many events
     /// finished.
     pub async fn run_lease_events(&self) -> usize {
@@ -154,7 +173,8 @@ impl Compute {
             self.hooks.pass("lease-event").await;
             let done = match kind {
                 EventType::EndLease => match self.delete_lease_servers(lease_id).await {
-                    Ok(gone) => gone,
+                    Ok(true) => self.sync_lease_resources(lease_id, now),
+                    Ok(false) => false,
                     Err(e) => {
                         tracing::warn!(%lease_id, error = %e, "lease end: servers not deleted yet");
                         false
@@ -164,7 +184,7 @@ impl Compute {
                     tracing::info!(%lease_id, "lease ends soon (before_end_lease)");
                     true
                 }
-                EventType::StartLease => true,
+                EventType::StartLease => self.sync_lease_resources(lease_id, now),
             };
             if !done {
                 continue;
@@ -220,7 +240,10 @@ impl Compute {
         });
         for (host, lease) in lost {
             match write(&*self.control, |w| {
-                Ok((plan::plan_heal_host(w, lease, host, &parse_stored, now)?.unwrap_or_default(), ()))
+                Ok((
+                    plan::plan_heal_host(w, lease, host, &parse_stored, &mut Uuid::new_v4, now)?.unwrap_or_default(),
+                    (),
+                ))
             }) {
                 Ok(()) => {
                     self.lease_metrics.hosts_healed.fetch_add(1, Ordering::Relaxed);

@@ -609,13 +609,15 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let parse = |text: &str| parse_query(text).map_err(|e| ComputeError::Invalid(e.detail.clone()));
     if dry_run(req)? {
         let world = ctx.core.read();
-        return Ok(match plan::plan_update_lease(&world, lease.id, &update, &parse, now) {
+        return Ok(match plan::plan_update_lease(&world, lease.id, &update, &parse, &mut Uuid::new_v4, now) {
             Ok((_, lease)) => Resp::ok(json!({"admitted": true, "lease": lease_view(&lease)})),
             Err(ComputeError::Conflict(m)) => Resp::ok(json!({"admitted": false, "reason": m})),
             Err(e) => return Err(refused(e)),
         });
     }
-    let lease = ctx.core.write(|w| plan::plan_update_lease(w, lease.id, &update, &parse, now).map_err(refused))?;
+    let lease = ctx
+        .core
+        .write(|w| plan::plan_update_lease(w, lease.id, &update, &parse, &mut Uuid::new_v4, now).map_err(refused))?;
     ctx.compute.leases_changed();
     Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
 }

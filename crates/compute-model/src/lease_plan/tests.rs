@@ -177,7 +177,7 @@ fn updates_never_conflict_with_themselves_and_overcommit_is_refused() {
     let before = world.compute.leases.leases.get(&a.id).cloned().unwrap();
     // Extending into the other lease's window would overcommit.
     let grow = LeaseUpdate { end: Some(13 * H), ..Default::default() };
-    assert!(plan_update_lease(&world, a.id, &grow, &no_parse, 0).is_err());
+    assert!(plan_update_lease(&world, a.id, &grow, &no_parse, &mut Uuid::new_v4, 0).is_err());
     assert_eq!(world.compute.leases.leases.get(&a.id), Some(&before), "nothing changed");
     // Shrinking the amount and the window on a full host always succeeds.
     let rid = a.reservations[0].id;
@@ -186,7 +186,7 @@ fn updates_never_conflict_with_themselves_and_overcommit_is_refused() {
         reservations: vec![ReservationUpdate { id: rid, amount: Some(1), ..Default::default() }],
         ..Default::default()
     };
-    let (set, after) = plan_update_lease(&world, a.id, &shrink, &no_parse, 0).unwrap();
+    let (set, after) = plan_update_lease(&world, a.id, &shrink, &no_parse, &mut Uuid::new_v4, 0).unwrap();
     world.apply(&set);
     assert_eq!(after.reservations[0].allocations, vec![HostAllocation { host_id: 1, slots: 1 }]);
     assert_eq!(after.event(EventType::EndLease).unwrap().time, 11 * H);
@@ -208,17 +208,17 @@ fn active_leases_keep_their_hosts_and_amount_only_grows() {
         reservations: vec![ReservationUpdate { id: rid, amount: Some(0), ..Default::default() }],
         ..Default::default()
     };
-    assert!(plan_update_lease(&world, a.id, &shrink, &no_parse, H).is_err());
+    assert!(plan_update_lease(&world, a.id, &shrink, &no_parse, &mut Uuid::new_v4, H).is_err());
     let moved = LeaseUpdate { start: Some(H), ..Default::default() };
     assert_eq!(
-        plan_update_lease(&world, a.id, &moved, &no_parse, H).unwrap_err(),
+        plan_update_lease(&world, a.id, &moved, &no_parse, &mut Uuid::new_v4, H).unwrap_err(),
         ComputeError::Invalid("Cannot modify the start date of already started leases".into())
     );
     let grow = LeaseUpdate {
         reservations: vec![ReservationUpdate { id: rid, amount: Some(3), ..Default::default() }],
         ..Default::default()
     };
-    let (_, grown) = plan_update_lease(&world, a.id, &grow, &no_parse, H).unwrap();
+    let (_, grown) = plan_update_lease(&world, a.id, &grow, &no_parse, &mut Uuid::new_v4, H).unwrap();
     assert_eq!(grown.reservations[0].allocations[0], HostAllocation { host_id: 1, slots: 2 }, "kept first");
 }
 
@@ -243,14 +243,14 @@ fn healing_replaces_a_lost_host_or_degrades() {
     let a = admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).unwrap();
     let held = a.reservations[0].allocations[0].host_id;
     world.apply(&plan_set_host_reservable(&world, held, false, 0).unwrap());
-    let set = plan_heal_host(&world, a.id, held, &no_parse, 0).unwrap().unwrap();
+    let set = plan_heal_host(&world, a.id, held, &no_parse, &mut Uuid::new_v4, 0).unwrap().unwrap();
     world.apply(&set);
     let healed = &world.compute.leases.leases[&a.id];
     assert!(healed.reservations[0].resources_changed);
     let now_held = healed.reservations[0].allocations[0].host_id;
     assert_ne!(now_held, held);
     world.apply(&plan_set_host_reservable(&world, now_held, false, 0).unwrap());
-    let set = plan_heal_host(&world, a.id, now_held, &no_parse, 0).unwrap().unwrap();
+    let set = plan_heal_host(&world, a.id, now_held, &no_parse, &mut Uuid::new_v4, 0).unwrap().unwrap();
     world.apply(&set);
     let degraded = &world.compute.leases.leases[&a.id];
     assert!(degraded.degraded && degraded.reservations[0].missing_resources);

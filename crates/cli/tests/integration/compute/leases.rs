@@ -225,6 +225,20 @@ async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
     }
 }
 
+/// Wait until the server is gone from the API (its allocations go first,
+/// the cell row is soft-deleted a moment later).
+async fn wait_gone(nova: &super::support::Nova, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = nova.get(&format!("/servers/{id}")).await.status;
+        if status == 404 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "server {id} still answers {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn advance(server: &TestServer, seconds: i64) {
     let reply = server.client().post("/admin/v1/test/clock", &json!({"advance": seconds})).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
@@ -277,7 +291,7 @@ async fn a_lease_starts_routes_boots_and_ends() {
     let ended = wait_lease(&admin, &id, "TERMINATED").await;
     assert!(ended["events"].as_array().unwrap().iter().all(|e| e["status"] == "DONE"), "{ended}");
     for sid in &reserved {
-        assert_eq!(nova.get(&format!("/servers/{sid}")).await.status, 404, "{sid} deleted at the end");
+        wait_gone(&nova, sid).await;
     }
     let allocations = admin.get("/reservation/v1/os-hosts/allocations").await.body;
     assert!(
@@ -320,4 +334,109 @@ async fn an_event_interrupted_by_kill9_completes_exactly_once() {
     assert_eq!(server.metric("berth_lease_events_done_total").await, 1, "the start ran once in the new process");
     assert_eq!(wait_lease(&admin, &id, "ACTIVE").await["updated_at"], active["updated_at"], "and never again");
     super::support::check_invariants(&server).await;
+}
+
+/// Placement's view of the reservation provider of host `name`:
+/// (uuid, parent uuid, inventories).
+async fn reservation_provider(server: &TestServer, host: &str) -> Option<(String, String, Value)> {
+    let placement = server.client();
+    let reply = placement.get(&format!("/resource_providers?name=blazar_{host}")).await;
+    let rp = reply.body["resource_providers"].as_array()?.first()?.clone();
+    let uuid = rp["uuid"].as_str()?.to_owned();
+    let inventories =
+        placement.get(&format!("/resource_providers/{uuid}/inventories")).await.body["inventories"].clone();
+    Some((uuid, rp["parent_provider_uuid"].as_str()?.to_owned(), inventories))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_reservation_is_counted_per_slot_by_placement() {
+    let mut cloud = Cloud::start("rsv-inst", &[]).await;
+    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "8", "--cpu-ratio", "1"])).await;
+    cloud.add_agent(Hosts::new("n", 1, &["--vcpus", "8", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let owner = rsv(&cloud.server, "alice:proj");
+    let nova_admin = cloud.nova("admin");
+    let nova = cloud.nova("alice:proj");
+    let placement = cloud.server.client();
+    enrol(&admin, "r0", json!({})).await;
+    let image = nova_admin.image("img", json!({})).await;
+    let plain = nova_admin.flavor("plain", 2, 512, 1).await;
+
+    // A window that starts and ends on the test clock: 2040 to 2090.
+    let lease = owner
+        .post("/reservation/v1/leases", &slot_lease("inst", "2040-01-01 00:00", "2090-01-01 00:00", 2, 2, json!(null)))
+        .await;
+    assert_eq!(lease.status, 201, "{:?}", lease.body);
+    let id = lease.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid = lease.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(lease.body["lease"]["reservations"][0]["flavor_id"], json!(rid));
+    let class = format!("CUSTOM_RESERVATION_{}", rid.to_uppercase().replace('-', "_"));
+
+    // Before the start: Blazar's private flavor and class exist, nobody
+    // outside the admins can use the flavor, and no host has inventory.
+    let flavor = nova_admin.get(&format!("/flavors/{rid}")).await;
+    assert_eq!(flavor.status, 200, "{:?}", flavor.body);
+    assert_eq!(flavor.body["flavor"]["name"], json!(format!("reservation:{rid}")));
+    assert_eq!(flavor.body["flavor"]["vcpus"], json!(2));
+    assert_eq!(flavor.body["flavor"]["os-flavor-access:is_public"], json!(false));
+    let specs = &flavor.body["flavor"]["extra_specs"];
+    assert_eq!(specs["aggregate_instance_extra_specs:reservation"], json!(rid), "{specs}");
+    assert_eq!(specs[format!("resources:{class}")], json!("1"), "{specs}");
+    assert_eq!(placement.get(&format!("/resource_classes/{class}")).await.status, 200);
+    assert_eq!(nova.get(&format!("/flavors/{rid}")).await.status, 404, "private until the start");
+    assert!(reservation_provider(&cloud.server, "r0").await.is_none(), "no inventory before the start");
+
+    // The start: inventory equal to the slots on a child of r0, access for
+    // the lease's project.
+    advance(&cloud.server, 20 * 365 * 86_400).await;
+    wait_lease(&owner, &id, "ACTIVE").await;
+    let r0 = placement.get("/resource_providers?name=r0").await.body["resource_providers"][0]["uuid"].clone();
+    let (_, parent, inventories) = reservation_provider(&cloud.server, "r0").await.expect("blazar_r0");
+    assert_eq!(json!(parent), r0);
+    assert_eq!(inventories[&class]["total"], json!(2), "{inventories}");
+    assert_eq!(nova.get(&format!("/flavors/{rid}")).await.status, 200, "the owner may use it now");
+
+    // Two boots with the flavor land on r0; a third finds no slot.
+    let mut reserved = Vec::new();
+    for i in 0..2 {
+        let sid = nova.boot_id(&format!("slot{i}"), &rid, &image).await;
+        let server = nova.wait_settled(&sid).await;
+        assert_eq!(server["status"], json!("ACTIVE"), "{server}");
+        assert_eq!(server["OS-EXT-SRV-ATTR:host"], json!(null), "non-admins do not see hosts");
+        let host = nova_admin.get(&format!("/servers/{sid}")).await.body["server"]["OS-EXT-SRV-ATTR:host"].clone();
+        assert_eq!(host, json!("r0"));
+        reserved.push(sid);
+    }
+    let over = nova.boot_id("slot-over", &rid, &image).await;
+    let over = nova.wait_settled(&over).await;
+    assert_eq!(over["status"], json!("ERROR"), "two slots, the third boot fails although r0 has 4 free vCPUs: {over}");
+    // Normal boots never use the reserved host.
+    for i in 0..3 {
+        let sid = nova.boot_id(&format!("plain{i}"), &plain, &image).await;
+        nova.wait_settled(&sid).await;
+        let host = nova_admin.get(&format!("/servers/{sid}")).await.body["server"]["OS-EXT-SRV-ATTR:host"].clone();
+        assert_ne!(host, json!("r0"));
+    }
+
+    // Growing the reservation grows the inventory in the same write.
+    let grown =
+        owner.put(&format!("/reservation/v1/leases/{id}"), &json!({"reservations": [{"id": rid, "amount": 3}]})).await;
+    assert_eq!(grown.status, 200, "{:?}", grown.body);
+    let (_, _, inventories) = reservation_provider(&cloud.server, "r0").await.unwrap();
+    assert_eq!(inventories[&class]["total"], json!(3), "{inventories}");
+    let third = nova.boot_id("slot2", &rid, &image).await;
+    assert_eq!(nova.wait_settled(&third).await["status"], json!("ACTIVE"));
+    reserved.push(third);
+
+    // The end: servers deleted, then inventory, flavor and class gone.
+    advance(&cloud.server, 50 * 365 * 86_400).await;
+    wait_lease(&owner, &id, "TERMINATED").await;
+    for sid in &reserved {
+        wait_gone(&nova_admin, sid).await;
+    }
+    let (_, _, inventories) = reservation_provider(&cloud.server, "r0").await.unwrap();
+    assert!(inventories.get(&class).is_none(), "{inventories}");
+    assert_eq!(nova_admin.get(&format!("/flavors/{rid}")).await.status, 404);
+    assert_eq!(placement.get(&format!("/resource_classes/{class}")).await.status, 404);
+    cloud.check_invariants().await;
 }
