@@ -140,10 +140,18 @@ fn instance_reservations(lease: Option<&Lease>) -> impl Iterator<Item = Uuid> + 
         .map(|r| r.id)
 }
 
-/// Providers being rewritten by this sync: current row and inventories.
+/// A reservation provider being rewritten by this sync.
+struct Edit {
+    row: ProviderRow,
+    /// Its generation now (`None`: created by this write).
+    expected: Option<i64>,
+    inventories: BTreeMap<String, Inventory>,
+}
+
+/// Providers being rewritten by this sync.
 #[derive(Default)]
 struct Edits {
-    providers: BTreeMap<Uuid, (ProviderRow, Option<i64>, BTreeMap<String, Inventory>)>,
+    providers: BTreeMap<Uuid, Edit>,
     new_providers: i64,
 }
 
@@ -155,16 +163,18 @@ impl Edits {
         ids: &mut dyn FnMut() -> Uuid,
         now: Timestamp,
         create: bool,
-    ) -> Option<&'a mut (ProviderRow, Option<i64>, BTreeMap<String, Inventory>)> {
+    ) -> Option<&'a mut Edit> {
         let state = &world.placement;
         let name = reservation_provider_name(&state.provider(&node)?.row.name);
         if let Some(uuid) = state.provider_names.get(&name).copied() {
             let existing = state.provider(&uuid)?;
-            return Some(self.providers.entry(uuid).or_insert_with(|| {
-                (existing.row.clone(), Some(existing.row.generation), existing.inventories.clone())
+            return Some(self.providers.entry(uuid).or_insert_with(|| Edit {
+                row: existing.row.clone(),
+                expected: Some(existing.row.generation),
+                inventories: existing.inventories.clone(),
             }));
         }
-        if let Some(uuid) = self.providers.iter().find(|(_, (row, _, _))| row.name == name).map(|(u, _)| *u) {
+        if let Some(uuid) = self.providers.iter().find(|(_, e)| e.row.name == name).map(|(u, _)| *u) {
             return self.providers.get_mut(&uuid);
         }
         if !create {
@@ -183,7 +193,7 @@ impl Edits {
             created_at: now,
             updated_at: now,
         };
-        Some(self.providers.entry(uuid).or_insert((row, None, BTreeMap::new())))
+        Some(self.providers.entry(uuid).or_insert(Edit { row, expected: None, inventories: BTreeMap::new() }))
     }
 }
 
@@ -264,7 +274,9 @@ pub(crate) fn sync(
         }
         for node in nodes {
             let slots = want.slots.get(&node).copied().unwrap_or(0);
-            let Some((row, _, inventories)) = edits.provider(world, node, ids, now, slots > 0) else { continue };
+            let Some(Edit { row, inventories, .. }) = edits.provider(world, node, ids, now, slots > 0) else {
+                continue;
+            };
             let used = state.provider(&row.uuid).map_or(0, |p| p.used(&class));
             let total = slots.max(used);
             if used > slots && want.ending {
@@ -288,7 +300,7 @@ pub(crate) fn sync(
         }
     }
 
-    for (uuid, (mut row, expected, inventories)) in edits.providers {
+    for (uuid, Edit { mut row, expected, inventories }) in edits.providers {
         let unchanged = expected.is_some() && state.provider(&uuid).is_some_and(|p| p.inventories == inventories);
         if unchanged {
             continue;

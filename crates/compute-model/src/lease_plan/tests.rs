@@ -270,3 +270,97 @@ fn the_scheduler_rule() {
     assert!(host_allows(&world, "h0", Some(rid)));
     assert!(!host_allows(&world, "other", Some(rid)));
 }
+
+/// Give host `h{i}` a compute node (root provider named `h{i}`).
+fn with_node(world: &mut World, i: usize) -> Uuid {
+    let node = Uuid::from_u128(0xC0DE_0000 + i as u128);
+    let (set, _) =
+        berth_model::providers::plan_create_provider(&world.placement, node, &format!("h{i}"), None, 0).unwrap();
+    world.apply_placement_set(&set);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutComputeNode(crate::types::ComputeNodeRef {
+        uuid: node,
+        host: format!("h{i}"),
+        node: format!("h{i}"),
+        cell: Uuid::from_u128(1),
+    }));
+    world.apply(&set);
+    node
+}
+
+fn run_event(world: &mut World, lease: Uuid, kind: EventType) {
+    let event = world.compute.leases.leases[&lease].event(kind).unwrap().id;
+    let set = plan_event_begin(world, lease, event, 0).unwrap().unwrap();
+    world.apply(&set);
+    let mut next = ids();
+    if let Some(set) = resources::plan_sync_lease_resources(world, lease, &mut next, 0).unwrap() {
+        world.apply(&set);
+    }
+    let set = plan_event_finish(world, lease, event, false, 0).unwrap().unwrap();
+    world.apply(&set);
+}
+
+#[test]
+fn instance_reservation_resources_follow_the_lease() {
+    let mut world = world_with_hosts(2, 8);
+    let node = with_node(&mut world, 0);
+    with_node(&mut world, 1);
+    let a = admit(&mut world, &lease(0, H, vec![slots(2, 4, Some(true))])).unwrap();
+    let rid = a.reservations[0].id;
+    let class = resources::reservation_class(rid);
+    let held = a.reservations[0].allocations[0].host_id;
+    let held_node = if held == 1 { node } else { Uuid::from_u128(0xC0DE_0001) };
+    let held_name = world.placement.provider(&held_node).unwrap().row.name.clone();
+
+    // Created with the lease: the private flavor and the class, no inventory.
+    let flavor = &world.compute.flavors[&rid.to_string()];
+    assert!(!flavor.is_public && flavor.projects.is_empty());
+    assert_eq!(flavor.extra_specs[&format!("resources:{class}")], "1");
+    assert!(world.placement.resource_classes.contains_key(&class));
+    assert!(!world.placement.provider_names.contains_key(&format!("blazar_{held_name}")));
+
+    // Started: inventory of 2 on a child of the held node; access granted.
+    run_event(&mut world, a.id, EventType::StartLease);
+    let child = world.placement.provider_names[&format!("blazar_{held_name}")];
+    let provider = world.placement.provider(&child).unwrap();
+    assert_eq!(provider.row.parent, Some(held_node));
+    assert_eq!(provider.inventories[&class].total, 2);
+    assert!(world.compute.flavors[&rid.to_string()].projects.contains("p"));
+    let mut next = ids();
+    assert!(resources::plan_sync_lease_resources(&world, a.id, &mut next, 0).unwrap().is_none(), "idempotent");
+
+    // A server holding a slot: the end cannot take the inventory away.
+    let consumer = Uuid::from_u128(0xBEEF);
+    let mut allocations = berth_model::AllocationMap::new();
+    allocations.insert(child, [(class.clone(), 1)].into_iter().collect());
+    world.apply_placement_set(&berth_model::ChangeSet {
+        changes: vec![berth_model::Change::PutConsumer {
+            row: berth_model::ConsumerRow {
+                uuid: consumer,
+                project_id: "p".into(),
+                user_id: "u".into(),
+                generation: 0,
+                consumer_type: None,
+                created_at: 0,
+                updated_at: 0,
+            },
+            expected_generation: None,
+            allocations,
+        }],
+    });
+    let end = world.compute.leases.leases[&a.id].event(EventType::EndLease).unwrap().id;
+    let set = plan_event_begin(&world, a.id, end, 0).unwrap().unwrap();
+    world.apply(&set);
+    let err = resources::plan_sync_lease_resources(&world, a.id, &mut next, 0).unwrap_err();
+    assert!(matches!(err, ComputeError::Conflict(_)), "{err:?}");
+
+    // Once it is gone, everything goes in one write.
+    world.apply_placement_set(&berth_model::ChangeSet {
+        changes: vec![berth_model::Change::DeleteConsumer { uuid: consumer, expected_generation: 0 }],
+    });
+    let set = resources::plan_sync_lease_resources(&world, a.id, &mut next, 0).unwrap().unwrap();
+    world.apply(&set);
+    assert!(!world.placement.provider(&child).unwrap().inventories.contains_key(&class));
+    assert!(!world.compute.flavors.contains_key(&rid.to_string()));
+    assert!(!world.placement.resource_classes.contains_key(&class));
+}
