@@ -88,6 +88,8 @@ pub(crate) struct ComputeSettings {
     pub(crate) config: ComputeConfig,
     pub(crate) cell_timeout: Duration,
     pub(crate) test_hooks: bool,
+    /// Where the test clock keeps its offset (with test hooks).
+    pub(crate) clock_file: Option<std::path::PathBuf>,
 }
 
 impl ComputeServices {
@@ -100,7 +102,10 @@ impl ComputeServices {
     ) -> anyhow::Result<Self> {
         let opener: CellOpener = Arc::new(open_cell);
         let cells = Cells::new(opener, settings.cell_timeout);
-        let clock = Arc::new(SystemClock::default());
+        let clock = Arc::new(match &settings.clock_file {
+            Some(file) => SystemClock::persisted(file.clone()),
+            None => SystemClock::default(),
+        });
         let compute = Compute::new(core.clone(), cells, clock, settings.config.clone());
         compute.start();
         let max_limit = settings.config.max_limit;

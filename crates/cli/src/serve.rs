@@ -270,6 +270,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         config: compute_config,
         cell_timeout: std::time::Duration::from_millis(opts.cell_timeout_ms.or(file.cell_timeout_ms).unwrap_or(2000)),
         test_hooks: opts.test_hooks,
+        clock_file: opts.test_hooks.then(|| data_dir.join("test-clock-offset")),
     };
     Ok(Settings {
         compute,

@@ -633,6 +633,20 @@ pub fn due_events(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, 
     out
 }
 
+/// What a due event must wait for, if anything (the lease to wait on):
+/// a lease's own events run in order (its end never before its start or
+/// its `before_end`; after an outage all three may be due at once, and a
+/// start may be waiting), and a start waits for every earlier lease on its
+/// hosts to end ([`start_blocked_by`]).
+pub fn event_blocked_by(world: &World, lease: &Lease, kind: EventType) -> Option<Uuid> {
+    let done = |k: EventType| lease.event(k).is_none_or(|e| e.status == EventStatus::Done);
+    match kind {
+        EventType::StartLease => start_blocked_by(world, lease),
+        EventType::BeforeEndLease => (!done(EventType::StartLease)).then_some(lease.id),
+        EventType::EndLease => (!done(EventType::StartLease) || !done(EventType::BeforeEndLease)).then_some(lease.id),
+    }
+}
+
 /// A lease whose end has not run yet and that holds a host `lease` needs,
 /// in a window before it: `lease` cannot start before that end has run.
 pub fn start_blocked_by(world: &World, lease: &Lease) -> Option<Uuid> {

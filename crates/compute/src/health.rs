@@ -23,15 +23,34 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
 }
 
 /// The wall clock, shifted by an offset that tests may set (only when the
-/// server runs with test hooks).
+/// server runs with test hooks). With a file, the offset survives a
+/// restart (outage tests: time moves on while the process is down).
 #[derive(Debug, Default)]
 pub struct SystemClock {
     offset: AtomicI64,
+    file: Option<std::path::PathBuf>,
+}
+
+impl SystemClock {
+    /// A clock whose offset is kept in `file` (read now, rewritten on every
+    /// advance).
+    pub fn persisted(file: std::path::PathBuf) -> Self {
+        let offset = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+        SystemClock { offset: AtomicI64::new(offset), file: Some(file) }
+    }
 }
 
 impl Clock for SystemClock {
     fn advance(&self, seconds: i64) {
-        self.offset.fetch_add(seconds, Ordering::SeqCst);
+        let offset = self.offset.fetch_add(seconds, Ordering::SeqCst) + seconds;
+        if let Some(file) = &self.file {
+            if let Some(dir) = file.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            if let Err(e) = std::fs::write(file, offset.to_string()) {
+                tracing::warn!(file = %file.display(), error = %e, "test clock offset not saved");
+            }
+        }
     }
 
     fn now(&self) -> Timestamp {

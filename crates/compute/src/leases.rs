@@ -8,8 +8,11 @@
 //! 1. `plan_event_begin`: the event goes `IN_PROGRESS` (one control write);
 //! 2. its actions, all idempotent: an end deletes the servers on the hosts
 //!    it held and waits (event stays `IN_PROGRESS`, retried next tick) until
-//!    they are gone; a start waits until every earlier lease on its hosts
-//!    has ended (`start_blocked_by`);
+//!    they are gone, then removes the instance reservations' inventory,
+//!    flavors and classes; a start creates that inventory
+//!    (`lease_plan::resources`). Before 1, an event waits while its own
+//!    lease's earlier events are not done and a start waits until every
+//!    earlier lease on its hosts has ended (`event_blocked_by`);
 //! 3. `plan_event_finish`: `DONE` and the lease moves on (one control
 //!    write; finishing twice writes nothing).
 //!
@@ -155,14 +158,12 @@ impl Compute {
         let due = read(&*self.control, |w| plan::due_events(w, now));
         let mut finished = 0;
         for (lease_id, event_id, kind, _) in due {
-            if kind == EventType::StartLease {
-                let blocked = read(&*self.control, |w| {
-                    w.compute.leases.leases.get(&lease_id).and_then(|l| plan::start_blocked_by(w, l))
-                });
-                if let Some(other) = blocked {
-                    tracing::debug!(%lease_id, %other, "lease start waits for an earlier lease to end");
-                    continue;
-                }
+            let blocked = read(&*self.control, |w| {
+                w.compute.leases.leases.get(&lease_id).and_then(|l| plan::event_blocked_by(w, l, kind))
+            });
+            if let Some(other) = blocked {
+                tracing::debug!(%lease_id, %other, event = kind.as_str(), "lease event waits");
+                continue;
             }
             if let Err(e) = write(&*self.control, |w| {
                 Ok((plan::plan_event_begin(w, lease_id, event_id, now)?.unwrap_or_default(), ()))
@@ -209,6 +210,12 @@ impl Compute {
     /// the next one.
     fn heal_leases(&self, now: i64) {
         let health = &self.health;
+        // Right after a start (an outage of the control plane, say) every
+        // host's last report is old: give them `service_down_time` to report
+        // before taking any for down.
+        if now - self.started_at <= health.service_down_time {
+            return;
+        }
         let flips: Vec<(i64, bool)> = read(&*self.control, |w| {
             w.compute
                 .leases

@@ -161,6 +161,9 @@ pub struct Compute {
     pub hooks: TestHooks,
     /// Counters of the lease runner.
     pub lease_metrics: leases::LeaseMetrics,
+    /// When this process started (its clock): hosts get `service_down_time`
+    /// to report before lease healing may judge them down.
+    pub started_at: Timestamp,
     lease_wake: tokio::sync::Notify,
     seed: AtomicU64,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
@@ -179,7 +182,9 @@ impl Compute {
         let (jobs, jobs_rx) = tokio::sync::mpsc::unbounded_channel();
         let seed =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+        let started_at = clock.now();
         Arc::new(Compute {
+            started_at,
             control,
             cells,
             hub: Hub::default(),

@@ -364,3 +364,29 @@ fn instance_reservation_resources_follow_the_lease() {
     assert!(!world.compute.flavors.contains_key(&rid.to_string()));
     assert!(!world.placement.resource_classes.contains_key(&class));
 }
+
+#[test]
+fn a_lease_s_own_events_run_in_order() {
+    let mut world = world_with_hosts(1, 8);
+    let a = admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).unwrap();
+    let b = admit(&mut world, &lease(H, 2 * H, vec![hosts(1, 1)])).unwrap();
+    // Everything is overdue at 3h: B's start waits for A's end, and B's
+    // end waits for B's start.
+    let b_now = world.compute.leases.leases[&b.id].clone();
+    assert_eq!(event_blocked_by(&world, &b_now, EventType::StartLease), Some(a.id));
+    assert_eq!(event_blocked_by(&world, &b_now, EventType::EndLease), Some(b.id));
+    assert_eq!(event_blocked_by(&world, &b_now, EventType::BeforeEndLease), Some(b.id));
+    let a_now = world.compute.leases.leases[&a.id].clone();
+    assert_eq!(event_blocked_by(&world, &a_now, EventType::StartLease), None);
+    run_event(&mut world, a.id, EventType::StartLease);
+    run_event(&mut world, a.id, EventType::BeforeEndLease);
+    run_event(&mut world, a.id, EventType::EndLease);
+    let b_now = world.compute.leases.leases[&b.id].clone();
+    assert_eq!(event_blocked_by(&world, &b_now, EventType::StartLease), None, "A has ended");
+    run_event(&mut world, b.id, EventType::StartLease);
+    let b_now = world.compute.leases.leases[&b.id].clone();
+    assert_eq!(event_blocked_by(&world, &b_now, EventType::EndLease), Some(b.id), "before_end first");
+    run_event(&mut world, b.id, EventType::BeforeEndLease);
+    let b_now = world.compute.leases.leases[&b.id].clone();
+    assert_eq!(event_blocked_by(&world, &b_now, EventType::EndLease), None);
+}

@@ -440,3 +440,81 @@ async fn an_instance_reservation_is_counted_per_slot_by_placement() {
     assert_eq!(placement.get(&format!("/resource_classes/{class}")).await.status, 404);
     cloud.check_invariants().await;
 }
+
+/// 2040-01-01 00:00 UTC.
+const Y2040: i64 = 2_208_988_800;
+
+/// The test-clock offset that makes the server's "now" `at`.
+fn offset_for(at: i64) -> i64 {
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    at - wall
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overdue_events_after_an_outage_run_ends_before_starts() {
+    let mut cloud = Cloud::start("rsv-outage", &[]).await;
+    cloud.add_agent(Hosts::new("s", 2, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("admin");
+    for host in ["s0", "s1"] {
+        enrol(&admin, host, json!({})).await;
+    }
+    let flavor = nova.flavor("one", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+
+    // Back-to-back leases of both shared hosts, 1 h each from 01:00, plus
+    // one from 03:00 to 05:00: every start touches the previous end.
+    let both = json!({"min": 2, "max": 2});
+    let mut ids = Vec::new();
+    for (name, start, end) in [
+        ("a", "2040-01-01 01:00", "2040-01-01 02:00"),
+        ("b", "2040-01-01 02:00", "2040-01-01 03:00"),
+        ("c", "2040-01-01 03:00", "2040-01-01 05:00"),
+    ] {
+        let reply = admin.post("/reservation/v1/leases", &host_lease(name, start, end, both.clone())).await;
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+        ids.push(reply.body["lease"]["id"].as_str().unwrap().to_owned());
+    }
+
+    // 01:30: A is active and a server runs in it.
+    advance(&cloud.server, offset_for(Y2040 + 5400)).await;
+    let a = wait_lease(&admin, &ids[0], "ACTIVE").await;
+    let rid = a["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let reply = nova.boot("in-a", &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+    let in_a = reply.body["server"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(nova.wait_settled(&in_a).await["status"], json!("ACTIVE"));
+
+    // The control plane goes down (kill -9) and comes back at 03:30: A's
+    // end, B's start and end, and C's start are all overdue, on the same
+    // hosts, and C's start touches B's end.
+    let file = cloud.server.dir.join("test-clock-offset");
+    cloud.server.kill9();
+    std::fs::write(&file, offset_for(Y2040 + 3 * 3600 + 1800).to_string()).unwrap();
+    cloud.restart().await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("admin");
+
+    for (id, status) in [(&ids[0], "TERMINATED"), (&ids[1], "TERMINATED"), (&ids[2], "ACTIVE")] {
+        let lease = wait_lease(&admin, id, status).await;
+        let events = lease["events"].as_array().unwrap();
+        let done = |kind: &str| events.iter().find(|e| e["event_type"] == kind).unwrap()["status"].clone();
+        assert_eq!(done("start_lease"), json!("DONE"), "{lease}");
+        if status == "TERMINATED" {
+            assert_eq!(done("end_lease"), json!("DONE"), "{lease}");
+            assert!(lease["reservations"].as_array().unwrap().iter().all(|r| r["status"] == "deleted"), "{lease}");
+        }
+    }
+    for lease in leases(&admin).await {
+        assert_ne!(lease["status"], json!("ERROR"), "{lease}");
+    }
+    wait_gone(&nova, &in_a).await;
+    // C holds both hosts now and takes boots for it.
+    let c = wait_lease(&admin, &ids[2], "ACTIVE").await;
+    let c_rid = c["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let reply = nova.boot("in-c", &flavor, &image, json!({"os:scheduler_hints": {"reservation": c_rid}})).await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+    let in_c = nova.wait_settled(reply.body["server"]["id"].as_str().unwrap()).await;
+    assert_eq!(in_c["status"], json!("ACTIVE"), "{in_c}");
+    cloud.check_invariants().await;
+}
