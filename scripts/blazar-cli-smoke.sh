@@ -20,8 +20,12 @@ fi
 BERTH=${BERTH_BIN:-target/release/berth}
 [ -n "${BERTH_BIN:-}" ] || cargo build --release --locked -q
 DIR=$(mktemp -d /tmp/berth-blazar.XXXXXX)
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-"$BERTH" serve --listen "127.0.0.1:$PORT" --data-dir "$DIR/data" --fake-hosts 3 --log warn &
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+PORT=$(free_port)
+RPORT=$(free_port)
+# The reservation API also on its own port at /v1, as Blazar serves it.
+"$BERTH" serve --listen "127.0.0.1:$PORT" --reservation-listen "127.0.0.1:$RPORT" --data-dir "$DIR/data" \
+  --fake-hosts 3 --log warn &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
 for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/reservation/" >/dev/null 2>&1 && break; sleep 0.05; done
@@ -67,6 +71,18 @@ check "$(bz allocation-list host -f json | json 'sum(len(a["reservations"]) for 
 check "$(bz allocation-show host "$H0" -f json | json "'$L1' in str(d['reservations'])")" True "allocation-show host"
 bz lease-delete lease1 >/dev/null
 check "$(bz lease-list -f value -c name | wc -l)" 0 "lease-delete"
+
+# An instance reservation: Blazar's private flavor appears with the lease.
+bz lease-create --reservation 'resource_type=virtual:instance,vcpus=1,memory_mb=512,disk_gb=1,amount=2,affinity=False,resource_properties=' \
+  --start-date "2050-03-01 10:00" --end-date "2050-03-01 11:00" slots >/dev/null
+RID=$(curl -s -H 'X-Auth-Token: admin' "$EP/leases" | json '[l for l in d["leases"] if l["name"] == "slots"][0]["reservations"][0]["id"]')
+check "$(curl -s -H 'X-Auth-Token: admin' "http://127.0.0.1:$PORT/compute/v2.1/flavors/$RID" | json 'd["flavor"]["name"]')" "reservation:$RID" "instance reservation flavor"
+bz lease-delete slots >/dev/null
+check "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Auth-Token: admin' "http://127.0.0.1:$PORT/compute/v2.1/flavors/$RID")" 404 "flavor gone with the lease"
+
+# Blazar's own port and path (--reservation-listen): /v1.
+check "$("$VENV/bin/blazar" --os-auth-type none --os-endpoint "http://127.0.0.1:$RPORT/v1" host-list -f value -c hypervisor_hostname | sort | tr '\n' ' ')" "fake-0 fake-1 " "--reservation-listen host-list"
+check "$(curl -s "http://127.0.0.1:$RPORT/" | json 'd["versions"][0]["links"][0]["href"]')" "http://127.0.0.1:$RPORT/v1/" "--reservation-listen version document"
 
 # The openstack CLI plugin.
 osr lease create --reservation 'resource_type=physical:host,min=1,max=2,hypervisor_properties=,resource_properties=' \

@@ -153,16 +153,21 @@ impl ComputeServices {
         berth_http::dispatch(&self.ctx, api, server, &rest, request).await
     }
 
-    /// Dispatch a request on the compute-only listener (`--compute-listen`).
-    pub(crate) async fn dispatch_compute(
+    /// Dispatch a request on a listener of its own (`--compute-listen`,
+    /// `--reservation-listen`).
+    pub(crate) async fn dispatch_root(
         &self,
+        api: crate::router::RootApi,
         server: &Server,
         path: &str,
         request: axum::extract::Request,
     ) -> Response<Body> {
-        let rest = strip_project(path);
+        let (api, rest) = match api {
+            crate::router::RootApi::Compute => (&self.compute_api, strip_project(path)),
+            crate::router::RootApi::Reservation => (&self.reservation_api, path.to_owned()),
+        };
         let rest = if rest.is_empty() { "/".to_owned() } else { rest };
-        berth_http::dispatch(&self.root_ctx, &self.compute_api, server, &rest, request).await
+        berth_http::dispatch(&self.root_ctx, api, server, &rest, request).await
     }
 
     /// Counters for `/metrics`.

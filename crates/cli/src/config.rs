@@ -44,6 +44,8 @@ pub(crate) struct FileConfig {
     pub(crate) max_allocation_candidates: Option<i64>,
     /// Extra listener serving the compute API at its root (`/v2.1`).
     pub(crate) compute_listen: Option<String>,
+    /// Extra listener serving the reservation API at its root (`/v1`).
+    pub(crate) reservation_listen: Option<String>,
     /// Fake compute hosts run inside the server.
     pub(crate) fake_hosts: Option<usize>,
     /// Per-cell read deadline in milliseconds.

@@ -77,16 +77,25 @@ pub(crate) fn target(path: &str) -> Target<'_> {
     Target::Placement(path)
 }
 
-/// The axum router for one listener. `compute_root` serves the compute API
-/// at the root of the listener (`--compute-listen`) instead.
-pub(crate) fn router(services: Arc<Services>, compute_root: bool) -> axum::Router {
+/// An API served alone at the root of its own listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RootApi {
+    /// `--compute-listen`: Nova's `/v2.1`.
+    Compute,
+    /// `--reservation-listen`: Blazar's `/v1`.
+    Reservation,
+}
+
+/// The axum router for one listener: every API under its prefix, or with
+/// `root` one API at the root of the listener.
+pub(crate) fn router(services: Arc<Services>, root: Option<RootApi>) -> axum::Router {
     axum::Router::new().fallback(move |request: axum::extract::Request| {
         let services = services.clone();
         async move {
             let path = request.uri().path().to_owned();
-            if compute_root {
+            if let Some(api) = root {
                 return match &services.compute {
-                    Some(compute) => compute.dispatch_compute(&services.server, &path, request).await,
+                    Some(compute) => compute.dispatch_root(api, &services.server, &path, request).await,
                     None => not_found(),
                 };
             }

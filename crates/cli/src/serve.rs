@@ -89,6 +89,10 @@ pub(crate) struct ServeOpts {
     /// Nova's usual port 8774).
     #[arg(long, env = "BERTH_COMPUTE_LISTEN")]
     compute_listen: Option<String>,
+    /// Also serve the reservation API at the root of this address (`/v1`,
+    /// Blazar's usual port 1234).
+    #[arg(long, env = "BERTH_RESERVATION_LISTEN")]
+    reservation_listen: Option<String>,
     /// Run N fake compute hosts inside the server (the agent's code and
     /// protocol, over loopback HTTP).
     #[arg(long, env = "BERTH_FAKE_HOSTS")]
@@ -169,6 +173,7 @@ struct Settings {
     feed_retention: Option<std::time::Duration>,
     compute: crate::compute_wiring::ComputeSettings,
     compute_listen: Option<SocketAddr>,
+    reservation_listen: Option<SocketAddr>,
     fake_hosts: usize,
 }
 
@@ -260,12 +265,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         ..berth_compute::ComputeConfig::default()
     };
-    let compute_listen = match opts.compute_listen.or(file.compute_listen) {
-        Some(text) => {
-            Some(text.parse::<SocketAddr>().with_context(|| format!("invalid --compute-listen address {text:?}"))?)
-        }
-        None => None,
+    let address = |text: Option<String>, flag: &str| -> anyhow::Result<Option<SocketAddr>> {
+        text.map(|t| t.parse::<SocketAddr>().with_context(|| format!("invalid --{flag} address {t:?}"))).transpose()
     };
+    let compute_listen = address(opts.compute_listen.or(file.compute_listen), "compute-listen")?;
+    let reservation_listen = address(opts.reservation_listen.or(file.reservation_listen), "reservation-listen")?;
     let compute = crate::compute_wiring::ComputeSettings {
         config: compute_config,
         cell_timeout: std::time::Duration::from_millis(opts.cell_timeout_ms.or(file.cell_timeout_ms).unwrap_or(2000)),
@@ -275,6 +279,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     Ok(Settings {
         compute,
         compute_listen,
+        reservation_listen,
         fake_hosts: opts.fake_hosts.or(file.fake_hosts).unwrap_or(0),
         listen,
         data_dir,
@@ -358,14 +363,18 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         let local = listener.local_addr()?;
         tracing::info!(listen = %local, data_dir = %settings.data_dir.display(), "berth serving");
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        if let Some(addr) = settings.compute_listen {
-            let compute_listener =
-                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-            tracing::info!(listen = %compute_listener.local_addr()?, "berth serving the compute API at /v2.1");
-            let router = crate::router::router(services.clone(), true);
+        let own_listeners = [
+            (settings.compute_listen, crate::router::RootApi::Compute, "the compute API at /v2.1"),
+            (settings.reservation_listen, crate::router::RootApi::Reservation, "the reservation API at /v1"),
+        ];
+        for (addr, api, what) in own_listeners {
+            let Some(addr) = addr else { continue };
+            let own = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+            tracing::info!(listen = %own.local_addr()?, "berth serving {what}");
+            let router = crate::router::router(services.clone(), Some(api));
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
-                let _ = axum::serve(compute_listener, router)
+                let _ = axum::serve(own, router)
                     .with_graceful_shutdown(async move {
                         let _ = stop.changed().await;
                     })
@@ -401,7 +410,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         }
         // On a signal the in-process hosts stop first (their long polls
         // end), then the listeners drain.
-        axum::serve(listener, crate::router::router(services, false))
+        axum::serve(listener, crate::router::router(services, None))
             .with_graceful_shutdown(async move {
                 shutdown_signal().await;
                 let _ = stop_tx.send(true);

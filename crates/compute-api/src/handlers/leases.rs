@@ -398,13 +398,22 @@ fn version_doc(req: &Req, prefix: &str) -> Value {
 
 /// `GET /reservation/`: Blazar's version list.
 pub fn versions(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    let _ = ctx;
-    Ok(Resp::json(StatusCode::MULTIPLE_CHOICES, json!({"versions": [version_doc(req, "/reservation")]})))
+    Ok(Resp::json(StatusCode::MULTIPLE_CHOICES, json!({"versions": [version_doc(req, mount(ctx))]})))
 }
 
 /// `GET /reservation/v1/`.
-pub fn version_show(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    Ok(Resp::ok(json!({"version": version_doc(req, "/reservation")})))
+pub fn version_show(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    Ok(Resp::ok(json!({"version": version_doc(req, mount(ctx))})))
+}
+
+/// Where the API is mounted: `/reservation` on the shared listener, the
+/// root on its own (`--reservation-listen`, Blazar's `/v1`).
+fn mount(ctx: &ComputeCtx) -> &'static str {
+    if ctx.prefix.is_empty() {
+        ""
+    } else {
+        "/reservation"
+    }
 }
 
 // ---------------------------------------------------------------- leases
