@@ -107,6 +107,7 @@ impl ComputeServices {
             None => SystemClock::default(),
         });
         let compute = Compute::new(core.clone(), cells, clock, settings.config.clone());
+        let _ = compute.lease_payload.set(berth_compute_api::handlers::leases::lease_view);
         compute.start();
         let max_limit = settings.config.max_limit;
         let ctx = |prefix: &'static str| {
@@ -203,6 +204,16 @@ impl ComputeServices {
                 "berth_lease_hosts_healed_total",
                 "Leases healed because a host they held went down.",
                 self.compute.lease_metrics.hosts_healed.load(Relaxed),
+            ),
+            (
+                "berth_lease_notifications_sent_total",
+                "Lease event notifications delivered to --lease-notification-url.",
+                self.compute.lease_metrics.notifications_sent.load(Relaxed),
+            ),
+            (
+                "berth_lease_notifications_failed_total",
+                "Lease event notifications given up after five failed attempts.",
+                self.compute.lease_metrics.notifications_failed.load(Relaxed),
             ),
             (
                 "berth_compute_reschedules_total",

@@ -55,6 +55,10 @@ pub(crate) struct FileConfig {
     /// Consecutive failed builds after which a host's service is disabled
     /// (0: never).
     pub(crate) auto_disable_after_failed_builds: Option<i64>,
+    /// Where lease event notifications are POSTed.
+    pub(crate) lease_notification_url: Option<String>,
+    /// Default minutes between `before_end_lease` and the end.
+    pub(crate) lease_minutes_before_end: Option<i64>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

@@ -109,6 +109,14 @@ pub(crate) struct ServeOpts {
     /// `consecutive_build_service_disable_threshold`). Default 0: never.
     #[arg(long, env = "BERTH_AUTO_DISABLE_AFTER_FAILED_BUILDS")]
     auto_disable_after_failed_builds: Option<i64>,
+    /// POST each lease event (start, before end, end) here as a JSON
+    /// notification (Blazar's `lease.event.*`, with the lease).
+    #[arg(long, env = "BERTH_LEASE_NOTIFICATION_URL")]
+    lease_notification_url: Option<String>,
+    /// Default warning before a lease ends, in minutes (Blazar's
+    /// `minutes_before_end_lease`, 60): when `before_end_lease` runs.
+    #[arg(long, env = "BERTH_LEASE_MINUTES_BEFORE_END")]
+    lease_minutes_before_end: Option<i64>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -263,6 +271,8 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .unwrap_or(0)
             .max(0),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
+        lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
+        lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),
         ..berth_compute::ComputeConfig::default()
     };
     let address = |text: Option<String>, flag: &str| -> anyhow::Result<Option<SocketAddr>> {

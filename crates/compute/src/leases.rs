@@ -150,6 +150,123 @@ impl Compute {
         }
     }
 
+    /// `before_end: snapshot` host reservations: a snapshot image of each
+    /// of the lease's servers, as Blazar's snapshot action takes one (an
+    /// image record in the image API: `image_type=snapshot`,
+    /// `instance_uuid`, and the lease and event it was taken for). One
+    /// write; an image already taken for this event is not taken again,
+    /// so a redone event takes none twice.
+    fn snapshot_before_end(&self, lease_id: Uuid, event_id: Uuid, now: i64) -> bool {
+        let wants = read(&*self.control, |w| {
+            w.compute.leases.leases.get(&lease_id).is_some_and(|l| {
+                l.reservations
+                    .iter()
+                    .any(|r| matches!(&r.kind, ReservationKind::Host { before_end, .. } if before_end == "snapshot"))
+            })
+        });
+        if !wants {
+            return true;
+        }
+        let result = write(&*self.control, |w| {
+            let event = event_id.to_string();
+            let mut set = berth_compute_model::WorldChangeSet::new();
+            for server in servers_of_lease(w, lease_id) {
+                let instance = server.to_string();
+                let taken = w.compute.images.values().any(|i| {
+                    i.properties.get("blazar_event_id") == Some(&event)
+                        && i.properties.get("instance_uuid") == Some(&instance)
+                });
+                if taken {
+                    continue;
+                }
+                let owner = w.compute.request_specs.get(&server).map(|s| s.project_id.clone());
+                let properties = std::collections::BTreeMap::from([
+                    ("image_type".to_owned(), "snapshot".to_owned()),
+                    ("instance_uuid".to_owned(), instance.clone()),
+                    ("blazar_lease_id".to_owned(), lease_id.to_string()),
+                    ("blazar_event_id".to_owned(), event.clone()),
+                ]);
+                let image = berth_compute_model::Image {
+                    id: Uuid::new_v4(),
+                    name: Some(format!("lease-{lease_id}-snapshot-{instance}")),
+                    status: "active".into(),
+                    visibility: "private".into(),
+                    protected: false,
+                    owner,
+                    disk_format: Some("qcow2".into()),
+                    container_format: Some("bare".into()),
+                    min_disk: 0,
+                    min_ram: 0,
+                    size: None,
+                    tags: Vec::new(),
+                    properties,
+                    created_at: now,
+                    updated_at: now,
+                };
+                set.extend(berth_compute_model::plan::plan_put_image(w, image)?);
+            }
+            Ok((set, ()))
+        });
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(%lease_id, error = %e, "before_end snapshots not taken yet; retrying");
+                false
+            }
+        }
+    }
+
+    /// POST the event's notification to `lease_notification_url` (Blazar's
+    /// `lease.event.<type>` with the lease as payload; the event id lets the
+    /// receiver drop a repeat after a crash). True when delivered, when no
+    /// URL is set, or after five failed ticks (logged and counted: a dead
+    /// receiver does not hold leases up).
+    async fn notify(&self, lease_id: Uuid, event_id: Uuid, kind: EventType) -> bool {
+        let Some(url) = self.config.lease_notification_url.as_deref() else { return true };
+        let lease = read(&*self.control, |w| w.compute.leases.leases.get(&lease_id).cloned());
+        let Some(lease) = lease else { return true };
+        let payload = match self.lease_payload.get() {
+            Some(render) => render(&lease),
+            None => serde_json::json!({"id": lease_id.to_string()}),
+        };
+        let body = serde_json::json!({
+            "event_type": format!("lease.event.{}", kind.as_str()),
+            "event_id": event_id.to_string(),
+            "publisher_id": "berth.lease",
+            "payload": payload,
+        });
+        static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+        let client = CLIENT.get_or_init(|| {
+            reqwest::Client::builder().timeout(std::time::Duration::from_secs(5)).build().unwrap_or_default()
+        });
+        let sent = client.post(url).json(&body).send().await;
+        let failures = &self.notify_failures;
+        match sent {
+            Ok(resp) if resp.status().is_success() => {
+                failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&event_id);
+                self.lease_metrics.notifications_sent.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            other => {
+                let why = match other {
+                    Ok(resp) => format!("status {}", resp.status()),
+                    Err(e) => e.to_string(),
+                };
+                let mut failures = failures.lock().unwrap_or_else(|p| p.into_inner());
+                let n = failures.entry(event_id).or_insert(0);
+                *n += 1;
+                if *n >= 5 {
+                    failures.remove(&event_id);
+                    self.lease_metrics.notifications_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(%lease_id, event = kind.as_str(), %why, "lease notification given up");
+                    return true;
+                }
+                tracing::warn!(%lease_id, event = kind.as_str(), %why, "lease notification failed; retrying");
+                false
+            }
+        }
+    }
+
     /// One pass over due events and host health. Returns how many events
     /// finished.
     pub async fn run_lease_events(&self) -> usize {
@@ -183,11 +300,11 @@ impl Compute {
                 },
                 EventType::BeforeEndLease => {
                     tracing::info!(%lease_id, "lease ends soon (before_end_lease)");
-                    true
+                    self.snapshot_before_end(lease_id, event_id, now)
                 }
                 EventType::StartLease => self.sync_lease_resources(lease_id, now),
             };
-            if !done {
+            if !done || !self.notify(lease_id, event_id, kind).await {
                 continue;
             }
             match write(&*self.control, |w| {
@@ -269,6 +386,10 @@ pub struct LeaseMetrics {
     pub events_done: std::sync::atomic::AtomicU64,
     /// Host health changes handled.
     pub hosts_healed: std::sync::atomic::AtomicU64,
+    /// Event notifications delivered.
+    pub notifications_sent: std::sync::atomic::AtomicU64,
+    /// Event notifications given up.
+    pub notifications_failed: std::sync::atomic::AtomicU64,
 }
 
 /// Run the lease loop on the current runtime.

@@ -64,6 +64,13 @@ pub struct ComputeConfig {
     /// builds (Nova's `[compute] consecutive_build_service_disable_threshold`;
     /// 0: never, berth's default).
     pub auto_disable_after_failed_builds: i64,
+    /// Lease event notifications are POSTed here (Blazar's
+    /// `lease.event.*` notifications, as a webhook); none when unset.
+    pub lease_notification_url: Option<String>,
+    /// Blazar's `minutes_before_end_lease`: the default `before_end_date`
+    /// is this long before the end (the grace between the warning, with
+    /// its notification or snapshots, and the end).
+    pub lease_minutes_before_end: i64,
 }
 
 impl Default for ComputeConfig {
@@ -79,6 +86,8 @@ impl Default for ComputeConfig {
             max_limit: 1000,
             cell_database_template: "sqlite://berth-data/{name}.sqlite".to_owned(),
             auto_disable_after_failed_builds: 0,
+            lease_notification_url: None,
+            lease_minutes_before_end: 60,
         }
     }
 }
@@ -164,6 +173,11 @@ pub struct Compute {
     /// When this process started (its clock): hosts get `service_down_time`
     /// to report before lease healing may judge them down.
     pub started_at: Timestamp,
+    /// Renders a lease for notifications (the API's view, set by the
+    /// wiring; a bare id without it).
+    pub lease_payload: std::sync::OnceLock<fn(&berth_compute_model::lease::Lease) -> serde_json::Value>,
+    /// Failed deliveries per event (given up after a few ticks).
+    notify_failures: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u32>>,
     lease_wake: tokio::sync::Notify,
     seed: AtomicU64,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
@@ -185,6 +199,8 @@ impl Compute {
         let started_at = clock.now();
         Arc::new(Compute {
             started_at,
+            lease_payload: std::sync::OnceLock::new(),
+            notify_failures: std::sync::Mutex::new(std::collections::HashMap::new()),
             control,
             cells,
             hub: Hub::default(),

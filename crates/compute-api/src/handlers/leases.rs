@@ -509,7 +509,7 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         return Err(ApiError::bad_request("End date must be later than start date."));
     }
     let before_end = match str_param(&map, "before_end_date")? {
-        None => None,
+        None => Some(default_before_end(ctx, start, end)),
         Some(t) => Some(parse_date(&t, now)?),
     };
     let reservations = match map.get("reservations") {
@@ -561,6 +561,13 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::json(StatusCode::CREATED, json!({"lease": lease_view(&lease)})))
 }
 
+/// The `before_end_date` of a lease that gives none: Blazar's
+/// `minutes_before_end_lease` before the end (`--lease-minutes-before-end`),
+/// not before the start.
+fn default_before_end(ctx: &ComputeCtx, start: i64, end: i64) -> i64 {
+    (end - ctx.compute.config.lease_minutes_before_end * 60).max(start)
+}
+
 /// `PUT /leases/{id}`: name, dates, `before_end_date`, and per
 /// reservation `min`/`max`/`amount`/properties; admitted like a create.
 pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
@@ -576,6 +583,10 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     }
     if let Some(t) = str_param(&map, "before_end_date")? {
         update.before_end = Some(parse_date(&t, now)?);
+    } else if update.start.is_some() || update.end.is_some() {
+        // New dates move the warning with them, by the configured minutes.
+        let (start, end) = (update.start.unwrap_or(lease.start), update.end.unwrap_or(lease.end));
+        update.before_end = Some(default_before_end(ctx, start, end));
     }
     for key in ["prolong_for", "reduce_by", "defer_by", "advance_by"] {
         if map.contains_key(key) {

@@ -518,3 +518,101 @@ async fn overdue_events_after_an_outage_run_ends_before_starts() {
     assert_eq!(in_c["status"], json!("ACTIVE"), "{in_c}");
     cloud.check_invariants().await;
 }
+
+/// A webhook receiver on loopback: every JSON body POSTed to it.
+async fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: String| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(serde_json::from_str(&body).unwrap_or(Value::Null));
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+async fn images(base: &str) -> Vec<Value> {
+    let resp = reqwest::Client::new()
+        .get(format!("{base}/image/v2/images"))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .unwrap();
+    resp.json::<Value>().await.unwrap()["images"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn before_end_takes_snapshots_and_every_event_is_notified() {
+    let (url, seen) = receiver().await;
+    let mut cloud =
+        Cloud::start("rsv-notify", &["--lease-notification-url", &url, "--lease-minutes-before-end", "30"]).await;
+    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("alice:proj");
+    let nova_admin = cloud.nova("admin");
+    enrol(&admin, "r0", json!({})).await;
+    let flavor = nova_admin.flavor("one", 1, 128, 1).await;
+    let image = nova_admin.image("img", json!({})).await;
+    let owner = rsv(&cloud.server, "alice:proj");
+    let body = host_lease("snap", "2040-01-01 01:00", "2040-01-01 02:00", json!({"before_end": "snapshot"}));
+    let reply = owner.post("/reservation/v1/leases", &body).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let lease = reply.body["lease"].clone();
+    let id = lease["id"].as_str().unwrap().to_owned();
+    let rid = lease["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let before_end =
+        lease["events"].as_array().unwrap().iter().find(|e| e["event_type"] == "before_end_lease").unwrap();
+    assert_eq!(before_end["time"], json!("2040-01-01T01:30:00.000000"), "--lease-minutes-before-end 30");
+
+    advance(&cloud.server, offset_for(Y2040 + 3600 + 600)).await;
+    wait_lease(&owner, &id, "ACTIVE").await;
+    let reply = nova.boot("keep", &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+    let server = reply.body["server"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(nova.wait_settled(&server).await["status"], json!("ACTIVE"));
+
+    // 01:40: before_end has run and taken a snapshot of the server, owned
+    // by the server's project.
+    advance(&cloud.server, 30 * 60).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let snapshot = loop {
+        let found = images(&nova.base_url())
+            .await
+            .into_iter()
+            .find(|i| i["instance_uuid"] == json!(server) && i["image_type"] == json!("snapshot"));
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "no snapshot of {server}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(snapshot["owner"], json!("proj"), "{snapshot}");
+    assert_eq!(snapshot["blazar_lease_id"], json!(id), "{snapshot}");
+
+    // 02:10: the end. Every event was notified once, in order.
+    advance(&cloud.server, 30 * 60).await;
+    wait_lease(&owner, &id, "TERMINATED").await;
+    wait_gone(&nova_admin, &server).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().len() < 3 {
+        assert!(Instant::now() < deadline, "notifications: {:?}", seen.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let seen = seen.lock().unwrap().clone();
+    let kinds: Vec<&str> = seen.iter().map(|n| n["event_type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["lease.event.start_lease", "lease.event.before_end_lease", "lease.event.end_lease"]);
+    assert!(seen.iter().all(|n| n["payload"]["id"] == json!(id)), "{seen:?}");
+    assert_eq!(seen[2]["payload"]["status"], json!("TERMINATING"), "sent before the end is recorded");
+    assert_eq!(images(&nova.base_url()).await.iter().filter(|i| i["instance_uuid"] == json!(server)).count(), 1);
+    assert_eq!(cloud.server.metric("berth_lease_notifications_sent_total").await, 3);
+    cloud.check_invariants().await;
+}
