@@ -616,3 +616,72 @@ async fn before_end_takes_snapshots_and_every_event_is_notified() {
     assert_eq!(cloud.server.metric("berth_lease_notifications_sent_total").await, 3);
     cloud.check_invariants().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_host_that_goes_down_is_replaced_for_an_instance_reservation() {
+    let mut cloud = Cloud::start("rsv-heal", &[]).await;
+    cloud.add_agent(Hosts::new("a", 1, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    cloud.add_agent(Hosts::new("b", 1, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("admin");
+    let a = enrol(&admin, "a0", json!({})).await;
+    let b = enrol(&admin, "b0", json!({})).await;
+    let image = nova.image("img", json!({})).await;
+
+    let reply = admin
+        .post("/reservation/v1/leases", &slot_lease("heal", "2040-01-01 01:00", "2040-01-01 05:00", 2, 2, json!(true)))
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid = reply.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let class = format!("CUSTOM_RESERVATION_{}", rid.to_uppercase().replace('-', "_"));
+    advance(&cloud.server, offset_for(Y2040 + 3600 + 60)).await;
+    wait_lease(&admin, &id, "ACTIVE").await;
+    let held_by = |allocations: &Value| -> Vec<String> {
+        allocations["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["reservations"].as_array().unwrap().iter().any(|r| r["id"] == json!(rid)))
+            .map(|h| h["resource_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let before = held_by(&admin.get("/reservation/v1/os-hosts/allocations").await.body);
+    assert_eq!(before.len(), 1, "affinity: both slots on one host");
+    let (lost, other, lost_name, other_name) =
+        if before[0] == a { (a.clone(), b.clone(), "a0", "b0") } else { (b.clone(), a.clone(), "b0", "a0") };
+    let (_, _, inventories) = reservation_provider(&cloud.server, lost_name).await.expect("inventory at start");
+    assert_eq!(inventories[&class]["total"], json!(2));
+
+    // The held host's agent dies; once it is past service_down_time the
+    // reservation moves to the other host, its inventory with it.
+    cloud.kill_agent(if lost_name == "a0" { 0 } else { 1 });
+    advance(&cloud.server, 120).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let healed = loop {
+        let lease = admin.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
+        if lease["reservations"][0]["resources_changed"] == json!(true) {
+            break lease;
+        }
+        assert!(Instant::now() < deadline, "never healed: {lease}");
+        advance(&cloud.server, 5).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(healed["status"], json!("ACTIVE"), "{healed}");
+    assert_eq!(healed["degraded"], json!(false), "{healed}");
+    assert_eq!(held_by(&admin.get("/reservation/v1/os-hosts/allocations").await.body), vec![other.clone()]);
+    assert_ne!(lost, other);
+    let host = admin.get(&format!("/reservation/v1/os-hosts/{lost}")).await.body;
+    assert_eq!(host["host"]["reservable"], json!(false), "{host}");
+    let (_, _, moved) = reservation_provider(&cloud.server, other_name).await.expect("inventory moved");
+    assert_eq!(moved[&class]["total"], json!(2), "{moved}");
+    let (_, _, left) = reservation_provider(&cloud.server, lost_name).await.unwrap();
+    assert!(left.get(&class).is_none(), "{left}");
+
+    // Boots with the reservation's flavor now land on the replacement.
+    let sid = nova.boot_id("after-heal", &rid, &image).await;
+    let server = nova.wait_settled(&sid).await;
+    assert_eq!(server["status"], json!("ACTIVE"), "{server}");
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], json!(other_name));
+    cloud.check_invariants().await;
+}

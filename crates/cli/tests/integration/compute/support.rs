@@ -68,6 +68,12 @@ impl Cloud {
         }
     }
 
+    /// SIGKILL the agent started `index`-th (its hosts stop heartbeating).
+    pub(crate) fn kill_agent(&mut self, index: usize) {
+        let _ = self.agents[index].kill();
+        let _ = self.agents[index].wait();
+    }
+
     fn stop_agents(&mut self) {
         for child in &mut self.agents {
             let _ = child.kill();
