@@ -228,6 +228,7 @@ pub fn reservation_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<A
         ),
         r("/v1/os-hosts/{id}/allocation", vec![v1s(M::GET, leases::host_allocation)]),
         r("/v1/availability", vec![v1s(M::GET, leases::availability)]),
+        r("/v1/availability/hosts", vec![v1s(M::GET, leases::host_capacity)]),
     ];
     Ok(Api {
         name: "reservation",

@@ -1067,6 +1067,7 @@ pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Times
     out
 }
 
+pub mod capacity;
 pub mod resources;
 
 #[cfg(test)]

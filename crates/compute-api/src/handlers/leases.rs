@@ -927,6 +927,57 @@ pub fn availability(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     }))
 }
 
+/// `GET /availability/hosts?start_date=DATE&end_date=DATE[&hosts=ID,ID]`
+/// (berth's extension, admin like the hosts API): free capacity over time
+/// per enrolled host, as steps of constant booked usage.
+pub fn host_capacity(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    policy(req, "blazar:oshosts:get", &api::project(req))?;
+    let now = ctx.compute.now();
+    let param = |key: &str| req.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let start = parse_date(param("start_date").ok_or_else(|| missing("start_date"))?, now)?;
+    let end = parse_date(param("end_date").ok_or_else(|| missing("end_date"))?, now)?;
+    if end <= start {
+        return Err(ApiError::bad_request("End date must be later than start date."));
+    }
+    let world = ctx.core.read();
+    let tables = &world.compute.leases;
+    let wanted: Option<Vec<i64>> = match param("hosts") {
+        None | Some("") => None,
+        Some(list) => Some(
+            list.split(',')
+                .map(|id| {
+                    id.trim()
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|id| tables.hosts.contains_key(id))
+                        .ok_or_else(|| ApiError::not_found(format!("Host {id} not found.")))
+                })
+                .collect::<ApiResult<_>>()?,
+        ),
+    };
+    let ids: Vec<i64> = wanted.unwrap_or_else(|| tables.hosts.keys().copied().collect());
+    let hosts: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            let host = &tables.hosts[id];
+            let steps = plan::capacity::host_timeline(&world, *id, start, end);
+            json!({
+                "id": id.to_string(), "hypervisor_hostname": host.hypervisor_hostname, "reservable": host.reservable,
+                "vcpus": host.vcpus, "memory_mb": host.memory_mb, "local_gb": host.local_gb,
+                "timeline": steps.iter().map(|s| {
+                    let (vcpus, memory_mb, disk_gb) = s.usage.free(host);
+                    json!({
+                        "start_date": iso(s.start), "end_date": iso(s.end), "whole_host_reserved": s.usage.whole_host,
+                        "used": {"vcpus": s.usage.vcpus, "memory_mb": s.usage.memory_mb, "disk_gb": s.usage.disk_gb},
+                        "free": {"vcpus": vcpus, "memory_mb": memory_mb, "disk_gb": disk_gb},
+                    })
+                }).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Ok(Resp::ok(json!({"hosts": hosts})))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -390,3 +390,30 @@ fn a_lease_s_own_events_run_in_order() {
     let b_now = world.compute.leases.leases[&b.id].clone();
     assert_eq!(event_blocked_by(&world, &b_now, EventType::EndLease), None);
 }
+
+#[test]
+fn capacity_over_time_is_the_booked_steps() {
+    let mut world = world_with_hosts(1, 8);
+    admit(&mut world, &lease(H, 3 * H, vec![slots(1, 4, None)])).unwrap();
+    admit(&mut world, &lease(2 * H, 4 * H, vec![slots(1, 2, None)])).unwrap();
+    admit(&mut world, &lease(5 * H, 6 * H, vec![hosts(1, 1)])).unwrap();
+    let steps = capacity::host_timeline(&world, 1, 0, 8 * H);
+    let shape: Vec<(i64, i64, i64, bool)> =
+        steps.iter().map(|s| (s.start / H, s.end / H, s.usage.vcpus, s.usage.whole_host)).collect();
+    assert_eq!(
+        shape,
+        [
+            (0, 1, 0, false),
+            (1, 2, 4, false),
+            (2, 3, 6, false),
+            (3, 4, 2, false),
+            (4, 5, 0, false),
+            (5, 6, 0, true),
+            (6, 8, 0, false)
+        ]
+    );
+    let host = &world.compute.leases.hosts[&1];
+    assert_eq!(steps[2].usage.free(host).0, 2);
+    assert_eq!(steps[5].usage.free(host), (0, 0, 0));
+    assert_eq!(capacity::host_timeline(&world, 1, 6 * H, 7 * H).len(), 1, "an unbooked window is one step");
+}

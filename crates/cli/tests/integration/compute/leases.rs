@@ -685,3 +685,40 @@ async fn a_held_host_that_goes_down_is_replaced_for_an_instance_reservation() {
     assert_eq!(server["OS-EXT-SRV-ATTR:host"], json!(other_name));
     cloud.check_invariants().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn free_capacity_over_time_shows_the_booked_steps() {
+    let mut cloud = Cloud::start("rsv-capacity", &[]).await;
+    cloud.add_agent(Hosts::new("c", 1, &["--vcpus", "8", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let host = enrol(&admin, "c0", json!({})).await;
+    for (name, start, end, vcpus) in
+        [("x", "2050-01-01 01:00", "2050-01-01 03:00", 4), ("y", "2050-01-01 02:00", "2050-01-01 04:00", 2)]
+    {
+        let reply = admin.post("/reservation/v1/leases", &slot_lease(name, start, end, 1, vcpus, json!(null))).await;
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+    }
+    let reply = admin
+        .get(&format!(
+            "/reservation/v1/availability/hosts?start_date=2050-01-01%2000:00&end_date=2050-01-01%2005:00&hosts={host}"
+        ))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let timeline = reply.body["hosts"][0]["timeline"].as_array().unwrap().clone();
+    let free: Vec<(String, i64)> = timeline
+        .iter()
+        .map(|s| (s["start_date"].as_str().unwrap()[11..16].to_owned(), s["free"]["vcpus"].as_i64().unwrap()))
+        .collect();
+    let want = [("00:00", 8), ("01:00", 4), ("02:00", 2), ("03:00", 6), ("04:00", 8)];
+    assert_eq!(free, want.map(|(t, n)| (t.to_owned(), n)), "{timeline:?}");
+    // Bad input: 400 in Blazar's body; unknown host 404; non-admins 403.
+    let bad =
+        admin.get("/reservation/v1/availability/hosts?start_date=2050-01-01%2005:00&end_date=2050-01-01%2001:00").await;
+    assert_blazar_error(&bad, 400, "End date must be later than start date.");
+    let unknown =
+        admin.get("/reservation/v1/availability/hosts?start_date=now&end_date=2050-01-01%2001:00&hosts=999").await;
+    assert_eq!(unknown.status, 404, "{:?}", unknown.body);
+    let user = rsv(&cloud.server, "alice:proj");
+    let denied = user.get("/reservation/v1/availability/hosts?start_date=now&end_date=2050-01-01%2001:00").await;
+    assert_eq!(denied.status, 403, "{:?}", denied.body);
+}
