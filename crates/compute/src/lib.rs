@@ -24,6 +24,7 @@ pub mod health;
 pub mod hub;
 pub mod lease_query;
 pub mod leases;
+pub mod moves;
 pub mod servers;
 pub mod services;
 
@@ -64,6 +65,9 @@ pub struct ComputeConfig {
     /// builds (Nova's `[compute] consecutive_build_service_disable_threshold`;
     /// 0: never, berth's default).
     pub auto_disable_after_failed_builds: i64,
+    /// Let a resize pick the instance's own host (Nova's
+    /// `allow_resize_to_same_host`, default false). Migrations never do.
+    pub allow_resize_to_same_host: bool,
 }
 
 impl Default for ComputeConfig {
@@ -79,6 +83,7 @@ impl Default for ComputeConfig {
             max_limit: 1000,
             cell_database_template: "sqlite://berth-data/{name}.sqlite".to_owned(),
             auto_disable_after_failed_builds: 0,
+            allow_resize_to_same_host: false,
         }
     }
 }
