@@ -53,6 +53,8 @@ pub(crate) struct FileConfig {
     /// Consecutive failed builds after which a host's service is disabled
     /// (0: never).
     pub(crate) auto_disable_after_failed_builds: Option<i64>,
+    /// Resizes may choose the server's own host.
+    pub(crate) allow_resize_to_same_host: Option<bool>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

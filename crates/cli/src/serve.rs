@@ -105,6 +105,11 @@ pub(crate) struct ServeOpts {
     /// `consecutive_build_service_disable_threshold`). Default 0: never.
     #[arg(long, env = "BERTH_AUTO_DISABLE_AFTER_FAILED_BUILDS")]
     auto_disable_after_failed_builds: Option<i64>,
+    /// Let a resize choose the server's own host (Nova's
+    /// `allow_resize_to_same_host`). Default false; migrations never do.
+    #[arg(long, env = "BERTH_ALLOW_RESIZE_TO_SAME_HOST", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    allow_resize_to_same_host: Option<bool>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -257,6 +262,10 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .or(file.auto_disable_after_failed_builds)
             .unwrap_or(0)
             .max(0),
+        allow_resize_to_same_host: opts
+            .allow_resize_to_same_host
+            .or(file.allow_resize_to_same_host)
+            .unwrap_or(false),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         ..berth_compute::ComputeConfig::default()
     };
