@@ -262,10 +262,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .or(file.auto_disable_after_failed_builds)
             .unwrap_or(0)
             .max(0),
-        allow_resize_to_same_host: opts
-            .allow_resize_to_same_host
-            .or(file.allow_resize_to_same_host)
-            .unwrap_or(false),
+        allow_resize_to_same_host: opts.allow_resize_to_same_host.or(file.allow_resize_to_same_host).unwrap_or(false),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         ..berth_compute::ComputeConfig::default()
     };

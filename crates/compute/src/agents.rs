@@ -244,7 +244,8 @@ impl Compute {
                 at: now,
             })
         };
-        if matches!(event.kind.as_str(), "resize_migrated" | "resize_finished" | "resize_confirmed" | "resize_reverted") {
+        if matches!(event.kind.as_str(), "resize_migrated" | "resize_finished" | "resize_confirmed" | "resize_reverted")
+        {
             return self.move_event(&handle, &uuid, &event.kind, &event.host).await;
         }
         let mut ops = Vec::new();

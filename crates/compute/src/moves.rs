@@ -36,8 +36,8 @@
 use std::sync::Arc;
 
 use berth_compute_model::cell::{
-    migration_status as ms, power_state, task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction,
-    Migration, MigrationFilter,
+    migration_status as ms, power_state, task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction, Migration,
+    MigrationFilter,
 };
 use berth_compute_model::moves::{
     check_upsize_quota, plan_confirm_move, plan_forget_migration, plan_move_claim, plan_revert_move, MoveClaim,
@@ -388,10 +388,8 @@ impl Compute {
             updated_at: now,
             delete: false,
         };
-        let instance = (
-            expect_task(&[], Some(task_state::RESIZE_PREP)),
-            set_task(Some(task_state::RESIZE_MIGRATING), now),
-        );
+        let instance =
+            (expect_task(&[], Some(task_state::RESIZE_PREP)), set_task(Some(task_state::RESIZE_MIGRATING), now));
         let request_id = self.move_request_id(handle, uuid).await;
         let mut ops = vec![CellOp::UpdateMigration {
             uuid: *migration,
@@ -555,9 +553,7 @@ impl Compute {
         // may have lost it, so it is made here when still due (a no-op
         // once done: the migration consumer is gone).
         if kind == "resize_confirmed" || kind == "resize_reverted" {
-            let due = read(&*self.control, |w| {
-                w.placement.consumers.get(&migration.uuid).map(|c| c.row.generation)
-            });
+            let due = read(&*self.control, |w| w.placement.consumers.get(&migration.uuid).map(|c| c.row.generation));
             match due {
                 Some(MIGRATION_CONSUMER_GENERATION) => {
                     write(&*self.control, |w| {
@@ -627,7 +623,11 @@ impl Compute {
                 None,
             ),
         };
-        let expect = Expect { host: Some(Some(host.to_owned())), ..expect_task(&[], Some(task)) };
+        // The row names the source until the hand-over, the destination
+        // after it (a confirm is reported by the source while the row
+        // already names the destination).
+        let row_host = if kind == "resize_migrated" { &source } else { &dest };
+        let expect = Expect { host: Some(Some(row_host.clone())), ..expect_task(&[], Some(task)) };
         let mut ops = vec![CellOp::UpdateMigration {
             uuid: migration.uuid,
             from_statuses: statuses(&[from]),
@@ -712,7 +712,11 @@ pub(crate) async fn redrive_moves(compute: &Compute, handle: &Arc<Cell>) {
             continue;
         }
         let claimed = read(&*compute.control, |w| {
-            w.placement.consumers.contains_key(&m.uuid).then(|| berth_compute_model::plan::host_of_instance(w, &m.instance_uuid).cloned()).flatten()
+            w.placement
+                .consumers
+                .contains_key(&m.uuid)
+                .then(|| berth_compute_model::plan::host_of_instance(w, &m.instance_uuid).cloned())
+                .flatten()
         });
         let request_id = compute.move_request_id(handle, &m.instance_uuid).await.unwrap_or_default();
         let result = match claimed {

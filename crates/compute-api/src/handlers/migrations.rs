@@ -73,8 +73,7 @@ pub fn list_migrations(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         }
         if v >= 66 {
             if let Some(text) = query("changes-before") {
-                filter.changes_before =
-                    Some(api::parse_time(&text).ok_or_else(|| bad_time("changes-before", &text))?);
+                filter.changes_before = Some(api::parse_time(&text).ok_or_else(|| bad_time("changes-before", &text))?);
             }
             if let (Some(since), Some(before)) = (filter.changes_since, filter.changes_before) {
                 if before < since {
