@@ -66,6 +66,9 @@ pub enum MoveClaimed {
     NoRoom,
 }
 
+/// An exceeded resource: name, requested delta, used, limit.
+type Over<'a> = (&'a str, i64, i64, i64);
+
 /// The resize's quota check (Nova's `_check_quota_for_upsize`): only the
 /// increase of cores and RAM counts, against counted usage, with Nova's
 /// `TooManyInstances` text.
@@ -76,7 +79,7 @@ pub fn check_upsize_quota(world: &World, project: &str, user: &str, old: &Flavor
     if per_user {
         scopes.push(Some(user));
     }
-    let mut overs: Vec<(&str, i64, i64, i64)> = Vec::new();
+    let mut overs: Vec<Over<'_>> = Vec::new();
     for (resource, delta) in deltas {
         if delta <= 0 {
             continue;
@@ -96,13 +99,14 @@ pub fn check_upsize_quota(world: &World, project: &str, user: &str, old: &Flavor
     if overs.is_empty() {
         return Ok(());
     }
-    let join = |f: &dyn Fn(&(&str, i64, i64, i64)) -> String| overs.iter().map(f).collect::<Vec<_>>().join(", ");
-    let names = join(&|o| o.0.to_owned());
+    let names: Vec<&str> = overs.iter().map(|o| o.0).collect();
+    let numbers = |pick: fn(&Over<'_>) -> i64| overs.iter().map(|o| pick(o).to_string()).collect::<Vec<_>>().join(", ");
+    let names = names.join(", ");
     Err(ComputeError::OverQuota(format!(
         "Quota exceeded for {names}: Requested {}, but already used {} of {} {names}",
-        join(&|o| o.1.to_string()),
-        join(&|o| o.2.to_string()),
-        join(&|o| o.3.to_string()),
+        numbers(|o| o.1),
+        numbers(|o| o.2),
+        numbers(|o| o.3),
     )))
 }
 

@@ -671,7 +671,7 @@ impl Compute {
                 Err(err) => tracing::warn!(cell = %mapping.name, error = %err, "migrations of a cell skipped"),
             }
         }
-        out.sort_by(|a, b| (b.created_at, b.id, b.uuid).cmp(&(a.created_at, a.id, a.uuid)));
+        out.sort_by_key(|m| std::cmp::Reverse((m.created_at, m.id, m.uuid)));
         Ok(out)
     }
 
