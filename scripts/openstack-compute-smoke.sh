@@ -86,6 +86,36 @@ check "$(os server list --sort-column Name -f value -c Name | head -1)" gm1 "ser
 FIRST=$(os server list --limit 3 -f value -c ID | tail -1)
 check "$(os server list --limit 3 --marker "$FIRST" -f value | wc -l)" 3 "server list --limit/--marker"
 
+# Cold moves: resize with confirm and with revert, admin migrate, migration list.
+flavor_of() { os server show "$1" -f json -c flavor | python3 -c 'import sys,json;f=json.load(sys.stdin)["flavor"];print(f.get("original_name") if isinstance(f,dict) else f.split(" ")[0])'; }
+newest() { os server migration list --server "$1" -f value -c "$2" | head -1; }
+os flavor create --vcpus 2 --ram 512 --disk 1 small -f value -c id >/dev/null
+HOST0=$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)
+os server resize --flavor small vm1
+wait_status vm1 VERIFY_RESIZE
+check "$(flavor_of vm1)" small "server resize --flavor (VERIFY_RESIZE shows the new flavor)"
+check "$(newest vm1 Status)" finished "server migration list (finished)"
+[ "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" != "$HOST0" ] || { echo "FAIL: resize stayed on $HOST0" >&2; exit 1; }
+os server resize confirm vm1
+wait_status vm1 ACTIVE
+check "$(newest vm1 Status)" confirmed "server resize confirm"
+os server resize --flavor tiny vm1
+wait_status vm1 VERIFY_RESIZE
+check "$(flavor_of vm1)" tiny "server resize to a smaller flavor"
+os server resize revert vm1
+wait_status vm1 ACTIVE
+check "$(flavor_of vm1)" small "server resize revert restores the flavor"
+check "$(newest vm1 Status)" reverted "server resize revert (migration reverted)"
+HOST1=$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)
+os server migrate vm1
+wait_status vm1 VERIFY_RESIZE
+[ "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" != "$HOST1" ] || { echo "FAIL: migrate stayed on $HOST1" >&2; exit 1; }
+check "$(newest vm1 Type)" migration "server migrate (migration type)"
+os server resize confirm vm1
+wait_status vm1 ACTIVE
+check "$(newest vm1 Status)" confirmed "server migrate + confirm"
+check "$(os server migration list -f value -c Status | wc -l)" 3 "server migration list (all)"
+
 os server delete --wait vm1
 if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; exit 1; fi
 echo "ok: server delete --wait"

@@ -10,10 +10,14 @@
 //!    nova-compute's report client reports it ([`placement`]);
 //! 3. `POST /agent/v1/heartbeat` every report interval;
 //! 4. `GET /agent/v1/work?agent=ID&wait=S` long-polls for tasks (build,
-//!    delete, start, stop, reboot); each task runs after the configured
+//!    delete, start, stop, reboot, and the moves: `resize_migrate` on the
+//!    source, `resize_finish` on the destination, `resize_confirm` on the
+//!    source, `resize_revert` on the destination); each task runs after the configured
 //!    latency and may fail a build (failure rate, or a bad host);
 //! 5. `POST /agent/v1/events` reports the transitions (`spawned`,
-//!    `build_failed`, `deleted`, `started`, `stopped`, `rebooted`), batched.
+//!    `build_failed`, `deleted`, `started`, `stopped`, `rebooted`,
+//!    `resize_migrated`, `resize_finished`, `resize_confirmed`,
+//!    `resize_reverted`), batched.
 //!
 //! No message broker: the kubelet model.
 
@@ -264,6 +268,10 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         "start" => "started",
         "stop" => "stopped",
         "reboot" => "rebooted",
+        "resize_migrate" => "resize_migrated",
+        "resize_finish" => "resize_finished",
+        "resize_confirm" => "resize_confirmed",
+        "resize_revert" => "resize_reverted",
         other => {
             tracing::warn!(kind = other, "unknown task kind");
             return Value::Null;

@@ -59,6 +59,8 @@ pub(crate) struct FileConfig {
     pub(crate) lease_notification_url: Option<String>,
     /// Default minutes between `before_end_lease` and the end.
     pub(crate) lease_minutes_before_end: Option<i64>,
+    /// Resizes may choose the server's own host.
+    pub(crate) allow_resize_to_same_host: Option<bool>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

@@ -117,6 +117,11 @@ pub(crate) struct ServeOpts {
     /// `minutes_before_end_lease`, 60): when `before_end_lease` runs.
     #[arg(long, env = "BERTH_LEASE_MINUTES_BEFORE_END")]
     lease_minutes_before_end: Option<i64>,
+    /// Let a resize choose the server's own host (Nova's
+    /// `allow_resize_to_same_host`). Default false; migrations never do.
+    #[arg(long, env = "BERTH_ALLOW_RESIZE_TO_SAME_HOST", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    allow_resize_to_same_host: Option<bool>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -270,6 +275,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .or(file.auto_disable_after_failed_builds)
             .unwrap_or(0)
             .max(0),
+        allow_resize_to_same_host: opts.allow_resize_to_same_host.or(file.allow_resize_to_same_host).unwrap_or(false),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
         lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),

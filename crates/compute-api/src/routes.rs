@@ -12,7 +12,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, flavors, images, leases, resources, servers};
+use crate::handlers::{agents, flavors, images, leases, migrations, resources, servers};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -48,6 +48,8 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
         ),
         r("/v2.1/servers/{id}/action", vec![a(M::POST, servers::action)]),
         r("/v2.1/servers/{id}/os-instance-actions", vec![a(M::GET, servers::list_actions)]),
+        r("/v2.1/servers/{id}/migrations", vec![since(23, a(M::GET, migrations::list_server_migrations))]),
+        r("/v2.1/os-migrations", vec![a(M::GET, migrations::list_migrations)]),
         r("/v2.1/servers/{id}/os-instance-actions/{request_id}", vec![a(M::GET, servers::show_action)]),
         r("/v2.1/flavors", vec![s(M::GET, flavors::index), s(M::POST, flavors::create)]),
         r("/v2.1/flavors/detail", vec![s(M::GET, flavors::detail)]),

@@ -52,6 +52,118 @@ pub mod task_state {
     pub const REBOOTING: &str = "rebooting";
     /// Hard reboot.
     pub const REBOOTING_HARD: &str = "rebooting_hard";
+    /// A resize or cold migration is being scheduled and claimed.
+    pub const RESIZE_PREP: &str = "resize_prep";
+    /// The source host is handing the instance over.
+    pub const RESIZE_MIGRATING: &str = "resize_migrating";
+    /// The destination host is finishing the move.
+    pub const RESIZE_FINISH: &str = "resize_finish";
+    /// A finished move is being reverted.
+    pub const RESIZE_REVERTING: &str = "resize_reverting";
+    /// A finished move is being confirmed (berth records it on the row so
+    /// the source's cleanup is agent work the sweep can find; the status
+    /// stays `VERIFY_RESIZE`, as in Nova where confirming sets no task
+    /// state).
+    pub const RESIZE_CONFIRMING: &str = "resize_confirming";
+}
+
+/// Nova's migration statuses for cold moves, in order.
+pub mod migration_status {
+    /// Created, the destination not chosen yet.
+    pub const PRE_MIGRATING: &str = "pre-migrating";
+    /// Claimed; the source hands the instance over.
+    pub const MIGRATING: &str = "migrating";
+    /// The destination finishes the move.
+    pub const POST_MIGRATING: &str = "post-migrating";
+    /// Done; awaiting confirm or revert (`VERIFY_RESIZE`).
+    pub const FINISHED: &str = "finished";
+    /// Confirm under way.
+    pub const CONFIRMING: &str = "confirming";
+    /// Confirmed: the source's resources are released.
+    pub const CONFIRMED: &str = "confirmed";
+    /// Revert under way.
+    pub const REVERTING: &str = "reverting";
+    /// Reverted: the instance is back on the source with its old flavor.
+    pub const REVERTED: &str = "reverted";
+    /// Failed (no valid host, ...).
+    pub const ERROR: &str = "error";
+}
+
+/// A move of an instance (Nova's `migrations` table, one per cell).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Migration {
+    /// Cell-local id (Nova's `id`).
+    pub id: i64,
+    /// Migration uuid: also the placement consumer holding the source's
+    /// resources while the move is under way.
+    pub uuid: Uuid,
+    /// Instance moved.
+    pub instance_uuid: Uuid,
+    /// `resize` or `migration`.
+    pub migration_type: String,
+    /// See [`migration_status`].
+    pub status: String,
+    /// Source host.
+    pub source_compute: Option<String>,
+    /// Source node.
+    pub source_node: Option<String>,
+    /// Destination host (once chosen).
+    pub dest_compute: Option<String>,
+    /// Destination node.
+    pub dest_node: Option<String>,
+    /// Destination host IP.
+    pub dest_host: Option<String>,
+    /// Flavor before the move.
+    pub old_flavor: Flavor,
+    /// Flavor after the move (the same for a migration).
+    pub new_flavor: Flavor,
+    /// Owner user.
+    pub user_id: String,
+    /// Owner project.
+    pub project_id: String,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Option<Timestamp>,
+}
+
+/// What `GET /os-migrations` asks for (every field optional).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigrationFilter {
+    /// Source or destination host.
+    pub host: Option<String>,
+    /// Status.
+    pub status: Option<String>,
+    /// Instance.
+    pub instance_uuid: Option<Uuid>,
+    /// `resize`, `migration`, ...
+    pub migration_type: Option<String>,
+    /// Source host.
+    pub source_compute: Option<String>,
+    /// Updated at or after.
+    pub changes_since: Option<Timestamp>,
+    /// Updated at or before.
+    pub changes_before: Option<Timestamp>,
+    /// Owner user.
+    pub user_id: Option<String>,
+    /// Owner project.
+    pub project_id: Option<String>,
+}
+
+impl MigrationFilter {
+    /// Does `m` match?
+    pub fn matches(&self, m: &Migration) -> bool {
+        let updated = m.updated_at.unwrap_or(m.created_at);
+        self.host.as_ref().is_none_or(|h| m.source_compute.as_ref() == Some(h) || m.dest_compute.as_ref() == Some(h))
+            && self.status.as_ref().is_none_or(|s| &m.status == s)
+            && self.instance_uuid.is_none_or(|u| m.instance_uuid == u)
+            && self.migration_type.as_ref().is_none_or(|t| &m.migration_type == t)
+            && self.source_compute.as_ref().is_none_or(|h| m.source_compute.as_ref() == Some(h))
+            && self.changes_since.is_none_or(|t| updated >= t)
+            && self.changes_before.is_none_or(|t| updated <= t)
+            && self.user_id.as_ref().is_none_or(|u| &m.user_id == u)
+            && self.project_id.as_ref().is_none_or(|p| &m.project_id == p)
+    }
 }
 
 /// Nova's `power_state` values.

@@ -24,6 +24,7 @@ mod error;
 pub mod extra_specs;
 pub mod lease;
 pub mod lease_plan;
+pub mod moves;
 pub mod plan;
 pub mod quota;
 mod state;

@@ -244,6 +244,10 @@ impl Compute {
                 at: now,
             })
         };
+        if matches!(event.kind.as_str(), "resize_migrated" | "resize_finished" | "resize_confirmed" | "resize_reverted")
+        {
+            return self.move_event(&handle, &uuid, &event.kind, &event.host).await;
+        }
         let mut ops = Vec::new();
         match event.kind.as_str() {
             "spawned" => {
@@ -293,7 +297,9 @@ impl Compute {
             "deleted" => {
                 // Allocations, mapping and quota go first; the row is then
                 // soft-deleted. If the row update is lost, the row is an
-                // orphan no listing shows (its mapping is gone).
+                // orphan no listing shows (its mapping is gone). A move
+                // under way leaves its migration consumer: it goes first.
+                self.forget_migrations(&handle, &uuid).await?;
                 write(&*self.control, |w| Ok((plan_forget_instance(w, &uuid), ())))?;
                 let update = InstanceUpdate {
                     vm_state: Some(vm_state::DELETED.to_owned()),
@@ -422,6 +428,18 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                             let (Some(host), Some(task)) = (row.host.as_deref(), row.task_state.as_deref()) else {
                                 continue;
                             };
+                            // A confirm cleans up the source, which the row
+                            // no longer names: the migration does.
+                            let source;
+                            let host = if task == berth_compute_model::cell::task_state::RESIZE_CONFIRMING {
+                                source = confirming_source(&compute, &handle, &row.uuid).await;
+                                match source.as_deref() {
+                                    Some(source) => source,
+                                    None => continue,
+                                }
+                            } else {
+                                host
+                            };
                             if local.contains(host) {
                                 if let Some(task) = Task::new(row.uuid, host, task) {
                                     compute.hub.offer(task);
@@ -435,8 +453,20 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                         compute.health.merge_services(&services);
                     }
                     crate::conductor::redrive_reschedules(&compute, &handle).await;
+                    crate::moves::redrive_moves(&compute, &handle).await;
                 }
             }
         }
     });
+}
+
+/// The source host of an instance's confirming move.
+async fn confirming_source(compute: &Compute, handle: &Arc<crate::cells::Cell>, uuid: &Uuid) -> Option<String> {
+    let filter = berth_compute_model::cell::MigrationFilter {
+        instance_uuid: Some(*uuid),
+        status: Some(berth_compute_model::cell::migration_status::CONFIRMING.to_owned()),
+        ..Default::default()
+    };
+    let rows = compute.cells.read(handle, move |s| s.migrations(&filter)).await.ok()?;
+    rows.into_iter().next().and_then(|m| m.source_compute)
 }

@@ -30,6 +30,14 @@ pub enum TaskKind {
     Stop,
     /// Reboot.
     Reboot,
+    /// Hand a moving instance over (on the source host).
+    ResizeMigrate,
+    /// Finish a move (on the destination host).
+    ResizeFinish,
+    /// Clean up the source of a confirmed move (on the source host).
+    ResizeConfirm,
+    /// Undo a move (on the destination host).
+    ResizeRevert,
 }
 
 impl TaskKind {
@@ -41,6 +49,10 @@ impl TaskKind {
             TaskKind::Start => "start",
             TaskKind::Stop => "stop",
             TaskKind::Reboot => "reboot",
+            TaskKind::ResizeMigrate => "resize_migrate",
+            TaskKind::ResizeFinish => "resize_finish",
+            TaskKind::ResizeConfirm => "resize_confirm",
+            TaskKind::ResizeRevert => "resize_revert",
         }
     }
 
@@ -53,14 +65,30 @@ impl TaskKind {
             ts::POWERING_ON => Some(TaskKind::Start),
             ts::POWERING_OFF => Some(TaskKind::Stop),
             ts::REBOOTING | ts::REBOOTING_HARD => Some(TaskKind::Reboot),
+            ts::RESIZE_MIGRATING => Some(TaskKind::ResizeMigrate),
+            ts::RESIZE_FINISH => Some(TaskKind::ResizeFinish),
+            ts::RESIZE_CONFIRMING => Some(TaskKind::ResizeConfirm),
+            ts::RESIZE_REVERTING => Some(TaskKind::ResizeRevert),
             _ => None,
         }
     }
 }
 
-/// Task states agents act on.
-pub const AGENT_TASK_STATES: &[&str] =
-    &["spawning", "deleting", "powering-on", "powering-off", "rebooting", "rebooting_hard"];
+/// Task states agents act on. The move states are done on the row's host,
+/// except `resize_confirming`, which is the source's work (the sweep looks
+/// the source up in the migration).
+pub const AGENT_TASK_STATES: &[&str] = &[
+    "spawning",
+    "deleting",
+    "powering-on",
+    "powering-off",
+    "rebooting",
+    "rebooting_hard",
+    "resize_migrating",
+    "resize_finish",
+    "resize_confirming",
+    "resize_reverting",
+];
 
 /// One task for an agent.
 #[derive(Debug, Clone, PartialEq)]

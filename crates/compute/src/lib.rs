@@ -24,6 +24,7 @@ pub mod health;
 pub mod hub;
 pub mod lease_query;
 pub mod leases;
+pub mod moves;
 pub mod servers;
 pub mod services;
 
@@ -71,6 +72,9 @@ pub struct ComputeConfig {
     /// is this long before the end (the grace between the warning, with
     /// its notification or snapshots, and the end).
     pub lease_minutes_before_end: i64,
+    /// Let a resize pick the instance's own host (Nova's
+    /// `allow_resize_to_same_host`, default false). Migrations never do.
+    pub allow_resize_to_same_host: bool,
 }
 
 impl Default for ComputeConfig {
@@ -88,6 +92,7 @@ impl Default for ComputeConfig {
             auto_disable_after_failed_builds: 0,
             lease_notification_url: None,
             lease_minutes_before_end: 60,
+            allow_resize_to_same_host: false,
         }
     }
 }

@@ -532,6 +532,7 @@ impl Compute {
             if local {
                 // No host to ask (cell0, never placed, or its service is
                 // down): delete here, as Nova's local delete does.
+                self.forget_migrations(&handle, uuid).await?;
                 write(&*self.control, |w| Ok((plan_forget_instance(w, uuid), ())))?;
                 let update = InstanceUpdate {
                     vm_state: Some(vm_state::DELETED.to_owned()),

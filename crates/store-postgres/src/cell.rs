@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use berth_compute_model::cell::{ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Service};
+use berth_compute_model::cell::{
+    ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Migration, MigrationFilter, Service,
+};
 use berth_store::cell_sql::{self, CellConn, Dialect, Kind, Value};
 use berth_store::{CellOp, CellOutcome, CellStore, StoreError};
 use postgres::types::ToSql;
@@ -30,7 +32,10 @@ use crate::{classify, split_schema};
 const CELL_MIGRATE_LOCK_KEY: i64 = 0x62_6572_7463;
 
 /// Embedded cell migrations, applied in order.
-const CELL_MIGRATIONS: &[(&str, &str)] = &[("0001_cell", include_str!("../migrations/cell/0001_cell.sql"))];
+const CELL_MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_cell", include_str!("../migrations/cell/0001_cell.sql")),
+    ("0002_migrations", include_str!("../migrations/cell/0002_migrations.sql")),
+];
 
 /// Prepared statements kept per connection before the cache is reset.
 const STATEMENT_CACHE: usize = 256;
@@ -273,6 +278,10 @@ impl CellStore for PostgresCellStore {
 
     fn instance_counts_by_host(&self) -> Result<Vec<(String, i64)>, StoreError> {
         self.read(|c| cell_sql::instance_counts_by_host(c))
+    }
+
+    fn migrations(&self, filter: &MigrationFilter) -> Result<Vec<Migration>, StoreError> {
+        self.read(|c| cell_sql::migrations(c, filter))
     }
 
     fn ping(&self) -> Result<(), StoreError> {

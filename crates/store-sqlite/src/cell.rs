@@ -13,7 +13,9 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use berth_compute_model::cell::{ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Service};
+use berth_compute_model::cell::{
+    ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Migration, MigrationFilter, Service,
+};
 use berth_store::cell_sql::{self, CellConn, Dialect, Kind, Value};
 use berth_store::{CellOp, CellOutcome, CellStore, StoreError};
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -21,7 +23,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use uuid::Uuid;
 
 /// Embedded cell migrations, applied in order.
-const CELL_MIGRATIONS: &[(&str, &str)] = &[("0001_cell", include_str!("../migrations/cell/0001_cell.sql"))];
+const CELL_MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_cell", include_str!("../migrations/cell/0001_cell.sql")),
+    ("0002_migrations", include_str!("../migrations/cell/0002_migrations.sql")),
+];
 
 /// Statements kept prepared per connection (listings vary with their
 /// filters, so a few dozen shapes are common).
@@ -206,6 +211,10 @@ impl CellStore for SqliteCellStore {
 
     fn instance_counts_by_host(&self) -> Result<Vec<(String, i64)>, StoreError> {
         self.read(|c| cell_sql::instance_counts_by_host(c))
+    }
+
+    fn migrations(&self, filter: &MigrationFilter) -> Result<Vec<Migration>, StoreError> {
+        self.read(|c| cell_sql::migrations(c, filter))
     }
 
     fn ping(&self) -> Result<(), StoreError> {

@@ -9,8 +9,10 @@
 //! unexpected state is a `Mismatch` for that op only, not a failure of the
 //! batch.
 
-use berth_compute_model::cell::{ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Service};
-use berth_compute_model::Timestamp;
+use berth_compute_model::cell::{
+    ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Migration, MigrationFilter, Service,
+};
+use berth_compute_model::{Flavor, Timestamp};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -48,6 +50,8 @@ pub struct InstanceUpdate {
     pub tags: Option<Vec<String>>,
     /// Soft-delete: `deleted = true`, `deleted_at` set.
     pub deleted_at: Option<Timestamp>,
+    /// Flavor (a move finished or reverted).
+    pub flavor: Option<Flavor>,
     /// Always set: the update time.
     pub updated_at: Timestamp,
 }
@@ -69,6 +73,10 @@ pub struct Expect {
 
 /// One write to a cell.
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "ops are short-lived batches; a move's op carries its migration with both flavors"
+)]
 pub enum CellOp {
     /// Insert an instance, or replace the row with the same uuid.
     PutInstance(Instance),
@@ -152,6 +160,46 @@ pub enum CellOp {
     },
     /// Record a fault.
     AddFault(Fault),
+    /// Start a move: update the instance if it matches `expect` and insert
+    /// the migration, or neither (`Mismatch`/`Missing` for the instance).
+    InsertMigration {
+        /// The migration (its `id` is assigned).
+        migration: Migration,
+        /// Preconditions on the instance.
+        expect: Expect,
+        /// Changes to the instance.
+        update: InstanceUpdate,
+    },
+    /// Advance a move: when the migration's status is one of
+    /// `from_statuses` and (if given) the instance matches its `Expect`,
+    /// both are updated; otherwise neither (`Mismatch`, or `Missing`).
+    UpdateMigration {
+        /// Migration uuid.
+        uuid: Uuid,
+        /// Allowed current statuses (empty: any).
+        from_statuses: Vec<String>,
+        /// Changes to the migration.
+        update: MigrationUpdate,
+        /// The instance's precondition and changes, updated together.
+        instance: Option<(Expect, InstanceUpdate)>,
+    },
+}
+
+/// A partial update of a migration row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigrationUpdate {
+    /// New status.
+    pub status: Option<String>,
+    /// Destination host.
+    pub dest_compute: Option<Option<String>>,
+    /// Destination node.
+    pub dest_node: Option<Option<String>>,
+    /// Destination host IP.
+    pub dest_host: Option<Option<String>>,
+    /// Remove the row (a move refused before it began, e.g. over quota).
+    pub delete: bool,
+    /// Update time.
+    pub updated_at: Timestamp,
 }
 
 /// What one [`CellOp`] did.
@@ -199,6 +247,10 @@ pub trait CellStore: Send + Sync {
 
     /// The actions of an instance with their events, oldest first.
     fn instance_actions(&self, instance: &Uuid) -> Result<Vec<InstanceAction>, StoreError>;
+
+    /// Migrations matching `filter`, newest first (`created_at`, then `id`,
+    /// descending: Nova's `os-migrations` order).
+    fn migrations(&self, filter: &MigrationFilter) -> Result<Vec<Migration>, StoreError>;
 
     /// Number of instances per host (not deleted), for hypervisor views.
     fn instance_counts_by_host(&self) -> Result<Vec<(String, i64)>, StoreError>;

@@ -280,6 +280,7 @@ fn conditional_updates(store: &dyn CellStore) {
         metadata: Some(metadata.clone()),
         tags: Some(vec!["x".into(), "y".into()]),
         deleted_at: None,
+        flavor: None,
         updated_at: 14,
     };
     let expect = Expect {

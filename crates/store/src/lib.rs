@@ -31,7 +31,7 @@ pub mod cell_sql;
 pub mod json;
 pub mod lease_json;
 mod rows;
-pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate};
+pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate, MigrationUpdate};
 pub use rows::Rows;
 
 #[cfg(feature = "testing")]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use berth_compute::moves::MoveRequest;
 use berth_compute::servers::{Caller, ListRequest, Listed, ServerAction, ServerRecord};
 use berth_compute_model::cell::{states_for_status, Instance, InstanceFilter, SortKey};
 use berth_compute_model::plan::BootAdmission;
@@ -781,6 +782,9 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         };
         let name = name.clone();
         let record = visible(&ctx, &req, &id).await?;
+        if let Some(resp) = move_action(&ctx, &req, &id, &name, &value, &record).await? {
+            return Ok(resp);
+        }
         let (action, schema, policy) = match name.as_str() {
             "os-start" => (ServerAction::Start, schemas::servers::start(), rule("start")),
             "os-stop" => (ServerAction::Stop, schemas::servers::stop(), rule("stop")),
@@ -795,6 +799,57 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         ctx.compute.server_action(&id, action, &caller(&req)).await.nova()?;
         Ok(Resp::empty(StatusCode::ACCEPTED))
     })
+}
+
+/// The move actions: `resize`, `migrate`, `confirmResize`, `revertResize`
+/// (`None`: not a move action).
+async fn move_action(
+    ctx: &ComputeCtx,
+    req: &Req,
+    id: &Uuid,
+    name: &str,
+    value: &Value,
+    record: &ServerRecord,
+) -> ApiResult<Option<Resp>> {
+    let project = record.project_id();
+    match name {
+        "resize" => {
+            body(req, &schemas::servers::resize())?;
+            authorize_on(req, &rule("resize"), project, None)?;
+            let flavor_id = match &value["resize"]["flavorRef"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            ctx.compute.move_server(id, MoveRequest::Resize { flavor_id }, &caller(req)).await.nova()?;
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
+        "migrate" => {
+            let v256 = version(req).at_least(56);
+            body(req, &schemas::servers::migrate(v256))?;
+            let host = if v256 { value["migrate"]["host"].as_str().map(str::to_owned) } else { None };
+            let policy = if host.is_some() {
+                "os_compute_api:os-migrate-server:migrate:host"
+            } else {
+                "os_compute_api:os-migrate-server:migrate"
+            };
+            authorize_on(req, policy, project, None)?;
+            ctx.compute.move_server(id, MoveRequest::Migrate { host }, &caller(req)).await.nova()?;
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
+        "confirmResize" | "revertResize" => {
+            let confirm = name == "confirmResize";
+            let (schema, policy) = if confirm {
+                (schemas::servers::confirm_resize(), rule("confirm_resize"))
+            } else {
+                (schemas::servers::revert_resize(), rule("revert_resize"))
+            };
+            body(req, &schema)?;
+            authorize_on(req, &policy, project, None)?;
+            ctx.compute.finish_move(id, confirm, &caller(req)).await.nova()?;
+            Ok(Some(if confirm { Resp::no_content() } else { Resp::empty(StatusCode::ACCEPTED) }))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// `GET /servers/{id}/os-instance-actions`.

@@ -249,3 +249,47 @@ pub fn reboot() -> Value {
         }),
     )
 }
+
+/// The `resize` action body: `{"resize": {"flavorRef": ..., "OS-DCF:diskConfig": ...}}`.
+pub fn resize() -> Value {
+    envelope(
+        "resize",
+        json!({
+            "type": "object",
+            "properties": {
+                "flavorRef": {"type": ["string", "integer"], "minLength": 1},
+                "OS-DCF:diskConfig": {"type": "string", "enum": ["AUTO", "MANUAL"]},
+            },
+            "required": ["flavorRef"],
+            "additionalProperties": false,
+        }),
+    )
+}
+
+/// The `confirmResize` action body (any value, as Nova).
+pub fn confirm_resize() -> Value {
+    envelope("confirmResize", json!({}))
+}
+
+/// The `revertResize` action body (any value, as Nova).
+pub fn revert_resize() -> Value {
+    envelope("revertResize", json!({}))
+}
+
+/// The `migrate` action body: anything before 2.56 (Nova validates from
+/// 2.56 only), then `null` or `{"host": <hostname or null>}`.
+pub fn migrate(v256: bool) -> Value {
+    if !v256 {
+        return envelope("migrate", json!({}));
+    }
+    let mut host = super::hostname();
+    host["type"] = json!(["string", "null"]);
+    envelope(
+        "migrate",
+        json!({
+            "type": ["object", "null"],
+            "properties": {"host": host},
+            "additionalProperties": false,
+        }),
+    )
+}

@@ -6,6 +6,7 @@ mod boot;
 mod cells;
 mod groups;
 mod leases;
+mod moves;
 mod prefilters;
 mod quota;
 mod race;

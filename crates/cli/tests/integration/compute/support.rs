@@ -354,6 +354,15 @@ pub(crate) async fn check_invariants(server: &TestServer) {
         servers.iter().map(|s| (s["id"].as_str().unwrap_or("").to_owned(), s)).collect();
     let providers =
         placement.get("/resource_providers").await.body["resource_providers"].as_array().cloned().unwrap_or_default();
+    let migrations = nova.at("2.80").get("/os-migrations").await;
+    assert_eq!(migrations.status, 200, "{:?}", migrations.body);
+    let moving: HashMap<String, Value> = migrations.body["migrations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| (m["uuid"].as_str().unwrap_or("").to_owned(), m))
+        .collect();
     let names: HashMap<String, String> = providers
         .iter()
         .map(|p| (p["uuid"].as_str().unwrap_or("").to_owned(), p["name"].as_str().unwrap_or("").to_owned()))
@@ -381,6 +390,22 @@ pub(crate) async fn check_invariants(server: &TestServer) {
         let allocations = placement.get(&format!("/resource_providers/{uuid}/allocations")).await.body;
         if let Some(consumers) = allocations["allocations"].as_object() {
             for consumer in consumers.keys() {
+                // A move under way: its migration consumer holds the
+                // source (and only the source) until confirm or revert.
+                if let Some(migration) = moving.get(consumer) {
+                    let root = roots.get(uuid).and_then(|r| names.get(r)).cloned().unwrap_or_default();
+                    assert!(
+                        OPEN_MOVES.contains(&migration["status"].as_str().unwrap_or("")),
+                        "migration consumer {consumer} of a move in status {}",
+                        migration["status"]
+                    );
+                    assert_eq!(migration["source_node"].as_str().unwrap_or(""), root, "migration holds its source");
+                    assert!(
+                        live.contains_key(migration["instance_uuid"].as_str().unwrap_or("")),
+                        "moving server lives"
+                    );
+                    continue;
+                }
                 let server = live
                     .get(consumer)
                     .unwrap_or_else(|| panic!("allocation of {consumer} on {uuid} has no live server"));
@@ -412,6 +437,9 @@ pub(crate) async fn check_invariants(server: &TestServer) {
         assert_eq!(detail["quota_set"]["cores"]["in_use"].as_i64(), Some(cores), "cores in use of {project}");
     }
 }
+
+/// Migration statuses whose migration consumer may hold the source.
+const OPEN_MOVES: &[&str] = &["migrating", "post-migrating", "finished", "confirming", "reverting"];
 
 /// VCPU used by a project's consumers (placement `GET /usages`, whatever
 /// the microversion's shape).
