@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::{HostShape, Link};
+use crate::{HostShape, Link, VgpuLayout};
 
 /// Attempts on generation conflicts before giving up (the report client
 /// retries a few times, then the next periodic tries again).
@@ -32,8 +32,40 @@ pub struct DesiredProvider {
 /// The tree of one host: the root (the compute node, named after it) with
 /// DISK_GB; VCPU/MEMORY_MB on the root, or split over `NUMA` children;
 /// devices as children of the NUMA nodes (grandchildren of the root), or of
-/// the root when there are no NUMA nodes.
+/// the root when there are no NUMA nodes; VGPU on the root or on pGPU
+/// children of the root, as `shape.vgpu_layout` says.
 pub fn desired_tree(node: &str, shape: &HostShape) -> Vec<DesiredProvider> {
+    let mut out = base_tree(node, shape);
+    if shape.vgpus <= 0 {
+        return out;
+    }
+    match shape.vgpu_layout {
+        VgpuLayout::Root => {
+            out[0].inventories.insert("VGPU".to_owned(), (shape.vgpus, 0, 1.0));
+        }
+        VgpuLayout::Children { pgpus, per_pgpu } => {
+            for idx in 0..pgpus {
+                let count = per_pgpu.unwrap_or_else(|| {
+                    shape.vgpus / pgpus as i64 + i64::from((idx as i64) < shape.vgpus % pgpus as i64)
+                });
+                if count <= 0 {
+                    continue;
+                }
+                let mut inventories = BTreeMap::new();
+                inventories.insert("VGPU".to_owned(), (count, 0, 1.0));
+                out.push(DesiredProvider {
+                    name: format!("{node}_pgpu{idx}"),
+                    parent: Some(node.to_owned()),
+                    inventories,
+                    traits: vec![],
+                });
+            }
+        }
+    }
+    out
+}
+
+fn base_tree(node: &str, shape: &HostShape) -> Vec<DesiredProvider> {
     let mut root = DesiredProvider {
         name: node.to_owned(),
         parent: None,
@@ -97,7 +129,7 @@ fn device(node: &str, parent: &str, class: &str, count: i64) -> DesiredProvider 
     }
 }
 
-fn inventories_body(generation: i64, provider: &DesiredProvider) -> Value {
+pub(crate) fn inventories_body(generation: i64, provider: &DesiredProvider) -> Value {
     let mut inventories = serde_json::Map::new();
     for (class, (total, reserved, ratio)) in &provider.inventories {
         inventories.insert(
@@ -174,7 +206,7 @@ fn percent(text: &str) -> String {
         .collect()
 }
 
-async fn ensure_provider(link: &Link, uuid: Uuid, name: &str, parent: Option<Uuid>) -> anyhow::Result<()> {
+pub(crate) async fn ensure_provider(link: &Link, uuid: Uuid, name: &str, parent: Option<Uuid>) -> anyhow::Result<()> {
     let resp = link.placement(reqwest::Method::GET, &format!("/resource_providers/{uuid}"), None).await?;
     if resp.status().is_success() {
         return Ok(());

@@ -412,6 +412,8 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 bad_hosts: Vec::new(),
                 report_interval: std::time::Duration::from_secs(10),
                 concurrency: 8,
+                layout_updates: None,
+                reshape_gate: None,
             };
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
