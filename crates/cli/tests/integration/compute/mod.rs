@@ -11,4 +11,5 @@ mod prefilters;
 mod quota;
 mod race;
 mod reschedule;
+mod reshape;
 pub(crate) mod support;
