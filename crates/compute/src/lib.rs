@@ -20,6 +20,7 @@ pub mod agents;
 pub mod cells;
 pub mod conductor;
 pub mod control;
+pub mod heal;
 pub mod health;
 pub mod hub;
 pub mod lease_query;
@@ -75,6 +76,12 @@ pub struct ComputeConfig {
     /// Let a resize pick the instance's own host (Nova's
     /// `allow_resize_to_same_host`, default false). Migrations never do.
     pub allow_resize_to_same_host: bool,
+    /// Run the heal ([`heal::heal`]) every this many sweep ticks (0:
+    /// only when asked, `POST /admin/v1/heal`).
+    pub heal_every_ticks: u64,
+    /// The heal acts on (and reports) only consumers and instances last
+    /// written more than this many seconds ago.
+    pub heal_grace_secs: i64,
 }
 
 impl Default for ComputeConfig {
@@ -93,6 +100,8 @@ impl Default for ComputeConfig {
             lease_notification_url: None,
             lease_minutes_before_end: 60,
             allow_resize_to_same_host: false,
+            heal_every_ticks: 150,
+            heal_grace_secs: 300,
         }
     }
 }
@@ -121,6 +130,14 @@ pub struct Metrics {
     pub reschedules_exhausted: AtomicU64,
     /// Compute services disabled after consecutive failed builds.
     pub services_auto_disabled: AtomicU64,
+    /// Heal runs.
+    pub heal_runs: AtomicU64,
+    /// Orphaned INSTANCE consumers whose allocations the heal deleted.
+    pub heal_orphans_removed: AtomicU64,
+    /// Instances the heal gave their missing allocations.
+    pub heal_allocations_created: AtomicU64,
+    /// Findings the heal reported without fixing (summed over runs).
+    pub heal_unresolved: AtomicU64,
 }
 
 /// Named points where a test can hold the conductor (only with
