@@ -5,6 +5,7 @@ mod bad_input;
 mod boot;
 mod cells;
 mod groups;
+mod heal;
 mod leases;
 mod moves;
 mod prefilters;
