@@ -475,7 +475,7 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
     // then as before the failed reshape (it is one write), and running on
     // with a tree the operator did not ask for would hide the problem.
     let relayout = async {
-        let Some(mut updates) = layout_updates else { return std::future::pending().await };
+        let Some(mut updates) = layout_updates else { return std::future::pending::<anyhow::Result<()>>().await };
         loop {
             if updates.changed().await.is_err() {
                 return std::future::pending().await;
@@ -486,9 +486,7 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
             }
             tracing::info!(agent = %config.agent_id, ?layout, "VGPU layout changed; reporting the trees again");
             shape.vgpu_layout = layout;
-            if let Err(err) = report_trees(&link, &config, &shape, &hosts).await {
-                return Err::<(), anyhow::Error>(err);
-            }
+            report_trees(&link, &config, &shape, &hosts).await?;
         }
     };
     let outcome = tokio::select! {

@@ -414,7 +414,7 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
             ticks += 1;
             let refresh_health = ticks % 10 == 1;
             let every = compute.config.heal_every_ticks;
-            if every > 0 && ticks % every == 0 {
+            if every > 0 && ticks.is_multiple_of(every) {
                 crate::heal::heal(&compute, false).await;
             }
             let local: HashSet<String> = compute.hub.local_hosts();
