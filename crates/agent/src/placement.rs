@@ -16,6 +16,10 @@ use crate::{HostShape, Link, VgpuLayout};
 /// retries a few times, then the next periodic tries again).
 const CONFLICT_RETRIES: usize = 4;
 
+/// Traits the control plane sets on compute node providers, which the
+/// agent's report keeps.
+const CONTROL_PLANE_TRAITS: &[&str] = &["COMPUTE_STATUS_DISABLED"];
+
 /// One provider of a host's tree, as the agent wants it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DesiredProvider {
@@ -170,7 +174,18 @@ pub async fn ensure_tree(link: &Link, root_uuid: Uuid, tree: &[DesiredProvider])
                     bail!("creating trait {name}: {}", resp.status());
                 }
             }
-            let traits = provider.traits.clone();
+            // The control plane owns the status traits (a disabled
+            // service's COMPUTE_STATUS_DISABLED): keep them, as
+            // nova-compute's resource tracker does, so a restart or a
+            // reshape does not silently re-enable a host.
+            let mut traits = provider.traits.clone();
+            let path = format!("/resource_providers/{uuid}/traits");
+            let current: Value = link.placement(reqwest::Method::GET, &path, None).await?.json().await?;
+            for name in current["traits"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if CONTROL_PLANE_TRAITS.contains(&name) && !traits.iter().any(|t| t == name) {
+                    traits.push(name.to_owned());
+                }
+            }
             put_with_retries(
                 link,
                 uuid,

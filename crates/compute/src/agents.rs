@@ -414,8 +414,14 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
             ticks += 1;
             let refresh_health = ticks % 10 == 1;
             let every = compute.config.heal_every_ticks;
-            if every > 0 && ticks.is_multiple_of(every) {
-                crate::heal::heal(&compute, false).await;
+            // In its own task, so a long heal (many instances) does not
+            // delay the work sweep; never two at once.
+            if every > 0 && ticks.is_multiple_of(every) && !compute.heal_running.swap(true, Ordering::SeqCst) {
+                let compute = compute.clone();
+                tokio::spawn(async move {
+                    crate::heal::heal(&compute, false).await;
+                    compute.heal_running.store(false, Ordering::SeqCst);
+                });
             }
             let local: HashSet<String> = compute.hub.local_hosts();
             if local.is_empty() && !refresh_health {

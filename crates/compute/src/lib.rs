@@ -201,6 +201,8 @@ pub struct Compute {
     /// Failed deliveries per event (given up after a few ticks).
     notify_failures: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u32>>,
     lease_wake: tokio::sync::Notify,
+    /// A periodic heal is running (the sweep does not start another).
+    heal_running: std::sync::atomic::AtomicBool,
     seed: AtomicU64,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
     jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
@@ -232,6 +234,7 @@ impl Compute {
             hooks: TestHooks::default(),
             lease_metrics: leases::LeaseMetrics::default(),
             lease_wake: tokio::sync::Notify::new(),
+            heal_running: std::sync::atomic::AtomicBool::new(false),
             seed: AtomicU64::new(seed),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
