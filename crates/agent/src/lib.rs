@@ -22,6 +22,7 @@
 //! No message broker: the kubelet model.
 
 pub mod placement;
+pub mod reshape;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -58,6 +59,56 @@ pub struct HostShape {
     pub devices: Vec<(String, i64)>,
     /// Traits of the compute node provider.
     pub traits: Vec<String>,
+    /// Virtual GPUs per host (VGPU inventory; 0: none).
+    pub vgpus: i64,
+    /// Where the host's VGPU inventory lives (see [`VgpuLayout`]).
+    pub vgpu_layout: VgpuLayout,
+}
+
+/// Where a host reports its VGPU inventory, as the libvirt driver did
+/// before and after Stein: on the compute node provider itself (`root`),
+/// or on one child provider per physical GPU (`children`). Changing it on
+/// a host whose servers hold VGPU needs a reshape (`POST /reshaper`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VgpuLayout {
+    /// All VGPU on the root provider.
+    Root,
+    /// VGPU on `pgpus` children named `{node}_pgpu{i}`, each holding
+    /// `per_pgpu` units (`None`: the host's VGPUs shared out evenly).
+    Children {
+        /// Physical GPUs (child providers).
+        pgpus: usize,
+        /// VGPUs per physical GPU (`None`: an even share of `vgpus`).
+        per_pgpu: Option<i64>,
+    },
+}
+
+impl std::str::FromStr for VgpuLayout {
+    type Err = anyhow::Error;
+
+    /// `root`, `children` (two pGPUs), `children:P` or `children:PxV`.
+    fn from_str(text: &str) -> anyhow::Result<Self> {
+        let text = text.trim();
+        if text == "root" {
+            return Ok(VgpuLayout::Root);
+        }
+        let Some(rest) = text.strip_prefix("children") else {
+            bail!("a VGPU layout is root, children, children:P or children:PxV, not {text:?}");
+        };
+        let rest = rest.strip_prefix(':').unwrap_or(rest);
+        if rest.is_empty() {
+            return Ok(VgpuLayout::Children { pgpus: 2, per_pgpu: None });
+        }
+        let (pgpus, per_pgpu) = match rest.split_once('x') {
+            Some((p, v)) => (p, Some(v.parse::<i64>().with_context(|| format!("bad VGPUs per pGPU in {text:?}"))?)),
+            None => (rest, None),
+        };
+        let pgpus: usize = pgpus.parse().with_context(|| format!("bad pGPU count in {text:?}"))?;
+        if pgpus == 0 || per_pgpu.is_some_and(|v| v < 1) {
+            bail!("a VGPU layout needs at least one pGPU with at least one VGPU: {text:?}");
+        }
+        Ok(VgpuLayout::Children { pgpus, per_pgpu })
+    }
 }
 
 impl Default for HostShape {
@@ -75,6 +126,8 @@ impl Default for HostShape {
             numa_nodes: 0,
             devices: Vec::new(),
             traits: vec!["COMPUTE_NODE".to_owned()],
+            vgpus: 0,
+            vgpu_layout: VgpuLayout::Root,
         }
     }
 }
@@ -108,6 +161,12 @@ pub struct AgentConfig {
     pub report_interval: Duration,
     /// Concurrent placement requests while reporting trees.
     pub concurrency: usize,
+    /// New VGPU layouts while running (`berth agent` sends one on
+    /// SIGHUP): every host's tree is reported again, reshaped if needed; a
+    /// failed reshape stops the agent with its error.
+    pub layout_updates: Option<tokio::sync::watch::Receiver<VgpuLayout>>,
+    /// Test breakpoint before every `POST /reshaper`.
+    pub reshape_gate: Option<reshape::ReshapeGate>,
 }
 
 impl AgentConfig {
@@ -139,11 +198,22 @@ impl Link {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<reqwest::Response> {
+        self.placement_at(method, path, body, "placement 1.39").await
+    }
+
+    /// A placement request at `version` (`placement 1.37`).
+    pub async fn placement_at(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        version: &str,
+    ) -> anyhow::Result<reqwest::Response> {
         let mut req = self
             .client
             .request(method, format!("{}{path}", self.base))
             .header("X-Auth-Token", &self.token)
-            .header("OpenStack-API-Version", "placement 1.39");
+            .header("OpenStack-API-Version", version);
         if let Some(body) = body {
             req = req.json(&body);
         }
@@ -210,20 +280,28 @@ async fn register(link: &Link, config: &AgentConfig) -> anyhow::Result<Vec<Regis
         .collect()
 }
 
-/// Report every host's provider tree, `concurrency` hosts at a time.
-async fn report_trees(link: &Link, config: &AgentConfig, hosts: &[Registered]) -> anyhow::Result<()> {
+/// Report every host's provider tree with `shape`, `concurrency` hosts at
+/// a time, reshaping the trees whose inventory moves
+/// ([`reshape::report_tree`]).
+async fn report_trees(
+    link: &Link,
+    config: &AgentConfig,
+    shape: &HostShape,
+    hosts: &[Registered],
+) -> anyhow::Result<()> {
     let queue = Arc::new(Mutex::new(hosts.to_vec()));
     let mut workers = Vec::new();
     for _ in 0..config.concurrency.max(1) {
         let queue = queue.clone();
         let link = link.clone();
-        let shape = config.shape.clone();
+        let shape = shape.clone();
+        let gate = config.reshape_gate.clone();
         workers.push(tokio::spawn(async move {
             loop {
                 let next = queue.lock().map(|mut q| q.pop()).unwrap_or(None);
                 let Some(host) = next else { return Ok::<(), anyhow::Error>(()) };
                 let tree = placement::desired_tree(&host.node, &shape);
-                placement::ensure_tree(&link, host.node_uuid, &tree)
+                reshape::report_tree(&link, &host.host, host.node_uuid, &tree, gate.as_ref())
                     .await
                     .with_context(|| format!("reporting the provider tree of {}", host.host))?;
             }
@@ -284,7 +362,12 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
 pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
     let link = Link::new(&config.url, &config.token)?;
     let hosts = register(&link, &config).await?;
-    report_trees(&link, &config, &hosts).await?;
+    let mut shape = config.shape.clone();
+    let mut layout_updates = config.layout_updates.clone();
+    if let Some(updates) = &mut layout_updates {
+        shape.vgpu_layout = *updates.borrow_and_update();
+    }
+    report_trees(&link, &config, &shape, &hosts).await?;
     tracing::info!(agent = %config.agent_id, hosts = hosts.len(), "agent registered and reported its hosts");
     let config = Arc::new(config);
     let host_names: Vec<String> = hosts.iter().map(|h| h.host.clone()).collect();
@@ -387,11 +470,33 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         })
     };
 
-    shutdown.await;
+    // Layout changes (SIGHUP): report every tree again, reshaping where
+    // inventory moves. A failure stops the agent: its hosts' trees are
+    // then as before the failed reshape (it is one write), and running on
+    // with a tree the operator did not ask for would hide the problem.
+    let relayout = async {
+        let Some(mut updates) = layout_updates else { return std::future::pending::<anyhow::Result<()>>().await };
+        loop {
+            if updates.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            let layout = *updates.borrow_and_update();
+            if layout == shape.vgpu_layout {
+                continue;
+            }
+            tracing::info!(agent = %config.agent_id, ?layout, "VGPU layout changed; reporting the trees again");
+            shape.vgpu_layout = layout;
+            report_trees(&link, &config, &shape, &hosts).await?;
+        }
+    };
+    let outcome = tokio::select! {
+        () = shutdown => Ok(()),
+        failed = relayout => failed,
+    };
     heartbeat.abort();
     work.abort();
     reporter.abort();
-    Ok(())
+    outcome
 }
 
 #[cfg(test)]
@@ -414,6 +519,8 @@ mod tests {
             bad_hosts: vec!["bad".into()],
             report_interval: Duration::from_secs(10),
             concurrency: 1,
+            layout_updates: None,
+            reshape_gate: None,
         };
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");

@@ -10,11 +10,15 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::{HostShape, Link};
+use crate::{HostShape, Link, VgpuLayout};
 
 /// Attempts on generation conflicts before giving up (the report client
 /// retries a few times, then the next periodic tries again).
 const CONFLICT_RETRIES: usize = 4;
+
+/// Traits the control plane sets on compute node providers, which the
+/// agent's report keeps.
+const CONTROL_PLANE_TRAITS: &[&str] = &["COMPUTE_STATUS_DISABLED"];
 
 /// One provider of a host's tree, as the agent wants it.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,8 +36,40 @@ pub struct DesiredProvider {
 /// The tree of one host: the root (the compute node, named after it) with
 /// DISK_GB; VCPU/MEMORY_MB on the root, or split over `NUMA` children;
 /// devices as children of the NUMA nodes (grandchildren of the root), or of
-/// the root when there are no NUMA nodes.
+/// the root when there are no NUMA nodes; VGPU on the root or on pGPU
+/// children of the root, as `shape.vgpu_layout` says.
 pub fn desired_tree(node: &str, shape: &HostShape) -> Vec<DesiredProvider> {
+    let mut out = base_tree(node, shape);
+    if shape.vgpus <= 0 {
+        return out;
+    }
+    match shape.vgpu_layout {
+        VgpuLayout::Root => {
+            out[0].inventories.insert("VGPU".to_owned(), (shape.vgpus, 0, 1.0));
+        }
+        VgpuLayout::Children { pgpus, per_pgpu } => {
+            for idx in 0..pgpus {
+                let count = per_pgpu.unwrap_or_else(|| {
+                    shape.vgpus / pgpus as i64 + i64::from((idx as i64) < shape.vgpus % pgpus as i64)
+                });
+                if count <= 0 {
+                    continue;
+                }
+                let mut inventories = BTreeMap::new();
+                inventories.insert("VGPU".to_owned(), (count, 0, 1.0));
+                out.push(DesiredProvider {
+                    name: format!("{node}_pgpu{idx}"),
+                    parent: Some(node.to_owned()),
+                    inventories,
+                    traits: vec![],
+                });
+            }
+        }
+    }
+    out
+}
+
+fn base_tree(node: &str, shape: &HostShape) -> Vec<DesiredProvider> {
     let mut root = DesiredProvider {
         name: node.to_owned(),
         parent: None,
@@ -97,7 +133,7 @@ fn device(node: &str, parent: &str, class: &str, count: i64) -> DesiredProvider 
     }
 }
 
-fn inventories_body(generation: i64, provider: &DesiredProvider) -> Value {
+pub(crate) fn inventories_body(generation: i64, provider: &DesiredProvider) -> Value {
     let mut inventories = serde_json::Map::new();
     for (class, (total, reserved, ratio)) in &provider.inventories {
         inventories.insert(
@@ -138,7 +174,18 @@ pub async fn ensure_tree(link: &Link, root_uuid: Uuid, tree: &[DesiredProvider])
                     bail!("creating trait {name}: {}", resp.status());
                 }
             }
-            let traits = provider.traits.clone();
+            // The control plane owns the status traits (a disabled
+            // service's COMPUTE_STATUS_DISABLED): keep them, as
+            // nova-compute's resource tracker does, so a restart or a
+            // reshape does not silently re-enable a host.
+            let mut traits = provider.traits.clone();
+            let path = format!("/resource_providers/{uuid}/traits");
+            let current: Value = link.placement(reqwest::Method::GET, &path, None).await?.json().await?;
+            for name in current["traits"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if CONTROL_PLANE_TRAITS.contains(&name) && !traits.iter().any(|t| t == name) {
+                    traits.push(name.to_owned());
+                }
+            }
             put_with_retries(
                 link,
                 uuid,
@@ -174,7 +221,7 @@ fn percent(text: &str) -> String {
         .collect()
 }
 
-async fn ensure_provider(link: &Link, uuid: Uuid, name: &str, parent: Option<Uuid>) -> anyhow::Result<()> {
+pub(crate) async fn ensure_provider(link: &Link, uuid: Uuid, name: &str, parent: Option<Uuid>) -> anyhow::Result<()> {
     let resp = link.placement(reqwest::Method::GET, &format!("/resource_providers/{uuid}"), None).await?;
     if resp.status().is_success() {
         return Ok(());

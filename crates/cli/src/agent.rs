@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use berth_agent::{AgentConfig, HostShape};
+use berth_agent::{AgentConfig, HostShape, VgpuLayout};
 
 /// Options of `berth agent`.
 #[derive(Debug, Clone, Default, clap::Args, serde::Deserialize)]
@@ -66,6 +66,24 @@ pub(crate) struct AgentOpts {
     /// Devices per NUMA node (or per host): CLASS:COUNT, comma separated (e.g. VGPU:2).
     #[arg(long)]
     pub(crate) devices: Option<String>,
+    /// Virtual GPUs per host (VGPU inventory).
+    #[arg(long)]
+    pub(crate) vgpus: Option<i64>,
+    /// Where VGPU inventory lives: `root` (the compute node provider) or
+    /// `children[:P[xV]]` (P pGPU child providers, default 2, holding V
+    /// VGPUs each, default an even share of --vgpus). Changing it on a host
+    /// whose servers hold VGPU reshapes its tree (POST /reshaper).
+    #[arg(long)]
+    pub(crate) vgpu_layout: Option<String>,
+    /// A file holding the VGPU layout (same syntax): read at start (over
+    /// --vgpu-layout) and again on SIGHUP, when a changed layout reshapes
+    /// the trees of the running agent.
+    #[arg(long)]
+    pub(crate) vgpu_layout_file: Option<PathBuf>,
+    /// Test hook: while this file exists, a reshape waits after reading the
+    /// tree and before its POST /reshaper (and logs that it is held).
+    #[arg(long)]
+    pub(crate) test_hold_reshape_file: Option<PathBuf>,
     /// Traits of every compute node, comma separated (CUSTOM_ traits are created).
     #[arg(long)]
     pub(crate) traits: Option<String>,
@@ -128,6 +146,10 @@ impl AgentOpts {
             disk_ratio,
             numa_nodes,
             devices,
+            vgpus,
+            vgpu_layout,
+            vgpu_layout_file,
+            test_hold_reshape_file,
             traits,
             build_time_ms,
             fail_rate,
@@ -166,7 +188,12 @@ impl AgentOpts {
             numa_nodes: opts.numa_nodes.unwrap_or(0),
             devices,
             traits,
+            vgpus: opts.vgpus.unwrap_or(0),
+            vgpu_layout: initial_layout(&opts.vgpu_layout, &opts.vgpu_layout_file)?,
         };
+        let reshape_gate = opts.test_hold_reshape_file.clone().map(|path| {
+            berth_agent::reshape::ReshapeGate(std::sync::Arc::new(move || path.exists()) as std::sync::Arc<_>)
+        });
         Ok(AgentConfig {
             url: opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned()),
             token: opts.token.unwrap_or_else(|| "admin".to_owned()),
@@ -183,15 +210,54 @@ impl AgentOpts {
             bad_hosts: list(&opts.bad_hosts),
             report_interval: Duration::from_secs(opts.report_interval_secs.unwrap_or(10).max(1)),
             concurrency: opts.concurrency.unwrap_or(8),
+            layout_updates: None,
+            reshape_gate,
         })
     }
 }
 
-/// Run `berth agent` until SIGINT/SIGTERM.
+/// The layout in `file` when it exists, else `flag`, else `root`.
+fn initial_layout(flag: &Option<String>, file: &Option<PathBuf>) -> anyhow::Result<VgpuLayout> {
+    if let Some(path) = file {
+        if path.exists() {
+            return read_layout(path);
+        }
+    }
+    flag.as_deref().unwrap_or("root").parse().context("--vgpu-layout")
+}
+
+fn read_layout(path: &std::path::Path) -> anyhow::Result<VgpuLayout> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.parse().with_context(|| format!("the VGPU layout in {}", path.display()))
+}
+
+/// Run `berth agent` until SIGINT/SIGTERM; SIGHUP re-reads
+/// `--vgpu-layout-file` and hands a changed layout to the agent.
 pub(crate) fn run(opts: AgentOpts) -> anyhow::Result<()> {
     let log = opts.log.clone().unwrap_or_else(|| "info".to_owned());
     crate::logging::init(&log, false, opts.log_color.unwrap_or_default());
-    let config = opts.into_config()?;
+    let layout_file = opts.vgpu_layout_file.clone();
+    let mut config = opts.into_config()?;
+    let (layouts, updates) = tokio::sync::watch::channel(config.shape.vgpu_layout);
+    config.layout_updates = Some(updates);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(berth_agent::run(config, crate::serve::shutdown_signal()))
+    runtime.block_on(async move {
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                let Some(path) = &layout_file else {
+                    tracing::warn!("SIGHUP without --vgpu-layout-file: nothing to re-read");
+                    continue;
+                };
+                match read_layout(path) {
+                    Ok(layout) => {
+                        tracing::info!(?layout, "SIGHUP: VGPU layout re-read");
+                        let _ = layouts.send(layout);
+                    }
+                    Err(err) => tracing::error!(error = %format!("{err:#}"), "SIGHUP: layout not changed"),
+                }
+            }
+        });
+        berth_agent::run(config, crate::serve::shutdown_signal()).await
+    })
 }

@@ -230,6 +230,22 @@ impl ComputeServices {
                 "Compute services disabled after consecutive failed builds.",
                 m.services_auto_disabled.load(Relaxed),
             ),
+            ("berth_heal_runs_total", "Heal runs (periodic and POST /admin/v1/heal).", m.heal_runs.load(Relaxed)),
+            (
+                "berth_heal_orphans_removed_total",
+                "Orphaned INSTANCE consumers whose allocations the heal deleted.",
+                m.heal_orphans_removed.load(Relaxed),
+            ),
+            (
+                "berth_heal_allocations_created_total",
+                "Instances the heal gave the allocations of their flavor.",
+                m.heal_allocations_created.load(Relaxed),
+            ),
+            (
+                "berth_heal_unresolved_total",
+                "Heal findings reported without a fix (summed over runs).",
+                m.heal_unresolved.load(Relaxed),
+            ),
         ]
     }
 

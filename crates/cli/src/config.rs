@@ -61,6 +61,10 @@ pub(crate) struct FileConfig {
     pub(crate) lease_minutes_before_end: Option<i64>,
     /// Resizes may choose the server's own host.
     pub(crate) allow_resize_to_same_host: Option<bool>,
+    /// Heal every N sweep ticks (0: only when asked).
+    pub(crate) heal_every_ticks: Option<u64>,
+    /// Seconds the heal leaves recent writes alone.
+    pub(crate) heal_grace_secs: Option<i64>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

@@ -122,6 +122,16 @@ pub(crate) struct ServeOpts {
     #[arg(long, env = "BERTH_ALLOW_RESIZE_TO_SAME_HOST", num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     allow_resize_to_same_host: Option<bool>,
+    /// Run the placement/compute heal every N sweep ticks (200 ms each;
+    /// default 150, 30 s; 0: only on POST /admin/v1/heal). It deletes the
+    /// allocations of INSTANCE consumers that are no server: a deployment
+    /// where other clients write INSTANCE consumers must set 0.
+    #[arg(long, env = "BERTH_HEAL_EVERY_TICKS")]
+    heal_every_ticks: Option<u64>,
+    /// The heal leaves alone what was written less than this many seconds
+    /// ago (default 300).
+    #[arg(long, env = "BERTH_HEAL_GRACE_SECS")]
+    heal_grace_secs: Option<i64>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -276,6 +286,8 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .unwrap_or(0)
             .max(0),
         allow_resize_to_same_host: opts.allow_resize_to_same_host.or(file.allow_resize_to_same_host).unwrap_or(false),
+        heal_every_ticks: opts.heal_every_ticks.or(file.heal_every_ticks).unwrap_or(150),
+        heal_grace_secs: opts.heal_grace_secs.or(file.heal_grace_secs).unwrap_or(300).max(0),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
         lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),
@@ -412,6 +424,8 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 bad_hosts: Vec::new(),
                 report_interval: std::time::Duration::from_secs(10),
                 concurrency: 8,
+                layout_updates: None,
+                reshape_gate: None,
             };
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {

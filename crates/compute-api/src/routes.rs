@@ -188,6 +188,7 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         r("/cells/{name}/disable", vec![v1s(M::POST, agents::disable_cell)]),
         r("/cells/{name}/enable", vec![v1s(M::POST, agents::enable_cell)]),
         r("/discover-hosts", vec![v1a(M::POST, agents::discover_hosts)]),
+        r("/heal", vec![v1a(M::POST, agents::heal)]),
         r("/test/hold", vec![v1s(M::POST, agents::hold)]),
         r("/test/release", vec![v1s(M::POST, agents::release)]),
         r("/test/clock", vec![v1s(M::POST, agents::advance_clock)]),

@@ -22,6 +22,7 @@
 pub mod cell;
 mod error;
 pub mod extra_specs;
+pub mod heal;
 pub mod lease;
 pub mod lease_plan;
 pub mod moves;

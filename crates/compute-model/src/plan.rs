@@ -1319,4 +1319,94 @@ mod tests {
         assert!(world.compute.instance_mappings.is_empty());
         assert_eq!(world.compute.counted("p", None), Default::default());
     }
+
+    // -- heal (crate::heal): the plans re-check what the scan saw ----------
+
+    fn claimed_instance(world: &mut World, root: Uuid, vcpus: i64) -> Uuid {
+        let instance = admit(world, 1, None)[0];
+        let claims = [InstanceChoices { instance, choices: vec![choice(root, vcpus)] }];
+        let (set, _) = plan_claim(world, &claims, 2).expect("plan").expect("fits");
+        world.apply(&set);
+        instance
+    }
+
+    fn put_consumer(world: &mut World, consumer: Uuid, root: Uuid, consumer_type: Option<&str>, now: i64) {
+        let mut allocations = AllocationMap::new();
+        allocations.entry(root).or_default().insert("VCPU".into(), 1);
+        let request = ConsumerAllocations {
+            consumer,
+            project_id: "p".into(),
+            user_id: "u".into(),
+            generation: ConsumerGeneration::New,
+            consumer_type: consumer_type.map(str::to_owned),
+            allocations,
+        };
+        let mut set = WorldChangeSet::new();
+        set.placement(plan_replace_allocations(&world.placement, &[request], now).expect("fits"));
+        world.apply(&set);
+    }
+
+    #[test]
+    fn heal_removes_an_orphan_only_when_still_orphaned_unchanged_and_old() {
+        use crate::heal::{consumer_kind, plan_remove_orphan, ConsumerKind, Healed};
+        let (mut world, roots) = world_with_hosts(1);
+        let instance = claimed_instance(&mut world, roots[0], 1);
+        let (orphan, migration, foreign) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        put_consumer(&mut world, orphan, roots[0], Some(CONSUMER_TYPE_INSTANCE), 10);
+        put_consumer(&mut world, migration, roots[0], Some("MIGRATION"), 10);
+        put_consumer(&mut world, foreign, roots[0], None, 10);
+        assert_eq!(consumer_kind(&world, &instance), ConsumerKind::Known);
+        assert_eq!(consumer_kind(&world, &orphan), ConsumerKind::OrphanInstance);
+        assert_eq!(consumer_kind(&world, &migration), ConsumerKind::Migration);
+        assert_eq!(consumer_kind(&world, &foreign), ConsumerKind::Foreign);
+        let generation = world.placement.consumers[&orphan].row.generation;
+
+        let (set, healed) = plan_remove_orphan(&world, &orphan, generation, 9);
+        assert!(set.is_empty() && matches!(healed, Healed::Skipped(_)), "inside the grace period");
+        let (set, healed) = plan_remove_orphan(&world, &orphan, generation + 1, 20);
+        assert!(set.is_empty() && matches!(healed, Healed::Skipped(_)), "written since the scan");
+        let (set, healed) = plan_remove_orphan(&world, &instance, 1, 20);
+        assert!(set.is_empty() && matches!(healed, Healed::Skipped(_)), "a mapped instance is never an orphan");
+        let (set, healed) = plan_remove_orphan(&world, &orphan, generation, 20);
+        assert_eq!(healed, Healed::Done);
+        world.apply(&set);
+        assert!(!world.placement.consumers.contains_key(&orphan));
+        assert!(world.placement.consumers.contains_key(&instance));
+    }
+
+    #[test]
+    fn heal_allocation_needs_the_mapping_no_allocations_and_room() {
+        use crate::heal::{plan_heal_allocation, Healed};
+        let (mut world, roots) = world_with_hosts(1);
+        let instance = claimed_instance(&mut world, roots[0], 3);
+        let cell = world.compute.instance_mappings[&instance].cell.expect("cell");
+        let wanted = choice(roots[0], 3).allocations;
+        let (_, healed) = plan_heal_allocation(&world, &instance, &cell, &roots[0], &wanted, 5);
+        assert!(matches!(healed, Healed::Skipped(_)), "it has allocations");
+
+        let generation = world.placement.consumers[&instance].row.generation;
+        let mut gone = WorldChangeSet::new();
+        gone.placement(ChangeSet {
+            changes: vec![Change::DeleteConsumer { uuid: instance, expected_generation: generation }],
+        });
+        world.apply(&gone);
+        let too_big = choice(roots[0], 5).allocations;
+        let (set, healed) = plan_heal_allocation(&world, &instance, &cell, &roots[0], &too_big, 5);
+        assert!(set.is_empty() && matches!(healed, Healed::Skipped(ref why) if why.starts_with("does not fit")));
+        let (_, healed) = plan_heal_allocation(&world, &instance, &Uuid::new_v4(), &roots[0], &wanted, 5);
+        assert!(matches!(healed, Healed::Skipped(_)), "mapped to another cell");
+
+        let mut queued = world.clone();
+        queued.apply(&plan_queue_for_delete(&queued, &instance));
+        let (_, healed) = plan_heal_allocation(&queued, &instance, &cell, &roots[0], &wanted, 5);
+        assert!(matches!(healed, Healed::Skipped(_)), "being deleted");
+
+        let (set, healed) = plan_heal_allocation(&world, &instance, &cell, &roots[0], &wanted, 5);
+        assert_eq!(healed, Healed::Done);
+        world.apply(&set);
+        let consumer = &world.placement.consumers[&instance];
+        assert_eq!(consumer.allocations, wanted);
+        assert_eq!(consumer.row.consumer_type.as_deref(), Some(CONSUMER_TYPE_INSTANCE));
+        assert_eq!(world.compute.counted("p", None).cores, 3, "counted again for quota");
+    }
 }

@@ -404,7 +404,8 @@ fn failure_message(event: &AgentEvent) -> String {
 
 /// Start the periodic sweep: re-offer agent work found in the cells for
 /// hosts served by agents connected here, and refresh host health from
-/// the cells' service rows (other processes' heartbeats, operator flags).
+/// the cells' service rows (other processes' heartbeats, operator flags);
+/// every `heal_every_ticks` ticks, run the heal ([`crate::heal`]).
 pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
     tokio::spawn(async move {
         let mut ticks: u64 = 0;
@@ -412,6 +413,16 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
             tokio::time::sleep(compute.config.sweep_interval).await;
             ticks += 1;
             let refresh_health = ticks % 10 == 1;
+            let every = compute.config.heal_every_ticks;
+            // In its own task, so a long heal (many instances) does not
+            // delay the work sweep; never two at once.
+            if every > 0 && ticks.is_multiple_of(every) && !compute.heal_running.swap(true, Ordering::SeqCst) {
+                let compute = compute.clone();
+                tokio::spawn(async move {
+                    crate::heal::heal(&compute, false).await;
+                    compute.heal_running.store(false, Ordering::SeqCst);
+                });
+            }
             let local: HashSet<String> = compute.hub.local_hosts();
             if local.is_empty() && !refresh_health {
                 continue;

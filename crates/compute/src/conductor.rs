@@ -202,6 +202,9 @@ pub async fn run_boot(compute: &Arc<Compute>, job: BootJob) {
         });
         match claim {
             Ok(Ok(claimed)) => {
+                // Claimed, not yet handed to a host: the window the heal
+                // must leave alone (tests hold builds here).
+                compute.hooks.pass("after-claim").await;
                 finish_claim(compute, &job, claimed, &inserted).await;
                 return;
             }

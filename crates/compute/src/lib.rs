@@ -20,6 +20,7 @@ pub mod agents;
 pub mod cells;
 pub mod conductor;
 pub mod control;
+pub mod heal;
 pub mod health;
 pub mod hub;
 pub mod lease_query;
@@ -75,6 +76,12 @@ pub struct ComputeConfig {
     /// Let a resize pick the instance's own host (Nova's
     /// `allow_resize_to_same_host`, default false). Migrations never do.
     pub allow_resize_to_same_host: bool,
+    /// Run the heal ([`heal::heal`]) every this many sweep ticks (0:
+    /// only when asked, `POST /admin/v1/heal`).
+    pub heal_every_ticks: u64,
+    /// The heal acts on (and reports) only consumers and instances last
+    /// written more than this many seconds ago.
+    pub heal_grace_secs: i64,
 }
 
 impl Default for ComputeConfig {
@@ -93,6 +100,8 @@ impl Default for ComputeConfig {
             lease_notification_url: None,
             lease_minutes_before_end: 60,
             allow_resize_to_same_host: false,
+            heal_every_ticks: 150,
+            heal_grace_secs: 300,
         }
     }
 }
@@ -121,6 +130,14 @@ pub struct Metrics {
     pub reschedules_exhausted: AtomicU64,
     /// Compute services disabled after consecutive failed builds.
     pub services_auto_disabled: AtomicU64,
+    /// Heal runs.
+    pub heal_runs: AtomicU64,
+    /// Orphaned INSTANCE consumers whose allocations the heal deleted.
+    pub heal_orphans_removed: AtomicU64,
+    /// Instances the heal gave their missing allocations.
+    pub heal_allocations_created: AtomicU64,
+    /// Findings the heal reported without fixing (summed over runs).
+    pub heal_unresolved: AtomicU64,
 }
 
 /// Named points where a test can hold the conductor (only with
@@ -184,6 +201,8 @@ pub struct Compute {
     /// Failed deliveries per event (given up after a few ticks).
     notify_failures: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u32>>,
     lease_wake: tokio::sync::Notify,
+    /// A periodic heal is running (the sweep does not start another).
+    heal_running: std::sync::atomic::AtomicBool,
     seed: AtomicU64,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
     jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
@@ -215,6 +234,7 @@ impl Compute {
             hooks: TestHooks::default(),
             lease_metrics: leases::LeaseMetrics::default(),
             lease_wake: tokio::sync::Notify::new(),
+            heal_running: std::sync::atomic::AtomicBool::new(false),
             seed: AtomicU64::new(seed),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),

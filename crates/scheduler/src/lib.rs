@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 mod filters;
+pub mod heal;
 mod request;
 mod rng;
 mod weighers;

@@ -241,6 +241,37 @@ pub fn discover_hosts(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     })
 }
 
+/// `POST /admin/v1/heal` (body optional: `{"dry_run": true}` finds and
+/// reports without writing): run the heal now and return its findings.
+pub fn heal(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "admin:manage")?;
+        let dry_run = if req.body.is_empty() {
+            false
+        } else {
+            let body = json_body(&req)?;
+            match body.get("dry_run") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(ApiError::bad_request("dry_run must be a boolean.")),
+            }
+        };
+        let report = berth_compute::heal::heal(&ctx.compute, dry_run).await;
+        let ids = |list: &[Uuid]| list.iter().map(|u| json!(u.to_string())).collect::<Vec<_>>();
+        let unresolved: Vec<Value> = report
+            .unresolved
+            .iter()
+            .map(|f| json!({"kind": f.kind, "uuid": f.uuid.to_string(), "detail": f.detail}))
+            .collect();
+        Ok(Resp::ok(json!({
+            "dry_run": report.dry_run,
+            "orphans_removed": ids(&report.orphans_removed),
+            "allocations_created": ids(&report.allocations_created),
+            "unresolved": unresolved,
+        })))
+    })
+}
+
 fn test_hooks(ctx: &ComputeCtx, req: &Req) -> ApiResult<()> {
     if !ctx.test_hooks {
         return Err(ApiError::not_found("The resource could not be found."));

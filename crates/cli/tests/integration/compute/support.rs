@@ -29,13 +29,27 @@ pub(crate) struct Hosts {
     pub(crate) count: usize,
     pub(crate) cell: Option<String>,
     pub(crate) args: Vec<String>,
+    /// Where the agent's stderr goes (inherited when `None`).
+    pub(crate) log: Option<std::path::PathBuf>,
 }
 
 impl Hosts {
     /// `count` hosts named `{prefix}{i}` with the agent's default shape
     /// plus `args` (e.g. `--vcpus 2`).
     pub(crate) fn new(prefix: &str, count: usize, args: &[&str]) -> Self {
-        Hosts { prefix: prefix.to_owned(), count, cell: None, args: args.iter().map(|a| a.to_string()).collect() }
+        Hosts {
+            prefix: prefix.to_owned(),
+            count,
+            cell: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            log: None,
+        }
+    }
+
+    /// The agent's stderr (its log and, when it stops, its error) to `path`.
+    pub(crate) fn logged_to(mut self, path: &std::path::Path) -> Self {
+        self.log = Some(path.to_owned());
+        self
     }
 
     /// In this cell.
@@ -74,6 +88,31 @@ impl Cloud {
         let _ = self.agents[index].wait();
     }
 
+    /// Send SIGHUP to the agent started `index`-th.
+    pub(crate) fn hangup_agent(&self, index: usize) {
+        let pid = self.agents[index].id().to_string();
+        let status = Command::new("kill").args(["-HUP", &pid]).status().expect("kill -HUP");
+        assert!(status.success(), "kill -HUP {pid}");
+    }
+
+    /// Wait up to `timeout` for the agent started `index`-th to exit.
+    pub(crate) async fn wait_agent_exit(
+        &mut self,
+        index: usize,
+        timeout: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.agents[index].try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn stop_agents(&mut self) {
         for child in &mut self.agents {
             let _ = child.kill();
@@ -102,7 +141,11 @@ impl Cloud {
         if let Some(cell) = &hosts.cell {
             command.args(["--cell", cell]);
         }
-        let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn agent");
+        let stderr = match &hosts.log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("agent log file")),
+            None => Stdio::inherit(),
+        };
+        let child = command.stdout(Stdio::null()).stderr(stderr).spawn().expect("spawn agent");
         self.agents.push(child);
         self.hosts.push(hosts.clone());
         let names: Vec<String> = (0..hosts.count).map(|i| format!("{}{i}", hosts.prefix)).collect();
