@@ -61,6 +61,8 @@ pub(crate) struct FileConfig {
     pub(crate) lease_minutes_before_end: Option<i64>,
     /// Resizes may choose the server's own host.
     pub(crate) allow_resize_to_same_host: Option<bool>,
+    /// Seconds before a shelved server is offloaded (0: at once, -1: never).
+    pub(crate) shelved_offload_time: Option<i64>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

@@ -122,6 +122,11 @@ pub(crate) struct ServeOpts {
     #[arg(long, env = "BERTH_ALLOW_RESIZE_TO_SAME_HOST", num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     allow_resize_to_same_host: Option<bool>,
+    /// Seconds a shelved server keeps its host before it is offloaded
+    /// (Nova's `shelved_offload_time`): 0, the default, offloads at once,
+    /// -1 never.
+    #[arg(long, env = "BERTH_SHELVED_OFFLOAD_TIME", allow_hyphen_values = true)]
+    shelved_offload_time: Option<i64>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -276,6 +281,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .unwrap_or(0)
             .max(0),
         allow_resize_to_same_host: opts.allow_resize_to_same_host.or(file.allow_resize_to_same_host).unwrap_or(false),
+        shelved_offload_time: opts.shelved_offload_time.or(file.shelved_offload_time).unwrap_or(0).max(-1),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
         lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),

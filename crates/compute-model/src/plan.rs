@@ -170,6 +170,20 @@ pub fn host_of_instance<'a>(world: &'a World, instance: &Uuid) -> Option<&'a Com
     })
 }
 
+/// Every host a placed instance holds allocations on (one, except while
+/// an evacuation holds both source and destination), sorted.
+pub fn hosts_of_instance(world: &World, instance: &Uuid) -> BTreeSet<String> {
+    let Some(consumer) = world.placement.consumers.get(instance) else { return BTreeSet::new() };
+    consumer
+        .allocations
+        .keys()
+        .filter_map(|provider| {
+            let root = world.placement.provider(provider)?.row.root;
+            world.compute.compute_nodes.get(&root).map(|n| n.host.clone())
+        })
+        .collect()
+}
+
 /// Members of `group` (other than `except`) per host name.
 pub fn group_hosts(world: &World, group: &ServerGroup, except: &BTreeSet<Uuid>) -> HashMap<String, i64> {
     let mut out: HashMap<String, i64> = HashMap::new();
@@ -177,8 +191,10 @@ pub fn group_hosts(world: &World, group: &ServerGroup, except: &BTreeSet<Uuid>) 
         if except.contains(member) {
             continue;
         }
-        if let Some(node) = host_of_instance(world, member) {
-            *out.entry(node.host.clone()).or_insert(0) += 1;
+        // Every host the member holds allocations on: an evacuation holds
+        // source and destination until the source is cleaned up.
+        for host in hosts_of_instance(world, member) {
+            *out.entry(host).or_insert(0) += 1;
         }
     }
     out

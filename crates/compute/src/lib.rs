@@ -20,6 +20,7 @@ pub mod agents;
 pub mod cells;
 pub mod conductor;
 pub mod control;
+pub mod evacuate;
 pub mod health;
 pub mod hub;
 pub mod lease_query;
@@ -27,6 +28,7 @@ pub mod leases;
 pub mod moves;
 pub mod servers;
 pub mod services;
+pub mod shelve;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -75,6 +77,10 @@ pub struct ComputeConfig {
     /// Let a resize pick the instance's own host (Nova's
     /// `allow_resize_to_same_host`, default false). Migrations never do.
     pub allow_resize_to_same_host: bool,
+    /// Seconds a shelved server keeps its host before it is offloaded
+    /// (Nova's `shelved_offload_time`: 0, the default, offloads at once;
+    /// -1 never).
+    pub shelved_offload_time: i64,
 }
 
 impl Default for ComputeConfig {
@@ -93,6 +99,7 @@ impl Default for ComputeConfig {
             lease_notification_url: None,
             lease_minutes_before_end: 60,
             allow_resize_to_same_host: false,
+            shelved_offload_time: 0,
         }
     }
 }
