@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod boot;
+mod evacuate;
 mod cells;
 mod groups;
 mod leases;
@@ -11,4 +12,5 @@ mod prefilters;
 mod quota;
 mod race;
 mod reschedule;
+mod shelve;
 pub(crate) mod support;

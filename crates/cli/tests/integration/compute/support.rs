@@ -74,6 +74,28 @@ impl Cloud {
         let _ = self.agents[index].wait();
     }
 
+    /// Start the agent started `index`-th again (after `kill_agent`), with
+    /// the same hosts and arguments, and wait until it has registered.
+    pub(crate) async fn restart_agent(&mut self, index: usize) {
+        let hosts = self.hosts[index].clone();
+        let child = self.spawn_agent(&hosts);
+        self.agents[index] = child;
+        let names: Vec<String> = (0..hosts.count).map(|i| format!("{}{i}", hosts.prefix)).collect();
+        self.wait_hosts(&names).await;
+    }
+
+    fn spawn_agent(&self, hosts: &Hosts) -> Child {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        command
+            .args(["agent", "--url", &self.server.base, "--hosts", &hosts.count.to_string(), "--prefix", &hosts.prefix])
+            .args(["--report-interval-secs", "1", "--log", "warn"])
+            .args(&hosts.args);
+        if let Some(cell) = &hosts.cell {
+            command.args(["--cell", cell]);
+        }
+        command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn agent")
+    }
+
     fn stop_agents(&mut self) {
         for child in &mut self.agents {
             let _ = child.kill();
@@ -94,15 +116,7 @@ impl Cloud {
     /// Start an agent process for `hosts` and wait until all of them are
     /// hypervisors with inventory in placement.
     pub(crate) async fn add_agent(&mut self, hosts: Hosts) {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-        command
-            .args(["agent", "--url", &self.server.base, "--hosts", &hosts.count.to_string(), "--prefix", &hosts.prefix])
-            .args(["--report-interval-secs", "1", "--log", "warn"])
-            .args(&hosts.args);
-        if let Some(cell) = &hosts.cell {
-            command.args(["--cell", cell]);
-        }
-        let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn agent");
+        let child = self.spawn_agent(&hosts);
         self.agents.push(child);
         self.hosts.push(hosts.clone());
         let names: Vec<String> = (0..hosts.count).map(|i| format!("{}{i}", hosts.prefix)).collect();

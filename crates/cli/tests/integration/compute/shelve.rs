@@ -1,0 +1,1 @@
+//! Shelve, shelve-offload and unshelve.
