@@ -1034,7 +1034,7 @@ pub fn plan_map_host(world: &World, host: &str, cell: Uuid, nodes: &[(Uuid, Stri
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use berth_model::{Inventory, ProviderRow};
 
     use super::*;
@@ -1085,7 +1085,7 @@ mod tests {
     }
 
     /// A world with one cell and `hosts` compute nodes of 4 VCPU each.
-    fn world_with_hosts(hosts: usize) -> (World, Vec<Uuid>) {
+    pub(crate) fn world_with_hosts(hosts: usize) -> (World, Vec<Uuid>) {
         let mut world = World::with_standard_data(0);
         let cell = Uuid::new_v4();
         let mut set = WorldChangeSet::new();
@@ -1129,7 +1129,7 @@ mod tests {
         (world, roots)
     }
 
-    fn admit(world: &mut World, n: usize, group: Option<Uuid>) -> Vec<Uuid> {
+    pub(crate) fn admit(world: &mut World, n: usize, group: Option<Uuid>) -> Vec<Uuid> {
         let boot = BootAdmission {
             project_id: "p".into(),
             user_id: "u".into(),
@@ -1143,7 +1143,7 @@ mod tests {
         admitted
     }
 
-    fn choice(root: Uuid, vcpus: i64) -> HostChoice {
+    pub(crate) fn choice(root: Uuid, vcpus: i64) -> HostChoice {
         let mut allocations = AllocationMap::new();
         allocations.entry(root).or_default().insert("VCPU".into(), vcpus);
         HostChoice { root, allocations }

@@ -272,3 +272,122 @@ pub fn plan_unshelve_claim(
     }
     Ok((set, MoveClaimed::Claimed(node)))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::plan::tests::{admit, choice, world_with_hosts};
+    use crate::plan::{plan_claim, plan_create_server_group, plan_set_quotas, InstanceChoices};
+    use crate::world::tests::flavor;
+    use crate::{GroupPolicy, ServerGroup};
+
+    /// Hosts (provider names) the instance holds VCPU on, sorted.
+    fn hosts_of(world: &World, instance: &Uuid) -> Vec<String> {
+        let mut out: Vec<String> = world.placement.consumers[instance]
+            .allocations
+            .keys()
+            .map(|p| world.placement.provider(p).expect("provider").row.name.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn placed(world: &mut World, roots: &[Uuid], host: usize, group: Option<Uuid>) -> Uuid {
+        let instance = admit(world, 1, group)[0];
+        let claims = vec![InstanceChoices { instance, choices: vec![choice(roots[host], 1)] }];
+        let (set, _) = plan_claim(world, &claims, 2).expect("plan").expect("fits");
+        world.apply(&set);
+        instance
+    }
+
+    fn evacuate(world: &World, instance: Uuid, source: Uuid, choices: Vec<HostChoice>) -> (WorldChangeSet, MoveClaimed) {
+        let cell = world.compute.compute_nodes[&source].cell;
+        plan_evacuate_claim(world, &EvacuateClaim { instance, source, choices, cell }, 3).expect("planned")
+    }
+
+    #[test]
+    fn evacuation_holds_both_hosts_then_only_the_destination() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = placed(&mut world, &roots, 0, None);
+        let (set, claimed) = evacuate(&world, instance, roots[0], vec![choice(roots[1], 1)]);
+        assert!(matches!(claimed, MoveClaimed::Claimed(ref n) if n.uuid == roots[1]));
+        world.apply(&set);
+        assert_eq!(hosts_of(&world, &instance), ["h0", "h1"], "source + destination in one write");
+        assert_eq!(world.compute.counted("p", None).cores, 2, "counted twice until the source cleans up, as Nova");
+        // A second evacuation while one is under way is refused.
+        let again = EvacuateClaim { instance, source: roots[0], choices: vec![choice(roots[2], 1)], cell: Uuid::nil() };
+        assert!(matches!(plan_evacuate_claim(&world, &again, 3), Err(ComputeError::Conflict(_))));
+        world.apply(&plan_drop_host_allocations(&world, &instance, &roots[0], 4).expect("dropped"));
+        assert_eq!(hosts_of(&world, &instance), ["h1"]);
+        assert!(plan_drop_host_allocations(&world, &instance, &roots[0], 4).expect("no-op").is_empty());
+        assert!(
+            matches!(plan_drop_host_allocations(&world, &instance, &roots[1], 4), Err(ComputeError::Conflict(_))),
+            "never down to no allocation"
+        );
+    }
+
+    #[test]
+    fn concurrent_evacuations_keep_hard_anti_affinity() {
+        let (mut world, roots) = world_with_hosts(4);
+        let group = ServerGroup {
+            uuid: Uuid::new_v4(),
+            name: "g".into(),
+            project_id: "p".into(),
+            user_id: "u".into(),
+            policy: GroupPolicy::AntiAffinity,
+            max_server_per_host: None,
+            members: vec![],
+            created_at: 0,
+        };
+        world.apply(&plan_create_server_group(&world, group.clone()).expect("group"));
+        let a = placed(&mut world, &roots, 0, Some(group.uuid));
+        let b = placed(&mut world, &roots, 1, Some(group.uuid));
+        // Both were scheduled onto h2 before either claimed.
+        let (set, _) = evacuate(&world, a, roots[0], vec![choice(roots[2], 1)]);
+        world.apply(&set);
+        let (set, claimed) = evacuate(&world, b, roots[1], vec![choice(roots[2], 1)]);
+        assert!(set.is_empty());
+        assert_eq!(claimed, MoveClaimed::NoRoom, "h2 holds a member (being evacuated there)");
+        let (_, claimed) = evacuate(&world, b, roots[1], vec![choice(roots[2], 1), choice(roots[3], 1)]);
+        assert!(matches!(claimed, MoveClaimed::Claimed(ref n) if n.uuid == roots[3]));
+        // The source still counts too until it is cleaned up.
+        let (_, claimed) = evacuate(&world, b, roots[1], vec![choice(roots[0], 1)]);
+        assert_eq!(claimed, MoveClaimed::NoRoom);
+    }
+
+    #[test]
+    fn unshelve_checks_quota_in_the_claim() {
+        let (mut world, roots) = world_with_hosts(2);
+        let mut limits = BTreeMap::new();
+        limits.insert("cores".to_owned(), 2);
+        world.apply(&plan_set_quotas(&world, "p", None, &limits, false).expect("quota"));
+        let shelved = placed(&mut world, &roots, 0, None);
+        world.apply(&plan_offload(&world, &shelved));
+        assert!(!world.placement.consumers.contains_key(&shelved));
+        assert_eq!(world.compute.counted("p", None).cores, 0, "offloaded: no cores counted");
+        assert_eq!(world.compute.instance_count("p", None), 1, "still an instance");
+        let other = placed(&mut world, &roots, 1, None);
+        let claim = UnshelveClaim {
+            instance: shelved,
+            project_id: "p".into(),
+            user_id: "u".into(),
+            flavor: flavor(2, 512),
+            choices: vec![choice(roots[0], 2)],
+            cell: world.compute.compute_nodes[&roots[0]].cell,
+            availability_zone: Some(Some("az1".into())),
+        };
+        assert_eq!(
+            plan_unshelve_claim(&world, &claim, 5).unwrap_err(),
+            ComputeError::OverQuota("Quota exceeded for resources: ['cores']".into())
+        );
+        world.apply(&plan_offload(&world, &other));
+        let (set, claimed) = plan_unshelve_claim(&world, &claim, 5).expect("claimed");
+        assert!(matches!(claimed, MoveClaimed::Claimed(ref n) if n.uuid == roots[0]));
+        world.apply(&set);
+        assert_eq!(hosts_of(&world, &shelved), ["h0"]);
+        assert_eq!(world.compute.counted("p", None).cores, 2);
+        assert_eq!(world.compute.request_specs[&shelved].availability_zone.as_deref(), Some("az1"));
+    }
+}
