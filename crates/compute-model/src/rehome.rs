@@ -139,7 +139,12 @@ pub fn plan_evacuate_claim(
 /// destination of a failed rebuild). Writes nothing when the instance
 /// holds nothing there; refuses rather than leave the instance with no
 /// allocation at all.
-pub fn plan_drop_host_allocations(world: &World, instance: &Uuid, root: &Uuid, now: Timestamp) -> Result<WorldChangeSet> {
+pub fn plan_drop_host_allocations(
+    world: &World,
+    instance: &Uuid,
+    root: &Uuid,
+    now: Timestamp,
+) -> Result<WorldChangeSet> {
     let Some(consumer) = world.placement.consumers.get(instance) else { return Ok(WorldChangeSet::new()) };
     let kept: AllocationMap =
         consumer.allocations.iter().filter(|(p, _)| root_of(world, p) != *root).map(|(p, a)| (*p, a.clone())).collect();
@@ -302,7 +307,12 @@ mod tests {
         instance
     }
 
-    fn evacuate(world: &World, instance: Uuid, source: Uuid, choices: Vec<HostChoice>) -> (WorldChangeSet, MoveClaimed) {
+    fn evacuate(
+        world: &World,
+        instance: Uuid,
+        source: Uuid,
+        choices: Vec<HostChoice>,
+    ) -> (WorldChangeSet, MoveClaimed) {
         let cell = world.compute.compute_nodes[&source].cell;
         plan_evacuate_claim(world, &EvacuateClaim { instance, source, choices, cell }, 3).expect("planned")
     }

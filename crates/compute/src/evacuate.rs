@@ -81,9 +81,10 @@ fn node_uuid(w: &World, host: &str, node: &str) -> Option<Uuid> {
 
 /// Does the instance still hold allocations on the tree of `root`?
 fn holds_on(w: &World, instance: &Uuid, root: &Uuid) -> bool {
-    w.placement.consumers.get(instance).is_some_and(|c| {
-        c.allocations.keys().any(|p| w.placement.provider(p).is_some_and(|p| p.row.root == *root))
-    })
+    w.placement
+        .consumers
+        .get(instance)
+        .is_some_and(|c| c.allocations.keys().any(|p| w.placement.provider(p).is_some_and(|p| p.row.root == *root)))
 }
 
 impl Compute {
@@ -547,7 +548,12 @@ pub(crate) async fn redrive_evacuations(compute: &Compute, handle: &Arc<Cell>, l
             }
             None => {
                 compute
-                    .fail_evacuation(handle, &m.uuid, &m.instance_uuid, "The evacuation was interrupted before its claim.")
+                    .fail_evacuation(
+                        handle,
+                        &m.uuid,
+                        &m.instance_uuid,
+                        "The evacuation was interrupted before its claim.",
+                    )
                     .await
             }
         };

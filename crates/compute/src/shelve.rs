@@ -149,7 +149,8 @@ impl Compute {
             return self.host_task(uuid, action, &[vm_state::SHELVED], task_state::UNSHELVING, caller).await;
         }
         let default_zone = self.config.scheduler.default_availability_zone.clone();
-        let spec_zone = read(&*self.control, |w| w.compute.request_specs.get(uuid).and_then(|s| s.availability_zone.clone()));
+        let spec_zone =
+            read(&*self.control, |w| w.compute.request_specs.get(uuid).and_then(|s| s.availability_zone.clone()));
         let zone_after = match &request.availability_zone {
             Some(zone) => zone.clone(),
             None => spec_zone,
@@ -167,9 +168,7 @@ impl Compute {
                 }
                 if let Some(zone) = &zone_after {
                     if &zone_of(host) != zone {
-                        return Err(conflict(format!(
-                            "Host \"{host}\" is not in the availability zone \"{zone}\"."
-                        )));
+                        return Err(conflict(format!("Host \"{host}\" is not in the availability zone \"{zone}\".")));
                     }
                 }
             }

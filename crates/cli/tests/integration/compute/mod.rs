@@ -3,8 +3,8 @@
 
 mod bad_input;
 mod boot;
-mod evacuate;
 mod cells;
+mod evacuate;
 mod groups;
 mod leases;
 mod moves;

@@ -155,8 +155,10 @@ async fn shelved_without_offload_keeps_its_host() {
     let server = wait_status(&nova, &id, "SHELVED").await;
     assert_eq!(server["OS-EXT-SRV-ATTR:host"], host);
     assert_eq!(allocated(&cloud, &id).await, 1, "allocations kept while SHELVED");
-    let answer =
-        nova.at("2.77").post(&format!("/servers/{id}/action"), &json!({"unshelve": {"availability_zone": "nova"}})).await;
+    let answer = nova
+        .at("2.77")
+        .post(&format!("/servers/{id}/action"), &json!({"unshelve": {"availability_zone": "nova"}}))
+        .await;
     assert_eq!(answer.status, 409, "{:?}", answer.body);
     assert_eq!(action(&nova, &id, json!({"unshelve": null})).await.0, 202);
     let server = wait_status(&nova, &id, "ACTIVE").await;
