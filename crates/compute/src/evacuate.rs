@@ -366,7 +366,7 @@ impl Compute {
                 }
                 write(&*self.control, |w| Ok((plan_drop_host_allocations(w, uuid, &source_root, self.now())?, ())))?;
                 if m.status == ms::DONE {
-                    return self.complete_evacuation(handle, &m.uuid).await;
+                    return self.close_evacuation(handle, &m.uuid, &[ms::DONE]).await;
                 }
                 Ok(true)
             }
@@ -464,10 +464,16 @@ impl Compute {
         }
     }
 
-    async fn complete_evacuation(&self, handle: &Arc<Cell>, migration: &Uuid) -> Result<bool, ServiceError> {
+    /// The evacuation is over: `from` → `completed`.
+    async fn close_evacuation(
+        &self,
+        handle: &Arc<Cell>,
+        migration: &Uuid,
+        from: &[&str],
+    ) -> Result<bool, ServiceError> {
         let op = CellOp::UpdateMigration {
             uuid: *migration,
-            from_statuses: statuses(&[ms::DONE]),
+            from_statuses: statuses(from),
             update: MigrationUpdate {
                 status: Some(ms::COMPLETED.to_owned()),
                 updated_at: self.now(),
@@ -510,11 +516,19 @@ impl Compute {
 pub(crate) async fn redrive_evacuations(compute: &Compute, handle: &Arc<Cell>, local: &HashSet<String>) {
     for m in compute.evacuated_from(handle, local).await {
         let (Some(source), Some(node)) = (m.source_compute.as_deref(), m.source_node.as_deref()) else { continue };
+        // Deleted meanwhile (its allocations went with it): nothing is left
+        // for the source to clean up, and its reports would be dropped.
+        if !read(&*compute.control, |w| w.compute.instance_mappings.contains_key(&m.instance_uuid)) {
+            if let Err(err) = compute.close_evacuation(handle, &m.uuid, &[ms::PRE_MIGRATING, ms::DONE]).await {
+                tracing::warn!(migration = %m.uuid, error = %err, "closing the evacuation of a deleted server failed");
+            }
+            continue;
+        }
         let cleaned = read(&*compute.control, |w| {
             node_uuid(w, source, node).is_some_and(|root| !holds_on(w, &m.instance_uuid, &root))
         });
         if cleaned && m.status == ms::DONE {
-            if let Err(err) = compute.complete_evacuation(handle, &m.uuid).await {
+            if let Err(err) = compute.close_evacuation(handle, &m.uuid, &[ms::DONE]).await {
                 tracing::warn!(migration = %m.uuid, error = %err, "completing an evacuation failed");
             }
         } else if !cleaned {

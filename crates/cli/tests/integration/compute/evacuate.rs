@@ -336,3 +336,37 @@ async fn evacuate_without_room_errors_and_can_be_retried() {
     assert_eq!(hosts_allocated(&cloud, &id).await, vec!["t0".to_owned()]);
     cloud.check_invariants().await;
 }
+
+/// A server deleted while its evacuation waits for the source: its
+/// allocations (both shares) go with it, and when the source comes back
+/// the evacuation is closed (`completed`) with nothing left anywhere.
+#[tokio::test]
+async fn delete_during_an_evacuation_then_the_source_comes_back() {
+    let mut cloud = Cloud::start("evacuate-delete", &[]).await;
+    cloud.add_agent(Hosts::new("x", 1, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = setup(&nova).await;
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let id = nova.boot_id("vm", &flavor, &image).await;
+    wait_status(&nova, &id, "ACTIVE").await;
+    cloud.add_agent(Hosts::new("y", 1, FOUR)).await;
+    cloud.kill_agent(0);
+    force_down(&nova, "x0").await;
+    let answer = nova.post(&format!("/servers/{id}/action"), &json!({"evacuate": {}})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    wait_status(&nova, &id, "SHUTOFF").await;
+    wait_migration(&nova, &id, "done").await;
+    assert_eq!(hosts_allocated(&cloud, &id).await, vec!["x0".to_owned(), "y0".to_owned()]);
+
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nova.get(&format!("/servers/{id}")).await.status != 404 {
+        assert!(Instant::now() < deadline, "server never went away");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(hosts_allocated(&cloud, &id).await.is_empty(), "both shares went with the server");
+    cloud.restart_agent(0).await;
+    wait_migration(&nova, &id, "completed").await;
+    assert!(hosts_allocated(&cloud, &id).await.is_empty());
+    cloud.check_invariants().await;
+}
