@@ -370,3 +370,79 @@ async fn delete_during_an_evacuation_then_the_source_comes_back() {
     assert!(hosts_allocated(&cloud, &id).await.is_empty());
     cloud.check_invariants().await;
 }
+
+/// Two anti-affinity members evacuated at the same time to the same
+/// requested host: whatever the interleaving, exactly one lands there and
+/// the other is refused by the group (ERROR, its allocation still only on
+/// its source), never both on one host.
+#[tokio::test]
+async fn anti_affinity_members_evacuated_to_one_host_never_share_it() {
+    let mut cloud = Cloud::start("evacuate-anti-host", &[]).await;
+    cloud.add_agent(Hosts::new("old", 2, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = setup(&nova).await;
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let group = nova
+        .at("2.64")
+        .post("/os-server-groups", &json!({"server_group": {"name": "g", "policy": "anti-affinity"}}))
+        .await;
+    let group = group.body["server_group"]["id"].as_str().expect("group id").to_owned();
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        let answer = nova.boot(name, &flavor, &image, json!({"os:scheduler_hints": {"group": group}})).await;
+        assert_eq!(answer.status, 202, "{:?}", answer.body);
+        ids.push(answer.body["server"]["id"].as_str().expect("id").to_owned());
+    }
+    let mut sources = Vec::new();
+    for id in &ids {
+        sources.push(wait_status(&nova, id, "ACTIVE").await["OS-EXT-SRV-ATTR:host"].as_str().expect("host").to_owned());
+    }
+    cloud.add_agent(Hosts::new("new", 2, FOUR)).await;
+    cloud.kill_agent(0);
+    force_down(&nova, "old0").await;
+    force_down(&nova, "old1").await;
+
+    let evacuate = |id: String| {
+        let nova = nova.at("2.29");
+        async move { nova.post(&format!("/servers/{id}/action"), &json!({"evacuate": {"host": "new0"}})).await }
+    };
+    let (first, second) = tokio::join!(evacuate(ids[0].clone()), evacuate(ids[1].clone()));
+    assert_eq!((first.status, second.status), (200, 200), "{:?} {:?}", first.body, second.body);
+    let mut on_new0 = Vec::new();
+    for (id, source) in ids.iter().zip(&sources) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let server = loop {
+            let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
+            if server["OS-EXT-STS:task_state"].is_null()
+                && matches!(server["status"].as_str(), Some("ACTIVE" | "ERROR"))
+            {
+                break server;
+            }
+            assert!(Instant::now() < deadline, "evacuation of {id} never settled: {server}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        };
+        if server["status"] == "ACTIVE" {
+            assert_eq!(server["OS-EXT-SRV-ATTR:host"], "new0");
+            on_new0.push(id.clone());
+        } else {
+            assert_eq!(server["OS-EXT-SRV-ATTR:host"], source.as_str(), "refused: still on its source");
+            wait_migration(&nova, id, "error").await;
+            assert_eq!(hosts_allocated(&cloud, id).await, vec![source.clone()]);
+        }
+    }
+    assert_eq!(on_new0.len(), 1, "exactly one member on new0");
+
+    cloud.restart_agent(0).await;
+    wait_migration(&nova, &on_new0[0], "completed").await;
+    assert_eq!(hosts_allocated(&cloud, &on_new0[0]).await, vec!["new0".to_owned()]);
+    // The refused one is ERROR on a forced-down host: deleted locally.
+    for id in ids.iter().filter(|id| **id != on_new0[0]) {
+        assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while nova.get(&format!("/servers/{id}")).await.status != 404 {
+            assert!(Instant::now() < deadline, "server never went away");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    cloud.check_invariants().await;
+}
