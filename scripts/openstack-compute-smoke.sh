@@ -116,6 +116,44 @@ wait_status vm1 ACTIVE
 check "$(newest vm1 Status)" confirmed "server migrate + confirm"
 check "$(os server migration list -f value -c Status | wc -l)" 3 "server migration list (all)"
 
+# Evacuate: refused while the source's service is up; forced down (2.11
+# `--down`), the server is rebuilt elsewhere (2.95: it ends SHUTOFF); the
+# source's host (still running here) destroys its copy: migration completed.
+wait_migration() {  # server status
+  for _ in $(seq 1 200); do [ "$(newest "$1" Status)" = "$2" ] && return 0; sleep 0.1; done
+  echo "FAIL: the newest migration of $1 never reached $2" >&2; exit 1
+}
+HOST2=$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)
+if os --os-compute-api-version 2.95 server evacuate vm1 >/dev/null 2>&1; then
+  echo "FAIL: evacuate accepted while $HOST2 is up" >&2; exit 1
+fi
+echo "ok: server evacuate refused while the source is up"
+os --os-compute-api-version 2.11 compute service set --down "$HOST2" nova-compute
+check "$(os compute service list --host "$HOST2" -f value -c State)" down "compute service set --down (2.11)"
+os --os-compute-api-version 2.95 server evacuate vm1 >/dev/null
+wait_status vm1 SHUTOFF
+[ "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" != "$HOST2" ] || { echo "FAIL: evacuate stayed on $HOST2" >&2; exit 1; }
+check "$(newest vm1 Type)" evacuation "server evacuate (2.95, migration type)"
+wait_migration vm1 completed
+echo "ok: server evacuate: the source cleaned up (migration completed)"
+os --os-compute-api-version 2.11 compute service set --up "$HOST2" nova-compute
+check "$(os compute service list --host "$HOST2" -f value -c State)" up "compute service set --up (2.11)"
+os server start vm1
+wait_status vm1 ACTIVE
+
+# Shelve: offloaded at once (no host), unshelve schedules again; 2.91 to a host.
+os server shelve vm1
+wait_status vm1 SHELVED_OFFLOADED
+check "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" None "server shelve (offloaded, no host)"
+os server unshelve vm1
+wait_status vm1 ACTIVE
+echo "ok: server unshelve"
+os server shelve vm1
+wait_status vm1 SHELVED_OFFLOADED
+os --os-compute-api-version 2.91 server unshelve --host fake-1 vm1
+wait_status vm1 ACTIVE
+check "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" fake-1 "server unshelve --host (2.91)"
+
 os server delete --wait vm1
 if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; exit 1; fi
 echo "ok: server delete --wait"

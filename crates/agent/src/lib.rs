@@ -12,12 +12,16 @@
 //! 4. `GET /agent/v1/work?agent=ID&wait=S` long-polls for tasks (build,
 //!    delete, start, stop, reboot, and the moves: `resize_migrate` on the
 //!    source, `resize_finish` on the destination, `resize_confirm` on the
-//!    source, `resize_revert` on the destination); each task runs after the configured
-//!    latency and may fail a build (failure rate, or a bad host);
+//!    source, `resize_revert` on the destination; `rebuild` on an
+//!    evacuation's destination, `destroy_evacuated` on its source once
+//!    back; `shelve`, `shelve_offload`, `unshelve`); each task runs after
+//!    the configured latency and may fail a build or rebuild (failure
+//!    rate, or a bad host);
 //! 5. `POST /agent/v1/events` reports the transitions (`spawned`,
 //!    `build_failed`, `deleted`, `started`, `stopped`, `rebooted`,
 //!    `resize_migrated`, `resize_finished`, `resize_confirmed`,
-//!    `resize_reverted`), batched.
+//!    `resize_reverted`, `rebuilt`, `rebuild_failed`, `evacuated_destroyed`,
+//!    `shelved`, `offloaded`, `unshelved`), batched.
 //!
 //! No message broker: the kubelet model.
 
@@ -350,6 +354,20 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         "resize_finish" => "resize_finished",
         "resize_confirm" => "resize_confirmed",
         "resize_revert" => "resize_reverted",
+        "rebuild" => {
+            if !config.build_time.is_zero() {
+                tokio::time::sleep(config.build_time).await;
+            }
+            if fails(config, &host, &instance) {
+                return json!({"instance": instance, "host": host, "kind": "rebuild_failed", "task": task["id"],
+                              "message": format!("Rebuild of instance {instance} aborted: fake driver failure on {host}")});
+            }
+            "rebuilt"
+        }
+        "destroy_evacuated" => "evacuated_destroyed",
+        "shelve" => "shelved",
+        "shelve_offload" => "offloaded",
+        "unshelve" => "unshelved",
         other => {
             tracing::warn!(kind = other, "unknown task kind");
             return Value::Null;

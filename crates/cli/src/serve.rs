@@ -132,6 +132,11 @@ pub(crate) struct ServeOpts {
     /// ago (default 300).
     #[arg(long, env = "BERTH_HEAL_GRACE_SECS")]
     heal_grace_secs: Option<i64>,
+    /// Seconds a shelved server keeps its host before it is offloaded
+    /// (Nova's `shelved_offload_time`): 0, the default, offloads at once,
+    /// -1 never.
+    #[arg(long, env = "BERTH_SHELVED_OFFLOAD_TIME", allow_hyphen_values = true)]
+    shelved_offload_time: Option<i64>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -288,6 +293,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         allow_resize_to_same_host: opts.allow_resize_to_same_host.or(file.allow_resize_to_same_host).unwrap_or(false),
         heal_every_ticks: opts.heal_every_ticks.or(file.heal_every_ticks).unwrap_or(150),
         heal_grace_secs: opts.heal_grace_secs.or(file.heal_grace_secs).unwrap_or(300).max(0),
+        shelved_offload_time: opts.shelved_offload_time.or(file.shelved_offload_time).unwrap_or(0).max(-1),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
         lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),

@@ -26,11 +26,13 @@
 //! | 2.9  | R server | `locked` |
 //! | 2.11 | R service, Q service update | `forced_down`; legacy `PUT /os-services/force-down` |
 //! | 2.13 | R server group | `project_id`, `user_id` |
+//! | 2.14 | Q evacuate; R evacuate | `onSharedStorage` gone; no `adminPass` answer (200, no body) |
 //! | 2.15 | Q server group create | `soft-affinity`, `soft-anti-affinity` policies |
 //! | 2.16 | R server | `host_status` (policy: all, unknown-only, hidden) |
 //! | 2.19 | R server, Q server create/update | `description` |
 //! | 2.26 | R server | `tags` |
 //! | 2.28 | R hypervisor | `cpu_info` is an object, not a JSON string |
+//! | 2.29 | Q evacuate | `force` (taken as a requested host; berth's scheduler still checks it) |
 //! | 2.32 | Q server create | `tag` on networks and block devices |
 //! | 2.33 | R hypervisor list | `hypervisors_links` paging |
 //! | 2.33 | Q server create | block-device `tag` dropped again (until 2.42) |
@@ -51,15 +53,19 @@
 //! | 2.63 | R server; Q server create | `trusted_image_certificates` |
 //! | 2.64 | R server group; Q server group create | `policy` + `rules` instead of `policies` + `metadata` |
 //! | 2.67 | Q server create | block-device `volume_type` |
+//! | 2.68 | Q evacuate | `force` gone again |
 //! | 2.69 | R server, service | down-cell stubs (`status: UNKNOWN`) |
 //! | 2.71 | R server (show, update; not detail) | `server_groups` |
 //! | 2.73 | R server | `locked_reason` |
 //! | 2.74 | Q server create | `host`, `hypervisor_hostname` |
 //! | 2.75 | R flavor, server update, hypervisor | `swap` is `0` not `""`; `PUT /servers/{id}` answers the full server; `servers: []` when asked and none |
+//! | 2.77 | Q unshelve | `null` or `{"availability_zone": name}` |
 //! | 2.84 | R instance action event | `details` (if allowed) |
 //! | 2.88 | R hypervisor | usage fields and `cpu_info` gone, `uptime` added |
 //! | 2.90 | R server; Q server create/update | `OS-EXT-SRV-ATTR:hostname` for everyone; `hostname` (RFC 1123 label) |
+//! | 2.91 | Q unshelve | `availability_zone` may be `null` (unpin), `host` (admin) |
 //! | 2.94 | Q server create/update | `hostname` may be an FQDN |
+//! | 2.95 | Q evacuate | the evacuated server ends SHUTOFF |
 //! | 2.96 | R server | `pinned_availability_zone` |
 //! | 2.98 | R server | `image.properties` |
 //! | 2.100 | R server | `scheduler_hints` |

@@ -65,6 +65,17 @@ pub mod task_state {
     /// stays `VERIFY_RESIZE`, as in Nova where confirming sets no task
     /// state).
     pub const RESIZE_CONFIRMING: &str = "resize_confirming";
+    /// An evacuation is being scheduled and claimed.
+    pub const REBUILDING: &str = "rebuilding";
+    /// The evacuation's destination is rebuilding the instance.
+    pub const REBUILD_SPAWNING: &str = "rebuild_spawning";
+    /// The host is shelving the instance (powering it off).
+    pub const SHELVING: &str = "shelving";
+    /// The host is removing a shelved instance.
+    pub const SHELVING_OFFLOADING: &str = "shelving_offloading";
+    /// Being unshelved (scheduled and claimed when offloaded, then spawned
+    /// by the host once the row names one).
+    pub const UNSHELVING: &str = "unshelving";
 }
 
 /// Nova's migration statuses for cold moves, in order.
@@ -87,6 +98,15 @@ pub mod migration_status {
     pub const REVERTED: &str = "reverted";
     /// Failed (no valid host, ...).
     pub const ERROR: &str = "error";
+    /// An evacuation was accepted; its destination is not claimed yet.
+    pub const ACCEPTED: &str = "accepted";
+    /// An evacuation's destination rebuilt the instance; the source has
+    /// not cleaned up yet.
+    pub const DONE: &str = "done";
+    /// An evacuation's source destroyed its copy and lost its allocations.
+    pub const COMPLETED: &str = "completed";
+    /// An evacuation's rebuild failed on the destination.
+    pub const FAILED: &str = "failed";
 }
 
 /// A move of an instance (Nova's `migrations` table, one per cell).

@@ -28,6 +28,7 @@ pub mod lease_plan;
 pub mod moves;
 pub mod plan;
 pub mod quota;
+pub mod rehome;
 mod state;
 mod types;
 mod world;

@@ -170,6 +170,20 @@ pub fn host_of_instance<'a>(world: &'a World, instance: &Uuid) -> Option<&'a Com
     })
 }
 
+/// Every host a placed instance holds allocations on (one, except while
+/// an evacuation holds both source and destination), sorted.
+pub fn hosts_of_instance(world: &World, instance: &Uuid) -> BTreeSet<String> {
+    let Some(consumer) = world.placement.consumers.get(instance) else { return BTreeSet::new() };
+    consumer
+        .allocations
+        .keys()
+        .filter_map(|provider| {
+            let root = world.placement.provider(provider)?.row.root;
+            world.compute.compute_nodes.get(&root).map(|n| n.host.clone())
+        })
+        .collect()
+}
+
 /// Members of `group` (other than `except`) per host name.
 pub fn group_hosts(world: &World, group: &ServerGroup, except: &BTreeSet<Uuid>) -> HashMap<String, i64> {
     let mut out: HashMap<String, i64> = HashMap::new();
@@ -177,8 +191,10 @@ pub fn group_hosts(world: &World, group: &ServerGroup, except: &BTreeSet<Uuid>) 
         if except.contains(member) {
             continue;
         }
-        if let Some(node) = host_of_instance(world, member) {
-            *out.entry(node.host.clone()).or_insert(0) += 1;
+        // Every host the member holds allocations on: an evacuation holds
+        // source and destination until the source is cleaned up.
+        for host in hosts_of_instance(world, member) {
+            *out.entry(host).or_insert(0) += 1;
         }
     }
     out
@@ -1018,7 +1034,7 @@ pub fn plan_map_host(world: &World, host: &str, cell: Uuid, nodes: &[(Uuid, Stri
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use berth_model::{Inventory, ProviderRow};
 
     use super::*;
@@ -1069,7 +1085,7 @@ mod tests {
     }
 
     /// A world with one cell and `hosts` compute nodes of 4 VCPU each.
-    fn world_with_hosts(hosts: usize) -> (World, Vec<Uuid>) {
+    pub(crate) fn world_with_hosts(hosts: usize) -> (World, Vec<Uuid>) {
         let mut world = World::with_standard_data(0);
         let cell = Uuid::new_v4();
         let mut set = WorldChangeSet::new();
@@ -1113,7 +1129,7 @@ mod tests {
         (world, roots)
     }
 
-    fn admit(world: &mut World, n: usize, group: Option<Uuid>) -> Vec<Uuid> {
+    pub(crate) fn admit(world: &mut World, n: usize, group: Option<Uuid>) -> Vec<Uuid> {
         let boot = BootAdmission {
             project_id: "p".into(),
             user_id: "u".into(),
@@ -1127,7 +1143,7 @@ mod tests {
         admitted
     }
 
-    fn choice(root: Uuid, vcpus: i64) -> HostChoice {
+    pub(crate) fn choice(root: Uuid, vcpus: i64) -> HostChoice {
         let mut allocations = AllocationMap::new();
         allocations.entry(root).or_default().insert("VCPU".into(), vcpus);
         HostChoice { root, allocations }

@@ -159,6 +159,9 @@ impl Compute {
         for name in &names {
             self.health.heartbeat(name, now);
         }
+        // A host back from the dead first destroys what was evacuated away
+        // from it while it was down.
+        self.destroy_evacuated(&handle, &names).await;
         Ok(wanted
             .into_iter()
             .zip(service_ids)
@@ -247,6 +250,12 @@ impl Compute {
         if matches!(event.kind.as_str(), "resize_migrated" | "resize_finished" | "resize_confirmed" | "resize_reverted")
         {
             return self.move_event(&handle, &uuid, &event.kind, &event.host).await;
+        }
+        if matches!(event.kind.as_str(), "rebuilt" | "rebuild_failed" | "evacuated_destroyed") {
+            return self.evacuation_event(&handle, &uuid, &event.kind, &event.host, event.message.as_deref()).await;
+        }
+        if matches!(event.kind.as_str(), "shelved" | "offloaded" | "unshelved") {
+            return self.shelve_event(&handle, &uuid, &event.kind, &event.host).await;
         }
         let mut ops = Vec::new();
         match event.kind.as_str() {
@@ -465,6 +474,8 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                     }
                     crate::conductor::redrive_reschedules(&compute, &handle).await;
                     crate::moves::redrive_moves(&compute, &handle).await;
+                    crate::evacuate::redrive_evacuations(&compute, &handle, &local).await;
+                    crate::shelve::offload_due(&compute, &handle).await;
                 }
             }
         }

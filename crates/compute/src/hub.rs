@@ -38,6 +38,17 @@ pub enum TaskKind {
     ResizeConfirm,
     /// Undo a move (on the destination host).
     ResizeRevert,
+    /// Rebuild an evacuated instance (on the destination host).
+    Rebuild,
+    /// Destroy the copy of an instance evacuated away (on the source host,
+    /// once it is back).
+    DestroyEvacuated,
+    /// Shelve (power off, keep on the host).
+    Shelve,
+    /// Remove a shelved instance from its host.
+    ShelveOffload,
+    /// Spawn an unshelved instance.
+    Unshelve,
 }
 
 impl TaskKind {
@@ -53,6 +64,11 @@ impl TaskKind {
             TaskKind::ResizeFinish => "resize_finish",
             TaskKind::ResizeConfirm => "resize_confirm",
             TaskKind::ResizeRevert => "resize_revert",
+            TaskKind::Rebuild => "rebuild",
+            TaskKind::DestroyEvacuated => "destroy_evacuated",
+            TaskKind::Shelve => "shelve",
+            TaskKind::ShelveOffload => "shelve_offload",
+            TaskKind::Unshelve => "unshelve",
         }
     }
 
@@ -69,6 +85,10 @@ impl TaskKind {
             ts::RESIZE_FINISH => Some(TaskKind::ResizeFinish),
             ts::RESIZE_CONFIRMING => Some(TaskKind::ResizeConfirm),
             ts::RESIZE_REVERTING => Some(TaskKind::ResizeRevert),
+            ts::REBUILD_SPAWNING => Some(TaskKind::Rebuild),
+            ts::SHELVING => Some(TaskKind::Shelve),
+            ts::SHELVING_OFFLOADING => Some(TaskKind::ShelveOffload),
+            ts::UNSHELVING => Some(TaskKind::Unshelve),
             _ => None,
         }
     }
@@ -88,6 +108,10 @@ pub const AGENT_TASK_STATES: &[&str] = &[
     "resize_finish",
     "resize_confirming",
     "resize_reverting",
+    "rebuild_spawning",
+    "shelving",
+    "shelving_offloading",
+    "unshelving",
 ];
 
 /// One task for an agent.
@@ -110,6 +134,18 @@ impl Task {
     pub fn new(instance: Uuid, host: &str, task_state: &str) -> Option<Self> {
         let kind = TaskKind::for_task_state(task_state)?;
         Some(Task { id: format!("{instance}:{task_state}@{host}"), kind, instance, host: host.to_owned() })
+    }
+
+    /// The source's clean-up of an instance evacuated away from `host`
+    /// (no task state: the row names the destination; the evacuation's
+    /// migration record is what asks for it).
+    pub fn destroy_evacuated(instance: Uuid, host: &str) -> Self {
+        Task {
+            id: format!("{instance}:destroy_evacuated@{host}"),
+            kind: TaskKind::DestroyEvacuated,
+            instance,
+            host: host.to_owned(),
+        }
     }
 }
 

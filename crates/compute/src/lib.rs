@@ -20,6 +20,7 @@ pub mod agents;
 pub mod cells;
 pub mod conductor;
 pub mod control;
+pub mod evacuate;
 pub mod heal;
 pub mod health;
 pub mod hub;
@@ -28,6 +29,7 @@ pub mod leases;
 pub mod moves;
 pub mod servers;
 pub mod services;
+pub mod shelve;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -82,6 +84,10 @@ pub struct ComputeConfig {
     /// The heal acts on (and reports) only consumers and instances last
     /// written more than this many seconds ago.
     pub heal_grace_secs: i64,
+    /// Seconds a shelved server keeps its host before it is offloaded
+    /// (Nova's `shelved_offload_time`: 0, the default, offloads at once;
+    /// -1 never).
+    pub shelved_offload_time: i64,
 }
 
 impl Default for ComputeConfig {
@@ -102,6 +108,7 @@ impl Default for ComputeConfig {
             allow_resize_to_same_host: false,
             heal_every_ticks: 150,
             heal_grace_secs: 300,
+            shelved_offload_time: 0,
         }
     }
 }

@@ -90,19 +90,19 @@ impl MoveRequest {
     }
 }
 
-fn conflict(message: String) -> ServiceError {
+pub(crate) fn conflict(message: String) -> ServiceError {
     ServiceError::Refused(ComputeError::Conflict(message))
 }
 
-fn invalid(message: String) -> ServiceError {
+pub(crate) fn invalid(message: String) -> ServiceError {
     ServiceError::Refused(ComputeError::Invalid(message))
 }
 
-fn invalid_state(action: &str, uuid: &Uuid, attr: &str, state: &str) -> ServiceError {
+pub(crate) fn invalid_state(action: &str, uuid: &Uuid, attr: &str, state: &str) -> ServiceError {
     conflict(format!("Cannot '{action}' instance {uuid} while it is in {attr} {state}"))
 }
 
-fn expect_task(vm_states: &[&str], task: Option<&str>) -> Expect {
+pub(crate) fn expect_task(vm_states: &[&str], task: Option<&str>) -> Expect {
     Expect {
         vm_states: vm_states.iter().map(|s| (*s).to_owned()).collect(),
         task_states: vec![task.map(str::to_owned)],
@@ -111,17 +111,17 @@ fn expect_task(vm_states: &[&str], task: Option<&str>) -> Expect {
     }
 }
 
-fn set_task(task: Option<&str>, now: i64) -> InstanceUpdate {
+pub(crate) fn set_task(task: Option<&str>, now: i64) -> InstanceUpdate {
     InstanceUpdate { task_state: Some(task.map(str::to_owned)), updated_at: now, ..InstanceUpdate::default() }
 }
 
-fn statuses(list: &[&str]) -> Vec<String> {
+pub(crate) fn statuses(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
 impl Compute {
     /// The placed instance and its cell, or the API's refusal.
-    async fn placed(&self, uuid: &Uuid, action: &str) -> Result<(Instance, Arc<Cell>), ServiceError> {
+    pub(crate) async fn placed(&self, uuid: &Uuid, action: &str) -> Result<(Instance, Arc<Cell>), ServiceError> {
         match self.get_server(uuid).await? {
             ServerRecord::Placed { instance, cell, .. } => Ok((instance, self.cells.get(&cell)?)),
             ServerRecord::Pending(_) => Err(invalid_state(action, uuid, "vm_state", vm_state::BUILDING)),
@@ -315,12 +315,12 @@ impl Compute {
         Ok(())
     }
 
-    async fn host_ip(&self, handle: &Arc<Cell>, host: &str) -> Option<String> {
+    pub(crate) async fn host_ip(&self, handle: &Arc<Cell>, host: &str) -> Option<String> {
         let nodes = self.cells.read(handle, |s| s.compute_nodes()).await.ok()?;
         nodes.into_iter().find(|n| n.host == host).map(|n| n.host_ip)
     }
 
-    fn finish_event(&self, uuid: &Uuid, request_id: &str, event: &str, error: Option<String>) -> CellOp {
+    pub(crate) fn finish_event(&self, uuid: &Uuid, request_id: &str, event: &str, error: Option<String>) -> CellOp {
         CellOp::FinishEvent {
             instance: *uuid,
             request_id: request_id.to_owned(),
@@ -421,7 +421,7 @@ impl Compute {
         self.action_request_id(handle, uuid, &["resize", "migrate", "confirmResize", "revertResize"]).await
     }
 
-    async fn action_request_id(&self, handle: &Arc<Cell>, uuid: &Uuid, names: &[&str]) -> Option<String> {
+    pub(crate) async fn action_request_id(&self, handle: &Arc<Cell>, uuid: &Uuid, names: &[&str]) -> Option<String> {
         let id = *uuid;
         let actions = self.cells.read(handle, move |s| s.instance_actions(&id)).await.ok()?;
         actions.into_iter().rev().find(|a| names.contains(&a.action.as_str())).map(|a| a.request_id)
@@ -707,7 +707,8 @@ pub(crate) async fn redrive_moves(compute: &Compute, handle: &Arc<Cell>) {
     let filter = MigrationFilter { status: Some(ms::PRE_MIGRATING.to_owned()), ..Default::default() };
     let Ok(rows) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
     let now = compute.now();
-    for m in rows {
+    // Evacuations have their own re-drive (`evacuate::redrive_evacuations`).
+    for m in rows.into_iter().filter(|m| m.migration_type != crate::evacuate::MIGRATION_TYPE_EVACUATION) {
         if m.updated_at.unwrap_or(m.created_at) + 10 > now {
             continue;
         }

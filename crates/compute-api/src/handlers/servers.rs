@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use berth_compute::evacuate::EvacuateRequest;
 use berth_compute::moves::MoveRequest;
 use berth_compute::servers::{Caller, ListRequest, Listed, ServerAction, ServerRecord};
+use berth_compute::shelve::UnshelveRequest;
 use berth_compute_model::cell::{states_for_status, Instance, InstanceFilter, SortKey};
 use berth_compute_model::plan::BootAdmission;
 use berth_compute_model::{ImageRef, InstanceSpec, RequestSpec};
@@ -801,8 +803,9 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     })
 }
 
-/// The move actions: `resize`, `migrate`, `confirmResize`, `revertResize`
-/// (`None`: not a move action).
+/// The move actions: `resize`, `migrate`, `confirmResize`, `revertResize`,
+/// `evacuate`, `shelve`, `shelveOffload`, `unshelve` (`None`: not a move
+/// action).
 async fn move_action(
     ctx: &ComputeCtx,
     req: &Req,
@@ -848,7 +851,83 @@ async fn move_action(
             ctx.compute.finish_move(id, confirm, &caller(req)).await.nova()?;
             Ok(Some(if confirm { Resp::no_content() } else { Resp::empty(StatusCode::ACCEPTED) }))
         }
+        "evacuate" => {
+            let v = version(req);
+            body(req, &schemas::servers::evacuate(v.0))?;
+            authorize_on(req, "os_compute_api:os-evacuate", project, None)?;
+            let evacuate = &value["evacuate"];
+            let host = evacuate["host"].as_str().map(str::to_owned);
+            // Older shapes are upgraded here: before 2.14 `onSharedStorage`
+            // only decides whether a password is made up (berth's fake
+            // hosts have no disks to share); 2.29–2.67 `force` is taken as
+            // a requested host (the scheduler still checks it, where Nova
+            // would skip its filters).
+            let shared = !v.at_least(14) && bool_value(&evacuate["onSharedStorage"]);
+            if v.at_least(29) && !v.at_least(68) && bool_value(&evacuate["force"]) && host.is_none() {
+                return Err(ApiError::bad_request("Can't force to a non-provided destination"));
+            }
+            let password = match evacuate["adminPass"].as_str() {
+                Some(_) if shared => {
+                    return Err(ApiError::bad_request("admin password can't be changed on existing disk"));
+                }
+                Some(given) => Some(given.to_owned()),
+                None if shared => None,
+                None => Some(random_string(12, b"abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789")),
+            };
+            let request = EvacuateRequest { host, stop: v.at_least(95) };
+            ctx.compute.evacuate_server(id, request, &caller(req)).await.nova()?;
+            if v.at_least(14) {
+                return Ok(Some(Resp::empty(StatusCode::OK)));
+            }
+            Ok(Some(Resp::ok(serde_json::json!({"adminPass": password}))))
+        }
+        "shelve" | "shelveOffload" => {
+            let offload = name == "shelveOffload";
+            let (schema, policy) = if offload {
+                (schemas::servers::shelve_offload(), "os_compute_api:os-shelve:shelve_offload")
+            } else {
+                (schemas::servers::shelve(), "os_compute_api:os-shelve:shelve")
+            };
+            body(req, &schema)?;
+            authorize_on(req, policy, project, None)?;
+            if offload {
+                ctx.compute.shelve_offload_server(id, &caller(req)).await.nova()?;
+            } else {
+                ctx.compute.shelve_server(id, &caller(req)).await.nova()?;
+            }
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
+        "unshelve" => {
+            let v = version(req);
+            body(req, &schemas::servers::unshelve(v.0))?;
+            authorize_on(req, "os_compute_api:os-shelve:unshelve", project, None)?;
+            let mut request = UnshelveRequest::default();
+            if let Some(args) = value["unshelve"].as_object() {
+                if v.at_least(77) {
+                    if let Some(zone) = args.get("availability_zone") {
+                        request.availability_zone = Some(zone.as_str().map(str::to_owned));
+                    }
+                }
+                if v.at_least(91) {
+                    request.host = args.get("host").and_then(Value::as_str).map(str::to_owned);
+                }
+            }
+            if request.host.is_some() {
+                authorize_on(req, "os_compute_api:os-shelve:unshelve_to_host", project, None)?;
+            }
+            ctx.compute.unshelve_server(id, request, &caller(req)).await.nova()?;
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
         _ => Ok(None),
+    }
+}
+
+/// A schema-valid boolean (`true`, or a string oslo reads as true).
+fn bool_value(value: &Value) -> bool {
+    match value {
+        Value::Bool(b) => *b,
+        Value::String(s) => api::parse_bool(s).unwrap_or(false),
+        _ => false,
     }
 }
 

@@ -293,3 +293,63 @@ pub fn migrate(v256: bool) -> Value {
         }),
     )
 }
+
+/// The `evacuate` action body (Nova's `schemas/evacuate.py`): before 2.14
+/// `onSharedStorage` is required, 2.29–2.67 add `force`, 2.68 drops it
+/// again.
+pub fn evacuate(minor: u16) -> Value {
+    let mut properties = serde_json::Map::new();
+    properties.insert("host".into(), super::hostname());
+    properties.insert("adminPass".into(), json!({"type": "string"}));
+    let mut body = json!({"type": "object", "additionalProperties": false});
+    if minor < 14 {
+        properties.insert("onSharedStorage".into(), super::boolean());
+        body["required"] = json!(["onSharedStorage"]);
+    } else if (29..68).contains(&minor) {
+        properties.insert("force".into(), super::boolean());
+    }
+    body["properties"] = Value::Object(properties);
+    envelope("evacuate", body)
+}
+
+/// The `shelve` action body (any value, as Nova).
+pub fn shelve() -> Value {
+    envelope("shelve", json!({}))
+}
+
+/// The `shelveOffload` action body (any value, as Nova).
+pub fn shelve_offload() -> Value {
+    envelope("shelveOffload", json!({}))
+}
+
+/// The `unshelve` action body: anything before 2.77; then `null` or
+/// `{"availability_zone": name}` (required); from 2.91 `null` or an
+/// object with an optional `availability_zone` (string or null) and
+/// `host`.
+pub fn unshelve(minor: u16) -> Value {
+    if minor < 77 {
+        return envelope("unshelve", json!({}));
+    }
+    if minor < 91 {
+        return envelope(
+            "unshelve",
+            json!({
+                "type": ["object", "null"],
+                "properties": {"availability_zone": super::name()},
+                "required": ["availability_zone"],
+                "additionalProperties": false,
+            }),
+        );
+    }
+    envelope(
+        "unshelve",
+        json!({
+            "type": ["object", "null"],
+            "properties": {
+                "availability_zone": {"type": ["string", "null"]},
+                "host": {"type": "string"},
+            },
+            "additionalProperties": false,
+        }),
+    )
+}

@@ -4,6 +4,7 @@
 mod bad_input;
 mod boot;
 mod cells;
+mod evacuate;
 mod groups;
 mod heal;
 mod leases;
@@ -13,4 +14,5 @@ mod quota;
 mod race;
 mod reschedule;
 mod reshape;
+mod shelve;
 pub(crate) mod support;

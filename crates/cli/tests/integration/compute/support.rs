@@ -113,6 +113,32 @@ impl Cloud {
         }
     }
 
+    /// Start the agent started `index`-th again (after `kill_agent`), with
+    /// the same hosts and arguments, and wait until it has registered.
+    pub(crate) async fn restart_agent(&mut self, index: usize) {
+        let hosts = self.hosts[index].clone();
+        let child = self.spawn_agent(&hosts);
+        self.agents[index] = child;
+        let names: Vec<String> = (0..hosts.count).map(|i| format!("{}{i}", hosts.prefix)).collect();
+        self.wait_hosts(&names).await;
+    }
+
+    fn spawn_agent(&self, hosts: &Hosts) -> Child {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        command
+            .args(["agent", "--url", &self.server.base, "--hosts", &hosts.count.to_string(), "--prefix", &hosts.prefix])
+            .args(["--report-interval-secs", "1", "--log", "warn"])
+            .args(&hosts.args);
+        if let Some(cell) = &hosts.cell {
+            command.args(["--cell", cell]);
+        }
+        let stderr = match &hosts.log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("agent log file")),
+            None => Stdio::inherit(),
+        };
+        command.stdout(Stdio::null()).stderr(stderr).spawn().expect("spawn agent")
+    }
+
     fn stop_agents(&mut self) {
         for child in &mut self.agents {
             let _ = child.kill();
@@ -133,19 +159,7 @@ impl Cloud {
     /// Start an agent process for `hosts` and wait until all of them are
     /// hypervisors with inventory in placement.
     pub(crate) async fn add_agent(&mut self, hosts: Hosts) {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-        command
-            .args(["agent", "--url", &self.server.base, "--hosts", &hosts.count.to_string(), "--prefix", &hosts.prefix])
-            .args(["--report-interval-secs", "1", "--log", "warn"])
-            .args(&hosts.args);
-        if let Some(cell) = &hosts.cell {
-            command.args(["--cell", cell]);
-        }
-        let stderr = match &hosts.log {
-            Some(path) => Stdio::from(std::fs::File::create(path).expect("agent log file")),
-            None => Stdio::inherit(),
-        };
-        let child = command.stdout(Stdio::null()).stderr(stderr).spawn().expect("spawn agent");
+        let child = self.spawn_agent(&hosts);
         self.agents.push(child);
         self.hosts.push(hosts.clone());
         let names: Vec<String> = (0..hosts.count).map(|i| format!("{}{i}", hosts.prefix)).collect();

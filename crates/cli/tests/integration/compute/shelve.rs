@@ -1,0 +1,175 @@
+//! Shelve, shelve-offload and unshelve: with `shelved_offload_time` 0
+//! (Nova's default) a shelved server is offloaded at once, its allocations
+//! released and its host cleared, so it counts for `instances` but not for
+//! cores or RAM; unshelve schedules it again and checks cores/RAM quota in
+//! the claim write (403, Nova's text, the server stays offloaded).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::support::{Cloud, Hosts, Nova};
+
+const FOUR: &[&str] = &["--vcpus", "4", "--cpu-ratio", "1.0", "--memory-mb", "8192", "--disk-gb", "100"];
+
+/// Wait until the server has `status` and no task.
+async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
+        if server["status"] == status && server["OS-EXT-STS:task_state"].is_null() {
+            return server;
+        }
+        assert!(Instant::now() < deadline, "server {id} never reached {status}: {server}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn allocated(cloud: &Cloud, consumer: &str) -> usize {
+    let body = cloud.server.client().get(&format!("/allocations/{consumer}")).await.body;
+    body["allocations"].as_object().map_or(0, |m| m.len())
+}
+
+async fn in_use(nova: &Nova, resource: &str) -> i64 {
+    let detail = nova.get("/os-quota-sets/admin/detail").await.body;
+    detail["quota_set"][resource]["in_use"].as_i64().expect("in_use")
+}
+
+async fn action(nova: &Nova, id: &str, body: Value) -> (u16, Value) {
+    let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
+    (answer.status, answer.body)
+}
+
+/// Shelve goes straight to SHELVED_OFFLOADED (allocations gone, no host,
+/// instances still counted, cores not); unshelve puts it on a host again
+/// with its allocations (ACTIVE). Wrong states are 409s, bad bodies 400s.
+#[tokio::test]
+async fn shelve_offloads_at_once_and_unshelve_reschedules() {
+    let mut cloud = Cloud::start("shelve-offload", &[]).await;
+    cloud.add_agent(Hosts::new("s", 2, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = nova.image("img", json!({})).await;
+    let flavor = nova.flavor("small", 2, 1024, 1).await;
+    let id = nova.boot_id("vm", &flavor, &image).await;
+    wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(in_use(&nova, "cores").await, 2);
+
+    assert_eq!(action(&nova, &id, json!({"unshelve": null})).await.0, 409, "not shelved");
+    assert_eq!(action(&nova, &id, json!({"shelveOffload": null})).await.0, 409, "not shelved");
+    assert_eq!(action(&nova, &id, json!({"shelve": null, "extra": 1})).await.0, 400);
+    let (status, body) = action(&nova, &id, json!({"shelve": null})).await;
+    assert_eq!(status, 202, "{body:?}");
+    let server = wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+    assert!(server["OS-EXT-SRV-ATTR:host"].is_null(), "host cleared: {server}");
+    assert_eq!(allocated(&cloud, &id).await, 0, "allocations released");
+    assert_eq!(in_use(&nova, "instances").await, 1);
+    assert_eq!(in_use(&nova, "cores").await, 0);
+    assert_eq!(in_use(&nova, "ram").await, 0);
+    assert_eq!(action(&nova, &id, json!({"shelve": null})).await.0, 409);
+    cloud.check_invariants().await;
+
+    // 2.77: the zone must exist (400) and be given as a string.
+    let v277 = nova.at("2.77");
+    let path = format!("/servers/{id}/action");
+    assert_eq!(v277.post(&path, &json!({"unshelve": {}})).await.status, 400);
+    assert_eq!(v277.post(&path, &json!({"unshelve": {"availability_zone": "nowhere"}})).await.status, 400);
+    // 2.91: an unknown host is a 400.
+    assert_eq!(nova.at("2.91").post(&path, &json!({"unshelve": {"host": "nohost"}})).await.status, 400);
+    let user = cloud.nova("bob:admin");
+    assert_eq!(user.at("2.91").post(&path, &json!({"unshelve": {"host": "s1"}})).await.status, 403);
+    let server = wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+    assert!(server["OS-EXT-SRV-ATTR:host"].is_null());
+
+    let answer = nova.at("2.91").post(&path, &json!({"unshelve": {"host": "s1", "availability_zone": null}})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let server = wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], "s1");
+    assert_eq!(allocated(&cloud, &id).await, 1);
+    assert_eq!(in_use(&nova, "cores").await, 2);
+    let actions = nova.get(&format!("/servers/{id}/os-instance-actions")).await.body;
+    let names: Vec<&str> =
+        actions["instanceActions"].as_array().expect("actions").iter().filter_map(|a| a["action"].as_str()).collect();
+    assert_eq!(names, ["unshelve", "shelve", "create"]);
+    cloud.check_invariants().await;
+}
+
+/// An offloaded server does not count cores, so its project can use them
+/// meanwhile; unshelving it then is over quota: 403 with Nova's text, the
+/// server stays SHELVED_OFFLOADED without allocations. Once cores are
+/// free again the unshelve succeeds.
+#[tokio::test]
+async fn unshelve_over_quota_is_refused_and_nothing_changes() {
+    let mut cloud = Cloud::start("shelve-quota", &[]).await;
+    cloud.add_agent(Hosts::new("q", 2, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = nova.image("img", json!({})).await;
+    let limits = json!({"quota_set": {"cores": 4, "instances": 10, "ram": -1}});
+    assert_eq!(nova.put("/os-quota-sets/admin", &limits).await.status, 200);
+    let flavor = nova.flavor("two", 2, 512, 1).await;
+    let first = nova.boot_id("first", &flavor, &image).await;
+    wait_status(&nova, &first, "ACTIVE").await;
+    assert_eq!(action(&nova, &first, json!({"shelve": {}})).await.0, 202);
+    wait_status(&nova, &first, "SHELVED_OFFLOADED").await;
+    let second = nova.boot_id("second", &flavor, &image).await;
+    let third = nova.boot_id("third", &flavor, &image).await;
+    wait_status(&nova, &second, "ACTIVE").await;
+    wait_status(&nova, &third, "ACTIVE").await;
+    assert_eq!(in_use(&nova, "cores").await, 4);
+
+    let (status, body) = action(&nova, &first, json!({"unshelve": null})).await;
+    assert_eq!(status, 403, "{body:?}");
+    assert_eq!(body["forbidden"]["message"], "Quota exceeded for resources: ['cores']");
+    let server = wait_status(&nova, &first, "SHELVED_OFFLOADED").await;
+    assert!(server["OS-EXT-SRV-ATTR:host"].is_null());
+    assert_eq!(allocated(&cloud, &first).await, 0);
+    assert_eq!(in_use(&nova, "cores").await, 4);
+    cloud.check_invariants().await;
+
+    assert_eq!(nova.delete(&format!("/servers/{third}")).await.status, 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while in_use(&nova, "cores").await > 2 {
+        assert!(Instant::now() < deadline, "delete never released its cores");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(action(&nova, &first, json!({"unshelve": null})).await.0, 202);
+    wait_status(&nova, &first, "ACTIVE").await;
+    assert_eq!(in_use(&nova, "cores").await, 4);
+    cloud.check_invariants().await;
+}
+
+/// With `--shelved-offload-time -1` a shelved server keeps its host and
+/// allocations (SHELVED); unshelve powers it on there; a zone or host is
+/// then a 409; `shelveOffload` (admin) offloads it.
+#[tokio::test]
+async fn shelved_without_offload_keeps_its_host() {
+    let mut cloud = Cloud::start("shelve-keep", &["--shelved-offload-time", "-1"]).await;
+    cloud.add_agent(Hosts::new("k", 2, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = nova.image("img", json!({})).await;
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let id = nova.boot_id("vm", &flavor, &image).await;
+    let server = wait_status(&nova, &id, "ACTIVE").await;
+    let host = server["OS-EXT-SRV-ATTR:host"].clone();
+
+    assert_eq!(action(&nova, &id, json!({"shelve": null})).await.0, 202);
+    let server = wait_status(&nova, &id, "SHELVED").await;
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], host);
+    assert_eq!(allocated(&cloud, &id).await, 1, "allocations kept while SHELVED");
+    let answer = nova
+        .at("2.77")
+        .post(&format!("/servers/{id}/action"), &json!({"unshelve": {"availability_zone": "nova"}}))
+        .await;
+    assert_eq!(answer.status, 409, "{:?}", answer.body);
+    assert_eq!(action(&nova, &id, json!({"unshelve": null})).await.0, 202);
+    let server = wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], host);
+
+    assert_eq!(action(&nova, &id, json!({"shelve": null})).await.0, 202);
+    wait_status(&nova, &id, "SHELVED").await;
+    let user = cloud.nova("bob:admin");
+    assert_eq!(user.post(&format!("/servers/{id}/action"), &json!({"shelveOffload": null})).await.status, 403);
+    assert_eq!(action(&nova, &id, json!({"shelveOffload": null})).await.0, 202);
+    wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+    assert_eq!(allocated(&cloud, &id).await, 0);
+    cloud.check_invariants().await;
+}

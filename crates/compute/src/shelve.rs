@@ -1,0 +1,413 @@
+//! Shelve, shelve-offload and unshelve (Nova's `os-shelve` actions).
+//!
+//! - `shelve`: the row goes to `shelving` and its host's agent powers the
+//!   server off (`shelved`: vm state `shelved`, SHELVED, allocations
+//!   kept). With `shelved_offload_time` 0 (Nova's default) the same update
+//!   starts the offload (`shelving_offloading`); with N > 0 the sweep
+//!   offloads servers shelved for N seconds; with -1 never.
+//! - `shelveOffload` / the offload: the agent removes the server
+//!   (`offloaded`); its allocations go first (`plan_offload`, control),
+//!   then the row loses host and node: SHELVED_OFFLOADED. The instance
+//!   mapping and request spec stay, so it still counts for `instances`
+//!   quota but not for cores or RAM (counted from placement).
+//! - `unshelve`: a SHELVED server is powered on by its host. A
+//!   SHELVED_OFFLOADED one is scheduled again (2.77 zone, 2.91 host) and
+//!   claimed by `plan_unshelve_claim`, whose one write re-checks cores and
+//!   RAM quota (403 `Quota exceeded for resources: ['cores']`: the server
+//!   stays SHELVED_OFFLOADED), capacity and the group's policy; then the
+//!   row gets its host and the agent spawns it (`unshelved`: ACTIVE). No
+//!   valid host leaves it SHELVED_OFFLOADED with a fault (Nova's
+//!   conductor).
+
+use std::sync::Arc;
+
+use berth_compute_model::cell::{power_state, task_state, vm_state, ActionEvent, Fault, InstanceAction};
+use berth_compute_model::moves::MoveClaimed;
+use berth_compute_model::plan::HostChoice;
+use berth_compute_model::rehome::{check_unshelve_quota, plan_offload, plan_unshelve_claim, UnshelveClaim};
+use berth_scheduler::{schedule, ScheduleRequest};
+use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
+use uuid::Uuid;
+
+use crate::cells::Cell;
+use crate::control::{read, write};
+use crate::hub::Task;
+use crate::moves::{conflict, expect_task, invalid, invalid_state};
+use crate::servers::{Caller, ServiceError};
+use crate::Compute;
+
+/// The conductor's event of an unshelve.
+pub const EVENT_UNSHELVE: &str = "conductor_unshelve_instance";
+
+/// What an `unshelve` asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UnshelveRequest {
+    /// 2.77: `Some(Some(zone))` pins, `Some(None)` (2.91 `null`) unpins,
+    /// `None` keeps the request spec's zone.
+    pub availability_zone: Option<Option<String>>,
+    /// 2.91: a host to unshelve to (admin).
+    pub host: Option<String>,
+}
+
+fn action_record(uuid: &Uuid, action: &str, caller: &Caller, now: i64, events: Vec<ActionEvent>) -> InstanceAction {
+    InstanceAction {
+        instance_uuid: *uuid,
+        action: action.to_owned(),
+        request_id: caller.request_id.clone(),
+        user_id: caller.user_id.clone(),
+        project_id: caller.project_id.clone(),
+        start_time: now,
+        message: None,
+        updated_at: Some(now),
+        events,
+    }
+}
+
+impl Compute {
+    /// Put the row in `task` (from `vm_states`, no task), record `action`
+    /// and hand the host's agent its task.
+    async fn host_task(
+        &self,
+        uuid: &Uuid,
+        action: &str,
+        vm_states: &[&str],
+        task: &str,
+        caller: &Caller,
+    ) -> Result<(), ServiceError> {
+        let (instance, handle) = self.placed(uuid, action).await?;
+        if !vm_states.contains(&instance.vm_state.as_str()) {
+            return Err(invalid_state(action, uuid, "vm_state", &instance.vm_state));
+        }
+        if let Some(current) = &instance.task_state {
+            return Err(invalid_state(action, uuid, "task_state", current));
+        }
+        let Some(host) = instance.host.clone() else {
+            return Err(invalid_state(action, uuid, "vm_state", &instance.vm_state));
+        };
+        let now = self.now();
+        let ops = vec![
+            CellOp::UpdateInstance {
+                uuid: *uuid,
+                expect: expect_task(vm_states, None),
+                update: InstanceUpdate {
+                    task_state: Some(Some(task.to_owned())),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                },
+            },
+            CellOp::StartAction(action_record(uuid, action, caller, now, Vec::new())),
+        ];
+        if handle.write(ops).await?.first() != Some(&CellOutcome::Done) {
+            return Err(invalid_state(action, uuid, "task_state", "changing"));
+        }
+        if let Some(task) = Task::new(*uuid, &host, task) {
+            self.hub.push(task);
+        }
+        Ok(())
+    }
+
+    /// `shelve`.
+    pub async fn shelve_server(&self, uuid: &Uuid, caller: &Caller) -> Result<(), ServiceError> {
+        let from = [vm_state::ACTIVE, vm_state::STOPPED, vm_state::PAUSED, vm_state::SUSPENDED];
+        self.host_task(uuid, "shelve", &from, task_state::SHELVING, caller).await
+    }
+
+    /// `shelveOffload`.
+    pub async fn shelve_offload_server(&self, uuid: &Uuid, caller: &Caller) -> Result<(), ServiceError> {
+        self.host_task(uuid, "shelveOffload", &[vm_state::SHELVED], task_state::SHELVING_OFFLOADING, caller).await
+    }
+
+    /// `unshelve` (see the module doc).
+    pub async fn unshelve_server(
+        &self,
+        uuid: &Uuid,
+        request: UnshelveRequest,
+        caller: &Caller,
+    ) -> Result<(), ServiceError> {
+        let action = "unshelve";
+        let (instance, handle) = self.placed(uuid, action).await?;
+        let offloaded = instance.vm_state == vm_state::SHELVED_OFFLOADED;
+        if !offloaded && instance.vm_state != vm_state::SHELVED {
+            return Err(invalid_state(action, uuid, "vm_state", &instance.vm_state));
+        }
+        if let Some(task) = &instance.task_state {
+            return Err(invalid_state(action, uuid, "task_state", task));
+        }
+        if offloaded {
+            read(&*self.control, |w| {
+                check_unshelve_quota(w, &instance.project_id, &instance.user_id, &instance.spec.flavor)
+            })?;
+        }
+        if (request.availability_zone.is_some() || request.host.is_some()) && !offloaded {
+            return Err(conflict(format!(
+                "Specifying an availability zone or a host when unshelving server \"{uuid}\" with status \"{}\" is \
+                 not supported. The server status must be SHELVED_OFFLOADED.",
+                berth_compute_model::cell::status_from_state(&instance.vm_state, None)
+            )));
+        }
+        if !offloaded {
+            return self.host_task(uuid, action, &[vm_state::SHELVED], task_state::UNSHELVING, caller).await;
+        }
+        let default_zone = self.config.scheduler.default_availability_zone.clone();
+        let spec_zone =
+            read(&*self.control, |w| w.compute.request_specs.get(uuid).and_then(|s| s.availability_zone.clone()));
+        let zone_after = match &request.availability_zone {
+            Some(zone) => zone.clone(),
+            None => spec_zone,
+        };
+        read(&*self.control, |w| -> Result<(), ServiceError> {
+            let zone_of = |host: &str| w.compute.availability_zone_of_host(host, &default_zone);
+            if let Some(Some(zone)) = &request.availability_zone {
+                if !w.compute.compute_nodes.values().any(|n| &zone_of(&n.host) == zone) {
+                    return Err(invalid("The requested availability zone is not available".into()));
+                }
+            }
+            if let Some(host) = &request.host {
+                if !w.compute.compute_nodes.values().any(|n| &n.host == host) {
+                    return Err(invalid(format!("Compute host {host} could not be found.")));
+                }
+                if let Some(zone) = &zone_after {
+                    if &zone_of(host) != zone {
+                        return Err(conflict(format!("Host \"{host}\" is not in the availability zone \"{zone}\".")));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let now = self.now();
+        let event = ActionEvent {
+            event: EVENT_UNSHELVE.to_owned(),
+            start_time: now,
+            finish_time: None,
+            result: None,
+            traceback: None,
+            host: None,
+            details: None,
+        };
+        let ops = vec![
+            CellOp::UpdateInstance {
+                uuid: *uuid,
+                expect: Expect { host: Some(None), ..expect_task(&[vm_state::SHELVED_OFFLOADED], None) },
+                update: InstanceUpdate {
+                    task_state: Some(Some(task_state::UNSHELVING.to_owned())),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                },
+            },
+            CellOp::StartAction(action_record(uuid, action, caller, now, vec![event])),
+        ];
+        if handle.write(ops).await?.first() != Some(&CellOutcome::Done) {
+            return Err(invalid_state(action, uuid, "task_state", "changing"));
+        }
+        let mut last_reason = String::new();
+        for _ in 0..self.config.schedule_retries.max(1) {
+            let seed = self.next_seed();
+            let health = self.health.at(self.now());
+            let choices = read(&*self.control, |w| -> Result<Vec<HostChoice>, String> {
+                let Some(spec) = w.compute.request_specs.get(uuid) else {
+                    return Err("The instance has no request spec.".to_owned());
+                };
+                let mut spec = spec.clone();
+                spec.flavor = instance.spec.flavor.clone();
+                spec.num_instances = 1;
+                spec.availability_zone = zone_after.clone();
+                spec.force_host = request.host.clone();
+                spec.force_node = None;
+                let request = ScheduleRequest { spec: &spec, instances: &[*uuid], ignore_hosts: &[], seed };
+                match schedule(w, &request, &health, &self.config.scheduler) {
+                    Ok((mut choices, _)) => Ok(choices.pop().map(|c| c.choices).unwrap_or_default()),
+                    Err(no_host) => Err(no_host.0),
+                }
+            });
+            let choices = match choices {
+                Ok(choices) if !choices.is_empty() => choices,
+                Ok(_) => {
+                    last_reason = "There are not enough hosts available.".to_owned();
+                    break;
+                }
+                Err(reason) => {
+                    last_reason = reason;
+                    break;
+                }
+            };
+            let claim = UnshelveClaim {
+                instance: *uuid,
+                project_id: instance.project_id.clone(),
+                user_id: instance.user_id.clone(),
+                flavor: instance.spec.flavor.clone(),
+                choices,
+                cell: handle.mapping.uuid,
+                availability_zone: request.availability_zone.clone(),
+            };
+            match write(&*self.control, |w| plan_unshelve_claim(w, &claim, self.now())) {
+                Ok(MoveClaimed::Claimed(node)) => {
+                    let zone = read(&*self.control, |w| w.compute.availability_zone_of_host(&node.host, &default_zone));
+                    let update = InstanceUpdate {
+                        host: Some(Some(node.host.clone())),
+                        node: Some(Some(node.node.clone())),
+                        availability_zone: Some(Some(zone)),
+                        updated_at: self.now(),
+                        ..InstanceUpdate::default()
+                    };
+                    let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
+                    let mut ops = vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }];
+                    ops.push(self.finish_event(uuid, &caller.request_id, EVENT_UNSHELVE, None));
+                    if handle.write(ops).await?.first() == Some(&CellOutcome::Done) {
+                        if let Some(task) = Task::new(*uuid, &node.host, task_state::UNSHELVING) {
+                            self.hub.push(task);
+                        }
+                    }
+                    return Ok(());
+                }
+                Ok(MoveClaimed::NoRoom) => {
+                    last_reason = "There are not enough hosts available.".to_owned();
+                }
+                Err(err) => {
+                    let err: ServiceError = err.into();
+                    self.unshelve_failed(&handle, uuid, &caller.request_id, &err.to_string(), false).await?;
+                    return Err(err);
+                }
+            }
+        }
+        let message = format!("No valid host was found. {last_reason}");
+        self.unshelve_failed(&handle, uuid, &caller.request_id, &message, true).await
+    }
+
+    /// The unshelve of an offloaded server did not happen: it stays
+    /// SHELVED_OFFLOADED without a task (with a fault when no host was
+    /// found).
+    async fn unshelve_failed(
+        &self,
+        handle: &Arc<Cell>,
+        uuid: &Uuid,
+        request_id: &str,
+        message: &str,
+        fault: bool,
+    ) -> Result<(), ServiceError> {
+        let now = self.now();
+        let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
+        let update = InstanceUpdate { task_state: Some(None), updated_at: now, ..InstanceUpdate::default() };
+        let mut ops = vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }];
+        if fault {
+            ops.push(CellOp::AddFault(Fault {
+                instance_uuid: *uuid,
+                code: 400,
+                message: message.to_owned(),
+                details: message.to_owned(),
+                host: None,
+                created_at: now,
+            }));
+        }
+        ops.push(self.finish_event(uuid, request_id, EVENT_UNSHELVE, Some(message.to_owned())));
+        handle.write(ops).await?;
+        Ok(())
+    }
+
+    /// An agent's report: `shelved`, `offloaded`, `unshelved`.
+    pub(crate) async fn shelve_event(
+        &self,
+        handle: &Arc<Cell>,
+        uuid: &Uuid,
+        kind: &str,
+        host: &str,
+    ) -> Result<bool, ServiceError> {
+        let now = self.now();
+        let on_host = |task: &str| Expect { host: Some(Some(host.to_owned())), ..expect_task(&[], Some(task)) };
+        let offload_now = self.config.shelved_offload_time == 0;
+        let (expect, update, next) = match kind {
+            "shelved" => (
+                on_host(task_state::SHELVING),
+                InstanceUpdate {
+                    vm_state: Some(vm_state::SHELVED.to_owned()),
+                    task_state: Some(offload_now.then(|| task_state::SHELVING_OFFLOADING.to_owned())),
+                    power_state: Some(power_state::SHUTDOWN),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                },
+                offload_now.then_some(task_state::SHELVING_OFFLOADING),
+            ),
+            "offloaded" => {
+                // Allocations first: a crash before the row update leaves a
+                // row the sweep hands to the agent again.
+                write(&*self.control, |w| Ok((plan_offload(w, uuid), ())))?;
+                (
+                    on_host(task_state::SHELVING_OFFLOADING),
+                    InstanceUpdate {
+                        vm_state: Some(vm_state::SHELVED_OFFLOADED.to_owned()),
+                        task_state: Some(None),
+                        power_state: Some(power_state::SHUTDOWN),
+                        host: Some(None),
+                        node: Some(None),
+                        updated_at: now,
+                        ..InstanceUpdate::default()
+                    },
+                    None,
+                )
+            }
+            _ => (
+                on_host(task_state::UNSHELVING),
+                InstanceUpdate {
+                    vm_state: Some(vm_state::ACTIVE.to_owned()),
+                    task_state: Some(None),
+                    power_state: Some(power_state::RUNNING),
+                    launched_at: Some(Some(now)),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                },
+                None,
+            ),
+        };
+        let applied = handle.write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }]).await?.first()
+            == Some(&CellOutcome::Done);
+        if applied {
+            if let Some(task) = next.and_then(|t| Task::new(*uuid, host, t)) {
+                self.hub.push(task);
+            }
+        }
+        Ok(applied)
+    }
+}
+
+/// With `shelved_offload_time` N > 0: offload servers shelved (no task)
+/// for at least N seconds (Nova's `_poll_shelved_instances`).
+pub(crate) async fn offload_due(compute: &Compute, handle: &Arc<Cell>) {
+    let after = compute.config.shelved_offload_time;
+    if after <= 0 {
+        return;
+    }
+    let query = berth_compute_model::cell::InstanceQuery {
+        filter: berth_compute_model::cell::InstanceFilter {
+            vm_states: Some(vec![vm_state::SHELVED.to_owned()]),
+            task_states: Some(Vec::new()),
+            deleted: Some(false),
+            ..Default::default()
+        },
+        sort: Vec::new(),
+        marker: None,
+        limit: 1000,
+    };
+    let Ok(rows) = compute.cells.read(handle, move |s| s.list_instances(&query)).await else { return };
+    let now = compute.now();
+    for row in rows {
+        if row.updated_at.unwrap_or(row.created_at) + after > now {
+            continue;
+        }
+        let Some(host) = row.host.clone() else { continue };
+        let op = CellOp::UpdateInstance {
+            uuid: row.uuid,
+            expect: expect_task(&[vm_state::SHELVED], None),
+            update: InstanceUpdate {
+                task_state: Some(Some(task_state::SHELVING_OFFLOADING.to_owned())),
+                updated_at: now,
+                ..InstanceUpdate::default()
+            },
+        };
+        if let Ok(outcomes) = handle.write(vec![op]).await {
+            if outcomes.first() == Some(&CellOutcome::Done) {
+                if let Some(task) = Task::new(row.uuid, &host, task_state::SHELVING_OFFLOADING) {
+                    compute.hub.push(task);
+                }
+            }
+        }
+    }
+}
