@@ -915,6 +915,12 @@ pub fn plan_heal_host(
     now: Timestamp,
 ) -> Result<Option<WorldChangeSet>> {
     let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
+    // A lease whose end is due keeps its hosts: its end deletes the
+    // servers on them (a time jump, or an outage, can make every host
+    // look down at once).
+    if old.end <= now || !matches!(old.status, LeaseStatus::Pending | LeaseStatus::Starting | LeaseStatus::Active) {
+        return Ok(None);
+    }
     let mut lease = old.clone();
     let mut admission = Admission {
         world,

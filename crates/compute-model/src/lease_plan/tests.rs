@@ -257,6 +257,18 @@ fn healing_replaces_a_lost_host_or_degrades() {
 }
 
 #[test]
+fn a_lease_whose_end_is_due_is_not_healed() {
+    // Its end deletes the servers on the hosts it holds: taking a host
+    // away first would leave them running.
+    let mut world = world_with_hosts(2, 8);
+    let a = admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).unwrap();
+    let held = a.reservations[0].allocations[0].host_id;
+    world.apply(&plan_set_host_reservable(&world, held, false, H).unwrap());
+    assert!(plan_heal_host(&world, a.id, held, &no_parse, &mut Uuid::new_v4, H).unwrap().is_none());
+    assert!(plan_heal_host(&world, a.id, held, &no_parse, &mut Uuid::new_v4, H - 1).unwrap().is_some());
+}
+
+#[test]
 fn the_scheduler_rule() {
     let mut world = world_with_hosts(1, 8);
     assert!(host_allows(&world, "other", None));
