@@ -411,6 +411,72 @@ impl Booking {
     }
 }
 
+/// One host's bookings, sorted by start, and the longest window among
+/// them: the bookings overlapping `[start, end)` all start in
+/// `(start - longest, end)`, two binary searches away. Admission and the
+/// earliest-window search ask this for every host they consider, so a
+/// query costs O(log n + k) (k: bookings starting in that range) instead
+/// of O(n).
+#[derive(Debug, Clone, Default)]
+pub struct HostBookings {
+    /// Sorted by `(start, end, lease, reservation)`.
+    list: Vec<Booking>,
+    /// The longest `end - start` in `list` (0 when empty).
+    longest: Timestamp,
+}
+
+impl HostBookings {
+    fn key(b: &Booking) -> (Timestamp, Timestamp, Uuid, Uuid) {
+        (b.start, b.end, b.lease, b.reservation)
+    }
+
+    /// Add a booking in order.
+    pub fn insert(&mut self, booking: Booking) {
+        let key = Self::key(&booking);
+        let pos = self.list.partition_point(|b| Self::key(b) <= key);
+        self.longest = self.longest.max(booking.end - booking.start);
+        self.list.insert(pos, booking);
+    }
+
+    /// Drop every booking of a lease.
+    pub fn remove_lease(&mut self, lease: Uuid) {
+        self.list.retain(|b| b.lease != lease);
+        self.longest = self.list.iter().map(|b| b.end - b.start).max().unwrap_or(0);
+    }
+
+    /// All bookings, by start.
+    pub fn iter(&self) -> std::slice::Iter<'_, Booking> {
+        self.list.iter()
+    }
+
+    /// No booking.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// How many bookings.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The bookings overlapping `[start, end)`, by start.
+    pub fn overlapping(&self, start: Timestamp, end: Timestamp) -> impl Iterator<Item = &Booking> {
+        // A booking starting at or before `start - longest` ends by `start`.
+        let first = self.list.partition_point(|b| b.start <= start.saturating_sub(self.longest));
+        let last = self.list.partition_point(|b| b.start < end).max(first);
+        self.list[first..last].iter().filter(move |b| b.end > start)
+    }
+}
+
+impl<'a> IntoIterator for &'a HostBookings {
+    type Item = &'a Booking;
+    type IntoIter = std::slice::Iter<'a, Booking>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
 /// The reservation tables, part of [`crate::ComputeState`].
 #[derive(Debug, Clone, Default)]
 pub struct LeaseTables {
@@ -424,8 +490,9 @@ pub struct LeaseTables {
     pub max_host_id: i64,
     /// Derived: host id by compute service host.
     pub host_by_service: HashMap<String, i64>,
-    /// Derived: bookings per host id (leases not terminated).
-    pub bookings: HashMap<i64, Vec<Booking>>,
+    /// Derived: bookings per host id (leases not terminated), sorted by
+    /// start.
+    pub bookings: HashMap<i64, HostBookings>,
     /// Derived: reservation id → lease id.
     pub lease_of_reservation: HashMap<Uuid, Uuid>,
 }
@@ -454,7 +521,7 @@ impl LeaseTables {
             }
             let demand = reservation.demand();
             for a in &reservation.allocations {
-                self.bookings.entry(a.host_id).or_default().push(Booking {
+                self.bookings.entry(a.host_id).or_default().insert(Booking {
                     lease: lease.id,
                     reservation: reservation.id,
                     start: lease.start,
@@ -473,7 +540,7 @@ impl LeaseTables {
             self.lease_of_reservation.remove(&reservation.id);
             for a in &reservation.allocations {
                 if let Some(list) = self.bookings.get_mut(&a.host_id) {
-                    list.retain(|b| b.lease != id);
+                    list.remove_lease(id);
                     if list.is_empty() {
                         self.bookings.remove(&a.host_id);
                     }
@@ -504,7 +571,7 @@ impl LeaseTables {
         self.bookings
             .get(&host_id)
             .into_iter()
-            .flatten()
-            .filter(move |b| b.overlaps(start, end) && Some(b.lease) != except)
+            .flat_map(move |list| list.overlapping(start, end))
+            .filter(move |b| Some(b.lease) != except)
     }
 }
