@@ -10,8 +10,9 @@
 //!    slots with amount 1–4) posted by `--concurrency` clients; decisions/s
 //!    and admitted vs refused (409 "Not enough hosts available");
 //! 2. `GET /reservation/v1/availability` (the earliest window) latency
-//!    p50/p99, one client, `--queries` random requests: small ones shaped
-//!    like the leases and large ones (a tenth to half of the hosts);
+//!    p50/p99, one client, `--queries` random requests from a random day:
+//!    small ones shaped like the leases and large ones (a tenth to nine
+//!    tenths of the hosts, often not free at the day asked);
 //! 3. events: `--burst` one-host leases that all start in the same minute
 //!    (before every random lease); the clock is moved to their start and
 //!    the time until all of them are ACTIVE gives events/s
@@ -203,14 +204,15 @@ async fn advance(blazar: &Blazar, seconds: i64) -> anyhow::Result<i64> {
 }
 
 /// One random availability query (the query string) and its kind.
-fn random_query(rng: &mut Rng, now: i64, days: i64, hosts: usize) -> (&'static str, String) {
-    let from = minute(now + DAY + rng.range(0, days.max(1) * DAY));
+fn random_query(rng: &mut Rng, now: i64, days: i64, hosts: usize) -> (&'static str, String, i64) {
+    let from_ts = minute(now + DAY + rng.range(0, days.max(1) * DAY));
     let duration = rng.duration();
-    let from = blazar_date(from).replace(' ', "%20");
+    let from = blazar_date(from_ts).replace(' ', "%20");
     let roll = rng.unit();
     if roll < 0.5 {
         let min = rng.range(1, 3);
-        ("small host", format!("resource_type=physical:host&min={min}&max={min}&duration={duration}&from={from}"))
+        let query = format!("resource_type=physical:host&min={min}&max={min}&duration={duration}&from={from}");
+        ("small host", query, from_ts)
     } else if roll < 0.75 {
         let amount = rng.range(1, 4);
         let vcpus = rng.pick(&[1, 2, 4]);
@@ -220,10 +222,11 @@ fn random_query(rng: &mut Rng, now: i64, days: i64, hosts: usize) -> (&'static s
                 "resource_type=virtual:instance&vcpus={vcpus}&memory_mb=2048&disk_gb=20&amount={amount}\
                  &duration={duration}&from={from}"
             ),
+            from_ts,
         )
     } else {
-        let n = rng.range((hosts as i64 / 10).max(1), (hosts as i64 / 2).max(1));
-        ("large host", format!("resource_type=physical:host&min={n}&max={n}&duration={duration}&from={from}"))
+        let n = rng.range((hosts as i64 / 10).max(1), (hosts as i64 * 9 / 10).max(1));
+        ("large host", format!("resource_type=physical:host&min={n}&max={n}&duration={duration}&from={from}"), from_ts)
     }
 }
 
@@ -299,26 +302,26 @@ pub(crate) async fn run(opts: LeasesOpts) -> anyhow::Result<()> {
     // 2. Availability.
     let mut by_kind: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
     let mut all = Vec::new();
-    let (mut found, mut none) = (0usize, 0usize);
+    let (mut at_from, mut later, mut none) = (0usize, 0usize, 0usize);
     for _ in 0..opts.queries {
-        let (kind, query) = random_query(&mut rng, now, opts.days, opts.hosts);
+        let (kind, query, from) = random_query(&mut rng, now, opts.days, opts.hosts);
         let t = Instant::now();
         let (status, body) =
             blazar.call(reqwest::Method::GET, &format!("/reservation/v1/availability?{query}"), None).await?;
         let took = t.elapsed();
         anyhow::ensure!(status == 200, "availability?{query}: {status} {body}");
-        if body["availability"].is_null() {
-            none += 1;
-        } else {
-            found += 1;
+        match body["availability"]["start_date"].as_str() {
+            None => none += 1,
+            Some(start) if start == berth_compute_api::handlers::leases::iso(from) => at_from += 1,
+            Some(_) => later += 1,
         }
         all.push(took);
         by_kind.entry(kind).or_default().push(took);
     }
     all.sort();
     println!(
-        "  availability: {} queries ({found} found a window, {none} none within a year): p50 {:.2} ms p99 {:.2} ms \
-         max {:.2} ms",
+        "  availability: {} queries (window at the day asked {at_from}, later {later}, none within a year {none}): \
+         p50 {:.2} ms p99 {:.2} ms max {:.2} ms",
         opts.queries,
         ms(percentile(&all, 0.5)),
         ms(percentile(&all, 0.99)),

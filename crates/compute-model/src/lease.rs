@@ -411,18 +411,20 @@ impl Booking {
     }
 }
 
-/// One host's bookings, sorted by start, and the longest window among
-/// them: the bookings overlapping `[start, end)` all start in
-/// `(start - longest, end)`, two binary searches away. Admission and the
+/// One host's bookings, sorted by start, with the running maximum of
+/// their ends: the bookings overlapping `[start, end)` lie between the
+/// first whose running maximum end passes `start` and the first starting
+/// at or after `end`, two binary searches away. Admission and the
 /// earliest-window search ask this for every host they consider, so a
-/// query costs O(log n + k) (k: bookings starting in that range) instead
-/// of O(n).
+/// query costs O(log n + k) (k: the bookings between those two, the
+/// overlapping ones and any shorter ones nested in a long booking)
+/// instead of O(n).
 #[derive(Debug, Clone, Default)]
 pub struct HostBookings {
     /// Sorted by `(start, end, lease, reservation)`.
     list: Vec<Booking>,
-    /// The longest `end - start` in `list` (0 when empty).
-    longest: Timestamp,
+    /// `max_end[i]`: the latest end among `list[..=i]` (non-decreasing).
+    max_end: Vec<Timestamp>,
 }
 
 impl HostBookings {
@@ -430,18 +432,28 @@ impl HostBookings {
         (b.start, b.end, b.lease, b.reservation)
     }
 
+    fn fix_max_end(&mut self, from: usize) {
+        self.max_end.truncate(from);
+        let mut latest = from.checked_sub(1).map_or(Timestamp::MIN, |i| self.max_end[i]);
+        for b in &self.list[from..] {
+            latest = latest.max(b.end);
+            self.max_end.push(latest);
+        }
+    }
+
     /// Add a booking in order.
     pub fn insert(&mut self, booking: Booking) {
         let key = Self::key(&booking);
         let pos = self.list.partition_point(|b| Self::key(b) <= key);
-        self.longest = self.longest.max(booking.end - booking.start);
         self.list.insert(pos, booking);
+        self.fix_max_end(pos);
     }
 
     /// Drop every booking of a lease.
     pub fn remove_lease(&mut self, lease: Uuid) {
+        let Some(first) = self.list.iter().position(|b| b.lease == lease) else { return };
         self.list.retain(|b| b.lease != lease);
-        self.longest = self.list.iter().map(|b| b.end - b.start).max().unwrap_or(0);
+        self.fix_max_end(first);
     }
 
     /// All bookings, by start.
@@ -461,8 +473,8 @@ impl HostBookings {
 
     /// The bookings overlapping `[start, end)`, by start.
     pub fn overlapping(&self, start: Timestamp, end: Timestamp) -> impl Iterator<Item = &Booking> {
-        // A booking starting at or before `start - longest` ends by `start`.
-        let first = self.list.partition_point(|b| b.start <= start.saturating_sub(self.longest));
+        // Every booking before `first` ends by `start`.
+        let first = self.max_end.partition_point(|t| *t <= start);
         let last = self.list.partition_point(|b| b.start < end).max(first);
         self.list[first..last].iter().filter(move |b| b.end > start)
     }

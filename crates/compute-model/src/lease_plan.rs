@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use berth_model::Uuid;
 
 use crate::lease::{
-    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables, ReservableHost,
-    Reservation, ReservationKind, ReservationStatus, ResourceProperty,
+    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables,
+    ReservableHost, Reservation, ReservationKind, ReservationStatus, ResourceProperty,
 };
 use crate::state::ComputeChange as C;
 use crate::{ComputeError, Timestamp, World, WorldChangeSet};
@@ -1025,9 +1025,12 @@ pub fn host_allows(world: &World, service_host: &str, reservation: Option<Uuid>)
 /// busy for the starts in `(booking.start - duration, booking.end)`; one
 /// sweep over these intervals, merged per host, counts the free hosts at
 /// every candidate and goes straight to the first one with `min` free
-/// (O(B log B) for B bookings on matching hosts). Slots: the candidates
-/// are tried in turn, each stopping at the first hosts that hold the
-/// amount. Either way the answer is checked by the admission itself.
+/// (O(B log B) for B bookings on matching hosts). Slots: a host's free
+/// slots are computed again only at the ends of its own bookings (they
+/// cannot grow elsewhere); their running tally skips the candidates that
+/// cannot hold the amount (O(B log B + H) plus O(H) per candidate that
+/// passes the tally but not the exact check). Either way the answer is
+/// checked by the admission itself.
 pub fn earliest_window(
     world: &World,
     request: &ReservationRequest,
@@ -1097,12 +1100,79 @@ pub fn earliest_window(
             }
             None
         }
-        ReservationKind::Instance { .. } => {
-            let mut starts: Vec<Timestamp> =
-                lists().flat_map(|list| list.iter().map(|b| b.end)).filter(|t| *t > from && *t <= horizon).collect();
-            starts.sort_unstable();
-            starts.dedup();
-            starts.into_iter().find_map(try_at)
+        ReservationKind::Instance { vcpus, memory_mb, disk_gb, amount, affinity, .. } => {
+            let need = (*vcpus, *memory_mb, *disk_gb);
+            let free_at = |host: &ReservableHost, start: Timestamp| probe(start).free_slots(host, need).min(*amount);
+            // Every booking end on a matching host, by time, with its host.
+            let mut ends: Vec<(Timestamp, usize)> = hosts
+                .iter()
+                .enumerate()
+                .filter_map(|(idx, h)| tables.bookings.get(&h.id).map(|list| (idx, list)))
+                .flat_map(|(idx, list)| list.iter().map(move |b| (b.end, idx)))
+                .filter(|(t, _)| *t > from && *t <= horizon)
+                .collect();
+            ends.sort_unstable();
+            // A bound on each host's free slots (capped at `amount`): exact
+            // where last computed, and a host's free slots only grow at the
+            // end of one of its own bookings, where it is computed again.
+            // While the bounds cannot hold the request, no host is looked
+            // at twice; when they can, all are made exact and the
+            // admission decides.
+            let mut tally = SlotTally::default();
+            let mut bound: Vec<i64> = hosts.iter().map(|h| free_at(h, from)).collect();
+            bound.iter().for_each(|n| tally.add(*n, *amount, 1));
+            for group in ends.chunk_by(|a, b| a.0 == b.0) {
+                let start = group[0].0;
+                for &(_, idx) in group {
+                    let n = free_at(hosts[idx], start);
+                    tally.add(bound[idx], *amount, -1);
+                    tally.add(n, *amount, 1);
+                    bound[idx] = n;
+                }
+                if !tally.holds(*amount, *affinity) {
+                    continue;
+                }
+                tally = SlotTally::default();
+                for (idx, h) in hosts.iter().enumerate() {
+                    bound[idx] = free_at(h, start);
+                    tally.add(bound[idx], *amount, 1);
+                }
+                if tally.holds(*amount, *affinity) {
+                    if let Some(found) = try_at(start) {
+                        return Some(found);
+                    }
+                }
+            }
+            None
+        }
+    }
+}
+
+/// Free slots over a set of hosts (each capped at the amount asked): what
+/// decides whether a slot reservation fits.
+#[derive(Default)]
+struct SlotTally {
+    /// Sum of the free slots.
+    sum: i64,
+    /// Hosts with a free slot.
+    n_some: i64,
+    /// Hosts with the whole amount free.
+    n_all: i64,
+}
+
+impl SlotTally {
+    fn add(&mut self, free: i64, amount: i64, sign: i64) {
+        self.sum += sign * free;
+        self.n_some += sign * i64::from(free > 0);
+        self.n_all += sign * i64::from(free >= amount && free > 0);
+    }
+
+    /// Admission's rule: all on one host, one per host, or anywhere.
+    fn holds(&self, amount: i64, affinity: Option<bool>) -> bool {
+        match affinity {
+            Some(true) => self.n_all > 0,
+            Some(false) => self.n_some >= amount,
+            None => self.sum >= amount,
         }
     }
 }

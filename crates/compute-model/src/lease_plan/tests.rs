@@ -293,7 +293,11 @@ mod against_brute_force {
             reservation: Uuid::from_u128(n as u128 + 1000),
             start,
             end: start + len,
-            demand: if whole { Demand::WholeHost } else { Demand::Slot { vcpus, memory_mb: 1024 * vcpus, disk_gb: 10 } },
+            demand: if whole {
+                Demand::WholeHost
+            } else {
+                Demand::Slot { vcpus, memory_mb: 1024 * vcpus, disk_gb: 10 }
+            },
             slots,
         }
     }
@@ -351,7 +355,7 @@ mod against_brute_force {
             for b in &all {
                 list.insert(*b);
             }
-            // Removing a lease keeps the rest (and the longest window) right.
+            // Removing a lease keeps the rest (and the running maximum end) right.
             if let Some(gone) = all.first() {
                 list.remove_lease(gone.lease);
             }
