@@ -8,7 +8,7 @@
 //! ([`crate::plan::lease`]). Capacity over time is the *peak* concurrent
 //! usage inside a window, computed from [`LeaseTables::bookings`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use berth_model::Uuid;
 
@@ -507,6 +507,11 @@ pub struct LeaseTables {
     pub bookings: HashMap<i64, HostBookings>,
     /// Derived: reservation id → lease id.
     pub lease_of_reservation: HashMap<Uuid, Uuid>,
+    /// Derived: the events still to run (`UNDONE` or `IN_PROGRESS`) of
+    /// leases neither terminated nor failed, by `(time, kind, lease,
+    /// event)`: the due ones are a prefix, found without a scan of every
+    /// lease (the runner looks each time a lease changes).
+    pub pending_events: BTreeSet<(Timestamp, EventType, Uuid, Uuid)>,
 }
 
 impl LeaseTables {
@@ -543,11 +548,19 @@ impl LeaseTables {
                 });
             }
         }
+        if !matches!(lease.status, LeaseStatus::Terminated | LeaseStatus::Error) {
+            for e in lease.events.iter().filter(|e| matches!(e.status, EventStatus::Undone | EventStatus::InProgress)) {
+                self.pending_events.insert((e.time, e.event_type, lease.id, e.id));
+            }
+        }
         self.leases.insert(lease.id, lease.clone());
     }
 
     pub(crate) fn delete_lease(&mut self, id: Uuid) {
         let Some(old) = self.leases.remove(&id) else { return };
+        for e in &old.events {
+            self.pending_events.remove(&(e.time, e.event_type, id, e.id));
+        }
         for reservation in &old.reservations {
             self.lease_of_reservation.remove(&reservation.id);
             for a in &reservation.allocations {

@@ -628,21 +628,14 @@ pub fn plan_delete_lease(world: &World, lease_id: Uuid) -> Result<WorldChangeSet
 /// Due events, in the order they must run: by time, and at one instant
 /// ends before starts. Includes events left `IN_PROGRESS` by a crash.
 pub fn due_events(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, Timestamp)> {
-    let mut out: Vec<(Uuid, Uuid, EventType, Timestamp)> = world
+    world
         .compute
         .leases
-        .leases
-        .values()
-        .filter(|l| !matches!(l.status, LeaseStatus::Terminated | LeaseStatus::Error))
-        .flat_map(|l| {
-            l.events
-                .iter()
-                .filter(move |e| matches!(e.status, EventStatus::Undone | EventStatus::InProgress) && e.time <= now)
-                .map(move |e| (l.id, e.id, e.event_type, e.time))
-        })
-        .collect();
-    out.sort_by_key(|(lease, _, kind, time)| (*time, *kind, *lease));
-    out
+        .pending_events
+        .iter()
+        .take_while(|(time, ..)| *time <= now)
+        .map(|(time, kind, lease, event)| (*lease, *event, *kind, *time))
+        .collect()
 }
 
 /// A lease whose end has not run yet and that holds a host `lease` needs,

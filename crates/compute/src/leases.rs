@@ -19,9 +19,10 @@
 //! side effects are safe to repeat. Several processes may run the loop; the
 //! planned writes decide.
 //!
-//! Healing runs in the same loop: an enrolled host whose compute service is
-//! down becomes unreservable and each pending or active lease holding it is
-//! healed (`plan_heal_host`: another free matching host, or degraded).
+//! Healing runs in the same loop, once per tick: an enrolled host whose
+//! compute service is down at two passes in a row becomes unreservable and
+//! each pending or active lease holding it is healed (`plan_heal_host`:
+//! another free matching host, or degraded).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -145,6 +146,11 @@ impl Compute {
     pub async fn run_lease_events(&self) -> usize {
         let now = self.now();
         self.heal_leases(now);
+        self.run_due_events(now).await
+    }
+
+    /// The due events of [`Compute::run_lease_events`], without healing.
+    async fn run_due_events(&self, now: i64) -> usize {
         let due = read(&*self.control, |w| plan::due_events(w, now));
         let mut finished = 0;
         for group in due.chunk_by(|a, b| (a.3, a.2) == (b.3, b.2)) {
@@ -232,10 +238,10 @@ impl Compute {
         }
     }
 
-    /// Hosts whose service is down become unreservable (and come back when
-    /// it is up); every lease still holding an unreservable host is healed,
-    /// one write per lease, so a pass interrupted half-way is finished by
-    /// the next one.
+    /// Hosts whose service is down (at two passes in a row) become
+    /// unreservable (and come back when it is up); every lease still
+    /// holding an unreservable host is healed, one write per lease, so a
+    /// pass interrupted half-way is finished by the next one.
     fn heal_leases(&self, now: i64) {
         let health = &self.health;
         let flips: Vec<(i64, bool)> = read(&*self.control, |w| {
@@ -249,6 +255,17 @@ impl Compute {
                 })
                 .collect()
         });
+        // A host goes unreservable only when it was down at the previous
+        // pass too (a tick earlier): one late heartbeat, or the test clock
+        // jumping past every host's last heartbeat, does not take hosts
+        // away from leases.
+        let flips: Vec<(i64, bool)> = {
+            let mut suspects = self.lease_suspects.lock().unwrap_or_else(|p| p.into_inner());
+            let down: BTreeSet<i64> = flips.iter().filter(|(_, up)| !up).map(|(host, _)| *host).collect();
+            let confirmed = flips.into_iter().filter(|(host, up)| *up || suspects.contains(host)).collect();
+            *suspects = down;
+            confirmed
+        };
         for (host, up) in flips {
             match write(&*self.control, |w| {
                 Ok((plan::plan_set_host_reservable(w, host, up, now).unwrap_or_default(), ()))
@@ -293,9 +310,21 @@ pub struct LeaseMetrics {
 /// Run the lease loop on the current runtime.
 pub fn spawn_lease_runner(compute: Arc<Compute>) {
     tokio::spawn(async move {
+        let mut healed_at: Option<tokio::time::Instant> = None;
         loop {
-            compute.run_lease_events().await;
+            // Host health moves with time and heartbeats, not with leases:
+            // healing looks at every enrolled host, so it runs once per
+            // tick however often leases change (a thousand creates a
+            // second each wake the runner). Not at once when the test
+            // clock jumps either: hosts look down until their next
+            // heartbeat, as they did when only the tick woke the runner.
             let tick = compute.config.lease_tick;
+            let now = compute.now();
+            if healed_at.is_none_or(|at| at.elapsed() >= tick) {
+                compute.heal_leases(now);
+                healed_at = Some(tokio::time::Instant::now());
+            }
+            compute.run_due_events(now).await;
             let _ = tokio::time::timeout(tick, compute.lease_wake.notified()).await;
         }
     });

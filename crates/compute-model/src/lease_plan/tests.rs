@@ -403,3 +403,51 @@ mod against_brute_force {
         }
     }
 }
+
+#[test]
+fn the_pending_event_index_follows_every_change() {
+    // What `due_events` did before the index: scan every lease.
+    fn scan(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, Timestamp)> {
+        let mut out: Vec<_> = world
+            .compute
+            .leases
+            .leases
+            .values()
+            .filter(|l| !matches!(l.status, LeaseStatus::Terminated | LeaseStatus::Error))
+            .flat_map(|l| {
+                l.events
+                    .iter()
+                    .filter(move |e| matches!(e.status, EventStatus::Undone | EventStatus::InProgress) && e.time <= now)
+                    .map(move |e| (l.id, e.id, e.event_type, e.time))
+            })
+            .collect();
+        out.sort_by_key(|(lease, _, kind, time)| (*time, *kind, *lease));
+        out
+    }
+    let mut world = world_with_hosts(3, 8);
+    let a = admit(&mut world, &lease(0, 2 * H, vec![hosts(1, 1)])).unwrap();
+    let b = admit(&mut world, &lease(2 * H, 4 * H, vec![hosts(1, 1)])).unwrap();
+    let c = admit(&mut world, &lease(H, 3 * H, vec![slots(2, 2, None)])).unwrap();
+    let check = |world: &World| {
+        for now in [0, H, 2 * H, 3 * H, 4 * H, 10 * H] {
+            assert_eq!(due_events(world, now), scan(world, now), "at {now}");
+        }
+    };
+    check(&world);
+    let start = a.event(EventType::StartLease).unwrap().id;
+    world.apply(&plan_event_begin(&world, a.id, start, 0).unwrap().unwrap());
+    check(&world);
+    world.apply(&plan_event_finish(&world, a.id, start, false, 0).unwrap().unwrap());
+    check(&world);
+    let update = LeaseUpdate { end: Some(5 * H), ..LeaseUpdate::default() };
+    let (set, _) = plan_update_lease(&world, b.id, &update, &no_parse, 0).unwrap();
+    world.apply(&set);
+    check(&world);
+    let end = a.event(EventType::EndLease).unwrap().id;
+    world.apply(&plan_event_begin(&world, a.id, end, 2 * H).unwrap().unwrap());
+    world.apply(&plan_event_finish(&world, a.id, end, false, 2 * H).unwrap().unwrap());
+    check(&world);
+    world.apply(&plan_delete_lease(&world, c.id).unwrap());
+    check(&world);
+    assert!(due_events(&world, 10 * H).iter().all(|(lease, ..)| *lease == b.id));
+}
