@@ -113,12 +113,6 @@ async fn wait_ready(url: &str, child: &mut Child) -> anyhow::Result<()> {
 }
 
 pub(crate) async fn spawn_berth(extra_args: &[String]) -> anyhow::Result<Spawned> {
-    spawn_berth_with_env(extra_args, &[]).await
-}
-
-/// [`spawn_berth`] with extra environment variables (settings an older
-/// binary under `BERTH_BENCH_SERVER` may not know as flags).
-pub(crate) async fn spawn_berth_with_env(extra_args: &[String], env: &[(&str, String)]) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let dir = temp_dir("berth")?;
     // `BERTH_BENCH_SERVER=PATH` serves with another berth binary (before /
@@ -131,7 +125,6 @@ pub(crate) async fn spawn_berth_with_env(extra_args: &[String], env: &[(&str, St
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log", "warn", "--data-dir"])
         .arg(&dir)
         .args(extra_args)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::null())
         .spawn()
         .context("starting berth")?;
