@@ -141,8 +141,9 @@ impl Compute {
     /// instant). A run of events with the same time and kind concerns
     /// different leases and is independent, so it is run as a group: one
     /// write begins them all, the actions run, one write finishes those
-    /// whose actions are done. A thousand leases starting in the same
-    /// minute cost two commits, not two thousand.
+    /// whose actions are done (at most `EVENTS_PER_WRITE` a write). A
+    /// thousand leases starting in the same minute cost four commits, not
+    /// two thousand.
     pub async fn run_lease_events(&self) -> usize {
         let now = self.now();
         self.heal_leases(now);
