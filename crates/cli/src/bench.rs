@@ -34,6 +34,8 @@ enum BenchKind {
     Candidates(crate::bench_candidates::CandidatesOpts),
     /// Boots through the compute API until ACTIVE, with agent processes.
     Boot(crate::bench_boot::BootOpts),
+    /// Reservations: lease admission, availability queries and lease events.
+    Leases(crate::bench_leases::LeasesOpts),
 }
 
 #[derive(Debug, clap::Args)]
@@ -65,6 +67,7 @@ pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
         BenchKind::Write(w) => runtime.block_on(write_bench(w)),
         BenchKind::Candidates(c) => runtime.block_on(crate::bench_candidates::run(c)),
         BenchKind::Boot(b) => runtime.block_on(crate::bench_boot::run(b)),
+        BenchKind::Leases(l) => runtime.block_on(crate::bench_leases::run(l)),
     }
 }
 

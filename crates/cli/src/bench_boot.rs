@@ -96,18 +96,18 @@ impl Nova {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn rss_mib(pid: u32) -> f64 {
+pub(crate) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
@@ -116,7 +116,7 @@ fn rss_mib(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn metric(url: &str, name: &str) -> u64 {
+pub(crate) async fn metric(url: &str, name: &str) -> u64 {
     let Ok(resp) = reqwest::get(format!("{url}/metrics")).await else { return 0 };
     let text = resp.text().await.unwrap_or_default();
     text.lines()
@@ -126,7 +126,7 @@ async fn metric(url: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {
+pub(crate) async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {

@@ -52,6 +52,8 @@ pub(crate) struct FileConfig {
     pub(crate) cell_timeout_ms: Option<u64>,
     /// Seconds without a heartbeat before a compute service is down.
     pub(crate) service_down_time: Option<i64>,
+    /// Lease event runner period in milliseconds.
+    pub(crate) lease_tick_ms: Option<u64>,
     /// Consecutive failed builds after which a host's service is disabled
     /// (0: never).
     pub(crate) auto_disable_after_failed_builds: Option<i64>,

@@ -5,6 +5,7 @@ mod agent;
 mod bench;
 mod bench_boot;
 mod bench_candidates;
+mod bench_leases;
 mod cell_cmd;
 mod compute_wiring;
 mod config;

@@ -104,6 +104,11 @@ pub(crate) struct ServeOpts {
     /// (Nova's `service_down_time`, default 60).
     #[arg(long, env = "BERTH_SERVICE_DOWN_TIME")]
     service_down_time: Option<i64>,
+    /// How often the lease event runner looks for due events and host
+    /// health (ms, default 1000). It also looks at once when a lease
+    /// changes.
+    #[arg(long, env = "BERTH_LEASE_TICK_MS")]
+    lease_tick_ms: Option<u64>,
     /// Disable a host's compute service (and set `COMPUTE_STATUS_DISABLED`
     /// on its nodes) after this many consecutive failed builds (Nova's
     /// `consecutive_build_service_disable_threshold`). Default 0: never.
@@ -297,6 +302,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
         lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),
+        lease_tick: std::time::Duration::from_millis(opts.lease_tick_ms.or(file.lease_tick_ms).unwrap_or(1000).max(1)),
         ..berth_compute::ComputeConfig::default()
     };
     let address = |text: Option<String>, flag: &str| -> anyhow::Result<Option<SocketAddr>> {

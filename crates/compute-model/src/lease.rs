@@ -8,7 +8,7 @@
 //! ([`crate::plan::lease`]). Capacity over time is the *peak* concurrent
 //! usage inside a window, computed from [`LeaseTables::bookings`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use berth_model::Uuid;
 
@@ -411,6 +411,84 @@ impl Booking {
     }
 }
 
+/// One host's bookings, sorted by start, with the running maximum of
+/// their ends: the bookings overlapping `[start, end)` lie between the
+/// first whose running maximum end passes `start` and the first starting
+/// at or after `end`, two binary searches away. Admission and the
+/// earliest-window search ask this for every host they consider, so a
+/// query costs O(log n + k) (k: the bookings between those two, the
+/// overlapping ones and any shorter ones nested in a long booking)
+/// instead of O(n).
+#[derive(Debug, Clone, Default)]
+pub struct HostBookings {
+    /// Sorted by `(start, end, lease, reservation)`.
+    list: Vec<Booking>,
+    /// `max_end[i]`: the latest end among `list[..=i]` (non-decreasing).
+    max_end: Vec<Timestamp>,
+}
+
+impl HostBookings {
+    fn key(b: &Booking) -> (Timestamp, Timestamp, Uuid, Uuid) {
+        (b.start, b.end, b.lease, b.reservation)
+    }
+
+    fn fix_max_end(&mut self, from: usize) {
+        self.max_end.truncate(from);
+        let mut latest = from.checked_sub(1).map_or(Timestamp::MIN, |i| self.max_end[i]);
+        for b in &self.list[from..] {
+            latest = latest.max(b.end);
+            self.max_end.push(latest);
+        }
+    }
+
+    /// Add a booking in order.
+    pub fn insert(&mut self, booking: Booking) {
+        let key = Self::key(&booking);
+        let pos = self.list.partition_point(|b| Self::key(b) <= key);
+        self.list.insert(pos, booking);
+        self.fix_max_end(pos);
+    }
+
+    /// Drop every booking of a lease.
+    pub fn remove_lease(&mut self, lease: Uuid) {
+        let Some(first) = self.list.iter().position(|b| b.lease == lease) else { return };
+        self.list.retain(|b| b.lease != lease);
+        self.fix_max_end(first);
+    }
+
+    /// All bookings, by start.
+    pub fn iter(&self) -> std::slice::Iter<'_, Booking> {
+        self.list.iter()
+    }
+
+    /// No booking.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// How many bookings.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The bookings overlapping `[start, end)`, by start.
+    pub fn overlapping(&self, start: Timestamp, end: Timestamp) -> impl Iterator<Item = &Booking> {
+        // Every booking before `first` ends by `start`.
+        let first = self.max_end.partition_point(|t| *t <= start);
+        let last = self.list.partition_point(|b| b.start < end).max(first);
+        self.list[first..last].iter().filter(move |b| b.end > start)
+    }
+}
+
+impl<'a> IntoIterator for &'a HostBookings {
+    type Item = &'a Booking;
+    type IntoIter = std::slice::Iter<'a, Booking>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
 /// The reservation tables, part of [`crate::ComputeState`].
 #[derive(Debug, Clone, Default)]
 pub struct LeaseTables {
@@ -424,10 +502,16 @@ pub struct LeaseTables {
     pub max_host_id: i64,
     /// Derived: host id by compute service host.
     pub host_by_service: HashMap<String, i64>,
-    /// Derived: bookings per host id (leases not terminated).
-    pub bookings: HashMap<i64, Vec<Booking>>,
+    /// Derived: bookings per host id (leases not terminated), sorted by
+    /// start.
+    pub bookings: HashMap<i64, HostBookings>,
     /// Derived: reservation id → lease id.
     pub lease_of_reservation: HashMap<Uuid, Uuid>,
+    /// Derived: the events still to run (`UNDONE` or `IN_PROGRESS`) of
+    /// leases neither terminated nor failed, by `(time, kind, lease,
+    /// event)`: the due ones are a prefix, found without a scan of every
+    /// lease (the runner looks each time a lease changes).
+    pub pending_events: BTreeSet<(Timestamp, EventType, Uuid, Uuid)>,
 }
 
 impl LeaseTables {
@@ -454,7 +538,7 @@ impl LeaseTables {
             }
             let demand = reservation.demand();
             for a in &reservation.allocations {
-                self.bookings.entry(a.host_id).or_default().push(Booking {
+                self.bookings.entry(a.host_id).or_default().insert(Booking {
                     lease: lease.id,
                     reservation: reservation.id,
                     start: lease.start,
@@ -464,16 +548,24 @@ impl LeaseTables {
                 });
             }
         }
+        if !matches!(lease.status, LeaseStatus::Terminated | LeaseStatus::Error) {
+            for e in lease.events.iter().filter(|e| matches!(e.status, EventStatus::Undone | EventStatus::InProgress)) {
+                self.pending_events.insert((e.time, e.event_type, lease.id, e.id));
+            }
+        }
         self.leases.insert(lease.id, lease.clone());
     }
 
     pub(crate) fn delete_lease(&mut self, id: Uuid) {
         let Some(old) = self.leases.remove(&id) else { return };
+        for e in &old.events {
+            self.pending_events.remove(&(e.time, e.event_type, id, e.id));
+        }
         for reservation in &old.reservations {
             self.lease_of_reservation.remove(&reservation.id);
             for a in &reservation.allocations {
                 if let Some(list) = self.bookings.get_mut(&a.host_id) {
-                    list.retain(|b| b.lease != id);
+                    list.remove_lease(id);
                     if list.is_empty() {
                         self.bookings.remove(&a.host_id);
                     }
@@ -504,7 +596,7 @@ impl LeaseTables {
         self.bookings
             .get(&host_id)
             .into_iter()
-            .flatten()
-            .filter(move |b| b.overlaps(start, end) && Some(b.lease) != except)
+            .flat_map(move |list| list.overlapping(start, end))
+            .filter(move |b| Some(b.lease) != except)
     }
 }

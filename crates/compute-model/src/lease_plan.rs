@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use berth_model::Uuid;
 
 use crate::lease::{
-    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, ReservableHost,
-    Reservation, ReservationKind, ReservationStatus, ResourceProperty,
+    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables,
+    ReservableHost, Reservation, ReservationKind, ReservationStatus, ResourceProperty,
 };
 use crate::state::ComputeChange as C;
 use crate::{ComputeError, Timestamp, World, WorldChangeSet};
@@ -179,7 +179,7 @@ struct Admission<'a> {
     exclude: Option<i64>,
 }
 
-impl Admission<'_> {
+impl<'a> Admission<'a> {
     fn bookings(&self, host: i64) -> impl Iterator<Item = &Booking> {
         let tables = &self.world.compute.leases;
         tables
@@ -187,8 +187,8 @@ impl Admission<'_> {
             .chain(self.overlay.0.get(&host).into_iter().flatten())
     }
 
-    fn matching_hosts(&self, request: &ReservationRequest) -> Vec<&ReservableHost> {
-        let tables = &self.world.compute.leases;
+    fn matching_hosts(&self, request: &ReservationRequest) -> Vec<&'a ReservableHost> {
+        let tables: &'a LeaseTables = &self.world.compute.leases;
         tables
             .hosts
             .values()
@@ -206,26 +206,35 @@ impl Admission<'_> {
     /// How many more `(vcpus, memory_mb, disk_gb)` slots fit on a host for
     /// the whole window: capacity minus the peak concurrent usage.
     fn free_slots(&self, host: &ReservableHost, need: (i64, i64, i64)) -> i64 {
-        let list: Vec<&Booking> = self.bookings(host.id).collect();
-        if list.iter().any(|b| b.demand == Demand::WholeHost) {
-            return 0;
-        }
-        let mut instants: Vec<Timestamp> = vec![self.start];
-        instants.extend(list.iter().map(|b| b.start).filter(|t| *t > self.start && *t < self.end));
-        let mut peak = (0i64, 0i64, 0i64);
-        for t in instants {
-            let mut used = (0, 0, 0);
-            for b in list.iter().filter(|b| b.start <= t && t < b.end) {
-                if let Demand::Slot { vcpus, memory_mb, disk_gb } = b.demand {
-                    used.0 += vcpus * b.slots;
-                    used.1 += memory_mb * b.slots;
-                    used.2 += disk_gb * b.slots;
-                }
-            }
-            peak = (peak.0.max(used.0), peak.1.max(used.1), peak.2.max(used.2));
-        }
+        let Some(peak) = self.peak_usage(host.id) else { return 0 };
         let fit = |cap: i64, used: i64, per: i64| if per <= 0 { i64::MAX } else { ((cap - used) / per).max(0) };
         fit(host.vcpus, peak.0, need.0).min(fit(host.memory_mb, peak.1, need.1)).min(fit(host.local_gb, peak.2, need.2))
+    }
+
+    /// The peak concurrent `(vcpus, memory_mb, disk_gb)` of the slots
+    /// booked on a host inside the window, each resource on its own (`None`:
+    /// a whole-host booking overlaps). A sweep over the overlapping
+    /// bookings' starts and ends: O(k log k) for k of them.
+    fn peak_usage(&self, host: i64) -> Option<(i64, i64, i64)> {
+        let mut steps: Vec<(Timestamp, i64, i64, i64)> = Vec::new();
+        for b in self.bookings(host) {
+            let Demand::Slot { vcpus, memory_mb, disk_gb } = b.demand else { return None };
+            let used = (vcpus * b.slots, memory_mb * b.slots, disk_gb * b.slots);
+            steps.push((b.start.max(self.start), used.0, used.1, used.2));
+            if b.end < self.end {
+                steps.push((b.end, -used.0, -used.1, -used.2));
+            }
+        }
+        steps.sort_unstable_by_key(|s| s.0);
+        let (mut used, mut peak) = ((0i64, 0i64, 0i64), (0i64, 0i64, 0i64));
+        for (idx, (t, v, m, d)) in steps.iter().enumerate() {
+            used = (used.0 + v, used.1 + m, used.2 + d);
+            // Usage at an instant counts every step taken at it.
+            if steps.get(idx + 1).is_none_or(|next| next.0 != *t) {
+                peak = (peak.0.max(used.0), peak.1.max(used.1), peak.2.max(used.2));
+            }
+        }
+        Some(peak)
     }
 
     /// Choose allocations for one reservation, keeping `keep` (the current
@@ -238,6 +247,19 @@ impl Admission<'_> {
         active: bool,
     ) -> Result<Vec<HostAllocation>> {
         let hosts = self.matching_hosts(request);
+        self.allocate_among(reservation, request, &hosts, keep, active)
+    }
+
+    /// [`Admission::allocate`] with the matching hosts already chosen (in
+    /// id order).
+    fn allocate_among(
+        &mut self,
+        reservation: Uuid,
+        request: &ReservationRequest,
+        hosts: &[&ReservableHost],
+        keep: &[HostAllocation],
+        active: bool,
+    ) -> Result<Vec<HostAllocation>> {
         let mut chosen: Vec<HostAllocation> = Vec::new();
         let demand;
         match &request.kind {
@@ -269,35 +291,32 @@ impl Admission<'_> {
             ReservationKind::Instance { vcpus, memory_mb, disk_gb, amount, affinity, .. } => {
                 demand = Demand::Slot { vcpus: *vcpus, memory_mb: *memory_mb, disk_gb: *disk_gb };
                 let need = (*vcpus, *memory_mb, *disk_gb);
-                let mut free: Vec<(&ReservableHost, i64)> =
-                    hosts.iter().map(|h| (*h, self.free_slots(h, need))).filter(|(_, n)| *n > 0).collect();
-                // Current hosts first, in their order.
-                free.sort_by_key(|(h, _)| (keep.iter().position(|a| a.host_id == h.id).unwrap_or(usize::MAX), h.id));
+                // Current hosts first, in their order; the free slots of a
+                // host are computed only when it is reached, so a request
+                // that fits early looks at few hosts.
+                let mut order: Vec<&ReservableHost> = hosts.to_vec();
+                order.sort_by_key(|h| (keep.iter().position(|a| a.host_id == h.id).unwrap_or(usize::MAX), h.id));
+                let mut free = order.into_iter().map(|h| (h, self.free_slots(h, need))).filter(|(_, n)| *n > 0);
                 let mut left = *amount;
                 match affinity {
                     Some(true) => {
                         let host = free
-                            .iter()
                             .find(|(_, n)| *n >= left)
                             .ok_or_else(|| ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()))?;
                         chosen.push(HostAllocation { host_id: host.0.id, slots: left });
                         left = 0;
                     }
                     Some(false) => {
-                        for (h, _) in &free {
-                            if left == 0 {
-                                break;
-                            }
+                        while left > 0 {
+                            let Some((h, _)) = free.next() else { break };
                             chosen.push(HostAllocation { host_id: h.id, slots: 1 });
                             left -= 1;
                         }
                     }
                     None => {
-                        for (h, n) in &free {
-                            if left == 0 {
-                                break;
-                            }
-                            let take = (*n).min(left);
+                        while left > 0 {
+                            let Some((h, n)) = free.next() else { break };
+                            let take = n.min(left);
                             chosen.push(HostAllocation { host_id: h.id, slots: take });
                             left -= take;
                         }
@@ -616,21 +635,14 @@ pub fn plan_delete_lease(world: &World, lease_id: Uuid) -> Result<WorldChangeSet
 /// Due events, in the order they must run: by time, and at one instant
 /// ends before starts. Includes events left `IN_PROGRESS` by a crash.
 pub fn due_events(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, Timestamp)> {
-    let mut out: Vec<(Uuid, Uuid, EventType, Timestamp)> = world
+    world
         .compute
         .leases
-        .leases
-        .values()
-        .filter(|l| !matches!(l.status, LeaseStatus::Terminated | LeaseStatus::Error))
-        .flat_map(|l| {
-            l.events
-                .iter()
-                .filter(move |e| matches!(e.status, EventStatus::Undone | EventStatus::InProgress) && e.time <= now)
-                .map(move |e| (l.id, e.id, e.event_type, e.time))
-        })
-        .collect();
-    out.sort_by_key(|(lease, _, kind, time)| (*time, *kind, *lease));
-    out
+        .pending_events
+        .iter()
+        .take_while(|(time, ..)| *time <= now)
+        .map(|(time, kind, lease, event)| (*lease, *event, *kind, *time))
+        .collect()
 }
 
 /// What a due event must wait for, if anything (the lease to wait on):
@@ -1027,7 +1039,20 @@ pub fn host_allows(world: &World, service_host: &str, reservation: Option<Uuid>)
 
 /// Earliest start `>= from` at which `request` (one reservation, for
 /// `duration` seconds) would be admitted, looking no further than
-/// `horizon`. Candidate starts are `from` and the ends of bookings.
+/// `horizon`, and the hosts it would get there.
+///
+/// A request can only become admissible when a booking on a matching host
+/// ends (a window that starts later only loses bookings at their ends), so
+/// the candidate starts are `from` and those ends. Whole hosts: a host is
+/// busy for the starts in `(booking.start - duration, booking.end)`; one
+/// sweep over these intervals, merged per host, counts the free hosts at
+/// every candidate and goes straight to the first one with `min` free
+/// (O(B log B) for B bookings on matching hosts). Slots: a host's free
+/// slots are computed again only at the ends of its own bookings (they
+/// cannot grow elsewhere); their running tally skips the candidates that
+/// cannot hold the amount (O(B log B + H) plus O(H) per candidate that
+/// passes the tally but not the exact check). Either way the answer is
+/// checked by the admission itself.
 pub fn earliest_window(
     world: &World,
     request: &ReservationRequest,
@@ -1036,26 +1061,142 @@ pub fn earliest_window(
     horizon: Timestamp,
 ) -> Option<(Timestamp, Vec<HostAllocation>)> {
     let tables = &world.compute.leases;
-    let mut starts: Vec<Timestamp> = vec![from];
-    for list in tables.bookings.values() {
-        starts.extend(list.iter().map(|b| b.end).filter(|t| *t > from && *t <= horizon));
+    let probe = |start: Timestamp| Admission {
+        world,
+        lease: Uuid::nil(),
+        start,
+        end: start + duration,
+        overlay: Overlay::default(),
+        exclude: None,
+    };
+    let hosts = probe(from).matching_hosts(request);
+    let try_at = |start: Timestamp| {
+        probe(start).allocate_among(Uuid::nil(), request, &hosts, &[], false).ok().map(|a| (start, a))
+    };
+    if let Some(found) = try_at(from) {
+        return Some(found);
     }
-    starts.sort_unstable();
-    starts.dedup();
-    for start in starts {
-        let mut admission = Admission {
-            world,
-            lease: Uuid::nil(),
-            start,
-            end: start + duration,
-            overlay: Overlay::default(),
-            exclude: None,
-        };
-        if let Ok(a) = admission.allocate(Uuid::nil(), request, &[], false) {
-            return Some((start, a));
+    let lists = || hosts.iter().filter_map(|h| tables.bookings.get(&h.id));
+    match &request.kind {
+        ReservationKind::Host { min, .. } => {
+            // Per host, the merged open intervals of busy starts.
+            let (mut opens, mut closes): (Vec<Timestamp>, Vec<Timestamp>) = (Vec::new(), Vec::new());
+            for list in lists() {
+                let mut current: Option<(Timestamp, Timestamp)> = None;
+                for b in list.iter() {
+                    let (open, close) = (b.start - duration, b.end);
+                    match &mut current {
+                        Some((_, c)) if open < *c => *c = (*c).max(close),
+                        _ => {
+                            if let Some((o, c)) = current.replace((open, close)) {
+                                opens.push(o);
+                                closes.push(c);
+                            }
+                        }
+                    }
+                }
+                if let Some((o, c)) = current {
+                    opens.push(o);
+                    closes.push(c);
+                }
+            }
+            opens.sort_unstable();
+            closes.sort_unstable();
+            let mut starts: Vec<Timestamp> = closes.iter().copied().filter(|t| *t > from && *t <= horizon).collect();
+            starts.dedup();
+            let (mut n_opened, mut n_closed) = (0usize, 0usize);
+            for start in starts {
+                // Busy at `start`: opened before it and not closed by it.
+                while n_opened < opens.len() && opens[n_opened] < start {
+                    n_opened += 1;
+                }
+                while n_closed < closes.len() && closes[n_closed] <= start {
+                    n_closed += 1;
+                }
+                let n_free = hosts.len() - (n_opened - n_closed);
+                if n_free as i64 >= *min {
+                    if let Some(found) = try_at(start) {
+                        return Some(found);
+                    }
+                }
+            }
+            None
+        }
+        ReservationKind::Instance { vcpus, memory_mb, disk_gb, amount, affinity, .. } => {
+            let need = (*vcpus, *memory_mb, *disk_gb);
+            let free_at = |host: &ReservableHost, start: Timestamp| probe(start).free_slots(host, need).min(*amount);
+            // Every booking end on a matching host, by time, with its host.
+            let mut ends: Vec<(Timestamp, usize)> = hosts
+                .iter()
+                .enumerate()
+                .filter_map(|(idx, h)| tables.bookings.get(&h.id).map(|list| (idx, list)))
+                .flat_map(|(idx, list)| list.iter().map(move |b| (b.end, idx)))
+                .filter(|(t, _)| *t > from && *t <= horizon)
+                .collect();
+            ends.sort_unstable();
+            // A bound on each host's free slots (capped at `amount`): exact
+            // where last computed, and a host's free slots only grow at the
+            // end of one of its own bookings, where it is computed again.
+            // While the bounds cannot hold the request, no host is looked
+            // at twice; when they can, all are made exact and the
+            // admission decides.
+            let mut tally = SlotTally::default();
+            let mut bound: Vec<i64> = hosts.iter().map(|h| free_at(h, from)).collect();
+            bound.iter().for_each(|n| tally.add(*n, *amount, 1));
+            for group in ends.chunk_by(|a, b| a.0 == b.0) {
+                let start = group[0].0;
+                for &(_, idx) in group {
+                    let n = free_at(hosts[idx], start);
+                    tally.add(bound[idx], *amount, -1);
+                    tally.add(n, *amount, 1);
+                    bound[idx] = n;
+                }
+                if !tally.holds(*amount, *affinity) {
+                    continue;
+                }
+                tally = SlotTally::default();
+                for (idx, h) in hosts.iter().enumerate() {
+                    bound[idx] = free_at(h, start);
+                    tally.add(bound[idx], *amount, 1);
+                }
+                if tally.holds(*amount, *affinity) {
+                    if let Some(found) = try_at(start) {
+                        return Some(found);
+                    }
+                }
+            }
+            None
         }
     }
-    None
+}
+
+/// Free slots over a set of hosts (each capped at the amount asked): what
+/// decides whether a slot reservation fits.
+#[derive(Default)]
+struct SlotTally {
+    /// Sum of the free slots.
+    sum: i64,
+    /// Hosts with a free slot.
+    n_some: i64,
+    /// Hosts with the whole amount free.
+    n_all: i64,
+}
+
+impl SlotTally {
+    fn add(&mut self, free: i64, amount: i64, sign: i64) {
+        self.sum += sign * free;
+        self.n_some += sign * i64::from(free > 0);
+        self.n_all += sign * i64::from(free >= amount && free > 0);
+    }
+
+    /// Admission's rule: all on one host, one per host, or anywhere.
+    fn holds(&self, amount: i64, affinity: Option<bool>) -> bool {
+        match affinity {
+            Some(true) => self.n_all > 0,
+            Some(false) => self.n_some >= amount,
+            None => self.sum >= amount,
+        }
+    }
 }
 
 /// Leases whose bookings overlap `[start, end)` on hosts `request` could

@@ -31,8 +31,9 @@ pub mod servers;
 pub mod services;
 pub mod shelve;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_compute_model::{CellMapping, Timestamp};
@@ -210,6 +211,9 @@ pub struct Compute {
     lease_wake: tokio::sync::Notify,
     /// A periodic heal is running (the sweep does not start another).
     heal_running: std::sync::atomic::AtomicBool,
+    /// Enrolled hosts seen down at the last healing pass (not yet made
+    /// unreservable).
+    lease_suspects: Mutex<BTreeSet<i64>>,
     seed: AtomicU64,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
     jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
@@ -242,6 +246,7 @@ impl Compute {
             lease_metrics: leases::LeaseMetrics::default(),
             lease_wake: tokio::sync::Notify::new(),
             heal_running: std::sync::atomic::AtomicBool::new(false),
+            lease_suspects: Mutex::default(),
             seed: AtomicU64::new(seed),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
@@ -267,7 +272,9 @@ impl Compute {
         self.clock.now()
     }
 
-    /// Move the clock (test hooks).
+    /// Move the clock (test hooks). The lease runner notices at its next
+    /// tick, not at once: after a jump every host looks down until its
+    /// next heartbeat, and tests rely on heartbeats usually coming first.
     pub fn advance_clock(&self, seconds: i64) {
         self.clock.advance(seconds);
     }

@@ -429,3 +429,184 @@ fn capacity_over_time_is_the_booked_steps() {
     assert_eq!(steps[5].usage.free(host), (0, 0, 0));
     assert_eq!(capacity::host_timeline(&world, 1, 6 * H, 7 * H).len(), 1, "an unbooked window is one step");
 }
+
+/// The fast paths (sorted per-host bookings, the peak sweep, the
+/// earliest-window sweep) against brute force on random bookings: every
+/// instant of a small time range is looked at.
+mod against_brute_force {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::lease::HostBookings;
+
+    /// `(start, length, whole host, vcpus, slots)`.
+    type Spec = (i64, i64, bool, i64, i64);
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        (0i64..120, 1i64..40, prop::bool::weighted(0.3), 1i64..4, 1i64..3)
+    }
+
+    fn booking(n: usize, (start, len, whole, vcpus, slots): Spec) -> Booking {
+        Booking {
+            lease: Uuid::from_u128(n as u128 + 1),
+            reservation: Uuid::from_u128(n as u128 + 1000),
+            start,
+            end: start + len,
+            demand: if whole {
+                Demand::WholeHost
+            } else {
+                Demand::Slot { vcpus, memory_mb: 1024 * vcpus, disk_gb: 10 }
+            },
+            slots,
+        }
+    }
+
+    /// Hosts of 8 vCPUs, 16 GiB, 100 GB with the bookings spread over them.
+    fn world_with(n_hosts: usize, specs: &[(usize, Spec)]) -> World {
+        let mut world = world_with_hosts(n_hosts, 8);
+        let ids: Vec<i64> = world.compute.leases.hosts.keys().copied().collect();
+        for (n, (host, spec)) in specs.iter().enumerate() {
+            let id = ids[host % ids.len()];
+            world.compute.leases.bookings.entry(id).or_default().insert(booking(n, *spec));
+        }
+        world
+    }
+
+    fn probe(world: &World, start: i64, end: i64) -> Admission<'_> {
+        Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: None }
+    }
+
+    /// Free slots by looking at every instant of the window.
+    fn brute_free_slots(world: &World, host: &ReservableHost, start: i64, end: i64, need: (i64, i64, i64)) -> i64 {
+        let list: Vec<&Booking> = world.compute.leases.bookings.get(&host.id).into_iter().flatten().collect();
+        let mut peak = (0, 0, 0);
+        for t in start..end {
+            let mut used = (0, 0, 0);
+            for b in list.iter().filter(|b| b.start <= t && t < b.end) {
+                match b.demand {
+                    Demand::WholeHost => return 0,
+                    Demand::Slot { vcpus, memory_mb, disk_gb } => {
+                        used = (used.0 + vcpus * b.slots, used.1 + memory_mb * b.slots, used.2 + disk_gb * b.slots)
+                    }
+                }
+            }
+            peak = (peak.0.max(used.0), peak.1.max(used.1), peak.2.max(used.2));
+        }
+        let fit = |cap: i64, used: i64, per: i64| ((cap - used) / per).max(0);
+        fit(host.vcpus, peak.0, need.0).min(fit(host.memory_mb, peak.1, need.1)).min(fit(host.local_gb, peak.2, need.2))
+    }
+
+    fn request() -> impl Strategy<Value = ReservationRequest> {
+        prop_oneof![
+            (1i64..4, 0i64..2).prop_map(|(min, more)| hosts(min, min + more)),
+            (1i64..6, 1i64..4, prop_oneof![Just(None), Just(Some(true)), Just(Some(false))])
+                .prop_map(|(amount, vcpus, affinity)| slots(amount, vcpus, affinity)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn overlapping_is_a_filter(specs in prop::collection::vec(spec(), 0..30), start in 0i64..170, len in 1i64..60) {
+            let mut list = HostBookings::default();
+            let all: Vec<Booking> = specs.iter().enumerate().map(|(n, s)| booking(n, *s)).collect();
+            for b in &all {
+                list.insert(*b);
+            }
+            // Removing a lease keeps the rest (and the running maximum end) right.
+            if let Some(gone) = all.first() {
+                list.remove_lease(gone.lease);
+            }
+            let mut fast: Vec<Booking> = list.overlapping(start, start + len).copied().collect();
+            let mut slow: Vec<Booking> =
+                all.iter().skip(1).filter(|b| b.overlaps(start, start + len)).copied().collect();
+            let key = |b: &Booking| (b.start, b.end, b.lease);
+            fast.sort_by_key(key);
+            slow.sort_by_key(key);
+            prop_assert_eq!(fast, slow);
+        }
+
+        #[test]
+        fn free_slots_is_capacity_minus_the_peak(
+            specs in prop::collection::vec((Just(0usize), spec()), 0..20),
+            start in 0i64..150,
+            len in 1i64..60,
+            vcpus in 1i64..4,
+        ) {
+            let world = world_with(1, &specs);
+            let host = world.compute.leases.hosts.values().next().unwrap();
+            let need = (vcpus, 1024, 10);
+            prop_assert_eq!(
+                probe(&world, start, start + len).free_slots(host, need),
+                brute_free_slots(&world, host, start, start + len, need)
+            );
+        }
+
+        #[test]
+        fn earliest_window_is_the_first_admissible_instant(
+            n_hosts in 1usize..5,
+            specs in prop::collection::vec((0usize..5, spec()), 0..25),
+            request in request(),
+            duration in 1i64..50,
+            from in 0i64..100,
+            reach in 0i64..120,
+        ) {
+            let world = world_with(n_hosts, &specs);
+            let horizon = from + reach;
+            let brute = (from..=horizon).find_map(|start| {
+                let mut admission = probe(&world, start, start + duration);
+                admission.allocate(Uuid::nil(), &request, &[], false).ok().map(|a| (start, a))
+            });
+            prop_assert_eq!(earliest_window(&world, &request, duration, from, horizon), brute);
+        }
+    }
+}
+
+#[test]
+fn the_pending_event_index_follows_every_change() {
+    // What `due_events` did before the index: scan every lease.
+    fn scan(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, Timestamp)> {
+        let mut out: Vec<_> = world
+            .compute
+            .leases
+            .leases
+            .values()
+            .filter(|l| !matches!(l.status, LeaseStatus::Terminated | LeaseStatus::Error))
+            .flat_map(|l| {
+                l.events
+                    .iter()
+                    .filter(move |e| matches!(e.status, EventStatus::Undone | EventStatus::InProgress) && e.time <= now)
+                    .map(move |e| (l.id, e.id, e.event_type, e.time))
+            })
+            .collect();
+        out.sort_by_key(|(lease, _, kind, time)| (*time, *kind, *lease));
+        out
+    }
+    let mut world = world_with_hosts(3, 8);
+    let a = admit(&mut world, &lease(0, 2 * H, vec![hosts(1, 1)])).unwrap();
+    let b = admit(&mut world, &lease(2 * H, 4 * H, vec![hosts(1, 1)])).unwrap();
+    let c = admit(&mut world, &lease(H, 3 * H, vec![slots(2, 2, None)])).unwrap();
+    let check = |world: &World| {
+        for now in [0, H, 2 * H, 3 * H, 4 * H, 10 * H] {
+            assert_eq!(due_events(world, now), scan(world, now), "at {now}");
+        }
+    };
+    check(&world);
+    let start = a.event(EventType::StartLease).unwrap().id;
+    world.apply(&plan_event_begin(&world, a.id, start, 0).unwrap().unwrap());
+    check(&world);
+    world.apply(&plan_event_finish(&world, a.id, start, false, 0).unwrap().unwrap());
+    check(&world);
+    let update = LeaseUpdate { end: Some(5 * H), ..LeaseUpdate::default() };
+    let (set, _) = plan_update_lease(&world, b.id, &update, &no_parse, &mut Uuid::new_v4, 0).unwrap();
+    world.apply(&set);
+    check(&world);
+    let end = a.event(EventType::EndLease).unwrap().id;
+    world.apply(&plan_event_begin(&world, a.id, end, 2 * H).unwrap().unwrap());
+    world.apply(&plan_event_finish(&world, a.id, end, false, 2 * H).unwrap().unwrap());
+    check(&world);
+    world.apply(&plan_delete_lease(&world, c.id).unwrap());
+    check(&world);
+    assert!(due_events(&world, 10 * H).iter().all(|(lease, ..)| *lease == b.id));
+}

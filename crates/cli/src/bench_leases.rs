@@ -1,0 +1,400 @@
+//! `berth bench leases`: reservations at scale (issue 9).
+//!
+//! Starts berth with `--fake-hosts N --test-hooks` (in-process fake
+//! hypervisors, a movable clock), enrols every host for reservation
+//! (`POST /reservation/v1/os-hosts`), then measures over real HTTP:
+//!
+//! 1. admission: `--leases` leases with random windows over a year
+//!    (starting a day from now, durations from an hour to four weeks;
+//!    mostly `physical:host` with min/max 1–3, some `virtual:instance`
+//!    slots with amount 1–4) posted by `--concurrency` clients; decisions/s
+//!    and admitted vs refused (409 "Not enough hosts available");
+//! 2. `GET /reservation/v1/availability` (the earliest window) latency
+//!    p50/p99, one client, `--queries` random requests from a random day:
+//!    small ones shaped like the leases and large ones (a tenth to nine
+//!    tenths of the hosts, often not free at the day asked);
+//! 3. events: `--burst` one-host leases that all start in the same minute
+//!    (before every random lease); the clock is moved to their start and
+//!    the time until all of them are ACTIVE gives events/s
+//!    (`berth_lease_events_done_total` is polled, the leases then checked).
+//!    Moving the clock does not wake the lease runner (it would at its
+//!    next tick, a second); renaming one lease right after does, as any
+//!    lease change does, so the figure is the events' work, not the tick;
+//!
+//! and the server's RSS. The random choices come from `--seed`.
+#![expect(clippy::print_stdout, reason = "benchmarks report their figures on stdout")]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::bench::spawn_berth;
+use crate::bench_boot::{hosts_ready, metric, ms, percentile, rss_mib};
+
+const HOUR: i64 = 3600;
+const DAY: i64 = 86_400;
+
+/// Options of `berth bench leases`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LeasesOpts {
+    /// Hosts (in-process fake hypervisors), all enrolled for reservation.
+    #[arg(long, default_value_t = 1000)]
+    hosts: usize,
+    /// Leases to post (random windows over `--days`).
+    #[arg(long, default_value_t = 10_000)]
+    leases: usize,
+    /// Days the random lease starts are spread over.
+    #[arg(long, default_value_t = 365)]
+    days: i64,
+    /// Concurrent clients posting leases.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Availability queries (one client, latency).
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    /// Leases that start in the same minute (event throughput; at most
+    /// `--hosts`, one host each).
+    #[arg(long, default_value_t = 1000)]
+    burst: usize,
+    /// Share of `virtual:instance` leases (the rest are `physical:host`).
+    #[arg(long, default_value_t = 0.2)]
+    instance_share: f64,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 9)]
+    seed: u64,
+    /// Extra arguments for `berth serve`.
+    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+    serve_arg: Vec<String>,
+}
+
+/// splitmix64: enough randomness for load shapes, and reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+
+    /// Log-uniform duration between an hour and four weeks, whole minutes.
+    fn duration(&mut self) -> i64 {
+        let (lo, hi) = ((HOUR as f64).ln(), ((28 * DAY) as f64).ln());
+        let secs = (lo + (hi - lo) * self.unit()).exp() as i64;
+        (secs / 60).max(60) * 60
+    }
+}
+
+/// Blazar's date format (`%Y-%m-%d %H:%M`).
+fn blazar_date(ts: i64) -> String {
+    let iso = berth_compute_api::handlers::leases::iso(ts);
+    iso[..16].replace('T', " ")
+}
+
+fn minute(ts: i64) -> i64 {
+    ts - ts.rem_euclid(60)
+}
+
+/// The reservation of one random lease.
+fn random_reservation(rng: &mut Rng, instance_share: f64) -> Value {
+    if rng.unit() < instance_share {
+        json!({"resource_type": "virtual:instance", "vcpus": rng.pick(&[1, 2, 4]),
+               "memory_mb": rng.pick(&[1024, 2048, 4096]), "disk_gb": rng.pick(&[10, 20, 40]),
+               "amount": rng.range(1, 4), "affinity": Value::Null,
+               "resource_properties": "", "hypervisor_properties": ""})
+    } else {
+        let min = rng.range(1, 3);
+        json!({"resource_type": "physical:host", "min": min, "max": rng.range(min, 3),
+               "resource_properties": "", "hypervisor_properties": ""})
+    }
+}
+
+#[derive(Clone)]
+struct Blazar {
+    client: reqwest::Client,
+    url: String,
+}
+
+impl Blazar {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<(u16, Value)> {
+        let mut req = self.client.request(method, format!("{}{path}", self.url)).header("x-auth-token", "admin");
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body.to_string());
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await?;
+        Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    }
+}
+
+/// Outcome of posting a set of bodies concurrently.
+#[derive(Default)]
+struct Posted {
+    created: Vec<String>,
+    refused: usize,
+    /// Other statuses, with the first message.
+    failed: usize,
+    first_failure: Option<String>,
+    latencies: Vec<Duration>,
+}
+
+async fn post_all(blazar: &Blazar, path: &str, bodies: Vec<Value>, concurrency: usize) -> anyhow::Result<Posted> {
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let posted: Arc<Mutex<Posted>> = Arc::default();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (blazar, bodies, next, posted, path) =
+            (blazar.clone(), bodies.clone(), next.clone(), posted.clone(), path.to_owned());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let idx = next.fetch_add(1, Ordering::SeqCst);
+                let Some(body) = bodies.get(idx) else { return Ok::<(), anyhow::Error>(()) };
+                let t = Instant::now();
+                let (status, answer) = blazar.call(reqwest::Method::POST, &path, Some(body)).await?;
+                let took = t.elapsed();
+                let mut posted = posted.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                posted.latencies.push(took);
+                match status {
+                    200 | 201 => {
+                        let id = answer["lease"]["id"].as_str().or(answer["host"]["id"].as_str()).unwrap_or("");
+                        posted.created.push(id.to_owned());
+                    }
+                    409 => posted.refused += 1,
+                    _ => {
+                        posted.failed += 1;
+                        posted.first_failure.get_or_insert_with(|| format!("{status} {answer}"));
+                    }
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    let mut posted = std::mem::take(&mut *posted.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+    posted.latencies.sort();
+    Ok(posted)
+}
+
+async fn server_now(blazar: &Blazar) -> anyhow::Result<i64> {
+    advance(blazar, 0).await
+}
+
+async fn advance(blazar: &Blazar, seconds: i64) -> anyhow::Result<i64> {
+    let (status, body) =
+        blazar.call(reqwest::Method::POST, "/admin/v1/test/clock", Some(&json!({"advance": seconds}))).await?;
+    anyhow::ensure!(status == 200, "moving the test clock: {status} {body}");
+    body["now"].as_i64().ok_or_else(|| anyhow::anyhow!("no 'now' in {body}"))
+}
+
+/// One random availability query (the query string) and its kind.
+fn random_query(rng: &mut Rng, now: i64, days: i64, hosts: usize) -> (&'static str, String, i64) {
+    let from_ts = minute(now + DAY + rng.range(0, days.max(1) * DAY));
+    let duration = rng.duration();
+    let from = blazar_date(from_ts).replace(' ', "%20");
+    let roll = rng.unit();
+    if roll < 0.5 {
+        let min = rng.range(1, 3);
+        let query = format!("resource_type=physical:host&min={min}&max={min}&duration={duration}&from={from}");
+        ("small host", query, from_ts)
+    } else if roll < 0.75 {
+        let amount = rng.range(1, 4);
+        let vcpus = rng.pick(&[1, 2, 4]);
+        (
+            "instance",
+            format!(
+                "resource_type=virtual:instance&vcpus={vcpus}&memory_mb=2048&disk_gb=20&amount={amount}\
+                 &duration={duration}&from={from}"
+            ),
+            from_ts,
+        )
+    } else {
+        let n = rng.range((hosts as i64 / 10).max(1), (hosts as i64 * 9 / 10).max(1));
+        ("large host", format!("resource_type=physical:host&min={n}&max={n}&duration={duration}&from={from}"), from_ts)
+    }
+}
+
+pub(crate) async fn run(opts: LeasesOpts) -> anyhow::Result<()> {
+    let mut args: Vec<String> = vec![
+        "--fake-hosts".into(),
+        opts.hosts.to_string(),
+        "--test-hooks".into(),
+        // The clock moves ahead; hosts must not look down meanwhile.
+        "--service-down-time".into(),
+        "31536000".into(),
+    ];
+    args.extend(opts.serve_arg.iter().cloned());
+    let berth = spawn_berth(&args).await?;
+    let url = berth.url.clone();
+    let pool = opts.concurrency * 2;
+    let blazar = Blazar { client: reqwest::Client::builder().pool_max_idle_per_host(pool).build()?, url: url.clone() };
+    let started = Instant::now();
+    hosts_ready(&url, opts.hosts).await?;
+    let registered = started.elapsed();
+    let enrol: Vec<Value> = (0..opts.hosts).map(|i| json!({"name": format!("fake-{i}")})).collect();
+    let t = Instant::now();
+    let enrolled = post_all(&blazar, "/reservation/v1/os-hosts", enrol, opts.concurrency).await?;
+    anyhow::ensure!(
+        enrolled.created.len() == opts.hosts,
+        "enrolled {} of {} hosts: {:?}",
+        enrolled.created.len(),
+        opts.hosts,
+        enrolled.first_failure
+    );
+    println!(
+        "leases: {} hosts registered in {:.1} s, enrolled in {:.2} s ({:.0}/s)",
+        opts.hosts,
+        registered.as_secs_f64(),
+        t.elapsed().as_secs_f64(),
+        opts.hosts as f64 / t.elapsed().as_secs_f64()
+    );
+
+    // 1. Admission.
+    let now = server_now(&blazar).await?;
+    let mut rng = Rng(opts.seed);
+    let bodies: Vec<Value> = (0..opts.leases)
+        .map(|i| {
+            let start = minute(now + DAY + rng.range(0, opts.days.max(1) * DAY));
+            let end = start + rng.duration();
+            json!({"name": format!("bench-{i}"), "start_date": blazar_date(start), "end_date": blazar_date(end),
+                   "reservations": [random_reservation(&mut rng, opts.instance_share)], "events": []})
+        })
+        .collect();
+    let t = Instant::now();
+    let posted = post_all(&blazar, "/reservation/v1/leases", bodies, opts.concurrency).await?;
+    let elapsed = t.elapsed().as_secs_f64();
+    let decided = posted.created.len() + posted.refused;
+    println!(
+        "  admission: {} leases, {} clients: {} admitted, {} refused (409), {} failed in {:.2} s = {:.0} decisions/s \
+         ({:.0} admitted/s); latency p50 {:.1} ms p99 {:.1} ms",
+        opts.leases,
+        opts.concurrency,
+        posted.created.len(),
+        posted.refused,
+        posted.failed,
+        elapsed,
+        decided as f64 / elapsed,
+        posted.created.len() as f64 / elapsed,
+        ms(percentile(&posted.latencies, 0.5)),
+        ms(percentile(&posted.latencies, 0.99)),
+    );
+    if let Some(first) = &posted.first_failure {
+        println!("  first failure: {first}");
+    }
+    println!("  server RSS after admission {:.0} MiB", rss_mib(berth.child.id()));
+
+    // 2. Availability.
+    let mut by_kind: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
+    let mut all = Vec::new();
+    let (mut at_from, mut later, mut none) = (0usize, 0usize, 0usize);
+    for _ in 0..opts.queries {
+        let (kind, query, from) = random_query(&mut rng, now, opts.days, opts.hosts);
+        let t = Instant::now();
+        let (status, body) =
+            blazar.call(reqwest::Method::GET, &format!("/reservation/v1/availability?{query}"), None).await?;
+        let took = t.elapsed();
+        anyhow::ensure!(status == 200, "availability?{query}: {status} {body}");
+        match body["availability"]["start_date"].as_str() {
+            None => none += 1,
+            Some(start) if start == berth_compute_api::handlers::leases::iso(from) => at_from += 1,
+            Some(_) => later += 1,
+        }
+        all.push(took);
+        by_kind.entry(kind).or_default().push(took);
+    }
+    all.sort();
+    println!(
+        "  availability: {} queries (window at the day asked {at_from}, later {later}, none within a year {none}): \
+         p50 {:.2} ms p99 {:.2} ms max {:.2} ms",
+        opts.queries,
+        ms(percentile(&all, 0.5)),
+        ms(percentile(&all, 0.99)),
+        ms(all.last().copied().unwrap_or_default())
+    );
+    for (kind, mut list) in by_kind {
+        list.sort();
+        println!(
+            "    {kind:<10} {:>5}: p50 {:.2} ms p99 {:.2} ms",
+            list.len(),
+            ms(percentile(&list, 0.5)),
+            ms(percentile(&list, 0.99))
+        );
+    }
+
+    // 3. Events: a burst of leases starting in the same minute.
+    let burst = opts.burst.min(opts.hosts);
+    if burst > 0 {
+        let now = server_now(&blazar).await?;
+        let start = minute(now) + 600;
+        let bodies: Vec<Value> = (0..burst)
+            .map(|i| {
+                json!({"name": format!("burst-{i}"), "start_date": blazar_date(start),
+                       "end_date": blazar_date(start + 2 * HOUR),
+                       "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                                         "resource_properties": "", "hypervisor_properties": ""}],
+                       "events": []})
+            })
+            .collect();
+        let posted = post_all(&blazar, "/reservation/v1/leases", bodies, opts.concurrency).await?;
+        anyhow::ensure!(
+            posted.created.len() == burst,
+            "burst: admitted {} of {burst} ({} refused): {:?}",
+            posted.created.len(),
+            posted.refused,
+            posted.first_failure
+        );
+        let before = metric(&url, "berth_lease_events_done_total").await;
+        let now = server_now(&blazar).await?;
+        let t = Instant::now();
+        advance(&blazar, start - now + 1).await?;
+        let poke = json!({"name": "burst-0"});
+        let (status, body) = blazar
+            .call(reqwest::Method::PUT, &format!("/reservation/v1/leases/{}", posted.created[0]), Some(&poke))
+            .await?;
+        anyhow::ensure!(status == 200, "renaming a lease: {status} {body}");
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let done = metric(&url, "berth_lease_events_done_total").await.saturating_sub(before);
+            if done >= burst as u64 {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "only {done} of {burst} start events ran in 600 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let took = t.elapsed();
+        let mut active = 0;
+        for id in &posted.created {
+            let (_, body) = blazar.call(reqwest::Method::GET, &format!("/reservation/v1/leases/{id}"), None).await?;
+            if body["lease"]["status"] == "ACTIVE" {
+                active += 1;
+            }
+        }
+        println!(
+            "  events: {burst} leases starting in one minute: {active} ACTIVE {:.2} s after the clock reached their \
+             start = {:.0} events/s",
+            took.as_secs_f64(),
+            burst as f64 / took.as_secs_f64()
+        );
+    }
+    println!("  server RSS {:.0} MiB", rss_mib(berth.child.id()));
+    Ok(())
+}
