@@ -46,6 +46,10 @@ pub(crate) struct BootOpts {
     /// Extra arguments for `berth serve` (e.g. `--database postgres://…`).
     #[arg(long, allow_hyphen_values = true, num_args = 1..)]
     serve_arg: Vec<String>,
+    /// Extra arguments for every agent (e.g. `--fail-rate 0.01`: 1 % of
+    /// builds fail and are rescheduled onto their alternates).
+    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+    agent_arg: Vec<String>,
     /// vCPUs per host (allocation ratio 4).
     #[arg(long, default_value_t = 16)]
     host_vcpus: i64,
@@ -181,6 +185,7 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
             .args(["--hosts", &count.to_string(), "--first-index", &first.to_string()])
             .args(["--vcpus", &opts.host_vcpus.to_string(), "--memory-mb", "262144", "--disk-gb", "4000"])
             .args(["--report-interval-secs", "10", "--concurrency", "16"])
+            .args(&opts.agent_arg)
             .stdout(Stdio::null())
             .spawn()
             .context("starting an agent")?;
@@ -227,6 +232,9 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
     let refused = Arc::new(AtomicUsize::new(0));
     let retries_before = metric(&url, "berth_compute_claim_retries_total").await;
     let runs_before = metric(&url, "berth_compute_scheduler_runs_total").await;
+    let failed_before = metric(&url, "berth_compute_builds_failed_total").await;
+    let resched_before = metric(&url, "berth_compute_reschedules_total").await;
+    let exhausted_before = metric(&url, "berth_compute_reschedules_exhausted_total").await;
     let t0 = Instant::now();
     let mut workers = Vec::new();
     for w in 0..opts.concurrency.max(1) {
@@ -295,6 +303,12 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
         "  scheduler runs {}, claim retries (placement conflicts) {}",
         metric(&url, "berth_compute_scheduler_runs_total").await - runs_before,
         metric(&url, "berth_compute_claim_retries_total").await - retries_before
+    );
+    println!(
+        "  builds failed {}, rescheduled onto an alternate {}, out of alternates {}",
+        metric(&url, "berth_compute_builds_failed_total").await - failed_before,
+        metric(&url, "berth_compute_reschedules_total").await - resched_before,
+        metric(&url, "berth_compute_reschedules_exhausted_total").await - exhausted_before
     );
     for (idx, server) in servers.iter().enumerate() {
         println!("  server {idx} RSS {:.0} MiB", rss_mib(server.child.id()));
