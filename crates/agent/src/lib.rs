@@ -318,7 +318,9 @@ async fn report_trees(
 }
 
 /// A cheap deterministic coin for the failure rate (no RNG dependency):
-/// hash of the instance uuid.
+/// hash of the instance uuid and the host, so each attempt of a
+/// rescheduled build tosses its own coin (with the instance alone, a build
+/// that failed once failed on every alternate).
 fn fails(config: &AgentConfig, host: &str, instance: &str) -> bool {
     if config.bad_hosts.iter().any(|h| h == host) {
         return true;
@@ -326,7 +328,11 @@ fn fails(config: &AgentConfig, host: &str, instance: &str) -> bool {
     if config.fail_rate <= 0.0 {
         return false;
     }
-    let hash = instance.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let hash = instance
+        .bytes()
+        .chain(std::iter::once(b'@'))
+        .chain(host.bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
     (hash % 1_000_000) as f64 / 1_000_000.0 < config.fail_rate
 }
 
@@ -543,6 +549,13 @@ mod tests {
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
         assert!(fails(&config, "bad", "x"));
+        // Each host tosses its own coin for the same instance: a build that
+        // failed once is not doomed on every alternate.
+        let doomed = (0..2_000)
+            .map(|_| Uuid::new_v4().to_string())
+            .filter(|i| (0..3).all(|h| fails(&config, &format!("good{h}"), i)))
+            .count();
+        assert!(doomed < 20, "{doomed} of 2000 failed on three hosts at rate 0.1 (independent: ~2)");
         assert_eq!(config.host_names(), vec!["h0".to_owned()]);
     }
 }
