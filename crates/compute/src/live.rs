@@ -36,8 +36,10 @@
 //! A crash between a cell step and its control write is finished by the
 //! sweep ([`redrive_live_migrations`]): a closed live migration whose
 //! migration consumer is still there gets its confirm or revert, an
-//! `accepted` one older than 10 s goes on if claimed (else `error`), and
-//! the agents' tasks of `preparing`/`running` ones are offered again.
+//! `accepted` one older than 10 s goes on if claimed (else `error`), the
+//! agents' tasks of `preparing`/`running` ones are offered again, and an
+//! open one whose server was deleted (its migration consumer went with
+//! it) goes to `error`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -593,7 +595,24 @@ pub(crate) async fn redrive_live_migrations(compute: &Compute, handle: &Arc<Cell
     let Ok(rows) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
     let now = compute.now();
     for m in rows {
-        let held = read(&*compute.control, |w| w.placement.consumers.contains_key(&m.uuid));
+        let (held, mapped) = read(&*compute.control, |w| {
+            (w.placement.consumers.contains_key(&m.uuid), w.compute.instance_mappings.contains_key(&m.instance_uuid))
+        });
+        let open = matches!(m.status.as_str(), ms::ACCEPTED | ms::QUEUED | ms::PREPARING | ms::RUNNING);
+        if open && !mapped {
+            // Deleted mid-migration (the delete forgot the migration
+            // consumer with the instance): nothing is left to move.
+            let close = CellOp::UpdateMigration {
+                uuid: m.uuid,
+                from_statuses: statuses(&[m.status.as_str()]),
+                update: MigrationUpdate { status: Some(ms::ERROR.to_owned()), updated_at: now, ..Default::default() },
+                instance: None,
+            };
+            if let Err(err) = handle.write(vec![close]).await {
+                tracing::warn!(migration = %m.uuid, error = %err, "closing the live migration of a deleted server failed");
+            }
+            continue;
+        }
         let result = match m.status.as_str() {
             ms::COMPLETED | ms::CANCELLED | ms::ERROR if held => {
                 compute.settle_live_allocations(&m, m.status == ms::COMPLETED)

@@ -180,6 +180,22 @@ async fn live_migrate_complete_abort_and_force_complete() {
     assert_eq!(migrations_of(&nova, &id).await[0]["status"], "completed");
     assert_eq!(nova.at("2.22").post(&path, &json!({"force_complete": null})).await.status, 409, "no longer migrating");
     cloud.check_invariants().await;
+
+    // 4. Deleted while running: both allocations go with it, the
+    // migration is closed (`error`) by the sweep, nothing is left over.
+    assert_eq!(live_migrate(&nova, "2.68", &id, json!({"block_migration": "auto", "host": null})).await, 202);
+    let running = wait_in_progress(&nova, &id, "running").await;
+    let migration_uuid = running["uuid"].as_str().expect("uuid").to_owned();
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nova.get(&format!("/servers/{id}")).await.status != 404 {
+        assert!(Instant::now() < deadline, "server {id} never went away");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(gone(&allocations(&cloud, &migration_uuid).await));
+    assert!(gone(&allocations(&cloud, &id).await));
+    wait_migration(&nova, &id, "error").await;
+    cloud.check_invariants().await;
 }
 
 /// A destination that refuses (a bad host) leaves the server ACTIVE on
