@@ -60,7 +60,7 @@ use crate::cells::Cell;
 use crate::control::{read, write};
 use crate::hub::{Task, TaskKind};
 use crate::moves::{conflict, expect_task, invalid, invalid_state, set_task, statuses};
-use crate::servers::{Caller, ServiceError};
+use crate::servers::{Caller, ServerRecord, ServiceError};
 use crate::Compute;
 
 /// The migration type of a live migration.
@@ -316,7 +316,14 @@ impl Compute {
 
     /// `GET /servers/{id}/migrations`: the live migrations in progress.
     pub async fn live_migrations_in_progress(&self, uuid: &Uuid) -> Result<Vec<Migration>, ServiceError> {
-        let (_, handle) = self.placed(uuid, "index").await?;
+        let handle = match self.get_server(uuid).await? {
+            ServerRecord::Placed { cell, .. } => self.cells.get(&cell)?,
+            // Still a build request: it has no migrations.
+            ServerRecord::Pending(_) => return Ok(Vec::new()),
+            ServerRecord::Unreachable(_) => {
+                return Err(ServiceError::Unavailable("the server's cell is not answering".into()))
+            }
+        };
         let filter = MigrationFilter {
             instance_uuid: Some(*uuid),
             migration_type: Some(MIGRATION_TYPE_LIVE.to_owned()),
@@ -331,8 +338,16 @@ impl Compute {
     /// `GET /servers/{id}/migrations/{mid}`: Nova's 404 texts when the
     /// migration is not this server's, not live, or not in progress.
     pub async fn show_live_migration(&self, uuid: &Uuid, id: i64) -> Result<Migration, ServiceError> {
-        let (_, handle) = self.placed(uuid, "show").await?;
         let not_found = |message: String| ServiceError::Refused(ComputeError::NotFound(message));
+        let handle = match self.get_server(uuid).await? {
+            ServerRecord::Placed { cell, .. } => self.cells.get(&cell)?,
+            ServerRecord::Pending(_) => {
+                return Err(not_found(format!("In-progress live migration {id} is not found for server {uuid}.")))
+            }
+            ServerRecord::Unreachable(_) => {
+                return Err(ServiceError::Unavailable("the server's cell is not answering".into()))
+            }
+        };
         let Ok(migration) = self.live_migration(&handle, uuid, id).await else {
             return Err(not_found(format!("In-progress live migration {id} is not found for server {uuid}.")));
         };
@@ -588,12 +603,40 @@ fn as_invalid(err: ServiceError) -> ServiceError {
     }
 }
 
+/// How far back (seconds) the sweep looks for a closed live migration
+/// whose control write a crash lost. Older ones are left to the heal's
+/// report (`orphan_migration`).
+const SETTLE_WINDOW: i64 = 600;
+
 /// The sweep's part (module doc): finish what a crash interrupted and
 /// offer the local agents their live-migration tasks again.
 pub(crate) async fn redrive_live_migrations(compute: &Compute, handle: &Arc<Cell>, local: &HashSet<String>) {
-    let filter = MigrationFilter { migration_type: Some(MIGRATION_TYPE_LIVE.to_owned()), ..Default::default() };
-    let Ok(rows) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
     let now = compute.now();
+    // The open ones by status, and those that changed in the last
+    // `SETTLE_WINDOW` seconds (a closed one may still need its control
+    // write), never the whole history.
+    let mut filters: Vec<MigrationFilter> = [ms::ACCEPTED, ms::QUEUED, ms::PREPARING, ms::RUNNING]
+        .into_iter()
+        .map(|status| MigrationFilter {
+            migration_type: Some(MIGRATION_TYPE_LIVE.to_owned()),
+            status: Some(status.to_owned()),
+            ..Default::default()
+        })
+        .collect();
+    filters.push(MigrationFilter {
+        migration_type: Some(MIGRATION_TYPE_LIVE.to_owned()),
+        changes_since: Some(now - SETTLE_WINDOW),
+        ..Default::default()
+    });
+    let mut rows: Vec<Migration> = Vec::new();
+    for filter in filters {
+        let Ok(found) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
+        for m in found {
+            if !rows.iter().any(|r| r.uuid == m.uuid) {
+                rows.push(m);
+            }
+        }
+    }
     for m in rows {
         let (held, mapped) = read(&*compute.control, |w| {
             (w.placement.consumers.contains_key(&m.uuid), w.compute.instance_mappings.contains_key(&m.instance_uuid))
