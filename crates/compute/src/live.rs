@@ -23,23 +23,25 @@
 //!    destination's agent prepares (`live_migration_prepared`: `running`,
 //!    the source's agent gets `live_migrate`, which takes the agent's
 //!    `--live-migration-ms`), then reports `live_migrated`.
-//! 6. **Completion** (that report, or `force_complete`): the cell first
-//!    (`running` → `completed`, the row on the destination with no task,
-//!    conditional, so completion, abort and failure cannot both win), then
-//!    `plan_confirm_move` drops the migration consumer.
+//! 6. **Completion** (that report, or `force_complete`): `plan_confirm_move`
+//!    drops the migration consumer, then the cell records it (`running` →
+//!    `completed`, the row on the destination with no task).
 //! 7. **Abort** (`DELETE /servers/{id}/migrations/{mid}`) and **failure**
-//!    (`live_migration_failed` from either agent): the cell first
-//!    (`cancelled` or `error`, the row stays on the source with no task),
-//!    then `plan_revert_move` gives the instance exactly the migration
-//!    consumer's allocation back.
+//!    (`live_migration_failed` from either agent): `plan_revert_move`
+//!    gives the instance exactly the migration consumer's allocation back,
+//!    then the cell records it (`cancelled` or `error`, the row stays on
+//!    the source with no task).
 //!
-//! A crash between a cell step and its control write is finished by the
-//! sweep ([`redrive_live_migrations`]): a closed live migration whose
-//! migration consumer is still there gets its confirm or revert, an
-//! `accepted` one older than 10 s goes on if claimed (else `error`), the
-//! agents' tasks of `preparing`/`running` ones are offered again, and an
-//! open one whose server was deleted (its migration consumer went with
-//! it) goes to `error`.
+//! The control write decides which ending wins (each expects the
+//! migration consumer as the claim wrote it; the first removes it), and
+//! the server shows ACTIVE only once its allocation is final. The sweep
+//! ([`redrive_live_migrations`]) finishes what a crash interrupted: an open
+//! live migration whose migration consumer is gone (older than 10 s) gets
+//! the cell record its placement shows (`completed` if the instance holds
+//! the destination, else `error`), an `accepted` one older than 10 s goes
+//! on if claimed (else `error`), the agents' tasks of `preparing`/`running`
+//! ones are offered again, and an open one whose server was deleted (its
+//! migration consumer went with it) goes to `error`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -439,10 +441,30 @@ impl Compute {
         Ok(())
     }
 
-    /// Steps 6 and 7: win the migration in the cell (conditional on its
-    /// status and the row still migrating on the source), then make the
-    /// control write. `false` when another ending won.
+    /// Steps 6 and 7. The control write decides which ending wins: confirm
+    /// and revert both expect the migration consumer exactly as the claim
+    /// wrote it, so only the first removes it and the others find it gone
+    /// (`false`). The cell then records the ending (the row still
+    /// `migrating` on the source, conditional), so a server shows ACTIVE
+    /// only once its allocation is final.
     async fn end_live(
+        &self,
+        handle: &Arc<Cell>,
+        migration: &Migration,
+        outcome: Outcome,
+        message: Option<&str>,
+    ) -> Result<bool, ServiceError> {
+        if !self.settle_live_allocations(migration, outcome == Outcome::Completed)? {
+            return Ok(false);
+        }
+        self.close_live_row(handle, migration, outcome, message).await?;
+        Ok(true)
+    }
+
+    /// The cell half of an ending: the migration's final status and the
+    /// row (on the destination for a completion, else untouched on the
+    /// source), with the task cleared.
+    async fn close_live_row(
         &self,
         handle: &Arc<Cell>,
         migration: &Migration,
@@ -482,22 +504,19 @@ impl Compute {
             ops.push(self.finish_event(&uuid, &request_id, EVENT_LIVE_MIGRATION, message.map(str::to_owned)));
         }
         let outcomes = handle.write(ops).await?;
-        if outcomes.first() != Some(&CellOutcome::Done) {
-            return Ok(false);
-        }
-        self.settle_live_allocations(migration, outcome == Outcome::Completed)?;
-        Ok(true)
+        Ok(outcomes.first() == Some(&CellOutcome::Done))
     }
 
     /// The control half of an ending: confirm (the migration consumer
-    /// goes) or revert (the instance gets exactly its allocation back). A
-    /// no-op once done.
-    fn settle_live_allocations(&self, migration: &Migration, completed: bool) -> Result<(), ServiceError> {
+    /// goes) or revert (the instance gets exactly its allocation back).
+    /// `false` when the migration consumer is already gone (another ending
+    /// won, or the server was deleted).
+    fn settle_live_allocations(&self, migration: &Migration, completed: bool) -> Result<bool, ServiceError> {
         let due = read(&*self.control, |w| w.placement.consumers.get(&migration.uuid).map(|c| c.row.generation));
         match due {
-            None => Ok(()),
+            None => Ok(false),
             Some(MIGRATION_CONSUMER_GENERATION) => {
-                write(&*self.control, |w| {
+                let written = write(&*self.control, |w| {
                     let set = if completed {
                         plan_confirm_move(w, &migration.uuid)?
                     } else {
@@ -510,8 +529,15 @@ impl Compute {
                         )?
                     };
                     Ok((set, ()))
-                })?;
-                Ok(())
+                });
+                match written {
+                    Ok(()) => Ok(true),
+                    // Removed between the read and the write: lost the race.
+                    Err(_) if read(&*self.control, |w| !w.placement.consumers.contains_key(&migration.uuid)) => {
+                        Ok(false)
+                    }
+                    Err(err) => Err(err.into()),
+                }
             }
             // Changed by someone else (a `PUT /allocations` of the
             // migration consumer): left for an operator, as cold moves do.
@@ -603,46 +629,25 @@ fn as_invalid(err: ServiceError) -> ServiceError {
     }
 }
 
-/// How far back (seconds) the sweep looks for a closed live migration
-/// whose control write a crash lost. Older ones are left to the heal's
-/// report (`orphan_migration`).
-const SETTLE_WINDOW: i64 = 600;
-
 /// The sweep's part (module doc): finish what a crash interrupted and
 /// offer the local agents their live-migration tasks again.
 pub(crate) async fn redrive_live_migrations(compute: &Compute, handle: &Arc<Cell>, local: &HashSet<String>) {
     let now = compute.now();
-    // The open ones by status, and those that changed in the last
-    // `SETTLE_WINDOW` seconds (a closed one may still need its control
-    // write), never the whole history.
-    let mut filters: Vec<MigrationFilter> = [ms::ACCEPTED, ms::QUEUED, ms::PREPARING, ms::RUNNING]
-        .into_iter()
-        .map(|status| MigrationFilter {
+    let mut rows: Vec<Migration> = Vec::new();
+    for status in [ms::ACCEPTED, ms::QUEUED, ms::PREPARING, ms::RUNNING] {
+        let filter = MigrationFilter {
             migration_type: Some(MIGRATION_TYPE_LIVE.to_owned()),
             status: Some(status.to_owned()),
             ..Default::default()
-        })
-        .collect();
-    filters.push(MigrationFilter {
-        migration_type: Some(MIGRATION_TYPE_LIVE.to_owned()),
-        changes_since: Some(now - SETTLE_WINDOW),
-        ..Default::default()
-    });
-    let mut rows: Vec<Migration> = Vec::new();
-    for filter in filters {
+        };
         let Ok(found) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
-        for m in found {
-            if !rows.iter().any(|r| r.uuid == m.uuid) {
-                rows.push(m);
-            }
-        }
+        rows.extend(found);
     }
     for m in rows {
         let (held, mapped) = read(&*compute.control, |w| {
             (w.placement.consumers.contains_key(&m.uuid), w.compute.instance_mappings.contains_key(&m.instance_uuid))
         });
-        let open = matches!(m.status.as_str(), ms::ACCEPTED | ms::QUEUED | ms::PREPARING | ms::RUNNING);
-        if open && !mapped {
+        if !mapped {
             // Deleted mid-migration (the delete forgot the migration
             // consumer with the instance): nothing is left to move.
             let close = CellOp::UpdateMigration {
@@ -656,11 +661,26 @@ pub(crate) async fn redrive_live_migrations(compute: &Compute, handle: &Arc<Cell
             }
             continue;
         }
-        let result = match m.status.as_str() {
-            ms::COMPLETED | ms::CANCELLED | ms::ERROR if held => {
-                compute.settle_live_allocations(&m, m.status == ms::COMPLETED)
+        let stale = m.updated_at.unwrap_or(m.created_at) + 10 <= now;
+        let claimed = matches!(m.status.as_str(), ms::QUEUED | ms::PREPARING | ms::RUNNING);
+        if claimed && !held && stale {
+            // Ended in placement, the cell write lost: where the instance
+            // consumer is says which ending it was.
+            let dest = m.dest_compute.clone();
+            let completed = read(&*compute.control, |w| {
+                berth_compute_model::plan::host_of_instance(w, &m.instance_uuid)
+                    .is_some_and(|n| Some(&n.host) == dest.as_ref())
+            });
+            let outcome = if completed { Outcome::Completed } else { Outcome::Failed };
+            let message =
+                (!completed).then_some("The live migration was interrupted after its allocation was given back.");
+            if let Err(err) = compute.close_live_row(handle, &m, outcome, message).await {
+                tracing::warn!(migration = %m.uuid, error = %err, "closing an interrupted live migration failed");
             }
-            ms::ACCEPTED if m.updated_at.unwrap_or(m.created_at) + 10 <= now => {
+            continue;
+        }
+        let result = match m.status.as_str() {
+            ms::ACCEPTED if stale => {
                 let claimed = read(&*compute.control, |w| {
                     held.then(|| berth_compute_model::plan::host_of_instance(w, &m.instance_uuid).cloned()).flatten()
                 });
@@ -675,13 +695,13 @@ pub(crate) async fn redrive_live_migrations(compute: &Compute, handle: &Arc<Cell
                     }
                 }
             }
-            ms::PREPARING => {
+            ms::PREPARING if held => {
                 if let Some(dest) = m.dest_compute.as_deref().filter(|d| local.contains(*d)) {
                     compute.hub.offer(Task::live(m.instance_uuid, dest, TaskKind::LiveMigrationPrepare));
                 }
                 Ok(())
             }
-            ms::RUNNING => {
+            ms::RUNNING if held => {
                 if let Some(source) = m.source_compute.as_deref().filter(|s| local.contains(*s)) {
                     compute.hub.offer(Task::live(m.instance_uuid, source, TaskKind::LiveMigrate));
                 }
