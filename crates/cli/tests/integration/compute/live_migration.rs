@@ -236,3 +236,39 @@ async fn live_migration_to_a_bad_host_fails_back_to_the_source() {
     assert_eq!(resources(&allocations(&cloud, &id).await), resources(&before));
     cloud.check_invariants().await;
 }
+
+/// The control plane and the agents killed (`kill -9`) while a live
+/// migration runs: after the restart the sweep offers the source its
+/// transfer again and the migration completes with only the destination
+/// allocation left.
+#[tokio::test]
+async fn live_migration_survives_a_restart_while_running() {
+    let mut cloud = Cloud::start("live-migrate-restart", &[]).await;
+    let mut args = FOUR.to_vec();
+    args.extend(["--live-migration-ms", TRANSFER_MS]);
+    cloud.add_agent(Hosts::new("r", 2, &args)).await;
+    let nova = cloud.nova("admin");
+    let image = setup(&nova).await;
+    let small = nova.flavor("small", 1, 512, 1).await;
+    let id = nova.boot_id("vm", &small, &image).await;
+    let server = wait_status(&nova, &id, "ACTIVE").await;
+    let source = server["OS-EXT-SRV-ATTR:host"].as_str().expect("host").to_owned();
+    let before = allocations(&cloud, &id).await;
+    assert_eq!(live_migrate(&nova, "2.34", &id, json!({"block_migration": "auto", "host": null})).await, 202);
+    let running = wait_in_progress(&nova, &id, "running").await;
+    let migration_uuid = running["uuid"].as_str().expect("uuid").to_owned();
+    let dest = running["dest_compute"].as_str().expect("dest").to_owned();
+    assert_ne!(dest, source);
+
+    cloud.restart().await;
+    let nova = cloud.nova("admin");
+    let server = wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], dest.as_str());
+    assert_eq!(wait_migration(&nova, &id, "completed").await["uuid"], migration_uuid.as_str());
+    assert!(gone(&allocations(&cloud, &migration_uuid).await));
+    let dest_rp = provider_uuid(&cloud, &dest).await;
+    let after = allocations(&cloud, &id).await;
+    assert_eq!(vcpus_on(&after, &dest_rp), 1);
+    assert_eq!(resources(&after).as_object().map(|m| m.len()), resources(&before).as_object().map(|m| m.len()));
+    cloud.check_invariants().await;
+}
