@@ -117,7 +117,23 @@ pub fn list_migrations(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         if v >= 59 {
             rows.truncate(limit.unwrap_or(ctx.max_limit));
         }
-        let items: Vec<Value> = rows.iter().map(|m| view(m, v, add_host)).collect();
+        let links = ctx.links(&req);
+        let items: Vec<Value> = rows
+            .iter()
+            .map(|m| {
+                let mut item = view(m, v, add_host);
+                // Nova links an in-progress live migration (2.23) to its
+                // server migration.
+                if v >= 23
+                    && m.migration_type == berth_compute::live::MIGRATION_TYPE_LIVE
+                    && berth_compute::live::IN_PROGRESS.contains(&m.status.as_str())
+                {
+                    let collection = format!("servers/{}/migrations", m.instance_uuid);
+                    item["links"] = links.resource(&collection, &m.id.to_string());
+                }
+                item
+            })
+            .collect();
         let mut body = Map::new();
         let next = match rows.last() {
             Some(last) if v >= 59 && page_is_full(items.len(), limit, ctx.max_limit) => {

@@ -128,12 +128,16 @@ async fn live_migrate_complete_abort_and_force_complete() {
     let instance = allocations(&cloud, &id).await;
     assert_eq!(instance["consumer_type"], "INSTANCE");
     assert_eq!((vcpus_on(&instance, &target_rp), vcpus_on(&instance, &source_rp)), (1, 0));
-    assert_eq!(migrations_of(&nova, &id).await[0]["migration_type"], "live-migration");
+    let listed = migrations_of(&nova, &id).await[0].clone();
+    assert_eq!(listed["migration_type"], "live-migration");
+    let link = listed["links"][0]["href"].as_str().unwrap_or_default();
+    assert!(link.ends_with(&format!("/servers/{id}/migrations/{mid}")), "in progress: linked ({listed})");
     cloud.check_invariants().await;
     let server = wait_status(&nova, &id, "ACTIVE").await;
     assert_eq!(server["OS-EXT-SRV-ATTR:host"], target.as_str());
     assert_eq!(wait_migration(&nova, &id, "completed").await["uuid"], migration_uuid.as_str());
     assert!(gone(&allocations(&cloud, &migration_uuid).await), "the migration consumer is gone");
+    assert!(migrations_of(&nova, &id).await[0].get("links").is_none(), "completed: no link");
     let after = allocations(&cloud, &id).await;
     assert_eq!((vcpus_on(&after, &target_rp), vcpus_on(&after, &source_rp)), (1, 0));
     assert_eq!(nova.at("2.23").get(&format!("/servers/{id}/migrations")).await.body, json!({"migrations": []}));
