@@ -231,6 +231,29 @@ async fn live_migration_to_a_bad_host_fails_back_to_the_source() {
     assert_eq!(resources(&after), resources(&before), "the original allocation exactly back");
     cloud.check_invariants().await;
 
+    // The source's service forced down: before 2.34 a 400 with Nova's
+    // text; from 2.34 a 202 and the migration `error`. Nothing moves.
+    let services = nova.get("/os-services?host=g0").await.body;
+    let service = services["services"][0]["id"].as_str().expect("service uuid").to_owned();
+    let down = nova.at("2.53").put(&format!("/os-services/{service}"), &json!({"forced_down": true})).await;
+    assert_eq!(down.status, 200, "{:?}", down.body);
+    let refused = nova
+        .at("2.1")
+        .post(
+            &format!("/servers/{id}/action"),
+            &json!({"os-migrateLive": {"block_migration": false, "disk_over_commit": false, "host": null}}),
+        )
+        .await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.body["badRequest"]["message"], "Compute service of g0 is unavailable at this time.");
+    assert_eq!(live_migrate(&nova, "2.34", &id, json!({"block_migration": "auto", "host": null})).await, 202);
+    assert_eq!(migrations_of(&nova, &id).await[0]["status"], "error");
+    let server = wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], "g0");
+    assert_eq!(resources(&allocations(&cloud, &id).await), resources(&before));
+    let up = nova.at("2.53").put(&format!("/os-services/{service}"), &json!({"forced_down": false})).await;
+    assert_eq!(up.status, 200, "{:?}", up.body);
+
     // Not ACTIVE: 409, nothing changes.
     assert_eq!(action(&nova, &id, json!({"os-stop": null})).await, 202);
     wait_status(&nova, &id, "SHUTOFF").await;
