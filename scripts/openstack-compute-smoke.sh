@@ -141,6 +141,22 @@ check "$(os compute service list --host "$HOST2" -f value -c State)" up "compute
 os server start vm1
 wait_status vm1 ACTIVE
 
+# Live migration (2.30: to a named host; 2.34+: anywhere), listed with
+# `server migration list --server` as `live-migration`, `completed`.
+HOST3=$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)
+LIVE_TO=$(os hypervisor list -f value -c "Hypervisor Hostname" | grep -vx "$HOST3" | grep -vx fake-3 | head -1)
+os --os-compute-api-version 2.30 server migrate --live-migration --host "$LIVE_TO" vm1
+wait_status vm1 ACTIVE
+check "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" "$LIVE_TO" "server migrate --live-migration --host (2.30)"
+check "$(newest vm1 Type)" live-migration "server migration list --server (live-migration)"
+wait_migration vm1 completed
+os --os-compute-api-version 2.68 server migrate --live-migration vm1
+wait_status vm1 ACTIVE
+[ "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" != "$LIVE_TO" ] || { echo "FAIL: live migration stayed on $LIVE_TO" >&2; exit 1; }
+wait_migration vm1 completed
+echo "ok: server migrate --live-migration (2.68, scheduled)"
+check "$(os --os-compute-api-version 2.23 server migration list --server vm1 --type live-migration -f value -c Status | sort -u)" completed "server migration list --type live-migration"
+
 # Shelve: offloaded at once (no host), unshelve schedules again; 2.91 to a host.
 os server shelve vm1
 wait_status vm1 SHELVED_OFFLOADED

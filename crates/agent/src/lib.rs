@@ -14,14 +14,18 @@
 //!    source, `resize_finish` on the destination, `resize_confirm` on the
 //!    source, `resize_revert` on the destination; `rebuild` on an
 //!    evacuation's destination, `destroy_evacuated` on its source once
-//!    back; `shelve`, `shelve_offload`, `unshelve`); each task runs after
+//!    back; `shelve`, `shelve_offload`, `unshelve`; a live migration's
+//!    `live_migration_prepare` on the destination, refused by a bad host,
+//!    and `live_migrate` on the source, which takes the configured
+//!    transfer time); each task runs after
 //!    the configured latency and may fail a build or rebuild (failure
 //!    rate, or a bad host);
 //! 5. `POST /agent/v1/events` reports the transitions (`spawned`,
 //!    `build_failed`, `deleted`, `started`, `stopped`, `rebooted`,
 //!    `resize_migrated`, `resize_finished`, `resize_confirmed`,
 //!    `resize_reverted`, `rebuilt`, `rebuild_failed`, `evacuated_destroyed`,
-//!    `shelved`, `offloaded`, `unshelved`), batched.
+//!    `shelved`, `offloaded`, `unshelved`, `live_migration_prepared`,
+//!    `live_migrated`, `live_migration_failed`), batched.
 //!
 //! No message broker: the kubelet model.
 
@@ -159,8 +163,12 @@ pub struct AgentConfig {
     pub build_time: Duration,
     /// Fraction of builds that fail (0.0–1.0).
     pub fail_rate: f64,
-    /// Hosts whose every build fails.
+    /// Hosts whose every build fails (and which refuse incoming live
+    /// migrations).
     pub bad_hosts: Vec<String>,
+    /// How long a live migration's transfer takes on the source (so tests
+    /// can watch it `running`).
+    pub live_migration_time: Duration,
     /// Heartbeat interval.
     pub report_interval: Duration,
     /// Concurrent placement requests while reporting trees.
@@ -370,6 +378,19 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
             }
             "rebuilt"
         }
+        "live_migration_prepare" => {
+            if fails(config, &host, &instance) {
+                return json!({"instance": instance, "host": host, "kind": "live_migration_failed", "task": task["id"],
+                              "message": format!("Live migration of instance {instance} failed: fake driver refused it on {host}")});
+            }
+            "live_migration_prepared"
+        }
+        "live_migrate" => {
+            if !config.live_migration_time.is_zero() {
+                tokio::time::sleep(config.live_migration_time).await;
+            }
+            "live_migrated"
+        }
         "destroy_evacuated" => "evacuated_destroyed",
         "shelve" => "shelved",
         "shelve_offload" => "offloaded",
@@ -541,6 +562,7 @@ mod tests {
             build_time: Duration::ZERO,
             fail_rate: 0.1,
             bad_hosts: vec!["bad".into()],
+            live_migration_time: Duration::ZERO,
             report_interval: Duration::from_secs(10),
             concurrency: 1,
             layout_updates: None,

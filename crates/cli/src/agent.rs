@@ -96,6 +96,9 @@ pub(crate) struct AgentOpts {
     /// Hosts whose every build fails, comma separated.
     #[arg(long)]
     pub(crate) bad_hosts: Option<String>,
+    /// How long a live migration's transfer takes on the source (ms).
+    #[arg(long)]
+    pub(crate) live_migration_ms: Option<u64>,
     /// Heartbeat interval (s).
     #[arg(long)]
     pub(crate) report_interval_secs: Option<u64>,
@@ -154,6 +157,7 @@ impl AgentOpts {
             build_time_ms,
             fail_rate,
             bad_hosts,
+            live_migration_ms,
             report_interval_secs,
             concurrency,
             log,
@@ -208,6 +212,7 @@ impl AgentOpts {
             build_time: Duration::from_millis(opts.build_time_ms.unwrap_or(0)),
             fail_rate,
             bad_hosts: list(&opts.bad_hosts),
+            live_migration_time: Duration::from_millis(opts.live_migration_ms.unwrap_or(0)),
             report_interval: Duration::from_secs(opts.report_interval_secs.unwrap_or(10).max(1)),
             concurrency: opts.concurrency.unwrap_or(8),
             layout_updates: None,

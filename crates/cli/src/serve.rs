@@ -434,6 +434,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 build_time: std::time::Duration::ZERO,
                 fail_rate: 0.0,
                 bad_hosts: Vec::new(),
+                live_migration_time: std::time::Duration::ZERO,
                 report_interval: std::time::Duration::from_secs(10),
                 concurrency: 8,
                 layout_updates: None,

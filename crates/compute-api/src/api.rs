@@ -173,6 +173,11 @@ pub fn allowed(req: &Req, rule: &str) -> bool {
     req.allowed(rule, &target(&project(req), None))
 }
 
+/// Does a Nova rule pass for the caller on a resource of `project_id`?
+pub fn allowed_on(req: &Req, rule: &str, project_id: &str) -> bool {
+    req.allowed(rule, &target(project_id, None))
+}
+
 /// The body as JSON validated against `schema`, with Nova's messages
 /// (400 `Invalid input for field/attribute ...`, 415 for other media
 /// types).

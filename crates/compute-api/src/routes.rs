@@ -49,6 +49,17 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
         r("/v2.1/servers/{id}/action", vec![a(M::POST, servers::action)]),
         r("/v2.1/servers/{id}/os-instance-actions", vec![a(M::GET, servers::list_actions)]),
         r("/v2.1/servers/{id}/migrations", vec![since(23, a(M::GET, migrations::list_server_migrations))]),
+        r(
+            "/v2.1/servers/{id}/migrations/{mid}",
+            vec![
+                since(23, a(M::GET, migrations::show_server_migration)),
+                since(24, a(M::DELETE, migrations::delete_server_migration)),
+            ],
+        ),
+        r(
+            "/v2.1/servers/{id}/migrations/{mid}/action",
+            vec![since(22, a(M::POST, migrations::server_migration_action))],
+        ),
         r("/v2.1/os-migrations", vec![a(M::GET, migrations::list_migrations)]),
         r("/v2.1/servers/{id}/os-instance-actions/{request_id}", vec![a(M::GET, servers::show_action)]),
         r("/v2.1/flavors", vec![s(M::GET, flavors::index), s(M::POST, flavors::create)]),

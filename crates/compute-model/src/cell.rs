@@ -42,6 +42,8 @@ pub mod task_state {
     pub const SCHEDULING: &str = "scheduling";
     /// The agent is building it.
     pub const SPAWNING: &str = "spawning";
+    /// Live migrating (the row stays on the source until it completes).
+    pub const MIGRATING: &str = "migrating";
     /// Being deleted.
     pub const DELETING: &str = "deleting";
     /// Being started.
@@ -107,6 +109,16 @@ pub mod migration_status {
     pub const COMPLETED: &str = "completed";
     /// An evacuation's rebuild failed on the destination.
     pub const FAILED: &str = "failed";
+    /// A live migration waits for its turn (listed; berth goes from
+    /// `accepted` straight to `preparing`).
+    pub const QUEUED: &str = "queued";
+    /// A live migration's destination prepares (Nova's
+    /// `pre_live_migration`).
+    pub const PREPARING: &str = "preparing";
+    /// A live migration's memory is being copied (the source's work).
+    pub const RUNNING: &str = "running";
+    /// A live migration was aborted: the instance stays on the source.
+    pub const CANCELLED: &str = "cancelled";
 }
 
 /// A move of an instance (Nova's `migrations` table, one per cell).

@@ -254,6 +254,9 @@ impl Compute {
         if matches!(event.kind.as_str(), "rebuilt" | "rebuild_failed" | "evacuated_destroyed") {
             return self.evacuation_event(&handle, &uuid, &event.kind, &event.host, event.message.as_deref()).await;
         }
+        if matches!(event.kind.as_str(), "live_migration_prepared" | "live_migrated" | "live_migration_failed") {
+            return self.live_event(&handle, &uuid, &event.kind, &event.host, event.message.as_deref()).await;
+        }
         if matches!(event.kind.as_str(), "shelved" | "offloaded" | "unshelved") {
             return self.shelve_event(&handle, &uuid, &event.kind, &event.host).await;
         }
@@ -475,6 +478,7 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                     crate::conductor::redrive_reschedules(&compute, &handle).await;
                     crate::moves::redrive_moves(&compute, &handle).await;
                     crate::evacuate::redrive_evacuations(&compute, &handle, &local).await;
+                    crate::live::redrive_live_migrations(&compute, &handle, &local).await;
                     crate::shelve::offload_due(&compute, &handle).await;
                 }
             }

@@ -42,6 +42,10 @@ const OPEN_MIGRATIONS: &[&str] = &[
     migration_status::FINISHED,
     migration_status::CONFIRMING,
     migration_status::REVERTING,
+    migration_status::ACCEPTED,
+    migration_status::QUEUED,
+    migration_status::PREPARING,
+    migration_status::RUNNING,
 ];
 
 /// Instances per cell read.

@@ -49,6 +49,10 @@ pub enum TaskKind {
     ShelveOffload,
     /// Spawn an unshelved instance.
     Unshelve,
+    /// Prepare for an incoming live migration (on the destination host).
+    LiveMigrationPrepare,
+    /// Copy a live-migrating instance over (on the source host).
+    LiveMigrate,
 }
 
 impl TaskKind {
@@ -69,6 +73,8 @@ impl TaskKind {
             TaskKind::Shelve => "shelve",
             TaskKind::ShelveOffload => "shelve_offload",
             TaskKind::Unshelve => "unshelve",
+            TaskKind::LiveMigrationPrepare => "live_migration_prepare",
+            TaskKind::LiveMigrate => "live_migrate",
         }
     }
 
@@ -134,6 +140,13 @@ impl Task {
     pub fn new(instance: Uuid, host: &str, task_state: &str) -> Option<Self> {
         let kind = TaskKind::for_task_state(task_state)?;
         Some(Task { id: format!("{instance}:{task_state}@{host}"), kind, instance, host: host.to_owned() })
+    }
+
+    /// A live migration's step (no task state of its own: the row stays
+    /// `migrating` on the source throughout, so the migration record's
+    /// status says which host acts; see `live.rs`).
+    pub fn live(instance: Uuid, host: &str, kind: TaskKind) -> Self {
+        Task { id: format!("{instance}:{}@{host}", kind.as_str()), kind, instance, host: host.to_owned() }
     }
 
     /// The source's clean-up of an instance evacuated away from `host`

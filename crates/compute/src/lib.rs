@@ -26,6 +26,7 @@ pub mod health;
 pub mod hub;
 pub mod lease_query;
 pub mod leases;
+pub mod live;
 pub mod moves;
 pub mod servers;
 pub mod services;

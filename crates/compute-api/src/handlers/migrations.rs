@@ -1,8 +1,8 @@
 //! `GET /os-migrations` (every move across the cells, Nova's filters,
 //! 2.59 paging and `changes-since`, 2.66 `changes-before`, 2.80 user and
-//! project) and `GET /servers/{id}/migrations` (Nova lists only live
-//! migrations in progress there; berth does no live migration, so the list
-//! is empty once the server is found).
+//! project) and the server migrations of live migration (2.22–2.24):
+//! `GET /servers/{id}/migrations[/{mid}]` (in progress only, as Nova),
+//! `DELETE …/{mid}` (abort) and `POST …/{mid}/action {"force_complete"}`.
 
 use std::sync::Arc;
 
@@ -11,7 +11,9 @@ use berth_http::{ApiError, HandlerFuture, Req, Resp};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::api::{self, authorize, authorize_on, version, ComputeCtx, NovaResult};
+use axum::http::StatusCode;
+
+use crate::api::{self, authorize, authorize_on, body, version, ComputeCtx, NovaResult};
 use crate::views::{page_is_full, strtime};
 
 const RULE: &str = "os_compute_api:os-migrations:";
@@ -115,7 +117,23 @@ pub fn list_migrations(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         if v >= 59 {
             rows.truncate(limit.unwrap_or(ctx.max_limit));
         }
-        let items: Vec<Value> = rows.iter().map(|m| view(m, v, add_host)).collect();
+        let links = ctx.links(&req);
+        let items: Vec<Value> = rows
+            .iter()
+            .map(|m| {
+                let mut item = view(m, v, add_host);
+                // Nova links an in-progress live migration (2.23) to its
+                // server migration.
+                if v >= 23
+                    && m.migration_type == berth_compute::live::MIGRATION_TYPE_LIVE
+                    && berth_compute::live::IN_PROGRESS.contains(&m.status.as_str())
+                {
+                    let collection = format!("servers/{}/migrations", m.instance_uuid);
+                    item["links"] = links.resource(&collection, &m.id.to_string());
+                }
+                item
+            })
+            .collect();
         let mut body = Map::new();
         let next = match rows.last() {
             Some(last) if v >= 59 && page_is_full(items.len(), limit, ctx.max_limit) => {
@@ -161,18 +179,104 @@ fn view(m: &Migration, v: u16, add_host: bool) -> Value {
     Value::Object(out)
 }
 
-/// `GET /servers/{id}/migrations` (2.23): live migrations in progress,
-/// which berth never has.
+/// One server migration as Nova's `server_migrations.output` renders it.
+/// The fake transfer copies no disks (`disk_*` null); memory is the
+/// flavor's, all remaining until the migration ends.
+fn server_migration_view(m: &Migration, v: u16, add_host: bool) -> Value {
+    let host = |value: &Option<String>| if add_host { json!(value) } else { Value::Null };
+    let total = m.new_flavor.memory_mb.max(0) * 1024 * 1024;
+    let mut out = Map::new();
+    out.insert("created_at".into(), json!(strtime(m.created_at)));
+    out.insert("dest_compute".into(), host(&m.dest_compute));
+    out.insert("dest_host".into(), host(&m.dest_host));
+    out.insert("dest_node".into(), host(&m.dest_node));
+    out.insert("disk_processed_bytes".into(), Value::Null);
+    out.insert("disk_remaining_bytes".into(), Value::Null);
+    out.insert("disk_total_bytes".into(), Value::Null);
+    out.insert("id".into(), json!(m.id));
+    out.insert("memory_processed_bytes".into(), json!(0));
+    out.insert("memory_remaining_bytes".into(), json!(total));
+    out.insert("memory_total_bytes".into(), json!(total));
+    out.insert("server_uuid".into(), json!(m.instance_uuid.to_string()));
+    out.insert("source_compute".into(), host(&m.source_compute));
+    out.insert("source_node".into(), host(&m.source_node));
+    out.insert("status".into(), json!(m.status));
+    out.insert("updated_at".into(), json!(m.updated_at.map(strtime)));
+    if v >= 59 {
+        out.insert("uuid".into(), json!(m.uuid.to_string()));
+    }
+    if v >= 80 {
+        out.insert("user_id".into(), json!(m.user_id));
+        out.insert("project_id".into(), json!(m.project_id));
+    }
+    Value::Object(out)
+}
+
+/// The server of a `/servers/{id}/migrations…` request (404 as Nova when
+/// unknown or another project's) and its project, checked against `rule`.
+async fn server_for(ctx: &ComputeCtx, req: &Req, rule: &str) -> Result<(Uuid, String), ApiError> {
+    let text = req.param(0).to_owned();
+    let not_found = || ApiError::not_found(format!("Instance {text} could not be found."));
+    let id = Uuid::parse_str(&text).map_err(|_| not_found())?;
+    let record = ctx.compute.get_server(&id).await.nova()?;
+    if record.project_id() != api::project(req) && !api::is_admin(req) {
+        return Err(not_found());
+    }
+    authorize_on(req, rule, record.project_id(), None)?;
+    Ok((id, record.project_id().to_owned()))
+}
+
+/// The migration id of the path: Nova's integer id.
+fn migration_id(req: &Req, bad: impl Fn(String) -> ApiError) -> Result<i64, ApiError> {
+    let text = req.param(1);
+    text.parse::<i64>().map_err(|_| bad(format!("Migration {text} could not be found.")))
+}
+
+/// `GET /servers/{id}/migrations` (2.23): the live migrations in progress.
 pub fn list_server_migrations(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
-        let text = req.param(0).to_owned();
-        let not_found = || ApiError::not_found(format!("Instance {text} could not be found."));
-        let id = Uuid::parse_str(&text).map_err(|_| not_found())?;
-        let record = ctx.compute.get_server(&id).await.nova()?;
-        if record.project_id() != api::project(&req) && !api::is_admin(&req) {
-            return Err(not_found());
-        }
-        authorize_on(&req, "os_compute_api:servers:migrations:index", record.project_id(), None)?;
-        Ok(Resp::ok(json!({"migrations": []})))
+        let v = version(&req).0;
+        let (id, project) = server_for(&ctx, &req, "os_compute_api:servers:migrations:index").await?;
+        let add_host = api::allowed_on(&req, "os_compute_api:servers:migrations:index:host", &project);
+        let rows = ctx.compute.live_migrations_in_progress(&id).await.nova()?;
+        let items: Vec<Value> = rows.iter().map(|m| server_migration_view(m, v, add_host)).collect();
+        Ok(Resp::ok(json!({"migrations": items})))
+    })
+}
+
+/// `GET /servers/{id}/migrations/{mid}` (2.23).
+pub fn show_server_migration(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        let v = version(&req).0;
+        let (id, _) = server_for(&ctx, &req, "os_compute_api:servers:migrations:show").await?;
+        let mid = migration_id(&req, ApiError::not_found)?;
+        let migration = ctx.compute.show_live_migration(&id, mid).await.nova()?;
+        Ok(Resp::ok(json!({"migration": server_migration_view(&migration, v, true)})))
+    })
+}
+
+/// `DELETE /servers/{id}/migrations/{mid}` (2.24): abort a live migration
+/// (2.65: also `queued` or `preparing`).
+pub fn delete_server_migration(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        let v = version(&req).0;
+        let (id, _) = server_for(&ctx, &req, "os_compute_api:servers:migrations:delete").await?;
+        let mid = migration_id(&req, ApiError::not_found)?;
+        let caller = crate::handlers::servers::caller(&req);
+        ctx.compute.abort_live_migration(&id, mid, v >= 65, &caller).await.nova()?;
+        Ok(Resp::empty(StatusCode::ACCEPTED))
+    })
+}
+
+/// `POST /servers/{id}/migrations/{mid}/action {"force_complete": null}`
+/// (2.22).
+pub fn server_migration_action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        body(&req, &crate::schemas::servers::force_complete())?;
+        let (id, _) = server_for(&ctx, &req, "os_compute_api:servers:migrations:force_complete").await?;
+        let mid = migration_id(&req, ApiError::bad_request)?;
+        let caller = crate::handlers::servers::caller(&req);
+        ctx.compute.force_complete_live_migration(&id, mid, &caller).await.nova()?;
+        Ok(Resp::empty(StatusCode::ACCEPTED))
     })
 }

@@ -312,6 +312,46 @@ pub fn evacuate(minor: u16) -> Value {
     envelope("evacuate", body)
 }
 
+/// The `os-migrateLive` action body (Nova's `schemas/migrate_server.py`):
+/// `block_migration`, `disk_over_commit` and `host` required before 2.25;
+/// 2.25 drops `disk_over_commit` and allows `block_migration: "auto"`;
+/// 2.30–2.67 add `force`.
+pub fn migrate_live(minor: u16) -> Value {
+    let mut host = super::hostname();
+    host["type"] = json!(["string", "null"]);
+    let mut block_migration = super::boolean();
+    let mut properties = serde_json::Map::new();
+    if minor < 25 {
+        properties.insert("disk_over_commit".into(), super::boolean());
+    } else if let Some(values) = block_migration["enum"].as_array_mut() {
+        values.push(json!("auto"));
+    }
+    properties.insert("block_migration".into(), block_migration);
+    properties.insert("host".into(), host);
+    if (30..68).contains(&minor) {
+        properties.insert("force".into(), super::boolean());
+    }
+    let required = if minor < 25 {
+        json!(["block_migration", "disk_over_commit", "host"])
+    } else {
+        json!(["block_migration", "host"])
+    };
+    envelope(
+        "os-migrateLive",
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false}),
+    )
+}
+
+/// The `force_complete` action body of a server migration (`null`).
+pub fn force_complete() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"force_complete": {"type": "null"}},
+        "required": ["force_complete"],
+        "additionalProperties": false,
+    })
+}
+
 /// The `shelve` action body (any value, as Nova).
 pub fn shelve() -> Value {
     envelope("shelve", json!({}))

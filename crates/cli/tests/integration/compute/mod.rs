@@ -8,6 +8,7 @@ mod evacuate;
 mod groups;
 mod heal;
 mod leases;
+mod live_migration;
 mod moves;
 mod prefilters;
 mod quota;

@@ -12,16 +12,16 @@ use uuid::Uuid;
 
 use super::support::{Cloud, Hosts, Nova};
 
-const FOUR: &[&str] = &["--vcpus", "4", "--cpu-ratio", "1.0", "--memory-mb", "8192", "--disk-gb", "100"];
+pub(super) const FOUR: &[&str] = &["--vcpus", "4", "--cpu-ratio", "1.0", "--memory-mb", "8192", "--disk-gb", "100"];
 
-async fn setup(nova: &Nova) -> String {
+pub(super) async fn setup(nova: &Nova) -> String {
     let limits = json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}});
     assert_eq!(nova.put("/os-quota-sets/admin", &limits).await.status, 200);
     nova.image("img", json!({})).await
 }
 
 /// Wait until the server has `status` and no task.
-async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
+pub(super) async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
@@ -34,25 +34,25 @@ async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
 }
 
 /// The migrations of a server (admin, 2.80), newest first.
-async fn migrations_of(nova: &Nova, id: &str) -> Vec<Value> {
+pub(super) async fn migrations_of(nova: &Nova, id: &str) -> Vec<Value> {
     let answer = nova.at("2.80").get(&format!("/os-migrations?instance_uuid={id}")).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     answer.body["migrations"].as_array().cloned().unwrap_or_default()
 }
 
 /// A consumer's allocations as placement shows them (latest microversion).
-async fn allocations(cloud: &Cloud, consumer: &str) -> Value {
+pub(super) async fn allocations(cloud: &Cloud, consumer: &str) -> Value {
     cloud.server.client().get(&format!("/allocations/{consumer}")).await.body
 }
 
-async fn provider_uuid(cloud: &Cloud, name: &str) -> String {
+pub(super) async fn provider_uuid(cloud: &Cloud, name: &str) -> String {
     let reply = cloud.server.client().get(&format!("/resource_providers?name={name}")).await;
     reply.body["resource_providers"][0]["uuid"].as_str().unwrap_or_else(|| panic!("no provider {name}")).to_owned()
 }
 
 /// A consumer's allocations without the providers' generations (which
 /// other writes move): provider → resources.
-fn resources(allocations: &Value) -> Value {
+pub(super) fn resources(allocations: &Value) -> Value {
     let mut out = serde_json::Map::new();
     if let Some(map) = allocations["allocations"].as_object() {
         for (provider, body) in map {
@@ -62,11 +62,11 @@ fn resources(allocations: &Value) -> Value {
     Value::Object(out)
 }
 
-fn vcpus_on(allocations: &Value, provider: &str) -> i64 {
+pub(super) fn vcpus_on(allocations: &Value, provider: &str) -> i64 {
     allocations["allocations"][provider]["resources"]["VCPU"].as_i64().unwrap_or(0)
 }
 
-async fn action(nova: &Nova, id: &str, body: Value) -> u16 {
+pub(super) async fn action(nova: &Nova, id: &str, body: Value) -> u16 {
     let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
     answer.status
 }
