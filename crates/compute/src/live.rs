@@ -52,9 +52,7 @@ use berth_compute_model::cell::{
 use berth_compute_model::moves::{
     plan_confirm_move, plan_move_claim, plan_revert_move, MoveClaim, MoveClaimed, MIGRATION_CONSUMER_GENERATION,
 };
-use berth_compute_model::plan::HostChoice;
 use berth_compute_model::ComputeError;
-use berth_scheduler::{schedule, ScheduleRequest};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
 use uuid::Uuid;
 
@@ -186,29 +184,9 @@ impl Compute {
         let ignore = vec![source.clone()];
         let mut last_reason = String::new();
         for _ in 0..self.config.schedule_retries.max(1) {
-            let seed = self.next_seed();
-            let health = self.health.at(self.now());
-            let choices = read(&*self.control, |w| -> Result<Vec<HostChoice>, String> {
-                let Some(spec) = w.compute.request_specs.get(uuid) else {
-                    return Err("The instance has no request spec.".to_owned());
-                };
-                let mut spec = spec.clone();
-                spec.flavor = flavor.clone();
-                spec.num_instances = 1;
-                spec.force_host = request.host.clone();
-                spec.force_node = None;
-                let request = ScheduleRequest { spec: &spec, instances: &[*uuid], ignore_hosts: &ignore, seed };
-                match schedule(w, &request, &health, &self.config.scheduler) {
-                    Ok((mut choices, _)) => Ok(choices.pop().map(|c| c.choices).unwrap_or_default()),
-                    Err(no_host) => Err(no_host.0),
-                }
-            });
-            let choices = match choices {
-                Ok(choices) if !choices.is_empty() => choices,
-                Ok(_) => {
-                    last_reason = "There are not enough hosts available.".to_owned();
-                    break;
-                }
+            let choices = match self.choose_destination(uuid, &flavor, request.host.clone(), None, &ignore, self.now())
+            {
+                Ok(choices) => choices,
                 Err(reason) => {
                     last_reason = reason;
                     break;

@@ -120,6 +120,47 @@ pub(crate) fn statuses(list: &[&str]) -> Vec<String> {
 }
 
 impl Compute {
+    /// Where one instance that exists could go now (resize, migration,
+    /// live migration, evacuation, unshelve): the scheduler on a copy of
+    /// its request spec, for one instance, with `flavor`, the requested
+    /// `host` forced, the spec's zone replaced when `zone` is given, and the
+    /// `ignore` hosts left out. The choices, best first, or the reason there
+    /// are none (the detail of Nova's "No valid host was found.").
+    pub(crate) fn choose_destination(
+        &self,
+        instance: &Uuid,
+        flavor: &Flavor,
+        host: Option<String>,
+        zone: Option<Option<String>>,
+        ignore: &[String],
+        now: berth_compute_model::Timestamp,
+    ) -> Result<Vec<HostChoice>, String> {
+        let seed = self.next_seed();
+        let health = self.health.at(now);
+        let choices = read(&*self.control, |w| -> Result<Vec<HostChoice>, String> {
+            let Some(spec) = w.compute.request_specs.get(instance) else {
+                return Err("The instance has no request spec.".to_owned());
+            };
+            let mut spec = spec.clone();
+            spec.flavor = flavor.clone();
+            spec.num_instances = 1;
+            if let Some(zone) = zone {
+                spec.availability_zone = zone;
+            }
+            spec.force_host = host;
+            spec.force_node = None;
+            let request = ScheduleRequest { spec: &spec, instances: &[*instance], ignore_hosts: ignore, seed };
+            match schedule(w, &request, &health, &self.config.scheduler) {
+                Ok((mut choices, _)) => Ok(choices.pop().map(|c| c.choices).unwrap_or_default()),
+                Err(no_host) => Err(no_host.0),
+            }
+        })?;
+        if choices.is_empty() {
+            return Err("There are not enough hosts available.".to_owned());
+        }
+        Ok(choices)
+    }
+
     /// The placed instance and its cell, or the API's refusal.
     pub(crate) async fn placed(&self, uuid: &Uuid, action: &str) -> Result<(Instance, Arc<Cell>), ServiceError> {
         match self.get_server(uuid).await? {
@@ -236,29 +277,8 @@ impl Compute {
         let ignore: Vec<String> = if same_host { Vec::new() } else { vec![source.clone()] };
         let mut last_reason = String::new();
         for _ in 0..self.config.schedule_retries.max(1) {
-            let seed = self.next_seed();
-            let health = self.health.at(now);
-            let choices = read(&*self.control, |w| -> Result<Vec<HostChoice>, String> {
-                let Some(spec) = w.compute.request_specs.get(uuid) else {
-                    return Err("The instance has no request spec.".to_owned());
-                };
-                let mut spec = spec.clone();
-                spec.flavor = new_flavor.clone();
-                spec.num_instances = 1;
-                spec.force_host = dest_host.clone();
-                spec.force_node = None;
-                let request = ScheduleRequest { spec: &spec, instances: &[*uuid], ignore_hosts: &ignore, seed };
-                match schedule(w, &request, &health, &self.config.scheduler) {
-                    Ok((mut choices, _)) => Ok(choices.pop().map(|c| c.choices).unwrap_or_default()),
-                    Err(no_host) => Err(no_host.0),
-                }
-            });
-            let choices = match choices {
-                Ok(choices) if !choices.is_empty() => choices,
-                Ok(_) => {
-                    last_reason = "There are not enough hosts available.".to_owned();
-                    break;
-                }
+            let choices = match self.choose_destination(uuid, &new_flavor, dest_host.clone(), None, &ignore, now) {
+                Ok(choices) => choices,
                 Err(reason) => {
                     last_reason = reason;
                     break;

@@ -47,7 +47,9 @@ pub fn last_modified(rc: &ResourceClass) -> Option<Timestamp> {
     }
 }
 
-fn next_id(state: &State) -> i64 {
+/// The id the next custom class gets: one above every class (and every
+/// id ever handed out), and at least `CUSTOM_RESOURCE_CLASS_BASE_ID`.
+pub fn next_id(state: &State) -> i64 {
     let highest = state
         .resource_classes
         .values()

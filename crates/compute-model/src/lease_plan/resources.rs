@@ -216,14 +216,8 @@ pub(crate) fn sync(
     let mut placement = ChangeSet::new();
     let mut edits = Edits::default();
     let mut next_flavor = world.compute.max_flavor_id;
-    let mut next_class = state
-        .resource_classes
-        .values()
-        .map(|rc| rc.id)
-        .chain(std::iter::once(state.max_resource_class_id))
-        .max()
-        .unwrap_or(0)
-        .max(berth_model::CUSTOM_RESOURCE_CLASS_BASE_ID - 1);
+    // Classes created by this write take consecutive ids from the next free one.
+    let mut next_class = berth_model::resource_classes::next_id(state) - 1;
     let mut drop_classes = Vec::new();
     for rid in reservations {
         let want = wanted(world, new, rid);
