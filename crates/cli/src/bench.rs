@@ -36,6 +36,9 @@ enum BenchKind {
     Boot(crate::bench_boot::BootOpts),
     /// Reservations: lease admission, availability queries and lease events.
     Leases(crate::bench_leases::LeasesOpts),
+    /// The server lifecycle under churn and agent crashes (`kill -9`),
+    /// then an audit: drift, orphans, over-capacity, the heal's findings.
+    Soak(crate::bench_soak::SoakOpts),
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +71,34 @@ pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
         BenchKind::Candidates(c) => runtime.block_on(crate::bench_candidates::run(c)),
         BenchKind::Boot(b) => runtime.block_on(crate::bench_boot::run(b)),
         BenchKind::Leases(l) => runtime.block_on(crate::bench_leases::run(l)),
+        BenchKind::Soak(s) => runtime.block_on(crate::bench_soak::run(s)),
+    }
+}
+
+/// splitmix64: enough randomness for load shapes, and reproducible.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub(crate) fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+
+    pub(crate) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[(self.next() % items.len() as u64) as usize]
     }
 }
 

@@ -63,7 +63,7 @@ pub(crate) struct BootOpts {
     poll_ms: u64,
 }
 
-struct Agent(Child);
+pub(crate) struct Agent(pub(crate) Child);
 
 impl Drop for Agent {
     fn drop(&mut self) {
@@ -72,24 +72,38 @@ impl Drop for Agent {
     }
 }
 
+/// An admin client of one API at one microversion (compute 2.96 unless
+/// [`Nova::at`] says otherwise).
 #[derive(Clone)]
-struct Nova {
+pub(crate) struct Nova {
     client: reqwest::Client,
     base: String,
+    version: &'static str,
 }
 
 impl Nova {
-    fn new(base: &str, pool: usize) -> anyhow::Result<Self> {
+    pub(crate) fn new(base: &str, pool: usize) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder().pool_max_idle_per_host(pool).build()?;
-        Ok(Nova { client, base: base.to_owned() })
+        Ok(Nova { client, base: base.to_owned(), version: "compute 2.96" })
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+    /// The same connection pool for another API (`base`) and
+    /// `OpenStack-API-Version` (e.g. `placement 1.39`).
+    pub(crate) fn at(&self, base: &str, version: &'static str) -> Self {
+        Nova { client: self.client.clone(), base: base.to_owned(), version }
+    }
+
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
         let mut req = self
             .client
             .request(method, format!("{}{path}", self.base))
             .header("x-auth-token", "admin")
-            .header("openstack-api-version", "compute 2.96");
+            .header("openstack-api-version", self.version);
         if let Some(body) = body {
             req = req.json(&body);
         }

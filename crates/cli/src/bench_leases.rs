@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::bench::spawn_berth;
+use crate::bench::{spawn_berth, Rng};
 use crate::bench_boot::{hosts_ready, metric, ms, percentile, rss_mib};
 
 const HOUR: i64 = 3600;
@@ -69,37 +69,11 @@ pub(crate) struct LeasesOpts {
     serve_arg: Vec<String>,
 }
 
-/// splitmix64: enough randomness for load shapes, and reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-
-    /// Log-uniform duration between an hour and four weeks, whole minutes.
-    fn duration(&mut self) -> i64 {
-        let (lo, hi) = ((HOUR as f64).ln(), ((28 * DAY) as f64).ln());
-        let secs = (lo + (hi - lo) * self.unit()).exp() as i64;
-        (secs / 60).max(60) * 60
-    }
+/// Log-uniform duration between an hour and four weeks, whole minutes.
+fn random_duration(rng: &mut Rng) -> i64 {
+    let (lo, hi) = ((HOUR as f64).ln(), ((28 * DAY) as f64).ln());
+    let secs = (lo + (hi - lo) * rng.unit()).exp() as i64;
+    (secs / 60).max(60) * 60
 }
 
 /// Blazar's date format (`%Y-%m-%d %H:%M`).
@@ -209,7 +183,7 @@ async fn advance(blazar: &Blazar, seconds: i64) -> anyhow::Result<i64> {
 /// One random availability query (the query string) and its kind.
 fn random_query(rng: &mut Rng, now: i64, days: i64, hosts: usize) -> (&'static str, String, i64) {
     let from_ts = minute(now + DAY + rng.range(0, days.max(1) * DAY));
-    let duration = rng.duration();
+    let duration = random_duration(rng);
     let from = blazar_date(from_ts).replace(' ', "%20");
     let roll = rng.unit();
     if roll < 0.5 {
@@ -274,7 +248,7 @@ pub(crate) async fn run(opts: LeasesOpts) -> anyhow::Result<()> {
     let bodies: Vec<Value> = (0..opts.leases)
         .map(|i| {
             let start = minute(now + DAY + rng.range(0, opts.days.max(1) * DAY));
-            let end = start + rng.duration();
+            let end = start + random_duration(&mut rng);
             json!({"name": format!("bench-{i}"), "start_date": blazar_date(start), "end_date": blazar_date(end),
                    "reservations": [random_reservation(&mut rng, opts.instance_share)], "events": []})
         })

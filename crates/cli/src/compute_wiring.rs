@@ -226,6 +226,11 @@ impl ComputeServices {
                 m.reschedules_exhausted.load(Relaxed),
             ),
             (
+                "berth_compute_resizes_auto_confirmed_total",
+                "Resizes and migrations confirmed after resize_confirm_window.",
+                m.resizes_auto_confirmed.load(Relaxed),
+            ),
+            (
                 "berth_compute_services_auto_disabled_total",
                 "Compute services disabled after consecutive failed builds.",
                 m.services_auto_disabled.load(Relaxed),

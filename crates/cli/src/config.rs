@@ -69,6 +69,8 @@ pub(crate) struct FileConfig {
     pub(crate) heal_grace_secs: Option<i64>,
     /// Seconds before a shelved server is offloaded (0: at once, -1: never).
     pub(crate) shelved_offload_time: Option<i64>,
+    /// Seconds before a finished resize is confirmed automatically (0: never).
+    pub(crate) resize_confirm_window: Option<i64>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

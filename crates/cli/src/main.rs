@@ -6,6 +6,7 @@ mod bench;
 mod bench_boot;
 mod bench_candidates;
 mod bench_leases;
+mod bench_soak;
 mod cell_cmd;
 mod compute_wiring;
 mod config;

@@ -142,6 +142,11 @@ pub(crate) struct ServeOpts {
     /// -1 never.
     #[arg(long, env = "BERTH_SHELVED_OFFLOAD_TIME", allow_hyphen_values = true)]
     shelved_offload_time: Option<i64>,
+    /// Seconds a finished resize or migration waits in VERIFY_RESIZE
+    /// before it is confirmed automatically (Nova's
+    /// `resize_confirm_window`); 0, the default, never.
+    #[arg(long, env = "BERTH_RESIZE_CONFIRM_WINDOW")]
+    resize_confirm_window: Option<i64>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -299,6 +304,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         heal_every_ticks: opts.heal_every_ticks.or(file.heal_every_ticks).unwrap_or(150),
         heal_grace_secs: opts.heal_grace_secs.or(file.heal_grace_secs).unwrap_or(300).max(0),
         shelved_offload_time: opts.shelved_offload_time.or(file.shelved_offload_time).unwrap_or(0).max(-1),
+        resize_confirm_window: opts.resize_confirm_window.or(file.resize_confirm_window).unwrap_or(0).max(0),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
         lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),

@@ -480,6 +480,7 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                     crate::evacuate::redrive_evacuations(&compute, &handle, &local).await;
                     crate::live::redrive_live_migrations(&compute, &handle, &local).await;
                     crate::shelve::offload_due(&compute, &handle).await;
+                    crate::moves::confirm_due(&compute, &handle).await;
                 }
             }
         }

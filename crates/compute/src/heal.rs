@@ -180,6 +180,9 @@ pub async fn heal(compute: &Arc<Compute>, dry_run: bool) -> HealReport {
             });
             continue;
         };
+        // An evacuated instance holds its source and its destination until
+        // the source's host comes back and destroys its copy.
+        let evacuating = evacuations_awaiting_source(compute, &handle).await;
         for chunk in uuids.chunks(CHUNK) {
             let chunk = chunk.to_vec();
             let rows = match compute.cells.read(&handle, move |s| s.instances(&chunk)).await {
@@ -193,16 +196,39 @@ pub async fn heal(compute: &Arc<Compute>, dry_run: bool) -> HealReport {
                     break;
                 }
             };
+            let mut suspects = Vec::new();
             for row in rows {
                 let settled = !row.deleted
                     && row.task_state.is_none()
                     && (row.vm_state == vm_state::ACTIVE || row.vm_state == vm_state::STOPPED)
                     && row.updated_at.unwrap_or(row.created_at) <= cutoff;
                 let (Some(host), Some(node_name)) = (row.host.as_deref(), row.node.as_deref()) else { continue };
-                if !settled {
+                if !settled || evacuating.contains(&row.uuid) {
                     continue;
                 }
-                check_instance(compute, &mut report, row.uuid, mapping.uuid, host, node_name, dry_run);
+                match judge(compute, row.uuid, host, node_name, cutoff) {
+                    Verdict::Fine => {}
+                    verdict => suspects.push((row, verdict)),
+                }
+            }
+            if suspects.is_empty() {
+                continue;
+            }
+            // The row was read before placement: read it again. One that
+            // changed meanwhile is in flight (every operation writes the
+            // row before it moves allocations), and is left alone.
+            let ids: Vec<Uuid> = suspects.iter().map(|(row, _)| row.uuid).collect();
+            let Ok(again) = compute.cells.read(&handle, move |s| s.instances(&ids)).await else { continue };
+            let again: HashMap<Uuid, _> = again.into_iter().map(|row| (row.uuid, row)).collect();
+            for (row, verdict) in suspects {
+                let unchanged = again.get(&row.uuid).is_some_and(|now| {
+                    (now.updated_at, &now.task_state, &now.vm_state, &now.host, &now.node, now.deleted)
+                        == (row.updated_at, &row.task_state, &row.vm_state, &row.host, &row.node, row.deleted)
+                });
+                if unchanged {
+                    let host = row.host.as_deref().unwrap_or_default();
+                    act(compute, &mut report, row.uuid, mapping.uuid, host, verdict, dry_run);
+                }
             }
         }
     }
@@ -220,23 +246,17 @@ pub async fn heal(compute: &Arc<Compute>, dry_run: bool) -> HealReport {
     report
 }
 
+/// What the heal makes of one settled instance.
+enum Verdict {
+    Fine,
+    Finding(&'static str, String),
+    Missing { node: Uuid, allocations: berth_model::AllocationMap },
+}
+
 /// Compare one settled instance's allocations with its flavor on its
-/// host; heal a missing one.
-fn check_instance(
-    compute: &Arc<Compute>,
-    report: &mut HealReport,
-    instance: Uuid,
-    cell: Uuid,
-    host: &str,
-    node_name: &str,
-    dry_run: bool,
-) {
-    enum Verdict {
-        Fine,
-        Finding(&'static str, String),
-        Missing { node: Uuid, allocations: berth_model::AllocationMap },
-    }
-    let verdict = read(&*compute.control, |w| {
+/// host. A consumer written within the grace is in flight: fine.
+fn judge(compute: &Arc<Compute>, instance: Uuid, host: &str, node_name: &str, cutoff: i64) -> Verdict {
+    read(&*compute.control, |w| {
         let node = w
             .compute
             .nodes_by_host
@@ -255,7 +275,11 @@ fn check_instance(
             Ok(expected) => expected,
             Err(err) => return Verdict::Finding("no_request_spec", format!("its flavor cannot be read: {}", err.0)),
         };
-        let held = w.placement.consumers.get(&instance).filter(|c| !c.allocations.is_empty());
+        let consumer = w.placement.consumers.get(&instance);
+        if consumer.is_some_and(|c| c.row.updated_at > cutoff) {
+            return Verdict::Fine;
+        }
+        let held = consumer.filter(|c| !c.allocations.is_empty());
         let Some(held) = held else {
             return match berth_scheduler::heal::allocation_on(w, spec, node.uuid) {
                 Ok(Some(allocations)) => Verdict::Missing { node: node.uuid, allocations },
@@ -287,7 +311,19 @@ fn check_instance(
             );
         }
         Verdict::Fine
-    });
+    })
+}
+
+/// Report a finding, or heal a missing allocation.
+fn act(
+    compute: &Arc<Compute>,
+    report: &mut HealReport,
+    instance: Uuid,
+    cell: Uuid,
+    host: &str,
+    verdict: Verdict,
+    dry_run: bool,
+) {
     match verdict {
         Verdict::Fine => {}
         Verdict::Finding(kind, detail) => report.unresolved.push(Finding { kind, uuid: instance, detail }),
@@ -316,6 +352,20 @@ fn check_instance(
                 }),
             }
         }
+    }
+}
+
+/// Instances of a cell whose evacuation is done but whose source has not
+/// yet destroyed its copy (migration `done`): they hold both hosts.
+async fn evacuations_awaiting_source(compute: &Arc<Compute>, handle: &Arc<crate::cells::Cell>) -> HashSet<Uuid> {
+    let filter = MigrationFilter {
+        status: Some(migration_status::DONE.to_owned()),
+        migration_type: Some(crate::evacuate::MIGRATION_TYPE_EVACUATION.to_owned()),
+        ..Default::default()
+    };
+    match compute.cells.read(handle, move |s| s.migrations(&filter)).await {
+        Ok(rows) => rows.into_iter().map(|m| m.instance_uuid).collect(),
+        Err(_) => HashSet::new(),
     }
 }
 

@@ -90,6 +90,10 @@ pub struct ComputeConfig {
     /// (Nova's `shelved_offload_time`: 0, the default, offloads at once;
     /// -1 never).
     pub shelved_offload_time: i64,
+    /// Seconds a finished resize or migration waits in `VERIFY_RESIZE`
+    /// before the sweep confirms it (Nova's `resize_confirm_window`; 0,
+    /// the default, never).
+    pub resize_confirm_window: i64,
 }
 
 impl Default for ComputeConfig {
@@ -111,6 +115,7 @@ impl Default for ComputeConfig {
             heal_every_ticks: 150,
             heal_grace_secs: 300,
             shelved_offload_time: 0,
+            resize_confirm_window: 0,
         }
     }
 }
@@ -137,6 +142,8 @@ pub struct Metrics {
     /// Failed builds that went to ERROR because no attempt or alternate
     /// was left.
     pub reschedules_exhausted: AtomicU64,
+    /// Resizes confirmed by the sweep after `resize_confirm_window`.
+    pub resizes_auto_confirmed: AtomicU64,
     /// Compute services disabled after consecutive failed builds.
     pub services_auto_disabled: AtomicU64,
     /// Heal runs.

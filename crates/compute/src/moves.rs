@@ -499,6 +499,8 @@ impl Compute {
         if outcomes.first() != Some(&CellOutcome::Done) {
             return Err(invalid_state(action, uuid, "task_state", task));
         }
+        // Tests hold here while the sweep hands the task to the agent.
+        self.hooks.pass("before-finish-move-write").await;
         let written = write(&*self.control, |w| {
             let set = if confirm {
                 plan_confirm_move(w, &migration.uuid)?
@@ -507,7 +509,16 @@ impl Compute {
             };
             Ok((set, ()))
         });
-        if let Err(err) = written {
+        // Once the cell row says `confirming`/`reverting`, the sweep may
+        // hand the task to the agent, whose report makes this same control
+        // write when it is still due (crash recovery). If that report won
+        // the race, the migration consumer is gone because of this very
+        // confirm or revert (the cell win above is exclusive): done, not a
+        // conflict. Putting the row back then would strand the server in
+        // VERIFY_RESIZE with nothing left to confirm.
+        let done_by_agent =
+            written.is_err() && read(&*self.control, |w| !w.placement.consumers.contains_key(&migration.uuid));
+        if let (Err(err), false) = (written, done_by_agent) {
             // Put the migration back as it was: nothing was changed in
             // placement, and the caller learns why.
             let back = CellOp::UpdateMigration {
@@ -716,6 +727,41 @@ impl Compute {
             Ok((set, ()))
         })?;
         Ok(())
+    }
+}
+
+/// Confirms the cold moves that have waited in `VERIFY_RESIZE` (their
+/// migration `finished`) for `resize_confirm_window` seconds, as Nova's
+/// `_poll_unconfirmed_resizes` does: the confirm of the API, recorded as
+/// the server's owner's `confirmResize`. Each confirm first wins the
+/// migration in the cell, so processes sweeping at once, or a user
+/// confirming or reverting meanwhile, never confirm twice.
+pub(crate) async fn confirm_due(compute: &Compute, handle: &Arc<Cell>) {
+    let window = compute.config.resize_confirm_window;
+    if window <= 0 {
+        return;
+    }
+    let filter = MigrationFilter { status: Some(ms::FINISHED.to_owned()), ..Default::default() };
+    let Ok(rows) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
+    let now = compute.now();
+    for migration in rows {
+        if migration.updated_at.unwrap_or(migration.created_at) + window > now {
+            continue;
+        }
+        let caller = Caller {
+            request_id: format!("req-{}", Uuid::new_v4()),
+            user_id: migration.user_id.clone(),
+            project_id: migration.project_id.clone(),
+        };
+        match compute.finish_move(&migration.instance_uuid, true, &caller).await {
+            Ok(()) => {
+                compute.metrics.resizes_auto_confirmed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(instance = %migration.instance_uuid, migration = %migration.uuid, "resize confirmed after resize_confirm_window");
+            }
+            Err(err) => {
+                tracing::warn!(instance = %migration.instance_uuid, error = %err, "automatic resize confirm failed")
+            }
+        }
     }
 }
 

@@ -392,3 +392,105 @@ async fn resize_up_at_the_quota_edge_admits_exactly_what_fits() {
     }
     cloud.check_invariants().await;
 }
+
+/// With `--resize-confirm-window 3`: a resize left in `VERIFY_RESIZE` is
+/// confirmed by the sweep once the window has passed (the migration
+/// `confirmed`, its consumer gone, a `confirmResize` action in the
+/// owner's name); one the user reverts within the window stays reverted.
+#[tokio::test]
+async fn a_resize_left_unconfirmed_is_confirmed_after_the_window() {
+    let mut cloud = Cloud::start("moves-window", &["--resize-confirm-window", "3"]).await;
+    cloud.add_agent(Hosts::new("w", 3, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = setup(&nova).await;
+    let small = nova.flavor("small", 1, 512, 1).await;
+    let big = nova.flavor("big", 2, 1024, 1).await;
+    let left = nova.boot_id("left", &small, &image).await;
+    let reverted = nova.boot_id("reverted", &small, &image).await;
+    wait_status(&nova, &left, "ACTIVE").await;
+    wait_status(&nova, &reverted, "ACTIVE").await;
+
+    let began = Instant::now();
+    assert_eq!(action(&nova, &left, json!({"resize": {"flavorRef": big}})).await, 202);
+    assert_eq!(action(&nova, &reverted, json!({"resize": {"flavorRef": big}})).await, 202);
+    wait_status(&nova, &left, "VERIFY_RESIZE").await;
+    wait_status(&nova, &reverted, "VERIFY_RESIZE").await;
+    assert_eq!(action(&nova, &reverted, json!({"revertResize": null})).await, 202);
+    let migration = migrations_of(&nova, &left).await[0]["uuid"].as_str().expect("uuid").to_owned();
+
+    let server = wait_status(&nova, &left, "ACTIVE").await;
+    assert!(began.elapsed() >= Duration::from_secs(3), "confirmed before the window had passed");
+    assert_eq!(server["flavor"]["vcpus"], 2, "the new flavor stays: {server}");
+    assert_eq!(migrations_of(&nova, &left).await[0]["status"], "confirmed");
+    assert!(allocations(&cloud, &migration).await["allocations"].as_object().is_none_or(|a| a.is_empty()));
+    let actions = nova.get(&format!("/servers/{left}/os-instance-actions")).await.body;
+    let confirm = actions["instanceActions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["action"] == "confirmResize")
+        .unwrap_or_else(|| panic!("no confirmResize action: {actions}"))
+        .clone();
+    assert_eq!(confirm["user_id"], server["user_id"], "{confirm}");
+
+    let server = wait_status(&nova, &reverted, "ACTIVE").await;
+    assert_eq!(server["flavor"]["vcpus"], 1, "the revert stands: {server}");
+    assert_eq!(migrations_of(&nova, &reverted).await[0]["status"], "reverted");
+    assert!(cloud.server.metric("berth_compute_resizes_auto_confirmed_total").await >= 1);
+    cloud.check_invariants().await;
+}
+
+/// A confirm and a revert whose control write is held after their cell
+/// win: the sweep hands the task to the agent meanwhile, and the agent's
+/// report makes the control write itself (its crash recovery). When the
+/// API's write then finds the migration consumer gone, that is its own
+/// move done, not a conflict: 204/202, the migration ends confirmed or
+/// reverted, and the server is never left in VERIFY_RESIZE.
+#[tokio::test]
+async fn a_confirm_or_revert_overtaken_by_the_agents_report_still_succeeds() {
+    let mut cloud = Cloud::start("moves-overtaken", &[]).await;
+    cloud.add_agent(Hosts::new("o", 3, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = setup(&nova).await;
+    let small = nova.flavor("small", 1, 512, 1).await;
+    let big = nova.flavor("big", 2, 1024, 1).await;
+    for (name, confirm) in [("confirmed", true), ("reverted", false)] {
+        let id = nova.boot_id(name, &small, &image).await;
+        wait_status(&nova, &id, "ACTIVE").await;
+        assert_eq!(action(&nova, &id, json!({"resize": {"flavorRef": big}})).await, 202);
+        wait_status(&nova, &id, "VERIFY_RESIZE").await;
+        let migration = migrations_of(&nova, &id).await[0]["uuid"].as_str().expect("uuid").to_owned();
+
+        test_hook(&cloud, "hold", "before-finish-move-write").await;
+        let body = if confirm { json!({"confirmResize": null}) } else { json!({"revertResize": null}) };
+        let call = {
+            let (nova, id) = (cloud.nova("admin"), id.clone());
+            tokio::spawn(async move { action(&nova, &id, body).await })
+        };
+        // The agent finishes the move while the API is held.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while migrations_of(&nova, &id).await[0]["status"] != name {
+            assert!(Instant::now() < deadline, "the agent never finished the held {name} move");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        test_hook(&cloud, "release", "before-finish-move-write").await;
+        let status = call.await.expect("the held call");
+        assert_eq!(status, if confirm { 204 } else { 202 }, "{name}: the API reports its own move as done");
+        let server = wait_status(&nova, &id, "ACTIVE").await;
+        assert_eq!(server["flavor"]["vcpus"], if confirm { 2 } else { 1 }, "{server}");
+        assert_eq!(migrations_of(&nova, &id).await[0]["status"], name);
+        assert!(allocations(&cloud, &migration).await["allocations"].as_object().is_none_or(|a| a.is_empty()));
+        cloud.check_invariants().await;
+    }
+}
+
+async fn test_hook(cloud: &Cloud, verb: &str, point: &str) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/admin/v1/test/{verb}", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .json(&json!({"point": point}))
+        .send()
+        .await
+        .expect("test hook");
+    assert_eq!(resp.status().as_u16(), 204, "test hook {verb} {point}");
+}
