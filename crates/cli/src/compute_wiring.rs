@@ -226,6 +226,11 @@ impl ComputeServices {
                 m.reschedules_exhausted.load(Relaxed),
             ),
             (
+                "berth_compute_lost_claims_finished_total",
+                "Builds whose claim's cell update was lost (crash, cell outage), finished by the sweep.",
+                m.lost_claims_finished.load(Relaxed),
+            ),
+            (
                 "berth_compute_resizes_auto_confirmed_total",
                 "Resizes and migrations confirmed after resize_confirm_window.",
                 m.resizes_auto_confirmed.load(Relaxed),

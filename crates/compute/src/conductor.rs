@@ -531,10 +531,13 @@ pub(crate) async fn redrive_reschedules(compute: &Compute, handle: &Arc<Cell>) {
         return;
     };
     for row in rows {
-        let Some(host) = row.host.clone() else { continue };
         if row.deleted || now - row.updated_at.unwrap_or(row.created_at) <= RESCHEDULE_GRACE_SECS {
             continue;
         }
+        let Some(host) = row.host.clone() else {
+            finish_lost_claim(compute, handle, row.uuid, now).await;
+            continue;
+        };
         let uuid = row.uuid;
         let actions = compute.cells.read(handle, move |s| s.instance_actions(&uuid)).await.unwrap_or_default();
         let create = actions.into_iter().find(|a| a.action == "create");
@@ -550,5 +553,66 @@ pub(crate) async fn redrive_reschedules(compute: &Compute, handle: &Arc<Cell>) {
         if let Err(err) = reschedule(compute, handle, uuid, &host, &last_error, request_id).await {
             tracing::warn!(instance = %uuid, error = %err, "re-driving a reschedule failed; will retry");
         }
+    }
+}
+
+/// Finish a build whose claim was written but whose cell update was lost
+/// (a crash, or the cell unreachable, between the two writes): its row is
+/// still `scheduling` with no host, its build request is gone (the claim
+/// deleted it), its mapping names this cell and its instance consumer
+/// holds one of this cell's compute nodes. The row gets the update
+/// [`finish_claim`] would have made (conditional on still being so, so a
+/// second process doing the same changes nothing) and the host its build.
+/// Anything else (a build request still queued, no allocations) is not a
+/// lost claim and is left alone.
+async fn finish_lost_claim(compute: &Compute, handle: &Arc<Cell>, instance: Uuid, now: i64) {
+    let cell = handle.mapping.uuid;
+    let node = read(&*compute.control, |w| {
+        if w.compute.build_requests.contains_key(&instance)
+            || w.compute.instance_mappings.get(&instance).is_none_or(|m| m.cell != Some(cell) || m.queued_for_delete)
+        {
+            return None;
+        }
+        let consumer = w.placement.consumers.get(&instance)?;
+        consumer.allocations.keys().find_map(|provider| {
+            let root = w.placement.provider(provider)?.row.root;
+            w.compute.compute_nodes.get(&root).filter(|n| n.cell == cell).cloned()
+        })
+    });
+    let Some(node) = node else { return };
+    let expect = Expect {
+        task_states: vec![Some(task_state::SCHEDULING.to_owned())],
+        not_deleted: true,
+        host: Some(None),
+        ..Expect::default()
+    };
+    let mut ops = vec![CellOp::UpdateInstance { uuid: instance, expect, update: spawning_on(compute, &node, now) }];
+    if let Some(request_id) = compute.create_request_id(handle, &instance).await {
+        ops.push(CellOp::FinishEvent {
+            instance,
+            request_id: request_id.clone(),
+            event: EVENT_SCHEDULE.to_owned(),
+            result: "Success".to_owned(),
+            traceback: None,
+            at: now,
+        });
+        ops.push(CellOp::StartEvent {
+            instance,
+            request_id,
+            event: EVENT_BUILD.to_owned(),
+            host: Some(node.host.clone()),
+            at: now,
+        });
+    }
+    match handle.write(ops).await {
+        Ok(outcomes) if outcomes.first() == Some(&CellOutcome::Done) => {
+            tracing::info!(%instance, host = %node.host, "finished a claim whose cell update was lost");
+            compute.metrics.lost_claims_finished.fetch_add(1, Ordering::Relaxed);
+            if let Some(task) = Task::new(instance, &node.host, task_state::SPAWNING) {
+                compute.hub.push(task);
+            }
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!(%instance, error = %err, "finishing a lost claim failed; will retry"),
     }
 }

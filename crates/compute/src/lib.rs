@@ -142,6 +142,8 @@ pub struct Metrics {
     /// Failed builds that went to ERROR because no attempt or alternate
     /// was left.
     pub reschedules_exhausted: AtomicU64,
+    /// Builds whose claim's cell update was lost, finished by the sweep.
+    pub lost_claims_finished: AtomicU64,
     /// Resizes confirmed by the sweep after `resize_confirm_window`.
     pub resizes_auto_confirmed: AtomicU64,
     /// Compute services disabled after consecutive failed builds.

@@ -208,3 +208,35 @@ async fn the_periodic_heal_removes_an_orphan_and_never_touches_a_build_even_with
     assert_eq!(resources(&allocations(&placement, &held).await), held_allocations);
     cloud.check_invariants().await;
 }
+
+/// The control plane is killed (SIGKILL) between a build's claim and its
+/// cell update: the claim (allocation, build request gone) is durable, the
+/// row is still `scheduling` with no host. After the restart the sweep
+/// finishes the claim's cell update once the row is older than the grace:
+/// the server goes ACTIVE on the host it holds, with exactly that
+/// allocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_build_whose_cell_update_was_lost_in_a_crash_is_finished() {
+    let mut cloud = Cloud::start("heal-lost-claim", &["--heal-every-ticks", "0"]).await;
+    cloud.add_agent(Hosts::new("lc", 2, &[])).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    let held = held_build(&cloud, &flavor, &image).await;
+    let claimed = resources(&allocations(&cloud.server.client(), &held).await);
+
+    cloud.restart().await;
+    let nova = cloud.nova("admin");
+    let placement = cloud.server.client();
+    assert_eq!(nova.get(&format!("/servers/{held}")).await.body["server"]["status"], "BUILD");
+    assert_eq!(resources(&allocations(&placement, &held).await), claimed, "the claim survived the crash");
+    // Past the sweep's grace for rows left in `scheduling`.
+    admin(&cloud, "/test/clock", json!({"advance": 30})).await;
+    let server = nova.wait_settled(&held).await;
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    assert_eq!(resources(&allocations(&placement, &held).await), claimed, "the allocation it held, exactly");
+    let root = root_of(&placement, server["OS-EXT-SRV-ATTR:host"].as_str().expect("host")).await;
+    assert!(claimed.get(&root).is_some(), "ACTIVE on the host it holds: {server} {claimed}");
+    assert_eq!(cloud.server.metric("berth_compute_lost_claims_finished_total").await, 1);
+    cloud.check_invariants().await;
+}
