@@ -481,6 +481,7 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                     crate::live::redrive_live_migrations(&compute, &handle, &local).await;
                     crate::shelve::offload_due(&compute, &handle).await;
                     crate::moves::confirm_due(&compute, &handle).await;
+                    crate::shelve::redrive_unshelves(&compute, &handle).await;
                 }
             }
         }

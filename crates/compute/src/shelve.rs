@@ -197,6 +197,8 @@ impl Compute {
         if handle.write(ops).await?.first() != Some(&CellOutcome::Done) {
             return Err(invalid_state(action, uuid, "task_state", "changing"));
         }
+        // Tests hold here to crash between the two.
+        self.hooks.pass("before-unshelve-claim").await;
         let mut last_reason = String::new();
         for _ in 0..self.config.schedule_retries.max(1) {
             let zone = Some(zone_after.clone());
@@ -220,6 +222,8 @@ impl Compute {
             };
             match write(&*self.control, |w| plan_unshelve_claim(w, &claim, self.now())) {
                 Ok(MoveClaimed::Claimed(node)) => {
+                    // Tests hold here to lose the cell update in a crash.
+                    self.hooks.pass("after-unshelve-claim").await;
                     let zone = read(&*self.control, |w| w.compute.availability_zone_of_host(&node.host, &default_zone));
                     let update = InstanceUpdate {
                         host: Some(Some(node.host.clone())),
@@ -386,6 +390,77 @@ pub(crate) async fn offload_due(compute: &Compute, handle: &Arc<Cell>) {
                 if let Some(task) = Task::new(row.uuid, &host, task_state::SHELVING_OFFLOADING) {
                     compute.hub.push(task);
                 }
+            }
+        }
+    }
+}
+
+/// Seconds a row may stay `unshelving` with no host before the sweep takes
+/// the unshelve for interrupted (scheduling and the claim take
+/// milliseconds; this is far beyond a slow one).
+pub const UNSHELVE_GRACE_SECS: i64 = 60;
+
+/// Finish unshelves a crash interrupted between the claim and the cell
+/// update: a row `unshelving` with no host for [`UNSHELVE_GRACE_SECS`]. If
+/// its instance consumer holds one of this cell's compute nodes, the claim
+/// was written: the row gets that host (as `unshelve_server` would have)
+/// and the host its task. With no allocations the claim never happened:
+/// the server stays offloaded with no task (the unshelve failed; it can be
+/// asked again). Both writes are conditional on the row being unchanged.
+pub(crate) async fn redrive_unshelves(compute: &Compute, handle: &Arc<Cell>) {
+    let Ok(rows) = compute.cells.read(handle, |s| s.instances_with_tasks(&[task_state::UNSHELVING])).await else {
+        return;
+    };
+    let now = compute.now();
+    let cell = handle.mapping.uuid;
+    for row in rows {
+        if row.deleted || row.host.is_some() || now - row.updated_at.unwrap_or(row.created_at) <= UNSHELVE_GRACE_SECS {
+            continue;
+        }
+        let node = read(&*compute.control, |w| {
+            let consumer = w.placement.consumers.get(&row.uuid)?;
+            consumer.allocations.keys().find_map(|provider| {
+                let root = w.placement.provider(provider)?.row.root;
+                w.compute.compute_nodes.get(&root).filter(|n| n.cell == cell).cloned()
+            })
+        });
+        let request_id = compute.action_request_id(handle, &row.uuid, &["unshelve"]).await;
+        let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
+        let (update, error) = match &node {
+            Some(node) => {
+                let default_zone = compute.config.scheduler.default_availability_zone.clone();
+                let zone = read(&*compute.control, |w| w.compute.availability_zone_of_host(&node.host, &default_zone));
+                let update = InstanceUpdate {
+                    host: Some(Some(node.host.clone())),
+                    node: Some(Some(node.node.clone())),
+                    availability_zone: Some(Some(zone)),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                (update, None)
+            }
+            None => (
+                InstanceUpdate { task_state: Some(None), updated_at: now, ..InstanceUpdate::default() },
+                Some("The unshelve was interrupted before a host was claimed.".to_owned()),
+            ),
+        };
+        let mut ops = vec![CellOp::UpdateInstance { uuid: row.uuid, expect, update }];
+        if let Some(request_id) = &request_id {
+            ops.push(compute.finish_event(&row.uuid, request_id, EVENT_UNSHELVE, error.clone()));
+        }
+        let Ok(outcomes) = handle.write(ops).await else { continue };
+        if outcomes.first() != Some(&CellOutcome::Done) {
+            continue;
+        }
+        match node {
+            Some(node) => {
+                tracing::info!(instance = %row.uuid, host = %node.host, "finished an unshelve whose cell update was lost");
+                if let Some(task) = Task::new(row.uuid, &node.host, task_state::UNSHELVING) {
+                    compute.hub.push(task);
+                }
+            }
+            None => {
+                tracing::info!(instance = %row.uuid, "an interrupted unshelve without a claim: the server stays offloaded")
             }
         }
     }

@@ -173,3 +173,89 @@ async fn shelved_without_offload_keeps_its_host() {
     assert_eq!(allocated(&cloud, &id).await, 0);
     cloud.check_invariants().await;
 }
+
+async fn test_hook(cloud: &Cloud, path: &str, body: Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/admin/v1/test/{path}", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .json(&body)
+        .send()
+        .await
+        .expect("test hook");
+    assert!(resp.status().is_success(), "test hook {path}: {}", resp.status());
+}
+
+/// The control plane is killed (SIGKILL) after an unshelve's claim and
+/// before its cell update: the claim survives, the row is `unshelving`
+/// with no host. After the restart the sweep puts the server on the host
+/// it holds (ACTIVE, exactly that allocation). A second server whose
+/// unshelve was interrupted before any claim stays offloaded, with no
+/// task and no allocation, and can be unshelved again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unshelve_interrupted_by_a_crash_is_finished_or_undone() {
+    let mut cloud = Cloud::start("shelve-crash", &["--service-down-time", "600"]).await;
+    cloud.add_agent(Hosts::new("u", 2, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = nova.image("img", json!({})).await;
+    let flavor = nova.flavor("small", 1, 1024, 1).await;
+    let claimed = nova.boot_id("claimed", &flavor, &image).await;
+    let unclaimed = nova.boot_id("unclaimed", &flavor, &image).await;
+    for id in [&claimed, &unclaimed] {
+        wait_status(&nova, id, "ACTIVE").await;
+        assert_eq!(action(&nova, id, json!({"shelve": null})).await.0, 202);
+        wait_status(&nova, id, "SHELVED_OFFLOADED").await;
+    }
+
+    // One held after its claim, one before it (at the scheduler).
+    test_hook(&cloud, "hold", json!({"point": "after-unshelve-claim"})).await;
+    let call = {
+        let (nova, id) = (cloud.nova("admin"), claimed.clone());
+        tokio::spawn(async move { action(&nova, &id, json!({"unshelve": null})).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while allocated(&cloud, &claimed).await == 0 {
+        assert!(Instant::now() < deadline, "the held unshelve never claimed");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let held = cloud.server.client().get(&format!("/allocations/{claimed}")).await.body["allocations"].clone();
+    test_hook(&cloud, "hold", json!({"point": "before-unshelve-claim"})).await;
+    let second = {
+        let (nova, id) = (cloud.nova("admin"), unclaimed.clone());
+        tokio::spawn(async move { action(&nova, &id, json!({"unshelve": null})).await })
+    };
+    while nova.get(&format!("/servers/{unclaimed}")).await.body["server"]["OS-EXT-STS:task_state"] != "unshelving" {
+        assert!(Instant::now() < deadline, "the second unshelve never started");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // The calls in flight die with the process.
+    call.abort();
+    second.abort();
+    cloud.restart().await;
+    let nova = cloud.nova("admin");
+    let placement = cloud.server.client();
+    let row = nova.get(&format!("/servers/{claimed}")).await.body["server"].clone();
+    assert_eq!(row["OS-EXT-STS:task_state"], "unshelving", "{row}");
+    let resources = |allocations: &Value| -> Value {
+        allocations.as_object().into_iter().flatten().map(|(rp, a)| (rp.clone(), a["resources"].clone())).collect()
+    };
+    let held = resources(&held);
+    assert_eq!(resources(&placement.get(&format!("/allocations/{claimed}")).await.body["allocations"]), held);
+
+    test_hook(&cloud, "clock", json!({"advance": 90})).await;
+    let server = wait_status(&nova, &claimed, "ACTIVE").await;
+    let host = server["OS-EXT-SRV-ATTR:host"].as_str().expect("host").to_owned();
+    let root = placement.get(&format!("/resource_providers?name={host}")).await.body["resource_providers"][0]["uuid"]
+        .as_str()
+        .expect("provider")
+        .to_owned();
+    let now = resources(&placement.get(&format!("/allocations/{claimed}")).await.body["allocations"]);
+    assert_eq!(now, held, "the allocation it held, exactly");
+    assert!(held.get(&root).is_some(), "ACTIVE on the host it holds: {host} {held}");
+    let offloaded = wait_status(&nova, &unclaimed, "SHELVED_OFFLOADED").await;
+    assert!(offloaded["OS-EXT-SRV-ATTR:host"].is_null(), "{offloaded}");
+    assert_eq!(allocated(&cloud, &unclaimed).await, 0);
+    assert_eq!(action(&nova, &unclaimed, json!({"unshelve": null})).await.0, 202, "it can be unshelved again");
+    wait_status(&nova, &unclaimed, "ACTIVE").await;
+    assert_eq!(allocated(&cloud, &unclaimed).await, 1);
+    cloud.check_invariants().await;
+}
