@@ -96,6 +96,10 @@ pub(crate) struct SoakOpts {
     /// Seed of the random choices.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Berth processes (more than one needs a shared PostgreSQL database
+    /// given with `--serve-arg`). Each client and each agent sticks to one.
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
     /// Extra arguments for `berth serve` (e.g. `--database postgres://…`).
     #[arg(long, allow_hyphen_values = true, num_args = 1..)]
     serve_arg: Vec<String>,
@@ -146,7 +150,18 @@ struct Shared {
     op_timeout: Duration,
 }
 
+tokio::task_local! {
+    /// The process a client talks to (its own writes are then visible to
+    /// its own reads, as with one process).
+    static PROCESS: Nova;
+}
+
 impl Shared {
+    /// The client's process, or the first one.
+    fn api(&self) -> Nova {
+        PROCESS.try_with(Nova::clone).unwrap_or_else(|_| self.nova.clone())
+    }
+
     fn count(&self, op: &str, outcome: &str) {
         if let Ok(mut map) = self.outcomes.lock() {
             *map.entry(format!("{op}:{outcome}")).or_default() += 1;
@@ -208,7 +223,7 @@ impl Shared {
         let deadline = Instant::now() + self.op_timeout;
         loop {
             tokio::time::sleep(self.poll).await;
-            let (status, body) = self.nova.call(Method::GET, &format!("/servers/{id}"), None).await?;
+            let (status, body) = self.api().call(Method::GET, &format!("/servers/{id}"), None).await?;
             if status == 404 {
                 return Ok(None);
             }
@@ -222,7 +237,7 @@ impl Shared {
     }
 
     async fn action(&self, id: &str, body: Value) -> anyhow::Result<(u16, Value)> {
-        self.nova.call(Method::POST, &format!("/servers/{id}/action"), Some(body)).await
+        self.api().call(Method::POST, &format!("/servers/{id}/action"), Some(body)).await
     }
 
     /// The outcome of a server that ended in an unexpected status (with
@@ -287,7 +302,7 @@ async fn create(shared: &Shared, rng: &mut Rng) -> anyhow::Result<()> {
     let flavor = rng.pick(&[0usize, 0, 1, 1, 2]);
     let body = json!({"server": {"name": "soak", "flavorRef": shared.flavors[flavor], "imageRef": shared.image,
                                  "networks": "none"}});
-    let (status, answer) = shared.nova.call(Method::POST, "/servers", Some(body)).await?;
+    let (status, answer) = shared.api().call(Method::POST, "/servers", Some(body)).await?;
     if status != 202 {
         let outcome = shared.refused("create", status, &answer);
         shared.count("create", &outcome);
@@ -321,7 +336,7 @@ async fn create(shared: &Shared, rng: &mut Rng) -> anyhow::Result<()> {
 }
 
 async fn delete(shared: &Shared, server: Server) -> anyhow::Result<String> {
-    let (status, body) = shared.nova.call(Method::DELETE, &format!("/servers/{}", server.id), None).await?;
+    let (status, body) = shared.api().call(Method::DELETE, &format!("/servers/{}", server.id), None).await?;
     if status != 204 {
         let outcome = shared.refused("delete", status, &body);
         shared.give_back(server);
@@ -330,7 +345,7 @@ async fn delete(shared: &Shared, server: Server) -> anyhow::Result<String> {
     let deadline = Instant::now() + shared.op_timeout;
     loop {
         tokio::time::sleep(shared.poll).await;
-        let (status, _) = shared.nova.call(Method::GET, &format!("/servers/{}", server.id), None).await?;
+        let (status, _) = shared.api().call(Method::GET, &format!("/servers/{}", server.id), None).await?;
         if status == 404 {
             shared.alive.fetch_sub(1, Ordering::SeqCst);
             return Ok("deleted".into());
@@ -472,14 +487,15 @@ impl Slot {
 
 struct AgentSpec {
     exe: std::path::PathBuf,
-    url: String,
+    /// The processes; agent `i` talks to `urls[i % len]`.
+    urls: Vec<String>,
     opts_args: Vec<String>,
 }
 
 impl AgentSpec {
     fn spawn(&self, idx: usize, slot: &Slot) -> anyhow::Result<Agent> {
         let child = Command::new(&self.exe)
-            .args(["agent", "--url", &self.url, "--log", "error", "--prefix", "soak-"])
+            .args(["agent", "--url", &self.urls[idx % self.urls.len()], "--log", "error", "--prefix", "soak-"])
             .args(["--agent-id", &format!("soak-agent-{idx}")])
             .args(["--hosts", &slot.count.to_string(), "--first-index", &slot.first.to_string()])
             .args(["--report-interval-secs", "5", "--concurrency", "8"])
@@ -635,12 +651,16 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
         HEAL_GRACE_SECS.to_string(),
     ];
     serve_args.extend(opts.serve_arg.iter().cloned());
-    let server = spawn_berth(&serve_args).await?;
-    let url = server.url.clone();
+    let mut servers = Vec::new();
+    for _ in 0..opts.processes.max(1) {
+        servers.push(spawn_berth(&serve_args).await?);
+    }
+    let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+    let url = urls[0].clone();
     let started = Instant::now();
     let spec = AgentSpec {
         exe: std::env::current_exe()?,
-        url: url.clone(),
+        urls: urls.clone(),
         opts_args: [
             vec![
                 "--vcpus".to_owned(),
@@ -693,6 +713,7 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
         .await?;
     let image = image["id"].as_str().unwrap_or("").to_owned();
 
+    let processes: Vec<Nova> = urls.iter().map(|u| nova.at(&format!("{u}/compute/v2.1"), "compute 2.96")).collect();
     let shared = Arc::new(Shared {
         nova: nova.clone(),
         idle: Mutex::default(),
@@ -714,13 +735,13 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     let per = opts.population.div_ceil(opts.concurrency.max(1));
     for w in 0..opts.concurrency.max(1) {
         let shared = shared.clone();
-        fillers.push(tokio::spawn(async move {
+        fillers.push(tokio::spawn(PROCESS.scope(processes[w % processes.len()].clone(), async move {
             let mut rng = Rng(opts.seed ^ (w as u64) << 32);
             for _ in 0..per {
                 create(&shared, &mut rng).await?;
             }
             Ok::<(), anyhow::Error>(())
-        }));
+        })));
     }
     for filler in fillers {
         filler.await??;
@@ -730,8 +751,8 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     shared.outcomes.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clear();
     shared.times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clear();
 
-    let heal_before = heal_metrics(&url).await;
-    let counters_before = lifecycle_metrics(&url).await;
+    let heal_before = heal_metrics(&urls).await;
+    let counters_before = lifecycle_metrics(&urls).await;
     let churn_began = Instant::now();
     let chaos_task = tokio::spawn(chaos(
         shared.clone(),
@@ -744,12 +765,13 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     for w in 0..opts.concurrency.max(1) {
         let shared = shared.clone();
         let seed = opts.seed.wrapping_add(1 + w as u64).wrapping_mul(0x9E37_79B9);
-        clients.push(tokio::spawn(client(shared, opts.population, seed)));
+        let process = processes[w % processes.len()].clone();
+        clients.push(tokio::spawn(PROCESS.scope(process, client(shared, opts.population, seed))));
     }
     let mut rss_peak = 0.0f64;
     while churn_began.elapsed() < Duration::from_secs(opts.duration_secs) {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        rss_peak = rss_peak.max(rss_mib(server.child.id()));
+        rss_peak = rss_peak.max(servers.iter().map(|s| rss_mib(s.child.id())).fold(0.0, f64::max));
     }
     shared.stop.store(true, Ordering::SeqCst);
     for c in clients {
@@ -793,7 +815,7 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
             list.len()
         );
     }
-    let counters_after = lifecycle_metrics(&url).await;
+    let counters_after = lifecycle_metrics(&urls).await;
     for ((name, before), (_, after)) in counters_before.iter().zip(&counters_after) {
         println!("  {name} {}", after - before);
     }
@@ -815,7 +837,7 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     // Audit, before the final heal can mend anything.
     let audit = audit(&nova, &url).await?;
     audit.print();
-    let heal_during = heal_metrics(&url).await;
+    let heal_during = heal_metrics(&urls).await;
     println!(
         "  periodic heal during the churn: {} runs, {} orphans removed, {} allocations created, {} findings left",
         heal_during[0] - heal_before[0],
@@ -838,7 +860,10 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     for finding in healed["unresolved"].as_array().into_iter().flatten().take(10) {
         println!("    {finding}");
     }
-    println!("  server RSS peak {rss_peak:.0} MiB, now {:.0} MiB", rss_mib(server.child.id()));
+    for (idx, server) in servers.iter().enumerate() {
+        println!("  server {idx} RSS now {:.0} MiB", rss_mib(server.child.id()));
+    }
+    println!("  largest server RSS seen during the churn {rss_peak:.0} MiB");
     drop(slots);
     let clean = audit.clean()
         && stuck.is_empty()
@@ -850,16 +875,25 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn heal_metrics(url: &str) -> [u64; 4] {
+/// A counter summed over the processes.
+async fn metric_sum(urls: &[String], name: &str) -> u64 {
+    let mut sum = 0;
+    for url in urls {
+        sum += metric(url, name).await;
+    }
+    sum
+}
+
+async fn heal_metrics(urls: &[String]) -> [u64; 4] {
     [
-        metric(url, "berth_heal_runs_total").await,
-        metric(url, "berth_heal_orphans_removed_total").await,
-        metric(url, "berth_heal_allocations_created_total").await,
-        metric(url, "berth_heal_unresolved_total").await,
+        metric_sum(urls, "berth_heal_runs_total").await,
+        metric_sum(urls, "berth_heal_orphans_removed_total").await,
+        metric_sum(urls, "berth_heal_allocations_created_total").await,
+        metric_sum(urls, "berth_heal_unresolved_total").await,
     ]
 }
 
-async fn lifecycle_metrics(url: &str) -> Vec<(&'static str, u64)> {
+async fn lifecycle_metrics(urls: &[String]) -> Vec<(&'static str, u64)> {
     let mut out = Vec::new();
     for name in [
         "berth_compute_builds_failed_total",
@@ -867,7 +901,7 @@ async fn lifecycle_metrics(url: &str) -> Vec<(&'static str, u64)> {
         "berth_compute_reschedules_exhausted_total",
         "berth_compute_claim_retries_total",
     ] {
-        out.push((name, metric(url, name).await));
+        out.push((name, metric_sum(urls, name).await));
     }
     out
 }
