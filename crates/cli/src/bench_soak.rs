@@ -750,6 +750,7 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     println!("filled to {filled} servers in {:.1} s", fill_began.elapsed().as_secs_f64());
     shared.outcomes.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clear();
     shared.times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clear();
+    shared.samples.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clear();
 
     let heal_before = heal_metrics(&urls).await;
     let counters_before = lifecycle_metrics(&urls).await;

@@ -110,6 +110,7 @@ pub async fn heal(compute: &Arc<Compute>, dry_run: bool) -> HealReport {
     });
     let cells: Vec<_> = compute.cell_mappings().into_iter().filter(|c| c.uuid != CELL0_UUID).collect();
     let mut open_migrations: Option<HashSet<Uuid>> = None;
+    let mut closed_migrations: Vec<(Uuid, i64)> = Vec::new();
     for orphan in orphans {
         match orphan.kind {
             ConsumerKind::OrphanInstance => {
@@ -145,17 +146,38 @@ pub async fn heal(compute: &Arc<Compute>, dry_run: bool) -> HealReport {
                     open_migrations = Some(read_open_migrations(compute, &cells, &mut report).await);
                 }
                 if !open_migrations.as_ref().is_some_and(|open| open.contains(&orphan.consumer)) {
-                    report.unresolved.push(Finding {
-                        kind: "orphan_migration",
-                        uuid: orphan.consumer,
-                        detail: format!(
-                            "{CONSUMER_TYPE_MIGRATION} consumer with allocations and no open migration (not removed: \
-                             a move may still need them)"
-                        ),
-                    });
+                    closed_migrations.push((orphan.consumer, orphan.generation));
                 }
             }
             ConsumerKind::Known | ConsumerKind::Foreign => {}
+        }
+    }
+    // The consumers came from this process's snapshot, which may lag
+    // another process's confirm (consumer deleted, then the migration
+    // closed in the cell, read fresh above). Look again on the caught-up
+    // state (an empty write plans on it): only a consumer still there,
+    // unchanged, is an orphan.
+    if !closed_migrations.is_empty() {
+        let still: Vec<Uuid> = write(&*compute.control, |w| {
+            let still = closed_migrations
+                .iter()
+                .filter(|(uuid, generation)| {
+                    w.placement.consumers.get(uuid).is_some_and(|c| c.row.generation == *generation)
+                })
+                .map(|(uuid, _)| *uuid)
+                .collect();
+            Ok((berth_compute_model::WorldChangeSet::new(), still))
+        })
+        .unwrap_or_else(|_| closed_migrations.iter().map(|(uuid, _)| *uuid).collect());
+        for consumer in still {
+            report.unresolved.push(Finding {
+                kind: "orphan_migration",
+                uuid: consumer,
+                detail: format!(
+                    "{CONSUMER_TYPE_MIGRATION} consumer with allocations and no open migration (not removed: a \
+                     move may still need them)"
+                ),
+            });
         }
     }
 

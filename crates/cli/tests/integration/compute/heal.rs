@@ -155,6 +155,8 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
                       "project_id": consumer["project_id"], "user_id": consumer["user_id"],
                       "consumer_generation": consumer["consumer_generation"], "consumer_type": "INSTANCE"});
     assert_eq!(placement.put(&format!("/allocations/{kept}"), &body).await.status, 204);
+    // And a MIGRATION consumer no migration names: reported, not removed.
+    let migration = put_consumer(&placement, &provider, "MIGRATION").await;
     admin(&cloud, "/test/clock", json!({"advance": 3600})).await;
     let report = heal(&cloud, json!({})).await;
     let kinds: Vec<(String, String)> = report["unresolved"]
@@ -163,9 +165,15 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
         .flatten()
         .map(|f| (f["kind"].as_str().unwrap_or("").to_owned(), f["uuid"].as_str().unwrap_or("").to_owned()))
         .collect();
-    assert_eq!(kinds, vec![("allocation_differs".to_owned(), kept.clone())], "{report}");
+    assert_eq!(
+        kinds,
+        vec![("orphan_migration".to_owned(), migration.clone()), ("allocation_differs".to_owned(), kept.clone())],
+        "{report}"
+    );
     assert_eq!(resources(&allocations(&placement, &kept).await), resources(&differs), "reported, not changed");
-    assert_eq!(cloud.server.metric("berth_heal_unresolved_total").await, 1);
+    assert_ne!(allocations(&placement, &migration).await, json!({}), "reported, not removed");
+    assert_eq!(cloud.server.metric("berth_heal_unresolved_total").await, 2);
+    assert_eq!(placement.call("DELETE", &format!("/allocations/{migration}"), None).await.status, 204);
 
     // Put things back for the invariants.
     let consumer = placement.get(&format!("/allocations/{kept}")).await.body;
