@@ -223,71 +223,112 @@ pub fn plan_claim(
     instances: &[InstanceChoices],
     now: Timestamp,
 ) -> Result<std::result::Result<(WorldChangeSet, Claimed), ClaimFailure>> {
+    let (set, mut outcomes) = plan_claim_boots(world, &[instances], now)?;
+    match outcomes.pop() {
+        Some(Ok(claimed)) => Ok(Ok((set, claimed))),
+        Some(Err(failure)) => Ok(Err(failure)),
+        None => Err(ComputeError::Conflict("a claim planned no outcome".into())),
+    }
+}
+
+/// Claim several boot requests in one write (the conductor's batch), each
+/// all or nothing as [`plan_claim`] claims one: a request whose instances
+/// do not all fit is left out (its outcome is [`ClaimFailure::NoRoom`])
+/// and takes nothing from the requests after it. The requests are
+/// checked in order, each counting the capacity and group members taken
+/// by the ones claimed before it; placement's allocation planner then
+/// re-checks every claimed allocation exactly, in the one change set.
+pub fn plan_claim_boots(
+    world: &World,
+    boots: &[&[InstanceChoices]],
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Vec<std::result::Result<Claimed, ClaimFailure>>)> {
     let mut extra: HashMap<(Uuid, &str), i64> = HashMap::new();
     let mut requests: Vec<ConsumerAllocations> = Vec::new();
-    let mut placed: Vec<(Uuid, ComputeNodeRef)> = Vec::new();
-    let mut gone = Vec::new();
+    let mut placed_all: Vec<(Uuid, ComputeNodeRef)> = Vec::new();
     let mut specs: Vec<RequestSpec> = Vec::new();
-    let claiming: BTreeSet<Uuid> = instances.iter().map(|i| i.instance).collect();
+    let mut outcomes = Vec::with_capacity(boots.len());
+    let claiming: BTreeSet<Uuid> = boots.iter().flat_map(|b| b.iter().map(|i| i.instance)).collect();
     // Hosts of the group members, plus the ones chosen in this write.
     let mut group_state: HashMap<Uuid, HashMap<String, i64>> = HashMap::new();
-    for choices in instances {
-        let Some(build) = world.compute.build_requests.get(&choices.instance) else {
-            gone.push(choices.instance);
-            continue;
-        };
-        let group =
-            world.compute.group_of_instance.get(&choices.instance).and_then(|g| world.compute.server_groups.get(g));
-        if let Some(group) = group {
-            group_state.entry(group.uuid).or_insert_with(|| group_hosts(world, group, &claiming));
-        }
-        let mut chosen = None;
-        for (idx, choice) in choices.choices.iter().enumerate() {
-            let Some(node) = world.compute.compute_nodes.get(&choice.root) else { continue };
-            if world.compute.cells.get(&node.cell).is_none_or(|c| c.disabled) {
+    for instances in boots {
+        // What this request takes, kept only if all of it fits.
+        let mut boot_extra = extra.clone();
+        let mut boot_groups = group_state.clone();
+        let mut boot_requests: Vec<ConsumerAllocations> = Vec::new();
+        let mut boot_specs: Vec<RequestSpec> = Vec::new();
+        let mut placed: Vec<(Uuid, ComputeNodeRef)> = Vec::new();
+        let mut gone = Vec::new();
+        let mut failure = None;
+        for choices in *instances {
+            let Some(build) = world.compute.build_requests.get(&choices.instance) else {
+                gone.push(choices.instance);
                 continue;
-            }
+            };
+            let group =
+                world.compute.group_of_instance.get(&choices.instance).and_then(|g| world.compute.server_groups.get(g));
             if let Some(group) = group {
-                if !group_allows(group, &node.host, &group_state[&group.uuid]) {
+                boot_groups.entry(group.uuid).or_insert_with(|| group_hosts(world, group, &claiming));
+            }
+            let mut chosen = None;
+            for (idx, choice) in choices.choices.iter().enumerate() {
+                let Some(node) = world.compute.compute_nodes.get(&choice.root) else { continue };
+                if world.compute.cells.get(&node.cell).is_none_or(|c| c.disabled) {
                     continue;
                 }
+                if let Some(group) = group {
+                    if !group_allows(group, &node.host, &boot_groups[&group.uuid]) {
+                        continue;
+                    }
+                }
+                if !fits(world, &choice.allocations, &boot_extra) {
+                    continue;
+                }
+                chosen = Some((idx, choice, node));
+                break;
             }
-            if !fits(world, &choice.allocations, &extra) {
-                continue;
+            let Some((taken, choice, node)) = chosen else {
+                failure = Some(ClaimFailure::NoRoom(choices.instance));
+                break;
+            };
+            for (provider, amounts) in &choice.allocations {
+                for (class, amount) in amounts {
+                    *boot_extra.entry((*provider, class.as_str())).or_insert(0) += amount;
+                }
             }
-            chosen = Some((idx, choice, node));
-            break;
-        }
-        let Some((taken, choice, node)) = chosen else {
-            return Ok(Err(ClaimFailure::NoRoom(choices.instance)));
-        };
-        for (provider, amounts) in &choice.allocations {
-            for (class, amount) in amounts {
-                *extra.entry((*provider, class.as_str())).or_insert(0) += amount;
+            if let Some(group) = group {
+                *boot_groups.entry(group.uuid).or_default().entry(node.host.clone()).or_insert(0) += 1;
             }
-        }
-        if let Some(group) = group {
-            *group_state.entry(group.uuid).or_default().entry(node.host.clone()).or_insert(0) += 1;
-        }
-        requests.push(ConsumerAllocations {
-            consumer: choices.instance,
-            project_id: build.project_id.clone(),
-            user_id: build.user_id.clone(),
-            generation: ConsumerGeneration::New,
-            consumer_type: Some(CONSUMER_TYPE_INSTANCE.to_owned()),
-            allocations: choice.allocations.clone(),
-        });
-        placed.push((choices.instance, node.clone()));
-        // The choices after the one claimed are the instance's alternates
-        // should its build fail: kept in its request spec, in this write.
-        let alternates: Vec<HostChoice> = choices.choices[taken + 1..].to_vec();
-        if let Some(spec) = world.compute.request_specs.get(&choices.instance) {
-            if !alternates.is_empty() || spec.retry != BuildRetry::default() {
-                let mut spec = spec.clone();
-                spec.retry = BuildRetry { num_attempts: 1, failed_hosts: Vec::new(), alternates };
-                specs.push(spec);
+            boot_requests.push(ConsumerAllocations {
+                consumer: choices.instance,
+                project_id: build.project_id.clone(),
+                user_id: build.user_id.clone(),
+                generation: ConsumerGeneration::New,
+                consumer_type: Some(CONSUMER_TYPE_INSTANCE.to_owned()),
+                allocations: choice.allocations.clone(),
+            });
+            placed.push((choices.instance, node.clone()));
+            // The choices after the one claimed are the instance's alternates
+            // should its build fail: kept in its request spec, in this write.
+            let alternates: Vec<HostChoice> = choices.choices[taken + 1..].to_vec();
+            if let Some(spec) = world.compute.request_specs.get(&choices.instance) {
+                if !alternates.is_empty() || spec.retry != BuildRetry::default() {
+                    let mut spec = spec.clone();
+                    spec.retry = BuildRetry { num_attempts: 1, failed_hosts: Vec::new(), alternates };
+                    boot_specs.push(spec);
+                }
             }
         }
+        if let Some(failure) = failure {
+            outcomes.push(Err(failure));
+            continue;
+        }
+        extra = boot_extra;
+        group_state = boot_groups;
+        requests.extend(boot_requests);
+        specs.extend(boot_specs);
+        placed_all.extend(placed.iter().cloned());
+        outcomes.push(Ok(Claimed { placed, gone }));
     }
     let mut set = WorldChangeSet::new();
     if !requests.is_empty() {
@@ -295,7 +336,7 @@ pub fn plan_claim(
             .map_err(|e| ComputeError::Conflict(format!("{e:?}")))?;
         set.placement(placement);
     }
-    for (instance, node) in &placed {
+    for (instance, node) in &placed_all {
         if let Some(mapping) = world.compute.instance_mappings.get(instance) {
             let mut mapping = mapping.clone();
             mapping.cell = Some(node.cell);
@@ -306,7 +347,7 @@ pub fn plan_claim(
     for spec in specs {
         set.compute(C::PutRequestSpec(spec));
     }
-    Ok(Ok((set, Claimed { placed, gone })))
+    Ok((set, outcomes))
 }
 
 /// Why an instance's build cannot be retried anymore.

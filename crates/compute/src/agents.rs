@@ -205,15 +205,68 @@ impl Compute {
     /// Apply what an agent reports. Each event's result says whether it
     /// took effect (a transition conditional on the task state is refused
     /// when the instance moved on, e.g. was deleted while building).
+    ///
+    /// The events of one host are applied in the order given (its failed
+    /// build count depends on it); different hosts' events are applied
+    /// concurrently, so their cell writes share commits instead of each
+    /// waiting for the one before (an agent posts the events of many hosts
+    /// at once and waits for the answer before posting more).
     pub async fn agent_events(&self, events: &[AgentEvent]) -> Vec<Result<bool, ServiceError>> {
-        let mut out = Vec::with_capacity(events.len());
-        for event in events {
-            out.push(self.agent_event(event).await);
-            if let Some(task) = &event.task {
-                self.hub.completed(task);
-            }
+        let mut by_host: Vec<(&str, Vec<usize>)> = Vec::new();
+        let mut slot_of_host: HashMap<&str, usize> = HashMap::new();
+        for (idx, event) in events.iter().enumerate() {
+            let slot = *slot_of_host.entry(event.host.as_str()).or_insert_with(|| {
+                by_host.push((event.host.as_str(), Vec::new()));
+                by_host.len() - 1
+            });
+            by_host[slot].1.push(idx);
         }
-        out
+        let runs = by_host.into_iter().map(|(_, indexes)| async move {
+            let mut done = Vec::with_capacity(indexes.len());
+            for idx in indexes {
+                let event = &events[idx];
+                done.push((idx, self.agent_event(event).await));
+                if let Some(task) = &event.task {
+                    self.hub.completed(task);
+                }
+            }
+            done
+        });
+        let mut out: Vec<Option<Result<bool, ServiceError>>> = events.iter().map(|_| None).collect();
+        for (idx, result) in crate::servers::join_all(runs.collect()).await.into_iter().flatten() {
+            out[idx] = Some(result);
+        }
+        out.into_iter().map(|r| r.unwrap_or(Ok(false))).collect()
+    }
+
+    /// Remember the request id of a build handed to an agent.
+    pub(crate) fn remember_build_request_id(&self, instance: Uuid, request_id: &str) {
+        let mut ids = self.build_request_ids.lock().unwrap_or_else(|p| p.into_inner());
+        // Builds whose report never comes (deleted while building, agent
+        // gone) would stay forever: start over past a bound; a forgotten
+        // id is read from the cell instead.
+        if ids.len() >= 65_536 {
+            ids.clear();
+        }
+        ids.insert(instance, request_id.to_owned());
+    }
+
+    /// The request id of an instance's create action, for finishing its
+    /// build event: remembered when the build was handed out, else read
+    /// from the cell. `done`: the build is over (forget it).
+    async fn build_request_id(&self, handle: &Arc<crate::cells::Cell>, uuid: &Uuid, done: bool) -> Option<String> {
+        let remembered = {
+            let mut ids = self.build_request_ids.lock().unwrap_or_else(|p| p.into_inner());
+            if done {
+                ids.remove(uuid)
+            } else {
+                ids.get(uuid).cloned()
+            }
+        };
+        match remembered {
+            Some(id) => Some(id),
+            None => self.create_request_id(handle, uuid).await,
+        }
     }
 
     async fn agent_event(&self, event: &AgentEvent) -> Result<bool, ServiceError> {
@@ -226,7 +279,13 @@ impl Compute {
         let cell = self.cell(&cell_id).ok_or_else(|| ServiceError::Internal(format!("cell {cell_id} vanished")))?;
         let handle = self.cells.get(&cell)?;
         let now = self.now();
-        let request_id = self.create_request_id(&handle, &uuid).await;
+        let reschedule = event.kind == "build_failed" && self.may_reschedule(&uuid);
+        // Only build reports finish a build event; a rescheduled build
+        // starts another under the same request id.
+        let request_id = match event.kind.as_str() {
+            "spawned" | "build_failed" => self.build_request_id(&handle, &uuid, !reschedule).await,
+            _ => None,
+        };
         let expect = |task: &[&str]| Expect {
             task_states: task.iter().map(|t| Some((*t).to_owned())).collect(),
             not_deleted: true,
@@ -236,7 +295,6 @@ impl Compute {
         // or repeated report from a host the instance was rescheduled away
         // from is a mismatch).
         let from_host = |task: &[&str]| Expect { host: Some(Some(event.host.clone())), ..expect(task) };
-        let reschedule = event.kind == "build_failed" && self.may_reschedule(&uuid);
         let finish = |result: &str, traceback: Option<String>| {
             request_id.as_ref().map(|request_id| CellOp::FinishEvent {
                 instance: uuid,

@@ -33,7 +33,8 @@ use std::time::Duration;
 
 use berth_compute_model::cell::{task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction};
 use berth_compute_model::plan::{
-    plan_bury, plan_claim, plan_forget_instance, plan_reschedule, ClaimFailure, Claimed, InstanceChoices, Rescheduled,
+    plan_bury, plan_claim, plan_claim_boots, plan_forget_instance, plan_reschedule, ClaimFailure, Claimed,
+    InstanceChoices, Rescheduled,
 };
 use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet, CELL0_UUID};
 use berth_scheduler::{schedule, ScheduleRequest};
@@ -69,15 +70,30 @@ impl Compute {
     }
 }
 
+/// Most boots one conductor pass takes from the queue
+/// ([`run_boots`]).
+pub const MAX_BATCH: usize = 16;
+
 pub(crate) fn spawn_workers(compute: Arc<Compute>, rx: tokio::sync::mpsc::UnboundedReceiver<BootJob>) {
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     for _ in 0..compute.config.conductor_workers.max(1) {
         let (compute, rx) = (compute.clone(), rx.clone());
         tokio::spawn(async move {
             loop {
-                let job = rx.lock().await.recv().await;
-                let Some(job) = job else { return };
-                run_boot(&compute, job).await;
+                // The next boot and whatever queued up behind it.
+                let jobs = {
+                    let mut rx = rx.lock().await;
+                    let Some(first) = rx.recv().await else { return };
+                    let mut jobs = vec![first];
+                    while jobs.len() < MAX_BATCH {
+                        match rx.try_recv() {
+                            Ok(job) => jobs.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    jobs
+                };
+                run_boots(&compute, jobs).await;
             }
         });
     }
@@ -154,18 +170,176 @@ fn event(name: &str, at: i64) -> ActionEvent {
     }
 }
 
-/// Run one boot to its end (claimed and handed to agents, or buried).
-pub async fn run_boot(compute: &Arc<Compute>, job: BootJob) {
-    compute.hooks.pass("before-schedule").await;
-    let (builds, spec): (Vec<BuildRequest>, Option<RequestSpec>) = read(&*compute.control, |w| {
+/// A boot with what it needs to be scheduled, read from the control
+/// state.
+struct Loaded {
+    job: BootJob,
+    /// Its build requests still there, in launch order.
+    builds: Vec<BuildRequest>,
+    spec: RequestSpec,
+}
+
+fn load(compute: &Compute, job: BootJob) -> Option<Loaded> {
+    let (builds, spec) = read(&*compute.control, |w| {
         let builds: Vec<BuildRequest> =
             job.instances.iter().filter_map(|i| w.compute.build_requests.get(i).cloned()).collect();
         let spec = builds.first().and_then(|b| w.compute.request_specs.get(&b.instance_uuid).cloned());
         (builds, spec)
     });
-    let Some(spec) = spec else { return };
+    spec.map(|spec| Loaded { job, builds, spec })
+}
+
+/// Run one boot to its end (claimed and handed to agents, or buried).
+pub async fn run_boot(compute: &Arc<Compute>, job: BootJob) {
+    compute.hooks.pass("before-schedule").await;
+    let Some(boot) = load(compute, job) else { return };
+    boot_rounds(compute, boot, HashMap::new()).await;
+}
+
+/// What makes boots schedulable together: the request spec without what
+/// is only the instance's own (ids, reservation id, instance count, build
+/// history). `None` for boots always scheduled alone: server groups
+/// (their hard policy is checked against the members placed so far) and
+/// forced hosts.
+fn batch_key(spec: &RequestSpec) -> Option<RequestSpec> {
+    if spec.group.is_some() || spec.force_host.is_some() || spec.force_node.is_some() {
+        return None;
+    }
+    let mut key = spec.clone();
+    key.instance_uuid = Uuid::nil();
+    key.reservation_id = String::new();
+    key.num_instances = 0;
+    key.retry = berth_compute_model::BuildRetry::default();
+    Some(key)
+}
+
+/// Run the boots one worker took from the queue. Boots whose request
+/// specs agree on everything the scheduler reads (same flavor, image,
+/// zone, hints, project; no server group) are scheduled together
+/// ([`run_together`]): one placement search and one filter/weigh pass
+/// for all their instances, one cell write for their rows, one control
+/// write for their claims (each boot still all or nothing). Any other
+/// boot, and any boot of a batch whose joint run fails, runs on its own
+/// as before ([`boot_rounds`]).
+pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
+    if jobs.len() == 1 {
+        for job in jobs {
+            run_boot(compute, job).await;
+        }
+        return;
+    }
+    compute.hooks.pass("before-schedule").await;
+    let mut groups: Vec<(Option<RequestSpec>, Vec<Loaded>)> = Vec::new();
+    for job in jobs {
+        let Some(boot) = load(compute, job) else { continue };
+        let key = batch_key(&boot.spec);
+        match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
+            Some((_, members)) => members.push(boot),
+            None => groups.push((key, vec![boot])),
+        }
+    }
+    // One after the other, as a worker always went: a boot scheduled
+    // while another's claim is still in flight does not see it, and with
+    // Nova's default `host_subset_size` (1) it picks the same best host.
+    for (key, members) in groups {
+        if key.is_some() && members.len() > 1 {
+            run_together(compute, members).await;
+        } else {
+            for boot in members {
+                boot_rounds(compute, boot, HashMap::new()).await;
+            }
+        }
+    }
+}
+
+/// One scheduling round for several boots sharing a request spec shape;
+/// boots it does not finish go on alone from their next round.
+async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
+    let now = compute.now();
+    let seed = compute.next_seed();
+    compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
+    let all: Vec<Uuid> = boots.iter().flat_map(|b| b.builds.iter().map(|build| build.instance_uuid)).collect();
+    let scheduled = read(&*compute.control, |w| {
+        let request = ScheduleRequest { spec: &boots[0].spec, instances: &all, ignore_hosts: &[], seed };
+        schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
+            let cells: Vec<Option<Uuid>> = choices
+                .iter()
+                .map(|c| c.choices.first().and_then(|h| w.compute.compute_nodes.get(&h.root)).map(|n| n.cell))
+                .collect();
+            (choices, cells)
+        })
+    });
+    let Ok((choices, cells)) = scheduled else {
+        // Not room for all of them together: each on its own (each gets
+        // its own "no valid host" or a host).
+        alone(compute, boots.into_iter().map(|b| (b, HashMap::new())).collect()).await;
+        return;
+    };
+    // The scheduler answers per instance, in request order.
+    let mut choices = choices.into_iter();
+    let mut cells = cells.into_iter();
+    let per_boot: Vec<(Vec<InstanceChoices>, Vec<Option<Uuid>>)> = boots
+        .iter()
+        .map(|b| (choices.by_ref().take(b.builds.len()).collect(), cells.by_ref().take(b.builds.len()).collect()))
+        .collect();
+    let mut inserted: Vec<HashMap<Uuid, Uuid>> = boots.iter().map(|_| HashMap::new()).collect();
+    let mut ops: HashMap<Uuid, Vec<CellOp>> = HashMap::new();
+    for ((boot, (choices, cells)), inserted) in boots.iter().zip(&per_boot).zip(inserted.iter_mut()) {
+        row_ops(&boot.job, &boot.builds, choices, cells, inserted, now, &mut ops);
+    }
+    if let Err(err) = write_cells(compute, ops).await {
+        tracing::warn!(error = %err, "writing instance rows failed; retrying");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        alone(compute, boots.into_iter().zip(inserted).collect()).await;
+        return;
+    }
+    compute.hooks.pass("before-claim").await;
+    let now = compute.now();
+    let requests: Vec<&[InstanceChoices]> = per_boot.iter().map(|(c, _)| c.as_slice()).collect();
+    let claim = write(&*compute.control, |w| plan_claim_boots(w, &requests, now));
+    let outcomes = match claim {
+        Ok(outcomes) => outcomes,
+        Err(err) => {
+            tracing::warn!(error = %err, "claim failed; retrying");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            alone(compute, boots.into_iter().zip(inserted).collect()).await;
+            return;
+        }
+    };
+    let mut claimed = Vec::new();
+    let mut retry = Vec::new();
+    for ((boot, inserted), outcome) in boots.into_iter().zip(inserted).zip(outcomes) {
+        match outcome {
+            Ok(done) => claimed.push((boot, done, inserted)),
+            Err(ClaimFailure::NoRoom(instance)) => {
+                compute.metrics.claim_retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%instance, "claim lost a race; scheduling again");
+                retry.push((boot, inserted));
+            }
+        }
+    }
+    if !claimed.is_empty() {
+        compute.hooks.pass("after-claim").await;
+        finish_claims(compute, claimed.iter().map(|(b, c, i)| (&b.job, c, i)).collect()).await;
+    }
+    alone(compute, retry).await;
+}
+
+/// Run boots the joint round did not finish on their own, one after the
+/// other, each with every round a boot alone has: the joint round is
+/// extra, so a boot is never buried sooner than it would have been alone.
+async fn alone(compute: &Arc<Compute>, boots: Vec<(Loaded, HashMap<Uuid, Uuid>)>) {
+    for (boot, inserted) in boots {
+        boot_rounds(compute, boot, inserted).await;
+    }
+}
+
+/// Schedule and claim one boot, in up to `schedule_retries` rounds (rows
+/// already written by a joint round are in `inserted`); bury it when no
+/// round finds room.
+async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap<Uuid, Uuid>) {
+    let Loaded { job, builds, spec } = boot;
     let pending: Vec<Uuid> = builds.iter().map(|b| b.instance_uuid).collect();
-    let mut inserted: HashMap<Uuid, Uuid> = HashMap::new();
     let mut reason = "There are not enough hosts available.".to_owned();
     for round in 0..compute.config.schedule_retries.max(1) {
         let now = compute.now();
@@ -189,7 +363,9 @@ pub async fn run_boot(compute: &Arc<Compute>, job: BootJob) {
                 break;
             }
         };
-        if let Err(err) = insert_rows(compute, &job, &builds, &choices, &cells, &mut inserted).await {
+        let mut ops = HashMap::new();
+        row_ops(&job, &builds, &choices, &cells, &mut inserted, now, &mut ops);
+        if let Err(err) = write_cells(compute, ops).await {
             tracing::warn!(error = %err, "writing instance rows failed; retrying");
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
@@ -205,7 +381,7 @@ pub async fn run_boot(compute: &Arc<Compute>, job: BootJob) {
                 // Claimed, not yet handed to a host: the window the heal
                 // must leave alone (tests hold builds here).
                 compute.hooks.pass("after-claim").await;
-                finish_claim(compute, &job, claimed, &inserted).await;
+                finish_claims(compute, vec![(&job, &claimed, &inserted)]).await;
                 return;
             }
             Ok(Err(ClaimFailure::NoRoom(instance))) => {
@@ -221,18 +397,18 @@ pub async fn run_boot(compute: &Arc<Compute>, job: BootJob) {
     bury(compute, &job, &builds, &inserted, &reason).await;
 }
 
-/// Write the instances' rows (scheduling, no host) into their chosen
-/// cells, moving any row written by an earlier round to another cell.
-async fn insert_rows(
-    compute: &Arc<Compute>,
+/// The ops writing the instances' rows (scheduling, no host) into their
+/// chosen cells, moving any row written by an earlier round to another
+/// cell; `inserted` records where each row now is.
+fn row_ops(
     job: &BootJob,
     builds: &[BuildRequest],
     choices: &[InstanceChoices],
     cells: &[Option<Uuid>],
     inserted: &mut HashMap<Uuid, Uuid>,
-) -> anyhow::Result<()> {
-    let now = compute.now();
-    let mut ops: HashMap<Uuid, Vec<CellOp>> = HashMap::new();
+    now: i64,
+    ops: &mut HashMap<Uuid, Vec<CellOp>>,
+) {
     for (choice, cell) in choices.iter().zip(cells) {
         let Some(cell) = cell else { continue };
         let Some(build) = builds.iter().find(|b| b.instance_uuid == choice.instance) else { continue };
@@ -255,6 +431,10 @@ async fn insert_rows(
         entry.push(CellOp::StartAction(create_action(build, &job.request_id, now, vec![event(EVENT_SCHEDULE, now)])));
         inserted.insert(choice.instance, *cell);
     }
+}
+
+/// Commit each cell's ops (one write per cell).
+async fn write_cells(compute: &Arc<Compute>, ops: HashMap<Uuid, Vec<CellOp>>) -> anyhow::Result<()> {
     for (cell_id, ops) in ops {
         let mapping = compute.cell(&cell_id).ok_or_else(|| anyhow::anyhow!("cell {cell_id} vanished"))?;
         compute.cells.get(&mapping)?.write(ops).await?;
@@ -262,42 +442,56 @@ async fn insert_rows(
     Ok(())
 }
 
-async fn finish_claim(compute: &Arc<Compute>, job: &BootJob, claimed: Claimed, inserted: &HashMap<Uuid, Uuid>) {
+/// Hand claimed boots to their hosts: each row gets its host and
+/// `spawning` (one write per cell for all the boots), then each agent its
+/// build.
+async fn finish_claims(compute: &Arc<Compute>, boots: Vec<(&BootJob, &Claimed, &HashMap<Uuid, Uuid>)>) {
     let now = compute.now();
-    compute.metrics.instances_claimed.fetch_add(claimed.placed.len() as u64, Ordering::Relaxed);
-    let mut ops: HashMap<Uuid, Vec<(Uuid, String, CellOp)>> = HashMap::new();
-    for (instance, node) in &claimed.placed {
-        let update = spawning_on(compute, node, now);
-        let expect = Expect {
-            task_states: vec![Some(task_state::SCHEDULING.to_owned())],
-            not_deleted: true,
-            ..Expect::default()
-        };
-        let entry = ops.entry(node.cell).or_default();
-        entry.push((*instance, node.host.clone(), CellOp::UpdateInstance { uuid: *instance, expect, update }));
-        entry.push((
-            *instance,
-            String::new(),
-            CellOp::FinishEvent {
-                instance: *instance,
-                request_id: job.request_id.clone(),
-                event: EVENT_SCHEDULE.to_owned(),
-                result: "Success".to_owned(),
-                traceback: None,
-                at: now,
-            },
-        ));
-        entry.push((
-            *instance,
-            String::new(),
-            CellOp::StartEvent {
-                instance: *instance,
-                request_id: job.request_id.clone(),
-                event: EVENT_BUILD.to_owned(),
-                host: Some(node.host.clone()),
-                at: now,
-            },
-        ));
+    // Per cell: (instance, host, request id, op).
+    let mut ops: HashMap<Uuid, Vec<(Uuid, String, &str, CellOp)>> = HashMap::new();
+    for (job, claimed, _) in &boots {
+        compute.metrics.instances_claimed.fetch_add(claimed.placed.len() as u64, Ordering::Relaxed);
+        let request_id = job.request_id.as_str();
+        for (instance, node) in &claimed.placed {
+            let update = spawning_on(compute, node, now);
+            let expect = Expect {
+                task_states: vec![Some(task_state::SCHEDULING.to_owned())],
+                not_deleted: true,
+                ..Expect::default()
+            };
+            let entry = ops.entry(node.cell).or_default();
+            entry.push((
+                *instance,
+                node.host.clone(),
+                request_id,
+                CellOp::UpdateInstance { uuid: *instance, expect, update },
+            ));
+            entry.push((
+                *instance,
+                String::new(),
+                request_id,
+                CellOp::FinishEvent {
+                    instance: *instance,
+                    request_id: request_id.to_owned(),
+                    event: EVENT_SCHEDULE.to_owned(),
+                    result: "Success".to_owned(),
+                    traceback: None,
+                    at: now,
+                },
+            ));
+            entry.push((
+                *instance,
+                String::new(),
+                request_id,
+                CellOp::StartEvent {
+                    instance: *instance,
+                    request_id: request_id.to_owned(),
+                    event: EVENT_BUILD.to_owned(),
+                    host: Some(node.host.clone()),
+                    at: now,
+                },
+            ));
+        }
     }
     for (cell_id, entries) in ops {
         let Some(mapping) = compute.cell(&cell_id) else { continue };
@@ -308,15 +502,16 @@ async fn finish_claim(compute: &Arc<Compute>, job: &BootJob, claimed: Claimed, i
                 continue;
             }
         };
-        let cell_ops: Vec<CellOp> = entries.iter().map(|(_, _, op)| op.clone()).collect();
+        let cell_ops: Vec<CellOp> = entries.iter().map(|(_, _, _, op)| op.clone()).collect();
         match cell.write(cell_ops).await {
             Ok(outcomes) => {
-                for ((instance, host, op), outcome) in entries.iter().zip(outcomes) {
+                for ((instance, host, request_id, op), outcome) in entries.iter().zip(outcomes) {
                     if !matches!(op, CellOp::UpdateInstance { .. }) {
                         continue;
                     }
                     if outcome == CellOutcome::Done {
                         if let Some(task) = Task::new(*instance, host, task_state::SPAWNING) {
+                            compute.remember_build_request_id(*instance, request_id);
                             compute.hub.push(task);
                         }
                     } else {
@@ -330,15 +525,17 @@ async fn finish_claim(compute: &Arc<Compute>, job: &BootJob, claimed: Claimed, i
         }
     }
     // Instances deleted before the claim: drop rows nobody maps to.
-    for instance in &claimed.gone {
-        let Some(cell_id) = inserted.get(instance) else { continue };
-        let mapped_here = read(&*compute.control, |w| {
-            w.compute.instance_mappings.get(instance).is_some_and(|m| m.cell == Some(*cell_id))
-        });
-        if !mapped_here {
-            if let Some(mapping) = compute.cell(cell_id) {
-                if let Ok(cell) = compute.cells.get(&mapping) {
-                    let _ = cell.write(vec![CellOp::PurgeInstance(*instance)]).await;
+    for (_, claimed, inserted) in &boots {
+        for instance in &claimed.gone {
+            let Some(cell_id) = inserted.get(instance) else { continue };
+            let mapped_here = read(&*compute.control, |w| {
+                w.compute.instance_mappings.get(instance).is_some_and(|m| m.cell == Some(*cell_id))
+            });
+            if !mapped_here {
+                if let Some(mapping) = compute.cell(cell_id) {
+                    if let Ok(cell) = compute.cells.get(&mapping) {
+                        let _ = cell.write(vec![CellOp::PurgeInstance(*instance)]).await;
+                    }
                 }
             }
         }
@@ -561,7 +758,7 @@ pub(crate) async fn redrive_reschedules(compute: &Compute, handle: &Arc<Cell>) {
 /// still `scheduling` with no host, its build request is gone (the claim
 /// deleted it), its mapping names this cell and its instance consumer
 /// holds one of this cell's compute nodes. The row gets the update
-/// [`finish_claim`] would have made (conditional on still being so, so a
+/// [`finish_claims`] would have made (conditional on still being so, so a
 /// second process doing the same changes nothing) and the host its build.
 /// Anything else (a build request still queued, no allocations) is not a
 /// lost claim and is left alone.

@@ -225,6 +225,10 @@ pub struct Compute {
     /// unreservable).
     lease_suspects: Mutex<BTreeSet<i64>>,
     seed: AtomicU64,
+    /// The request id of each build handed to an agent (the create
+    /// action's), so its `spawned`/`build_failed` report needs no cell
+    /// read to find it ([`Compute::build_request_id`]).
+    build_request_ids: Mutex<std::collections::HashMap<uuid::Uuid, String>>,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
     jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
 }
@@ -258,6 +262,7 @@ impl Compute {
             heal_running: std::sync::atomic::AtomicBool::new(false),
             lease_suspects: Mutex::default(),
             seed: AtomicU64::new(seed),
+            build_request_ids: Mutex::new(std::collections::HashMap::new()),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
             config,

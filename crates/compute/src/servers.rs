@@ -737,7 +737,7 @@ fn listed_order(a: &Listed, b: &Listed, sort: &[SortKey]) -> std::cmp::Ordering 
 }
 
 /// Await every future, in order (the cells are queried concurrently).
-async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
     let mut results: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
