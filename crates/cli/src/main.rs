@@ -16,14 +16,6 @@ mod serve;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of the system allocator: the request paths allocate
-/// many small short-lived objects (JSON values, change sets, SQL
-/// parameters), and glibc's malloc/free/consolidate was about a fifth of
-/// the server's CPU in `bench boot` (see ARCHITECTURE.md, "Boot
-/// throughput").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// berth: cloud capacity control plane (OpenStack Placement compatible).
 #[derive(Debug, Parser)]
 #[command(name = "berth", version, about)]
