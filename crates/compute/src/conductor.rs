@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use berth_compute_model::cell::{task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction};
 use berth_compute_model::plan::{
-    plan_bury, plan_claim, plan_claim_boots, plan_forget_instance, plan_reschedule, ClaimFailure, Claimed,
-    InstanceChoices, Rescheduled,
+    host_of_instance, plan_bury, plan_claim, plan_claim_boots, plan_forget_instance, plan_reschedule, ClaimFailure,
+    Claimed, InstanceChoices, Rescheduled,
 };
 use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet, CELL0_UUID};
 use berth_scheduler::{schedule, ScheduleRequest};
@@ -145,6 +145,34 @@ fn create_action(build: &BuildRequest, request_id: &str, now: i64, events: Vec<A
 /// The update that hands an instance to `node` for building: host, node,
 /// the host's zone and `spawning` (claim and reschedule alike).
 fn spawning_on(compute: &Compute, node: &berth_compute_model::ComputeNodeRef, now: i64) -> InstanceUpdate {
+    InstanceUpdate { task_state: Some(Some(task_state::SPAWNING.to_owned())), ..placed_on(compute, node, now) }
+}
+
+/// The action events of a build handed to `host`: scheduling finished,
+/// the build started.
+fn handed_out_events(instance: Uuid, request_id: &str, host: &str, now: i64) -> [CellOp; 2] {
+    [
+        CellOp::FinishEvent {
+            instance,
+            request_id: request_id.to_owned(),
+            event: EVENT_SCHEDULE.to_owned(),
+            result: "Success".to_owned(),
+            traceback: None,
+            at: now,
+        },
+        CellOp::StartEvent {
+            instance,
+            request_id: request_id.to_owned(),
+            event: EVENT_BUILD.to_owned(),
+            host: Some(host.to_owned()),
+            at: now,
+        },
+    ]
+}
+
+/// The row update that puts an instance on `node`: host, node and the
+/// host's availability zone.
+pub(crate) fn placed_on(compute: &Compute, node: &berth_compute_model::ComputeNodeRef, now: i64) -> InstanceUpdate {
     let zone = read(&*compute.control, |w| {
         w.compute.availability_zone_of_host(&node.host, &compute.config.scheduler.default_availability_zone)
     });
@@ -152,7 +180,6 @@ fn spawning_on(compute: &Compute, node: &berth_compute_model::ComputeNodeRef, no
         host: Some(Some(node.host.clone())),
         node: Some(Some(node.node.clone())),
         availability_zone: Some(Some(zone)),
-        task_state: Some(Some(task_state::SPAWNING.to_owned())),
         updated_at: now,
         ..InstanceUpdate::default()
     }
@@ -256,20 +283,8 @@ pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
 /// boots it does not finish go on alone from their next round.
 async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     let now = compute.now();
-    let seed = compute.next_seed();
-    compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
     let all: Vec<Uuid> = boots.iter().flat_map(|b| b.builds.iter().map(|build| build.instance_uuid)).collect();
-    let scheduled = read(&*compute.control, |w| {
-        let request = ScheduleRequest { spec: &boots[0].spec, instances: &all, ignore_hosts: &[], seed };
-        schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
-            let cells: Vec<Option<Uuid>> = choices
-                .iter()
-                .map(|c| c.choices.first().and_then(|h| w.compute.compute_nodes.get(&h.root)).map(|n| n.cell))
-                .collect();
-            (choices, cells)
-        })
-    });
-    let Ok((choices, cells)) = scheduled else {
+    let Ok((choices, cells)) = schedule_round(compute, &boots[0].spec, &all, now) else {
         // Not room for all of them together: each on its own (each gets
         // its own "no valid host" or a host).
         alone(compute, boots.into_iter().map(|b| (b, HashMap::new())).collect()).await;
@@ -334,6 +349,28 @@ async fn alone(compute: &Arc<Compute>, boots: Vec<(Loaded, HashMap<Uuid, Uuid>)>
     }
 }
 
+/// One scheduler run (counted) for `instances` of `spec`: each
+/// instance's choices, and the cell of its first choice.
+fn schedule_round(
+    compute: &Compute,
+    spec: &RequestSpec,
+    instances: &[Uuid],
+    now: i64,
+) -> Result<(Vec<InstanceChoices>, Vec<Option<Uuid>>), berth_scheduler::NoValidHost> {
+    let seed = compute.next_seed();
+    compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
+    read(&*compute.control, |w| {
+        let request = ScheduleRequest { spec, instances, ignore_hosts: &[], seed };
+        schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
+            let cells = choices
+                .iter()
+                .map(|c| c.choices.first().and_then(|h| w.compute.compute_nodes.get(&h.root)).map(|n| n.cell))
+                .collect();
+            (choices, cells)
+        })
+    })
+}
+
 /// Schedule and claim one boot, in up to `schedule_retries` rounds (rows
 /// already written by a joint round are in `inserted`); bury it when no
 /// round finds room.
@@ -343,19 +380,7 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
     let mut reason = "There are not enough hosts available.".to_owned();
     for round in 0..compute.config.schedule_retries.max(1) {
         let now = compute.now();
-        let seed = compute.next_seed();
-        compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
-        let scheduled = read(&*compute.control, |w| {
-            let request = ScheduleRequest { spec: &spec, instances: &pending, ignore_hosts: &[], seed };
-            schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
-                let cells: Vec<Option<Uuid>> = choices
-                    .iter()
-                    .map(|c| c.choices.first().and_then(|h| w.compute.compute_nodes.get(&h.root)).map(|n| n.cell))
-                    .collect();
-                (choices, cells)
-            })
-        });
-        let (choices, cells) = match scheduled {
+        let (choices, cells) = match schedule_round(compute, &spec, &pending, now) {
             Ok(found) => found,
             Err(no_host) => {
                 tracing::debug!(instances = pending.len(), reason = %no_host, "no valid host");
@@ -466,31 +491,9 @@ async fn finish_claims(compute: &Arc<Compute>, boots: Vec<(&BootJob, &Claimed, &
                 request_id,
                 CellOp::UpdateInstance { uuid: *instance, expect, update },
             ));
-            entry.push((
-                *instance,
-                String::new(),
-                request_id,
-                CellOp::FinishEvent {
-                    instance: *instance,
-                    request_id: request_id.to_owned(),
-                    event: EVENT_SCHEDULE.to_owned(),
-                    result: "Success".to_owned(),
-                    traceback: None,
-                    at: now,
-                },
-            ));
-            entry.push((
-                *instance,
-                String::new(),
-                request_id,
-                CellOp::StartEvent {
-                    instance: *instance,
-                    request_id: request_id.to_owned(),
-                    event: EVENT_BUILD.to_owned(),
-                    host: Some(node.host.clone()),
-                    at: now,
-                },
-            ));
+            for op in handed_out_events(*instance, request_id, &node.host, now) {
+                entry.push((*instance, String::new(), request_id, op));
+            }
         }
     }
     for (cell_id, entries) in ops {
@@ -770,11 +773,7 @@ async fn finish_lost_claim(compute: &Compute, handle: &Arc<Cell>, instance: Uuid
         {
             return None;
         }
-        let consumer = w.placement.consumers.get(&instance)?;
-        consumer.allocations.keys().find_map(|provider| {
-            let root = w.placement.provider(provider)?.row.root;
-            w.compute.compute_nodes.get(&root).filter(|n| n.cell == cell).cloned()
-        })
+        host_of_instance(w, &instance).filter(|n| n.cell == cell).cloned()
     });
     let Some(node) = node else { return };
     let expect = Expect {
@@ -784,28 +783,18 @@ async fn finish_lost_claim(compute: &Compute, handle: &Arc<Cell>, instance: Uuid
         ..Expect::default()
     };
     let mut ops = vec![CellOp::UpdateInstance { uuid: instance, expect, update: spawning_on(compute, &node, now) }];
-    if let Some(request_id) = compute.create_request_id(handle, &instance).await {
-        ops.push(CellOp::FinishEvent {
-            instance,
-            request_id: request_id.clone(),
-            event: EVENT_SCHEDULE.to_owned(),
-            result: "Success".to_owned(),
-            traceback: None,
-            at: now,
-        });
-        ops.push(CellOp::StartEvent {
-            instance,
-            request_id,
-            event: EVENT_BUILD.to_owned(),
-            host: Some(node.host.clone()),
-            at: now,
-        });
+    let request_id = compute.create_request_id(handle, &instance).await;
+    if let Some(request_id) = &request_id {
+        ops.extend(handed_out_events(instance, request_id, &node.host, now));
     }
     match handle.write(ops).await {
         Ok(outcomes) if outcomes.first() == Some(&CellOutcome::Done) => {
             tracing::info!(%instance, host = %node.host, "finished a claim whose cell update was lost");
             compute.metrics.lost_claims_finished.fetch_add(1, Ordering::Relaxed);
             if let Some(task) = Task::new(instance, &node.host, task_state::SPAWNING) {
+                if let Some(request_id) = &request_id {
+                    compute.remember_build_request_id(instance, request_id);
+                }
                 compute.hub.push(task);
             }
         }

@@ -224,14 +224,7 @@ impl Compute {
                 Ok(MoveClaimed::Claimed(node)) => {
                     // Tests hold here to lose the cell update in a crash.
                     self.hooks.pass("after-unshelve-claim").await;
-                    let zone = read(&*self.control, |w| w.compute.availability_zone_of_host(&node.host, &default_zone));
-                    let update = InstanceUpdate {
-                        host: Some(Some(node.host.clone())),
-                        node: Some(Some(node.node.clone())),
-                        availability_zone: Some(Some(zone)),
-                        updated_at: self.now(),
-                        ..InstanceUpdate::default()
-                    };
+                    let update = crate::conductor::placed_on(self, &node, self.now());
                     let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
                     let mut ops = vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }];
                     ops.push(self.finish_event(uuid, &caller.request_id, EVENT_UNSHELVE, None));
@@ -418,27 +411,12 @@ pub(crate) async fn redrive_unshelves(compute: &Compute, handle: &Arc<Cell>) {
             continue;
         }
         let node = read(&*compute.control, |w| {
-            let consumer = w.placement.consumers.get(&row.uuid)?;
-            consumer.allocations.keys().find_map(|provider| {
-                let root = w.placement.provider(provider)?.row.root;
-                w.compute.compute_nodes.get(&root).filter(|n| n.cell == cell).cloned()
-            })
+            berth_compute_model::plan::host_of_instance(w, &row.uuid).filter(|n| n.cell == cell).cloned()
         });
         let request_id = compute.action_request_id(handle, &row.uuid, &["unshelve"]).await;
         let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
         let (update, error) = match &node {
-            Some(node) => {
-                let default_zone = compute.config.scheduler.default_availability_zone.clone();
-                let zone = read(&*compute.control, |w| w.compute.availability_zone_of_host(&node.host, &default_zone));
-                let update = InstanceUpdate {
-                    host: Some(Some(node.host.clone())),
-                    node: Some(Some(node.node.clone())),
-                    availability_zone: Some(Some(zone)),
-                    updated_at: now,
-                    ..InstanceUpdate::default()
-                };
-                (update, None)
-            }
+            Some(node) => (crate::conductor::placed_on(compute, node, now), None),
             None => (
                 InstanceUpdate { task_state: Some(None), updated_at: now, ..InstanceUpdate::default() },
                 Some("The unshelve was interrupted before a host was claimed.".to_owned()),

@@ -101,15 +101,7 @@ async fn unschedulable_is_buried_in_cell0() {
 }
 
 async fn hold(cloud: &Cloud, point: &str, held: bool) {
-    let url = format!("{}/admin/v1/test/{}", cloud.server.base, if held { "hold" } else { "release" });
-    let resp = reqwest::Client::new()
-        .post(url)
-        .header("x-auth-token", "admin")
-        .json(&json!({"point": point}))
-        .send()
-        .await
-        .expect("test hook");
-    assert_eq!(resp.status().as_u16(), 204, "test hook {point}");
+    cloud.test_hook(if held { "hold" } else { "release" }, json!({"point": point})).await;
 }
 
 /// Deleting while the conductor is held before its claim leaves no

@@ -25,18 +25,6 @@ async fn heal(cloud: &Cloud, body: Value) -> Value {
     resp.json().await.expect("heal json")
 }
 
-async fn admin(cloud: &Cloud, path: &str, body: Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/admin/v1{path}", cloud.server.base))
-        .header("x-auth-token", "admin")
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("admin");
-    assert!(resp.status().is_success(), "{path}: {}", resp.status());
-}
-
 fn ids(report: &Value, key: &str) -> Vec<String> {
     report[key].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()
 }
@@ -75,7 +63,7 @@ async fn put_consumer(placement: &Client, provider: &str, consumer_type: &str) -
 /// Boot a server held after its claim; returns its id once its
 /// allocations exist.
 async fn held_build(cloud: &Cloud, flavor: &str, image: &str) -> String {
-    admin(cloud, "/test/hold", json!({"point": "after-claim"})).await;
+    cloud.test_hook("hold", json!({"point": "after-claim"})).await;
     let id = cloud.nova("admin").boot_id("held", flavor, image).await;
     let placement = cloud.server.client();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -115,7 +103,7 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
     assert_eq!(ids(&report, "orphans_removed"), Vec::<String>::new(), "{report}");
     assert_eq!(ids(&report, "allocations_created"), Vec::<String>::new(), "{report}");
 
-    admin(&cloud, "/test/clock", json!({"advance": 3600})).await;
+    cloud.test_hook("clock", json!({"advance": 3600})).await;
     // A dry run finds the two and writes nothing.
     let report = heal(&cloud, json!({"dry_run": true})).await;
     assert_eq!(report["dry_run"], json!(true));
@@ -140,7 +128,7 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
     // A second run finds nothing; the build goes on.
     let report = heal(&cloud, json!({})).await;
     assert_eq!(ids(&report, "orphans_removed").len() + ids(&report, "allocations_created").len(), 0, "{report}");
-    admin(&cloud, "/test/release", json!({"point": "after-claim"})).await;
+    cloud.test_hook("release", json!({"point": "after-claim"})).await;
     assert_eq!(nova.wait_settled(&held).await["status"], "ACTIVE");
     assert_eq!(resources(&allocations(&placement, &held).await), held_allocations);
 
@@ -157,7 +145,7 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
     assert_eq!(placement.put(&format!("/allocations/{kept}"), &body).await.status, 204);
     // And a MIGRATION consumer no migration names: reported, not removed.
     let migration = put_consumer(&placement, &provider, "MIGRATION").await;
-    admin(&cloud, "/test/clock", json!({"advance": 3600})).await;
+    cloud.test_hook("clock", json!({"advance": 3600})).await;
     let report = heal(&cloud, json!({})).await;
     let kinds: Vec<(String, String)> = report["unresolved"]
         .as_array()
@@ -216,7 +204,7 @@ async fn the_periodic_heal_removes_an_orphan_and_never_touches_a_build_even_with
     }
     assert_eq!(resources(&allocations(&placement, &held).await), held_allocations, "the build in flight untouched");
     assert_eq!(cloud.server.metric("berth_heal_allocations_created_total").await, 0);
-    admin(&cloud, "/test/release", json!({"point": "after-claim"})).await;
+    cloud.test_hook("release", json!({"point": "after-claim"})).await;
     assert_eq!(nova.wait_settled(&held).await["status"], "ACTIVE");
     assert_eq!(resources(&allocations(&placement, &held).await), held_allocations);
     cloud.check_invariants().await;
@@ -244,7 +232,7 @@ async fn a_build_whose_cell_update_was_lost_in_a_crash_is_finished() {
     assert_eq!(nova.get(&format!("/servers/{held}")).await.body["server"]["status"], "BUILD");
     assert_eq!(resources(&allocations(&placement, &held).await), claimed, "the claim survived the crash");
     // Past the sweep's grace for rows left in `scheduling`.
-    admin(&cloud, "/test/clock", json!({"advance": 30})).await;
+    cloud.test_hook("clock", json!({"advance": 30})).await;
     let server = nova.wait_settled(&held).await;
     assert_eq!(server["status"], "ACTIVE", "{server}");
     assert_eq!(resources(&allocations(&placement, &held).await), claimed, "the allocation it held, exactly");

@@ -461,7 +461,7 @@ async fn a_confirm_or_revert_overtaken_by_the_agents_report_still_succeeds() {
         wait_status(&nova, &id, "VERIFY_RESIZE").await;
         let migration = migrations_of(&nova, &id).await[0]["uuid"].as_str().expect("uuid").to_owned();
 
-        test_hook(&cloud, "hold", "before-finish-move-write").await;
+        cloud.test_hook("hold", json!({"point": "before-finish-move-write"})).await;
         let body = if confirm { json!({"confirmResize": null}) } else { json!({"revertResize": null}) };
         let call = {
             let (nova, id) = (cloud.nova("admin"), id.clone());
@@ -473,7 +473,7 @@ async fn a_confirm_or_revert_overtaken_by_the_agents_report_still_succeeds() {
             assert!(Instant::now() < deadline, "the agent never finished the held {name} move");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        test_hook(&cloud, "release", "before-finish-move-write").await;
+        cloud.test_hook("release", json!({"point": "before-finish-move-write"})).await;
         let status = call.await.expect("the held call");
         assert_eq!(status, if confirm { 204 } else { 202 }, "{name}: the API reports its own move as done");
         let server = wait_status(&nova, &id, "ACTIVE").await;
@@ -482,15 +482,4 @@ async fn a_confirm_or_revert_overtaken_by_the_agents_report_still_succeeds() {
         assert!(allocations(&cloud, &migration).await["allocations"].as_object().is_none_or(|a| a.is_empty()));
         cloud.check_invariants().await;
     }
-}
-
-async fn test_hook(cloud: &Cloud, verb: &str, point: &str) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/admin/v1/test/{verb}", cloud.server.base))
-        .header("x-auth-token", "admin")
-        .json(&json!({"point": point}))
-        .send()
-        .await
-        .expect("test hook");
-    assert_eq!(resp.status().as_u16(), 204, "test hook {verb} {point}");
 }

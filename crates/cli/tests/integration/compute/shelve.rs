@@ -174,17 +174,6 @@ async fn shelved_without_offload_keeps_its_host() {
     cloud.check_invariants().await;
 }
 
-async fn test_hook(cloud: &Cloud, path: &str, body: Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/admin/v1/test/{path}", cloud.server.base))
-        .header("x-auth-token", "admin")
-        .json(&body)
-        .send()
-        .await
-        .expect("test hook");
-    assert!(resp.status().is_success(), "test hook {path}: {}", resp.status());
-}
-
 /// The control plane is killed (SIGKILL) after an unshelve's claim and
 /// before its cell update: the claim survives, the row is `unshelving`
 /// with no host. After the restart the sweep puts the server on the host
@@ -207,7 +196,7 @@ async fn an_unshelve_interrupted_by_a_crash_is_finished_or_undone() {
     }
 
     // One held after its claim, one before it (at the scheduler).
-    test_hook(&cloud, "hold", json!({"point": "after-unshelve-claim"})).await;
+    cloud.test_hook("hold", json!({"point": "after-unshelve-claim"})).await;
     let call = {
         let (nova, id) = (cloud.nova("admin"), claimed.clone());
         tokio::spawn(async move { action(&nova, &id, json!({"unshelve": null})).await })
@@ -218,7 +207,7 @@ async fn an_unshelve_interrupted_by_a_crash_is_finished_or_undone() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let held = cloud.server.client().get(&format!("/allocations/{claimed}")).await.body["allocations"].clone();
-    test_hook(&cloud, "hold", json!({"point": "before-unshelve-claim"})).await;
+    cloud.test_hook("hold", json!({"point": "before-unshelve-claim"})).await;
     let second = {
         let (nova, id) = (cloud.nova("admin"), unclaimed.clone());
         tokio::spawn(async move { action(&nova, &id, json!({"unshelve": null})).await })
@@ -241,7 +230,7 @@ async fn an_unshelve_interrupted_by_a_crash_is_finished_or_undone() {
     let held = resources(&held);
     assert_eq!(resources(&placement.get(&format!("/allocations/{claimed}")).await.body["allocations"]), held);
 
-    test_hook(&cloud, "clock", json!({"advance": 90})).await;
+    cloud.test_hook("clock", json!({"advance": 90})).await;
     let server = wait_status(&nova, &claimed, "ACTIVE").await;
     let host = server["OS-EXT-SRV-ATTR:host"].as_str().expect("host").to_owned();
     let root = placement.get(&format!("/resource_providers?name={host}")).await.body["resource_providers"][0]["uuid"]

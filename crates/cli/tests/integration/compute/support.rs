@@ -191,6 +191,14 @@ impl Cloud {
         Nova::new(&self.server.base, token)
     }
 
+    /// `POST /admin/v1/test/{hook}` (`hold`, `release`: 204; `clock`: 200
+    /// with the new time) on the first process; asserts it was taken.
+    pub(crate) async fn test_hook(&self, hook: &str, body: Value) {
+        let reply = self.server.client().post(&format!("/admin/v1/test/{hook}"), &body).await;
+        let want = if hook == "clock" { 200 } else { 204 };
+        assert_eq!(reply.status, want, "test hook {hook} {body}: {:?}", reply.body);
+    }
+
     /// Run the invariant checks every compute test ends with.
     pub(crate) async fn check_invariants(&self) {
         check_invariants(&self.server).await;
