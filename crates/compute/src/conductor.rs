@@ -518,9 +518,17 @@ async fn finish_claims(compute: &Arc<Compute>, boots: Vec<(&BootJob, &Claimed, &
                             compute.hub.push(task);
                         }
                     } else {
-                        // Deleted while being claimed: whoever deleted the
-                        // row may not have seen the allocation yet.
-                        let _ = write(&*compute.control, |w| Ok((plan_forget_instance(w, instance), ())));
+                        // Deleted while being claimed (whoever deleted the
+                        // row may not have seen the allocation yet), or
+                        // already handed out by the sweep's
+                        // `finish_lost_claim` when this write was slow: the
+                        // row is then there, and its claim must stay.
+                        let id = *instance;
+                        let rows = compute.cells.read(&cell, move |s| s.instances(&[id])).await;
+                        let handed_out = rows.is_ok_and(|rows| rows.iter().any(|r| !r.deleted && r.host.is_some()));
+                        if !handed_out {
+                            let _ = write(&*compute.control, |w| Ok((plan_forget_instance(w, instance), ())));
+                        }
                     }
                 }
             }
