@@ -232,6 +232,8 @@ impl Compute {
                         if let Some(task) = Task::new(*uuid, &node.host, task_state::UNSHELVING) {
                             self.hub.push(task);
                         }
+                    } else {
+                        self.release_late_unshelve_claim(&handle, uuid).await;
                     }
                     return Ok(());
                 }
@@ -247,6 +249,24 @@ impl Compute {
         }
         let message = format!("No valid host was found. {last_reason}");
         self.unshelve_failed(&handle, uuid, &caller.request_id, &message, true).await
+    }
+
+    /// An unshelve that took longer than [`UNSHELVE_GRACE_SECS`] before its
+    /// claim finds the row taken back by the sweep (`redrive_unshelves`:
+    /// offloaded, no task, no host): its claim would be held by a server
+    /// that runs nowhere, so it is released.
+    async fn release_late_unshelve_claim(&self, handle: &Arc<Cell>, uuid: &Uuid) {
+        let id = *uuid;
+        let Ok(rows) = self.cells.read(handle, move |s| s.instances(&[id])).await else { return };
+        let undone = rows.iter().any(|r| {
+            !r.deleted && r.host.is_none() && r.task_state.is_none() && r.vm_state == vm_state::SHELVED_OFFLOADED
+        });
+        if undone {
+            tracing::info!(instance = %uuid, "unshelve claimed after the sweep undid it: claim released");
+            if let Err(err) = write(&*self.control, |w| Ok((plan_offload(w, uuid), ()))) {
+                tracing::warn!(instance = %uuid, error = %err, "releasing a late unshelve claim failed");
+            }
+        }
     }
 
     /// The unshelve of an offloaded server did not happen: it stays

@@ -248,3 +248,43 @@ async fn an_unshelve_interrupted_by_a_crash_is_finished_or_undone() {
     assert_eq!(allocated(&cloud, &unclaimed).await, 1);
     cloud.check_invariants().await;
 }
+
+/// An unshelve held before its claim for longer than the sweep's grace:
+/// the sweep takes it for interrupted and puts the server back offloaded.
+/// When the held unshelve then claims, its cell update finds the row
+/// taken back and it releases the claim: no allocation is left on a
+/// server that runs nowhere, and the server can be unshelved again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unshelve_slower_than_the_grace_releases_its_late_claim() {
+    let mut cloud = Cloud::start("shelve-late", &["--service-down-time", "600"]).await;
+    cloud.add_agent(Hosts::new("l", 2, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = nova.image("img", json!({})).await;
+    let flavor = nova.flavor("small", 1, 1024, 1).await;
+    let id = nova.boot_id("late", &flavor, &image).await;
+    wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(action(&nova, &id, json!({"shelve": null})).await.0, 202);
+    wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+
+    cloud.test_hook("hold", json!({"point": "before-unshelve-claim"})).await;
+    let call = {
+        let (nova, id) = (cloud.nova("admin"), id.clone());
+        tokio::spawn(async move { action(&nova, &id, json!({"unshelve": null})).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nova.get(&format!("/servers/{id}")).await.body["server"]["OS-EXT-STS:task_state"] != "unshelving" {
+        assert!(Instant::now() < deadline, "the unshelve never started");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    cloud.test_hook("clock", json!({"advance": 90})).await;
+    wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+    cloud.test_hook("release", json!({"point": "before-unshelve-claim"})).await;
+    assert_eq!(call.await.expect("the held unshelve").0, 202);
+    let server = wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+    assert!(server["OS-EXT-SRV-ATTR:host"].is_null(), "{server}");
+    assert_eq!(allocated(&cloud, &id).await, 0, "the late claim was released");
+    assert_eq!(action(&nova, &id, json!({"unshelve": null})).await.0, 202, "it can be unshelved again");
+    wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(allocated(&cloud, &id).await, 1);
+    cloud.check_invariants().await;
+}
