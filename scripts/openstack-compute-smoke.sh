@@ -161,9 +161,11 @@ check "$(os --os-compute-api-version 2.23 server migration list --server vm1 --t
 os server shelve vm1
 wait_status vm1 SHELVED_OFFLOADED
 check "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" None "server shelve (offloaded, no host)"
+check "$(os image show vm1-shelved -f value -c status)" active "image show vm1-shelved (the shelve snapshot)"
 os server unshelve vm1
 wait_status vm1 ACTIVE
 echo "ok: server unshelve"
+check "$(os image list --name vm1-shelved -f value -c ID)" "" "image list: the snapshot went with the unshelve"
 os server shelve vm1
 wait_status vm1 SHELVED_OFFLOADED
 os --os-compute-api-version 2.91 server unshelve --host fake-1 vm1

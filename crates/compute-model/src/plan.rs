@@ -564,6 +564,7 @@ fn forget_changes(world: &World, instance: &Uuid, set: &mut WorldChangeSet) {
         group.members.retain(|m| m != instance);
         set.compute(C::PutServerGroup(group));
     }
+    set.extend(crate::rehome::plan_drop_shelve_snapshot(world, instance));
 }
 
 /// Delete an instance that is still only a build request. Returns `false`

@@ -183,6 +183,99 @@ pub fn plan_offload(world: &World, instance: &Uuid) -> WorldChangeSet {
     set
 }
 
+/// The id of the snapshot image a shelve takes of `instance` (Nova's
+/// `shelved_image_id`). It is derived from the instance's id, so no row
+/// has to carry it: a server has at most one shelve snapshot at a time,
+/// and every path that forgets a server finds and deletes it. The mask
+/// leaves the version and variant bits alone, so the id is a v4 uuid
+/// like any other image's.
+pub fn shelved_image_id(instance: &Uuid) -> Uuid {
+    const MASK: u128 = 0x5eb5_e1ed_5eb5_0eb5_0eb5_5eb5_e1ed_5eb5;
+    Uuid::from_u128(instance.as_u128() ^ MASK)
+}
+
+/// Image properties a snapshot does not inherit from the image its
+/// server was booted from (Nova's `NON_INHERITABLE_IMAGE_PROPERTIES`,
+/// and the `os_glance` namespace Glance reserves).
+const NOT_INHERITED: &[&str] = &[
+    "cinder_encryption_key_id",
+    "cinder_encryption_key_deletion_policy",
+    "img_signature",
+    "img_signature_hash_method",
+    "img_signature_key_type",
+    "img_signature_certificate_uuid",
+];
+
+/// What a shelve snapshot is taken of.
+#[derive(Debug, Clone)]
+pub struct ShelveSnapshot<'a> {
+    /// The shelved instance.
+    pub instance: Uuid,
+    /// Its display name (the image is `<name>-shelved`).
+    pub display_name: &'a str,
+    /// Its owner's project (the image's owner) and user.
+    pub project_id: &'a str,
+    /// The user whose server it is (Nova records the caller's).
+    pub user_id: &'a str,
+    /// The image it was booted from (`None`: volume-backed, no snapshot).
+    pub image_ref: Option<Uuid>,
+    /// That image's properties as recorded at boot.
+    pub image_properties: &'a std::collections::BTreeMap<String, String>,
+}
+
+/// Record the snapshot a shelve takes (Nova's `<name>-shelved` image:
+/// `image_type=snapshot`, `instance_uuid`, `base_image_ref`, the base
+/// image's inheritable properties, private to the server's project).
+/// Written again on every shelve: a snapshot left by a crash before its
+/// unshelve could delete it is replaced. Nothing for a volume-backed
+/// server.
+pub fn plan_shelve_snapshot(world: &World, snapshot: &ShelveSnapshot<'_>, now: Timestamp) -> WorldChangeSet {
+    let mut set = WorldChangeSet::new();
+    let Some(base) = snapshot.image_ref else { return set };
+    let base_image = world.compute.images.get(&base);
+    let mut properties: std::collections::BTreeMap<String, String> = snapshot
+        .image_properties
+        .iter()
+        .filter(|(k, _)| !NOT_INHERITED.contains(&k.as_str()) && !k.starts_with("os_glance"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    properties.insert("image_type".to_owned(), "snapshot".to_owned());
+    properties.insert("instance_uuid".to_owned(), snapshot.instance.to_string());
+    properties.insert("user_id".to_owned(), snapshot.user_id.to_owned());
+    properties.insert("base_image_ref".to_owned(), base.to_string());
+    let id = shelved_image_id(&snapshot.instance);
+    let created_at = world.compute.images.get(&id).map_or(now, |i| i.created_at);
+    set.compute(C::PutImage(crate::Image {
+        id,
+        name: Some(format!("{}-shelved", snapshot.display_name)),
+        status: "active".to_owned(),
+        visibility: "private".to_owned(),
+        protected: false,
+        owner: Some(snapshot.project_id.to_owned()),
+        disk_format: Some(base_image.and_then(|i| i.disk_format.clone()).unwrap_or_else(|| "qcow2".to_owned())),
+        container_format: Some("bare".to_owned()),
+        min_disk: base_image.map_or(0, |i| i.min_disk),
+        min_ram: base_image.map_or(0, |i| i.min_ram),
+        size: None,
+        tags: Vec::new(),
+        properties,
+        created_at,
+        updated_at: now,
+    }));
+    set
+}
+
+/// Delete `instance`'s shelve snapshot, if there is one (its unshelve
+/// is done, or the server is gone).
+pub fn plan_drop_shelve_snapshot(world: &World, instance: &Uuid) -> WorldChangeSet {
+    let mut set = WorldChangeSet::new();
+    let id = shelved_image_id(instance);
+    if world.compute.images.contains_key(&id) {
+        set.compute(C::DeleteImage(id));
+    }
+    set
+}
+
 /// An unshelve of an offloaded instance to claim.
 #[derive(Debug, Clone)]
 pub struct UnshelveClaim {

@@ -745,7 +745,10 @@ pub(crate) async fn confirm_due(compute: &Compute, handle: &Arc<Cell>) {
     let Ok(rows) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
     let now = compute.now();
     for migration in rows {
-        if migration.updated_at.unwrap_or(migration.created_at) + window > now {
+        // Timestamps are whole seconds, truncated: the move may have
+        // finished up to a second after its stamp, so only a stamp more
+        // than `window` seconds old is sure to have waited the window.
+        if now - migration.updated_at.unwrap_or(migration.created_at) <= window {
             continue;
         }
         let caller = Caller {

@@ -2,7 +2,8 @@
 //!
 //! - `shelve`: the row goes to `shelving` and its host's agent powers the
 //!   server off (`shelved`: vm state `shelved`, SHELVED, allocations
-//!   kept). With `shelved_offload_time` 0 (Nova's default) the same update
+//!   kept), after the control plane records the `<name>-shelved`
+//!   snapshot image (`plan_shelve_snapshot`). With `shelved_offload_time` 0 (Nova's default) the same update
 //!   starts the offload (`shelving_offloading`); with N > 0 the sweep
 //!   offloads servers shelved for N seconds; with -1 never.
 //! - `shelveOffload` / the offload: the agent removes the server
@@ -15,7 +16,8 @@
 //!   claimed by `plan_unshelve_claim`, whose one write re-checks cores and
 //!   RAM quota (403 `Quota exceeded for resources: ['cores']`: the server
 //!   stays SHELVED_OFFLOADED), capacity and the group's policy; then the
-//!   row gets its host and the agent spawns it (`unshelved`: ACTIVE). No
+//!   row gets its host and the agent spawns it (`unshelved`: ACTIVE; the
+//!   snapshot is deleted, as it is when the server is deleted). No
 //!   valid host leaves it SHELVED_OFFLOADED with a fault (Nova's
 //!   conductor).
 
@@ -23,7 +25,10 @@ use std::sync::Arc;
 
 use berth_compute_model::cell::{power_state, task_state, vm_state, ActionEvent, Fault, InstanceAction};
 use berth_compute_model::moves::MoveClaimed;
-use berth_compute_model::rehome::{check_unshelve_quota, plan_offload, plan_unshelve_claim, UnshelveClaim};
+use berth_compute_model::rehome::{
+    check_unshelve_quota, plan_drop_shelve_snapshot, plan_offload, plan_shelve_snapshot, plan_unshelve_claim,
+    ShelveSnapshot, UnshelveClaim,
+};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
 
@@ -353,14 +358,55 @@ impl Compute {
                 None,
             ),
         };
+        if kind == "shelved" {
+            // The snapshot first: a crash before the row update leaves a
+            // row the sweep hands to the agent again, which writes it again.
+            self.take_shelve_snapshot(handle, uuid).await?;
+        }
         let applied = handle.write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }]).await?.first()
             == Some(&CellOutcome::Done);
         if applied {
             if let Some(task) = next.and_then(|t| Task::new(*uuid, host, t)) {
                 self.hub.push(task);
             }
+            if kind == "unshelved" {
+                // Nova deletes the snapshot once the server runs again.
+                write(&*self.control, |w| Ok((plan_drop_shelve_snapshot(w, uuid), ())))?;
+            }
+        } else if kind == "shelved" {
+            // Deleted meanwhile: its forget may have run before the
+            // snapshot was written, so the snapshot goes here.
+            let id = *uuid;
+            let rows = self.cells.read(handle, move |s| s.instances(&[id])).await?;
+            if rows.iter().all(|r| r.deleted) {
+                write(&*self.control, |w| Ok((plan_drop_shelve_snapshot(w, uuid), ())))?;
+            }
         }
         Ok(applied)
+    }
+
+    /// Record the `<name>-shelved` snapshot image of a server its agent
+    /// has just shelved (none for a volume-backed one).
+    async fn take_shelve_snapshot(&self, handle: &Arc<Cell>, uuid: &Uuid) -> Result<(), ServiceError> {
+        let id = *uuid;
+        let rows = self.cells.read(handle, move |s| s.instances(&[id])).await?;
+        // Only for the shelve under way: a repeated report of one already
+        // done (and maybe unshelved since) takes none.
+        let shelving = |r: &berth_compute_model::cell::Instance| {
+            !r.deleted && r.task_state.as_deref() == Some(task_state::SHELVING)
+        };
+        let Some(row) = rows.into_iter().find(shelving) else { return Ok(()) };
+        let snapshot = ShelveSnapshot {
+            instance: *uuid,
+            display_name: &row.spec.display_name,
+            project_id: &row.project_id,
+            user_id: &row.user_id,
+            image_ref: row.spec.image_ref,
+            image_properties: &row.spec.image_properties,
+        };
+        let now = self.now();
+        write(&*self.control, |w| Ok((plan_shelve_snapshot(w, &snapshot, now), ())))?;
+        Ok(())
     }
 }
 

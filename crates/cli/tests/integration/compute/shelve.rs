@@ -35,6 +35,14 @@ async fn in_use(nova: &Nova, resource: &str) -> i64 {
     detail["quota_set"][resource]["in_use"].as_i64().expect("in_use")
 }
 
+/// The shelve snapshots of server `id` in the image API.
+async fn snapshots_of(nova: &Nova, id: &str) -> Vec<Value> {
+    let answer = nova.image_get("/images").await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let images = answer.body["images"].as_array().cloned().unwrap_or_default();
+    images.into_iter().filter(|i| i["instance_uuid"] == id).collect()
+}
+
 async fn action(nova: &Nova, id: &str, body: Value) -> (u16, Value) {
     let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
     (answer.status, answer.body)
@@ -66,6 +74,14 @@ async fn shelve_offloads_at_once_and_unshelve_reschedules() {
     assert_eq!(in_use(&nova, "cores").await, 0);
     assert_eq!(in_use(&nova, "ram").await, 0);
     assert_eq!(action(&nova, &id, json!({"shelve": null})).await.0, 409);
+    let snapshots = snapshots_of(&nova, &id).await;
+    assert_eq!(snapshots.len(), 1, "one shelve snapshot: {snapshots:?}");
+    let snapshot = &snapshots[0];
+    assert_eq!(snapshot["name"], "vm-shelved");
+    assert_eq!(snapshot["image_type"], "snapshot");
+    assert_eq!(snapshot["base_image_ref"], image.as_str());
+    assert_eq!(snapshot["status"], "active");
+    assert_eq!(snapshot["visibility"], "private");
     cloud.check_invariants().await;
 
     // 2.77: the zone must exist (400) and be given as a string.
@@ -90,6 +106,7 @@ async fn shelve_offloads_at_once_and_unshelve_reschedules() {
     let names: Vec<&str> =
         actions["instanceActions"].as_array().expect("actions").iter().filter_map(|a| a["action"].as_str()).collect();
     assert_eq!(names, ["unshelve", "shelve", "create"]);
+    assert!(snapshots_of(&nova, &id).await.is_empty(), "the snapshot goes with the unshelve");
     cloud.check_invariants().await;
 }
 
@@ -160,9 +177,11 @@ async fn shelved_without_offload_keeps_its_host() {
         .post(&format!("/servers/{id}/action"), &json!({"unshelve": {"availability_zone": "nova"}}))
         .await;
     assert_eq!(answer.status, 409, "{:?}", answer.body);
+    assert_eq!(snapshots_of(&nova, &id).await.len(), 1, "a snapshot while SHELVED too");
     assert_eq!(action(&nova, &id, json!({"unshelve": null})).await.0, 202);
     let server = wait_status(&nova, &id, "ACTIVE").await;
     assert_eq!(server["OS-EXT-SRV-ATTR:host"], host);
+    assert!(snapshots_of(&nova, &id).await.is_empty(), "powered on: the snapshot is gone");
 
     assert_eq!(action(&nova, &id, json!({"shelve": null})).await.0, 202);
     wait_status(&nova, &id, "SHELVED").await;
@@ -171,6 +190,12 @@ async fn shelved_without_offload_keeps_its_host() {
     assert_eq!(action(&nova, &id, json!({"shelveOffload": null})).await.0, 202);
     wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
     assert_eq!(allocated(&cloud, &id).await, 0);
+    assert_eq!(snapshots_of(&nova, &id).await.len(), 1);
+
+    // Deleting a shelved server deletes its snapshot (Nova's API does).
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    assert_eq!(nova.get(&format!("/servers/{id}")).await.status, 404);
+    assert!(snapshots_of(&nova, &id).await.is_empty(), "the snapshot goes with the server");
     cloud.check_invariants().await;
 }
 

@@ -288,6 +288,20 @@ impl Nova {
         answer.body["flavor"]["id"].as_str().expect("flavor id").to_owned()
     }
 
+    /// A GET of the image API, `/image/v2{path}`.
+    pub(crate) async fn image_get(&self, path: &str) -> Answer {
+        let resp = self
+            .http
+            .get(format!("{}/image/v2{path}", self.base))
+            .header("x-auth-token", &self.token)
+            .send()
+            .await
+            .expect("image request");
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
+    }
+
     /// Create an image through the image API; returns its id.
     pub(crate) async fn image(&self, name: &str, properties: Value) -> String {
         let mut body =
