@@ -172,6 +172,12 @@ os --os-compute-api-version 2.91 server unshelve --host fake-1 vm1
 wait_status vm1 ACTIVE
 check "$(os server show vm1 -f value -c OS-EXT-SRV-ATTR:host)" fake-1 "server unshelve --host (2.91)"
 
+# Lock: the reason shows from 2.73; unlock frees the server again.
+os --os-compute-api-version 2.73 server lock --reason maintenance vm1
+check "$(os --os-compute-api-version 2.73 server show vm1 -f value -c locked_reason)" maintenance "server lock --reason (2.73)"
+os server unlock vm1
+check "$(os --os-compute-api-version 2.73 server show vm1 -f value -c locked)" False "server unlock"
+
 os server delete --wait vm1
 if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; exit 1; fi
 echo "ok: server delete --wait"

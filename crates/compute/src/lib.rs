@@ -27,6 +27,7 @@ pub mod hub;
 pub mod lease_query;
 pub mod leases;
 pub mod live;
+pub mod lock;
 pub mod moves;
 pub mod servers;
 pub mod services;

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use berth_compute::servers::ServerRecord;
 use berth_compute_model::cell::{Migration, MigrationFilter};
 use berth_http::{ApiError, HandlerFuture, Req, Resp};
 use serde_json::{json, Map, Value};
@@ -214,7 +215,7 @@ fn server_migration_view(m: &Migration, v: u16, add_host: bool) -> Value {
 
 /// The server of a `/servers/{id}/migrations…` request (404 as Nova when
 /// unknown or another project's) and its project, checked against `rule`.
-async fn server_for(ctx: &ComputeCtx, req: &Req, rule: &str) -> Result<(Uuid, String), ApiError> {
+async fn server_for(ctx: &ComputeCtx, req: &Req, rule: &str) -> Result<(Uuid, ServerRecord), ApiError> {
     let text = req.param(0).to_owned();
     let not_found = || ApiError::not_found(format!("Instance {text} could not be found."));
     let id = Uuid::parse_str(&text).map_err(|_| not_found())?;
@@ -223,7 +224,7 @@ async fn server_for(ctx: &ComputeCtx, req: &Req, rule: &str) -> Result<(Uuid, St
         return Err(not_found());
     }
     authorize_on(req, rule, record.project_id(), None)?;
-    Ok((id, record.project_id().to_owned()))
+    Ok((id, record))
 }
 
 /// The migration id of the path: Nova's integer id.
@@ -236,7 +237,8 @@ fn migration_id(req: &Req, bad: impl Fn(String) -> ApiError) -> Result<i64, ApiE
 pub fn list_server_migrations(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         let v = version(&req).0;
-        let (id, project) = server_for(&ctx, &req, "os_compute_api:servers:migrations:index").await?;
+        let (id, record) = server_for(&ctx, &req, "os_compute_api:servers:migrations:index").await?;
+        let project = record.project_id().to_owned();
         let add_host = api::allowed_on(&req, "os_compute_api:servers:migrations:index:host", &project);
         let rows = ctx.compute.live_migrations_in_progress(&id).await.nova()?;
         let items: Vec<Value> = rows.iter().map(|m| server_migration_view(m, v, add_host)).collect();
@@ -260,7 +262,8 @@ pub fn show_server_migration(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 pub fn delete_server_migration(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         let v = version(&req).0;
-        let (id, _) = server_for(&ctx, &req, "os_compute_api:servers:migrations:delete").await?;
+        let (id, record) = server_for(&ctx, &req, "os_compute_api:servers:migrations:delete").await?;
+        crate::handlers::servers::check_lock(&req, &record)?;
         let mid = migration_id(&req, ApiError::not_found)?;
         let caller = crate::handlers::servers::caller(&req);
         ctx.compute.abort_live_migration(&id, mid, v >= 65, &caller).await.nova()?;
@@ -273,7 +276,8 @@ pub fn delete_server_migration(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture 
 pub fn server_migration_action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         body(&req, &crate::schemas::servers::force_complete())?;
-        let (id, _) = server_for(&ctx, &req, "os_compute_api:servers:migrations:force_complete").await?;
+        let (id, record) = server_for(&ctx, &req, "os_compute_api:servers:migrations:force_complete").await?;
+        crate::handlers::servers::check_lock(&req, &record)?;
         let mid = migration_id(&req, ApiError::bad_request)?;
         let caller = crate::handlers::servers::caller(&req);
         ctx.compute.force_complete_live_migration(&id, mid, &caller).await.nova()?;

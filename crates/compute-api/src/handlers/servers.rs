@@ -780,6 +780,7 @@ pub fn delete(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let id = server_id(&req)?;
         let record = visible(&ctx, &req, &id).await?;
         authorize_on(&req, &rule("delete"), record.project_id(), None)?;
+        check_lock(&req, &record)?;
         ctx.compute.delete_server(&id, &caller(&req)).await.nova()?;
         Ok(Resp::no_content())
     })
@@ -795,6 +796,9 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         };
         let name = name.clone();
         let record = visible(&ctx, &req, &id).await?;
+        if let Some(resp) = lock_action(&ctx, &req, &id, &name, &value, &record).await? {
+            return Ok(resp);
+        }
         if let Some(resp) = move_action(&ctx, &req, &id, &name, &value, &record).await? {
             return Ok(resp);
         }
@@ -809,9 +813,64 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         };
         body(&req, &schema)?;
         authorize_on(&req, &policy, record.project_id(), None)?;
+        check_lock(&req, &record)?;
         ctx.compute.server_action(&id, action, &caller(&req)).await.nova()?;
         Ok(Resp::empty(StatusCode::ACCEPTED))
     })
+}
+
+/// Nova's `check_instance_lock`: a locked server takes state-changing
+/// actions from admins only (409 `Instance X is locked`), checked after
+/// the body and the policy, as Nova's compute API checks it.
+pub(crate) fn check_lock(req: &Req, record: &ServerRecord) -> ApiResult<()> {
+    match record {
+        ServerRecord::Placed { instance, .. } if instance.locked && !api::is_admin(req) => {
+            Err(ApiError::conflict(format!("Instance {} is locked", instance.uuid)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `lock` and `unlock` (`None`: neither).
+async fn lock_action(
+    ctx: &ComputeCtx,
+    req: &Req,
+    id: &Uuid,
+    name: &str,
+    value: &Value,
+    record: &ServerRecord,
+) -> ApiResult<Option<Resp>> {
+    let project = record.project_id();
+    match name {
+        "lock" => {
+            let v = version(req);
+            body(req, &schemas::servers::lock(v.0))?;
+            let user = match record {
+                ServerRecord::Placed { instance, .. } => Some(instance.user_id.as_str()),
+                ServerRecord::Pending(build) => Some(build.user_id.as_str()),
+                ServerRecord::Unreachable(_) => None,
+            };
+            authorize_on(req, "os_compute_api:os-lock-server:lock", project, user)?;
+            let reason = if v.at_least(73) { value["lock"]["locked_reason"].as_str().map(str::to_owned) } else { None };
+            ctx.compute.lock_server(id, reason, &caller(req)).await.nova()?;
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
+        "unlock" => {
+            body(req, &schemas::servers::unlock())?;
+            authorize_on(req, "os_compute_api:os-lock-server:unlock", project, None)?;
+            // Nova's `is_expected_locked_by`: undoing the other side's
+            // lock needs the override (admin by default).
+            let expected = if api::project(req) == project { "owner" } else { "admin" };
+            if let ServerRecord::Placed { instance, .. } = record {
+                if instance.locked_by.as_deref().is_some_and(|by| by != expected) {
+                    authorize_on(req, "os_compute_api:os-lock-server:unlock:unlock_override", project, None)?;
+                }
+            }
+            ctx.compute.unlock_server(id, &caller(req)).await.nova()?;
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The move actions: `resize`, `migrate`, `confirmResize`, `revertResize`,
@@ -830,6 +889,7 @@ async fn move_action(
         "resize" => {
             body(req, &schemas::servers::resize())?;
             authorize_on(req, &rule("resize"), project, None)?;
+            check_lock(req, record)?;
             let flavor_id = match &value["resize"]["flavorRef"] {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
@@ -847,6 +907,7 @@ async fn move_action(
                 "os_compute_api:os-migrate-server:migrate"
             };
             authorize_on(req, policy, project, None)?;
+            check_lock(req, record)?;
             ctx.compute.move_server(id, MoveRequest::Migrate { host }, &caller(req)).await.nova()?;
             Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
         }
@@ -859,6 +920,7 @@ async fn move_action(
             };
             body(req, &schema)?;
             authorize_on(req, &policy, project, None)?;
+            check_lock(req, record)?;
             ctx.compute.finish_move(id, confirm, &caller(req)).await.nova()?;
             Ok(Some(if confirm { Resp::no_content() } else { Resp::empty(StatusCode::ACCEPTED) }))
         }
@@ -903,6 +965,7 @@ async fn move_action(
                 "os_compute_api:os-migrate-server:migrate_live"
             };
             authorize_on(req, policy, project, None)?;
+            check_lock(req, record)?;
             // Older shapes are upgraded here: `block_migration` and
             // `disk_over_commit` mean nothing to fake hosts without disks;
             // 2.30–2.67 `force` keeps the requested host (the scheduler
@@ -923,6 +986,7 @@ async fn move_action(
             };
             body(req, &schema)?;
             authorize_on(req, policy, project, None)?;
+            check_lock(req, record)?;
             if offload {
                 ctx.compute.shelve_offload_server(id, &caller(req)).await.nova()?;
             } else {
@@ -948,6 +1012,7 @@ async fn move_action(
             if request.host.is_some() {
                 authorize_on(req, "os_compute_api:os-shelve:unshelve_to_host", project, None)?;
             }
+            check_lock(req, record)?;
             ctx.compute.unshelve_server(id, request, &caller(req)).await.nova()?;
             Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
         }

@@ -393,3 +393,24 @@ pub fn unshelve(minor: u16) -> Value {
         }),
     )
 }
+
+/// The `lock` action body: anything before 2.73; from 2.73 `null` or an
+/// object with an optional `locked_reason` (1–255 characters).
+pub fn lock(minor: u16) -> Value {
+    if minor < 73 {
+        return envelope("lock", json!({}));
+    }
+    envelope(
+        "lock",
+        json!({
+            "type": ["object", "null"],
+            "properties": {"locked_reason": {"type": "string", "minLength": 1, "maxLength": 255}},
+            "additionalProperties": false,
+        }),
+    )
+}
+
+/// The `unlock` action body: `{"unlock": <anything>}`.
+pub fn unlock() -> Value {
+    envelope("unlock", json!({}))
+}

@@ -9,6 +9,7 @@ mod groups;
 mod heal;
 mod leases;
 mod live_migration;
+mod lock;
 mod moves;
 mod prefilters;
 mod quota;
