@@ -357,6 +357,13 @@ impl Compute {
         let remaining = limit - out.len();
 
         // One stream per cell; unreachable cells become stubs or are skipped.
+        // Each cell is first read for twice its fair share of the page
+        // (all of it when there is one cell): with servers spread over the
+        // cells one read each fills the page, and a cell holding more of it
+        // is read on from its marker (`refill`). Reading the whole page
+        // from every cell decoded cells × page rows to list one page.
+        let first_read =
+            if cells.len() <= 1 { remaining + 8 } else { (remaining / cells.len() * 2 + 4).min(remaining + 8) };
         let mut streams: Vec<Stream> = Vec::new();
         let mut stubs: Vec<InstanceMapping> = Vec::new();
         let mut fetches = Vec::new();
@@ -375,7 +382,7 @@ impl Compute {
                 filter: request.filter.clone(),
                 sort: sort.clone(),
                 marker: cell_marker.clone(),
-                limit: remaining + 8,
+                limit: first_read,
             };
             fetches.push(async move {
                 let result = self.cells.read(&handle, move |s| s.list_instances(&query)).await;
@@ -385,7 +392,7 @@ impl Compute {
         for (handle, result) in join_all(fetches).await {
             match result {
                 Ok(rows) => {
-                    let exhausted = rows.len() < remaining + 8;
+                    let exhausted = rows.len() < first_read;
                     let next_marker = rows
                         .last()
                         .map(|r| Marker { values: sort.iter().map(|k| r.sort_value(&k.key)).collect(), uuid: r.uuid });

@@ -67,7 +67,19 @@ async fn listing_pages_across_cells_and_build_requests() {
             expected.insert(boot_on(&nova, &format!("{host}-{i}"), &flavor, &image, host).await);
         }
     }
+    // The newest dozen all in one cell (a later second): a page of 10
+    // then comes from that cell alone, more than its first read.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let mut newest = HashSet::new();
+    for i in 0..12 {
+        let id = boot_on(&nova, &format!("late-{i}"), &flavor, &image, "one0").await;
+        newest.insert(id.clone());
+        expected.insert(id);
+    }
     nova.wait_all_settled().await;
+    let top = ids(&nova.get("/servers?limit=10").await.body);
+    assert_eq!(top.len(), 10);
+    assert!(top.iter().all(|id| newest.contains(id)), "the newest page comes from the one cell: {top:?}");
     // Some build requests: the conductor is held.
     let (status, _) = admin(&cloud, "POST", "/test/hold", json!({"point": "before-schedule"})).await;
     assert_eq!(status, 204);
@@ -88,23 +100,26 @@ async fn listing_pages_across_cells_and_build_requests() {
             |s: &Value| (s["created"].as_str().unwrap_or("").to_owned(), s["id"].as_str().unwrap_or("").to_owned());
         assert!(key(&pair[0]) > key(&pair[1]), "merge order: {:?} then {:?}", key(&pair[0]), key(&pair[1]));
     }
-    // Pages of 7 concatenate to the same order, no duplicate, no gap.
-    let mut paged: Vec<String> = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
-        let path = match &marker {
-            Some(m) => format!("/servers?limit=7&marker={m}"),
-            None => "/servers?limit=7".to_owned(),
-        };
-        let page = ids(&nova.get(&path).await.body);
-        if page.is_empty() {
-            break;
+    // Pages of 7 and of 10 concatenate to the same order, no duplicate,
+    // no gap.
+    for size in [7, 10] {
+        let mut paged: Vec<String> = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let path = match &marker {
+                Some(m) => format!("/servers?limit={size}&marker={m}"),
+                None => format!("/servers?limit={size}"),
+            };
+            let page = ids(&nova.get(&path).await.body);
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= size);
+            marker = page.last().cloned();
+            paged.extend(page);
         }
-        assert!(page.len() <= 7);
-        marker = page.last().cloned();
-        paged.extend(page);
+        assert_eq!(paged, order, "pages of {size}");
     }
-    assert_eq!(paged, order);
     // A marker in each cell and in the build requests.
     for (idx, id) in order.iter().enumerate() {
         let page = ids(&nova.get(&format!("/servers?limit=3&marker={id}")).await.body);
