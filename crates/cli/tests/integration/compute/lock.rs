@@ -115,5 +115,10 @@ async fn a_locked_server_refuses_its_owner_and_admits_admins() {
     let stranger = cloud.nova("eve:other");
     assert_eq!(act(&stranger, &id, json!({"lock": null})).await.0, 404);
     assert_eq!(owner.delete(&format!("/servers/{id}")).await.status, 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while owner.get(&format!("/servers/{id}")).await.status != 404 {
+        assert!(Instant::now() < deadline, "server {id} never went away");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     cloud.check_invariants().await;
 }
