@@ -75,6 +75,23 @@ pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
     }
 }
 
+/// The processes a benchmark runs: berth servers and their extra
+/// arguments, and the agents' extra arguments (`bench boot`, `bench soak`).
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ProcessArgs {
+    /// Berth processes (more than one needs a shared PostgreSQL database
+    /// given with `--serve-arg`). Each client and each agent sticks to one.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) processes: usize,
+    /// Extra arguments for `berth serve` (e.g. `--database postgres://…`).
+    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+    pub(crate) serve_arg: Vec<String>,
+    /// Extra arguments for every agent (e.g. `--fail-rate 0.01`: 1 % of
+    /// builds fail and are rescheduled onto their alternates).
+    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+    pub(crate) agent_arg: Vec<String>,
+}
+
 /// splitmix64: enough randomness for load shapes, and reproducible.
 pub(crate) struct Rng(pub(crate) u64);
 

@@ -40,16 +40,8 @@ pub(crate) struct BootOpts {
     /// Cells (the hosts are spread over them; cell1 plus cells created here).
     #[arg(long, default_value_t = 1)]
     cells: usize,
-    /// Berth processes (more than one needs a shared PostgreSQL database).
-    #[arg(long, default_value_t = 1)]
-    processes: usize,
-    /// Extra arguments for `berth serve` (e.g. `--database postgres://…`).
-    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-    serve_arg: Vec<String>,
-    /// Extra arguments for every agent (e.g. `--fail-rate 0.01`: 1 % of
-    /// builds fail and are rescheduled onto their alternates).
-    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-    agent_arg: Vec<String>,
+    #[command(flatten)]
+    run: crate::bench::ProcessArgs,
     /// vCPUs per host (allocation ratio 4).
     #[arg(long, default_value_t = 16)]
     host_vcpus: i64,
@@ -166,8 +158,8 @@ pub(crate) async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {
 
 pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
     let mut servers: Vec<Spawned> = Vec::new();
-    for _ in 0..opts.processes.max(1) {
-        servers.push(spawn_berth(&opts.serve_arg).await?);
+    for _ in 0..opts.run.processes.max(1) {
+        servers.push(spawn_berth(&opts.run.serve_arg).await?);
     }
     let url = servers[0].url.clone();
     let admin = reqwest::Client::new();
@@ -199,7 +191,7 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
             .args(["--hosts", &count.to_string(), "--first-index", &first.to_string()])
             .args(["--vcpus", &opts.host_vcpus.to_string(), "--memory-mb", "262144", "--disk-gb", "4000"])
             .args(["--report-interval-secs", "10", "--concurrency", "16"])
-            .args(&opts.agent_arg)
+            .args(&opts.run.agent_arg)
             .stdout(Stdio::null())
             .spawn()
             .context("starting an agent")?;
@@ -297,7 +289,7 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
     let active = times.len();
     println!(
         "boot: {} hosts, {} boots, {} clients, {} process(es), {} cell(s)",
-        opts.hosts, opts.boots, opts.concurrency, opts.processes, opts.cells
+        opts.hosts, opts.boots, opts.concurrency, opts.run.processes, opts.cells
     );
     println!(
         "  {active} ACTIVE, {} ERROR, {} refused in {:.2} s: {:.0} boots/s to ACTIVE",

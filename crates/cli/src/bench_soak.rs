@@ -96,16 +96,8 @@ pub(crate) struct SoakOpts {
     /// Seed of the random choices.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// Berth processes (more than one needs a shared PostgreSQL database
-    /// given with `--serve-arg`). Each client and each agent sticks to one.
-    #[arg(long, default_value_t = 1)]
-    processes: usize,
-    /// Extra arguments for `berth serve` (e.g. `--database postgres://…`).
-    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-    serve_arg: Vec<String>,
-    /// Extra arguments for every agent (e.g. `--fail-rate 0.01`).
-    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-    agent_arg: Vec<String>,
+    #[command(flatten)]
+    run: crate::bench::ProcessArgs,
 }
 
 /// The heal's grace during a soak (s): short, so the final heal can act
@@ -650,9 +642,9 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
         "--heal-grace-secs".into(),
         HEAL_GRACE_SECS.to_string(),
     ];
-    serve_args.extend(opts.serve_arg.iter().cloned());
+    serve_args.extend(opts.run.serve_arg.iter().cloned());
     let mut servers = Vec::new();
-    for _ in 0..opts.processes.max(1) {
+    for _ in 0..opts.run.processes.max(1) {
         servers.push(spawn_berth(&serve_args).await?);
     }
     let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
@@ -670,7 +662,7 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
                 "--disk-gb".to_owned(),
                 opts.host_disk_gb.to_string(),
             ],
-            opts.agent_arg.clone(),
+            opts.run.agent_arg.clone(),
         ]
         .concat(),
     };
