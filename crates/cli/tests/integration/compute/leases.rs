@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::support::{Cloud, Hosts};
+use super::support::{wait_gone, Cloud, Hosts};
 use crate::support::{Client, Reply, TestServer};
 
 fn rsv(server: &TestServer, token: &str) -> Client {
@@ -221,20 +221,6 @@ async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
             return lease;
         }
         assert!(Instant::now() < deadline, "lease {id} never became {status}: {lease}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Wait until the server is gone from the API (its allocations go first,
-/// the cell row is soft-deleted a moment later).
-async fn wait_gone(nova: &super::support::Nova, id: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = nova.get(&format!("/servers/{id}")).await.status;
-        if status == 404 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "server {id} still answers {status}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

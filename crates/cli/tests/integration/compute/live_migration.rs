@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::moves::{action, allocations, migrations_of, provider_uuid, resources, setup, vcpus_on, wait_status, FOUR};
-use super::support::{Cloud, Hosts, Nova};
+use super::moves::{action, allocations, migrations_of, provider_uuid, resources, setup, vcpus_on, FOUR};
+use super::support::{wait_status, Cloud, Hosts, Nova};
 
 /// The agents' simulated transfer time: long enough to watch `running`.
 const TRANSFER_MS: &str = "2500";

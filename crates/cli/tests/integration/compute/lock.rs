@@ -3,23 +3,9 @@
 //! lock; an owner cannot undo an admin's lock (403 without
 //! `unlock_override`); the reason shows from 2.73.
 
-use std::time::{Duration, Instant};
-
 use serde_json::{json, Value};
 
-use super::support::{Cloud, Hosts, Nova};
-
-async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
-        if server["status"] == status && server["OS-EXT-STS:task_state"].is_null() {
-            return server;
-        }
-        assert!(Instant::now() < deadline, "server {id} never reached {status}: {server}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+use super::support::{wait_gone, wait_status, Cloud, Hosts, Nova};
 
 async fn act(nova: &Nova, id: &str, body: Value) -> (u16, Value) {
     let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
@@ -115,10 +101,6 @@ async fn a_locked_server_refuses_its_owner_and_admits_admins() {
     let stranger = cloud.nova("eve:other");
     assert_eq!(act(&stranger, &id, json!({"lock": null})).await.0, 404);
     assert_eq!(owner.delete(&format!("/servers/{id}")).await.status, 204);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while owner.get(&format!("/servers/{id}")).await.status != 404 {
-        assert!(Instant::now() < deadline, "server {id} never went away");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_gone(&owner, &id).await;
     cloud.check_invariants().await;
 }

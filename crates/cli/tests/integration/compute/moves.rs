@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::support::{Cloud, Hosts, Nova};
+use super::support::{wait_status, Cloud, Hosts, Nova};
 
 pub(super) const FOUR: &[&str] = &["--vcpus", "4", "--cpu-ratio", "1.0", "--memory-mb", "8192", "--disk-gb", "100"];
 
@@ -18,19 +18,6 @@ pub(super) async fn setup(nova: &Nova) -> String {
     let limits = json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}});
     assert_eq!(nova.put("/os-quota-sets/admin", &limits).await.status, 200);
     nova.image("img", json!({})).await
-}
-
-/// Wait until the server has `status` and no task.
-pub(super) async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
-        if server["status"] == status && server["OS-EXT-STS:task_state"].is_null() {
-            return server;
-        }
-        assert!(Instant::now() < deadline, "server {id} never reached {status}: {server}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// The migrations of a server (admin, 2.80), newest first.

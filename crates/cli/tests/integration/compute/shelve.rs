@@ -8,22 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::support::{Cloud, Hosts, Nova};
+use super::support::{wait_status, Cloud, Hosts, Nova};
 
 const FOUR: &[&str] = &["--vcpus", "4", "--cpu-ratio", "1.0", "--memory-mb", "8192", "--disk-gb", "100"];
-
-/// Wait until the server has `status` and no task.
-async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
-        if server["status"] == status && server["OS-EXT-STS:task_state"].is_null() {
-            return server;
-        }
-        assert!(Instant::now() < deadline, "server {id} never reached {status}: {server}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 async fn allocated(cloud: &Cloud, consumer: &str) -> usize {
     let body = cloud.server.client().get(&format!("/allocations/{consumer}")).await.body;

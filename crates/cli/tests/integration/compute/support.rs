@@ -542,3 +542,30 @@ pub(crate) async fn project_vcpus(server: &TestServer, project: &str) -> i64 {
     }
     by_type.values().filter_map(|t| t["VCPU"].as_i64()).sum()
 }
+
+/// Wait until the server has `status` and no task; returns its body.
+pub(crate) async fn wait_status(nova: &Nova, id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
+        if server["status"] == status && server["OS-EXT-STS:task_state"].is_null() {
+            return server;
+        }
+        assert!(Instant::now() < deadline, "server {id} never reached {status}: {server}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Wait until the server is gone from the API (a delete through its
+/// agent answers 204 before the row is deleted).
+pub(crate) async fn wait_gone(nova: &Nova, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = nova.get(&format!("/servers/{id}")).await.status;
+        if status == 404 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "server {id} still answers {status}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
