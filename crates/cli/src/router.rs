@@ -3,7 +3,8 @@
 //! image API under `/image`, the agent API under `/agent/v1`, berth's admin
 //! API under `/admin/v1`, plus `/healthcheck` and `/metrics`. Each request
 //! is handed to `berth_http::dispatch` with its API and the path relative
-//! to that API's root.
+//! to that API's root, after a read barrier (`App::sync`) so that it sees
+//! every write committed, by any process, before it arrived.
 
 use std::sync::Arc;
 
@@ -93,6 +94,12 @@ pub(crate) fn router(services: Arc<Services>, root: Option<RootApi>) -> axum::Ro
         let services = services.clone();
         async move {
             let path = request.uri().path().to_owned();
+            // Every API request sees what any process had committed when
+            // it arrived (`App::sync`); agents' calls and the operational
+            // endpoints do not need to.
+            if !matches!(target(&path), Target::Operational | Target::Agent(_)) || root.is_some() {
+                services.core.sync();
+            }
             if let Some(api) = root {
                 return match &services.compute {
                     Some(compute) => compute.dispatch_root(api, &services.server, &path, request).await,

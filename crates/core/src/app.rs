@@ -15,6 +15,9 @@ pub struct App {
     /// Serialises writers and change-feed catch-up; holds the last change
     /// sequence number applied to `state`.
     writer: Mutex<Seq>,
+    /// Serialises read barriers ([`App::sync`]); holds when the last
+    /// completed one began.
+    barrier: Mutex<Option<std::time::Instant>>,
     store: Arc<dyn Store>,
     /// Store and change-feed counters.
     pub metrics: CoreMetrics,
@@ -112,6 +115,7 @@ impl App {
         let app = Self {
             state: RwLock::new(loaded.state),
             writer: Mutex::new(loaded.seq),
+            barrier: Mutex::new(None),
             store,
             metrics: Default::default(),
             batches: Batches {
@@ -142,11 +146,43 @@ impl App {
     /// Bring the snapshot up to date with changes other processes committed
     /// (the change feed). Returns how many change sets were applied.
     pub fn catch_up(&self) -> Result<usize, berth_store::StoreError> {
+        blocking(|| self.catch_up_now())
+    }
+
+    /// A read barrier: afterwards the snapshot holds every write that any
+    /// process had committed when the call began. Called before each API
+    /// request, it gives what clients of a stateless service over one
+    /// database expect: a request sees every write that completed before
+    /// it arrived, whichever process made it (create a flavor through one
+    /// process, boot with it through another). Callers that arrive while a
+    /// barrier runs share the next one, so a burst of requests costs one
+    /// feed query per wave, not one each. Nothing to do on a database no
+    /// other process writes (SQLite). A failed feed read is counted and
+    /// the request goes on with the snapshot as it is.
+    pub fn sync(&self) {
+        if !self.store.shared() {
+            return;
+        }
+        let arrived = std::time::Instant::now();
+        blocking(|| {
+            let mut last = self.barrier.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if last.is_some_and(|began| began >= arrived) {
+                return;
+            }
+            let began = std::time::Instant::now();
+            match self.catch_up_now() {
+                Ok(_) => *last = Some(began),
+                Err(err) => tracing::debug!(error = %err, "read barrier: change feed not read"),
+            }
+        });
+    }
+
+    fn catch_up_now(&self) -> Result<usize, berth_store::StoreError> {
         let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let changes = match blocking(|| self.store.changes_since(*seen)) {
+        let changes = match self.store.changes_since(*seen) {
             Ok(changes) => changes,
             Err(berth_store::StoreError::FeedGap(_)) => {
-                blocking(|| self.reload_locked(&mut seen))?;
+                self.reload_locked(&mut seen)?;
                 return Ok(0);
             }
             Err(err) => {

@@ -559,6 +559,10 @@ impl Store for PostgresStore {
     fn backend_name(&self) -> &'static str {
         "postgres"
     }
+
+    fn shared(&self) -> bool {
+        true
+    }
 }
 
 fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {

@@ -182,4 +182,11 @@ pub trait Store: Send + Sync {
 
     /// A short name for logs and metrics ("sqlite", "postgres").
     fn backend_name(&self) -> &'static str;
+
+    /// Can other processes write to this database, so that a process must
+    /// follow the change feed to see their writes? (An embedded database
+    /// serves one process: no.)
+    fn shared(&self) -> bool {
+        false
+    }
 }
