@@ -18,6 +18,10 @@ pub struct App {
     /// Serialises read barriers ([`App::sync`]); holds when the last
     /// completed one began.
     barrier: Mutex<Option<std::time::Instant>>,
+    /// A copy of the writer's sequence number, readable without waiting
+    /// for a commit. Never ahead of the snapshot (set after it changes);
+    /// when behind, a barrier merely catches up for nothing.
+    seen_hint: std::sync::atomic::AtomicI64,
     store: Arc<dyn Store>,
     /// Store and change-feed counters.
     pub metrics: CoreMetrics,
@@ -116,6 +120,7 @@ impl App {
             state: RwLock::new(loaded.state),
             writer: Mutex::new(loaded.seq),
             barrier: Mutex::new(None),
+            seen_hint: std::sync::atomic::AtomicI64::new(loaded.seq),
             store,
             metrics: Default::default(),
             batches: Batches {
@@ -170,8 +175,15 @@ impl App {
                 return;
             }
             let began = std::time::Instant::now();
-            match self.catch_up_now() {
-                Ok(_) => *last = Some(began),
+            // One indexed MAX: usually nothing is newer than the snapshot
+            // and neither the feed nor the writer lock is touched.
+            let behind = match self.store.feed_head() {
+                Ok(head) => head > self.seen_hint.load(std::sync::atomic::Ordering::Acquire),
+                Err(_) => true,
+            };
+            let caught_up = if behind { self.catch_up_now().map(|_| ()) } else { Ok(()) };
+            match caught_up {
+                Ok(()) => *last = Some(began),
                 Err(err) => tracing::debug!(error = %err, "read barrier: change feed not read"),
             }
         });
@@ -204,6 +216,7 @@ impl App {
                 *seen = seq;
             }
         }
+        self.seen_hint.store(*seen, std::sync::atomic::Ordering::Release);
         Ok(n)
     }
 
@@ -230,6 +243,7 @@ impl App {
         let loaded = self.store.load()?;
         *self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded.state;
         *seen = loaded.seq;
+        self.seen_hint.store(loaded.seq, std::sync::atomic::Ordering::Release);
         self.metrics.feed_reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(seq = loaded.seq, "change feed pruned past this process's position: snapshot reloaded");
         Ok(())
@@ -345,6 +359,7 @@ impl App {
                     (!changes.is_empty()).then_some(changes)
                 });
                 *seen = caught_up_to;
+                self.seen_hint.store(caught_up_to, std::sync::atomic::Ordering::Release);
                 if !window_used && matches!(result, Err(berth_store::StoreError::FeedGap(_))) {
                     // The feed was pruned past this process: nobody has
                     // planned yet, so reload the snapshot and run the batch
@@ -372,7 +387,10 @@ impl App {
                 }
                 let undo = std::mem::take(&mut st.undo);
                 match result {
-                    Ok(Some(seq)) => *seen = seen.max(seq),
+                    Ok(Some(seq)) => {
+                        *seen = seen.max(seq);
+                        self.seen_hint.store(*seen, std::sync::atomic::Ordering::Release);
+                    }
                     Ok(None) => {}
                     Err(err) => {
                         if matches!(err, berth_store::StoreError::Unavailable(_)) {

@@ -563,6 +563,14 @@ impl Store for PostgresStore {
     fn shared(&self) -> bool {
         true
     }
+
+    fn feed_head(&self) -> Result<Seq, StoreError> {
+        self.with_conn(&self.read_conn, |conn| {
+            let mut cached = Cached { conn: &mut conn.client, statements: &mut conn.statements };
+            let row = cached.query_one("SELECT COALESCE(MAX(seq), 0) FROM berth_changes", &[]).map_err(classify)?;
+            Ok(row.get::<_, i64>(0))
+        })
+    }
 }
 
 fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {

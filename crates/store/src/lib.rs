@@ -189,4 +189,11 @@ pub trait Store: Send + Sync {
     fn shared(&self) -> bool {
         false
     }
+
+    /// The sequence number of the newest committed change (0 when none
+    /// or without a feed): one cheap query that tells a read barrier
+    /// whether there is anything to catch up on.
+    fn feed_head(&self) -> Result<Seq, StoreError> {
+        Ok(0)
+    }
 }
