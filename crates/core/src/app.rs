@@ -159,11 +159,13 @@ impl App {
     /// request, it gives what clients of a stateless service over one
     /// database expect: a request sees every write that completed before
     /// it arrived, whichever process made it (create a flavor through one
-    /// process, boot with it through another). Callers that arrive while a
-    /// barrier runs share the next one, so a burst of requests costs one
-    /// feed query per wave, not one each. Nothing to do on a database no
-    /// other process writes (SQLite). A failed feed read is counted and
-    /// the request goes on with the snapshot as it is.
+    /// process, boot with it through another). Barriers run one at a
+    /// time; a caller that waited out a whole barrier which began after it
+    /// arrived is served by that one, so a burst of requests costs one
+    /// query per wave, not one each. Nothing to do on a database no other
+    /// process writes (SQLite). When the feed cannot be read the request
+    /// goes on with the snapshot as it is (a failed catch-up is counted
+    /// in the feed errors).
     pub fn sync(&self) {
         if !self.store.shared() {
             return;
