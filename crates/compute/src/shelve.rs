@@ -3,8 +3,9 @@
 //! - `shelve`: the row goes to `shelving` and its host's agent powers the
 //!   server off (`shelved`: vm state `shelved`, SHELVED, allocations
 //!   kept), after the control plane records the `<name>-shelved`
-//!   snapshot image (`plan_shelve_snapshot`). With `shelved_offload_time` 0 (Nova's default) the same update
-//!   starts the offload (`shelving_offloading`); with N > 0 the sweep
+//!   snapshot image (`plan_shelve_snapshot`). With `shelved_offload_time`
+//!   0 (Nova's default) the same update starts the offload
+//!   (`shelving_offloading`); with N > 0 the sweep
 //!   offloads servers shelved for N seconds; with -1 never.
 //! - `shelveOffload` / the offload: the agent removes the server
 //!   (`offloaded`); its allocations go first (`plan_offload`, control),
