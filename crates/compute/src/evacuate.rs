@@ -39,8 +39,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use berth_compute_model::cell::{
-    migration_status as ms, power_state, task_state, vm_state, ActionEvent, Fault, InstanceAction, Migration,
-    MigrationFilter,
+    migration_status as ms, power_state, task_state, vm_state, ActionEvent, Fault, Migration, MigrationFilter,
 };
 use berth_compute_model::moves::MoveClaimed;
 use berth_compute_model::rehome::{plan_drop_host_allocations, plan_evacuate_claim, EvacuateClaim};
@@ -143,16 +142,11 @@ impl Compute {
             created_at: now,
             updated_at: Some(now),
         };
-        let record = InstanceAction {
-            instance_uuid: *uuid,
-            action: action.to_owned(),
-            request_id: caller.request_id.clone(),
-            user_id: caller.user_id.clone(),
-            project_id: caller.project_id.clone(),
-            start_time: now,
-            message: None,
-            updated_at: Some(now),
-            events: vec![ActionEvent {
+        let record = caller.action(
+            uuid,
+            action,
+            now,
+            vec![ActionEvent {
                 event: EVENT_REBUILD_SERVER.to_owned(),
                 start_time: now,
                 finish_time: None,
@@ -161,7 +155,7 @@ impl Compute {
                 host: None,
                 details: None,
             }],
-        };
+        );
         let start = CellOp::InsertMigration {
             migration: migration.clone(),
             expect: Expect {

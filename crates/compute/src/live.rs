@@ -47,7 +47,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use berth_compute_model::cell::{
-    migration_status as ms, task_state, vm_state, ActionEvent, InstanceAction, Migration, MigrationFilter,
+    migration_status as ms, task_state, vm_state, ActionEvent, Migration, MigrationFilter,
 };
 use berth_compute_model::moves::{
     plan_confirm_move, plan_move_claim, plan_revert_move, MoveClaim, MoveClaimed, MIGRATION_CONSUMER_GENERATION,
@@ -143,16 +143,11 @@ impl Compute {
             created_at: now,
             updated_at: Some(now),
         };
-        let record = InstanceAction {
-            instance_uuid: *uuid,
-            action: ACTION_LIVE_MIGRATION.to_owned(),
-            request_id: caller.request_id.clone(),
-            user_id: caller.user_id.clone(),
-            project_id: caller.project_id.clone(),
-            start_time: now,
-            message: None,
-            updated_at: Some(now),
-            events: vec![ActionEvent {
+        let record = caller.action(
+            uuid,
+            ACTION_LIVE_MIGRATION,
+            now,
+            vec![ActionEvent {
                 event: EVENT_LIVE_MIGRATE.to_owned(),
                 start_time: now,
                 finish_time: None,
@@ -161,7 +156,7 @@ impl Compute {
                 host: None,
                 details: None,
             }],
-        };
+        );
         let start = CellOp::InsertMigration {
             migration: migration.clone(),
             expect: Expect {
@@ -404,17 +399,7 @@ impl Compute {
         caller: &Caller,
     ) -> Result<(), ServiceError> {
         let now = self.now();
-        let record = InstanceAction {
-            instance_uuid: *uuid,
-            action: action.to_owned(),
-            request_id: caller.request_id.clone(),
-            user_id: caller.user_id.clone(),
-            project_id: caller.project_id.clone(),
-            start_time: now,
-            message: None,
-            updated_at: Some(now),
-            events: Vec::new(),
-        };
+        let record = caller.action(uuid, action, now, Vec::new());
         handle.write(vec![CellOp::StartAction(record)]).await?;
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! locker's project owns the server, else `admin`; an owner cannot undo
 //! an admin's lock without `unlock:unlock_override`.
 
-use berth_compute_model::cell::{ActionEvent, InstanceAction};
+use berth_compute_model::cell::ActionEvent;
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
 
@@ -50,17 +50,7 @@ impl Compute {
             host: None,
             details: None,
         };
-        let record = InstanceAction {
-            instance_uuid: *uuid,
-            action: action.to_owned(),
-            request_id: caller.request_id.clone(),
-            user_id: caller.user_id.clone(),
-            project_id: caller.project_id.clone(),
-            start_time: now,
-            message: None,
-            updated_at: Some(now),
-            events: vec![event],
-        };
+        let record = caller.action(uuid, action, now, vec![event]);
         let expect = Expect { not_deleted: true, ..Expect::default() };
         let update = InstanceUpdate { lock: Some(lock), updated_at: now, ..InstanceUpdate::default() };
         let ops = vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(record)];

@@ -36,8 +36,7 @@
 use std::sync::Arc;
 
 use berth_compute_model::cell::{
-    migration_status as ms, power_state, task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction, Migration,
-    MigrationFilter,
+    migration_status as ms, power_state, task_state, vm_state, ActionEvent, Fault, Instance, Migration, MigrationFilter,
 };
 use berth_compute_model::moves::{
     check_upsize_quota, plan_confirm_move, plan_forget_migration, plan_move_claim, plan_revert_move, MoveClaim,
@@ -240,16 +239,11 @@ impl Compute {
             created_at: now,
             updated_at: Some(now),
         };
-        let record = InstanceAction {
-            instance_uuid: *uuid,
-            action: action.to_owned(),
-            request_id: caller.request_id.clone(),
-            user_id: caller.user_id.clone(),
-            project_id: caller.project_id.clone(),
-            start_time: now,
-            message: None,
-            updated_at: Some(now),
-            events: vec![ActionEvent {
+        let record = caller.action(
+            uuid,
+            action,
+            now,
+            vec![ActionEvent {
                 event: EVENT_COLD_MIGRATE.to_owned(),
                 start_time: now,
                 finish_time: None,
@@ -258,7 +252,7 @@ impl Compute {
                 host: None,
                 details: None,
             }],
-        };
+        );
         let start = CellOp::InsertMigration {
             migration: migration.clone(),
             expect: expect_task(&[vm_state::ACTIVE, vm_state::STOPPED], None),
@@ -478,17 +472,7 @@ impl Compute {
         } else {
             (ms::REVERTING, task_state::RESIZE_REVERTING)
         };
-        let record = InstanceAction {
-            instance_uuid: *uuid,
-            action: action.to_owned(),
-            request_id: caller.request_id.clone(),
-            user_id: caller.user_id.clone(),
-            project_id: caller.project_id.clone(),
-            start_time: now,
-            message: None,
-            updated_at: Some(now),
-            events: Vec::new(),
-        };
+        let record = caller.action(uuid, action, now, Vec::new());
         let win = CellOp::UpdateMigration {
             uuid: migration.uuid,
             from_statuses: statuses(&[ms::FINISHED]),

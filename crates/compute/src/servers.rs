@@ -81,6 +81,30 @@ pub struct Caller {
     pub project_id: String,
 }
 
+impl Caller {
+    /// The instance action `action` on `uuid` started by this caller at
+    /// `now`, with `events`.
+    pub(crate) fn action(
+        &self,
+        uuid: &Uuid,
+        action: &str,
+        now: i64,
+        events: Vec<berth_compute_model::cell::ActionEvent>,
+    ) -> InstanceAction {
+        InstanceAction {
+            instance_uuid: *uuid,
+            action: action.to_owned(),
+            request_id: self.request_id.clone(),
+            user_id: self.user_id.clone(),
+            project_id: self.project_id.clone(),
+            start_time: now,
+            message: None,
+            updated_at: Some(now),
+            events,
+        }
+    }
+}
+
 /// A server as the API shows it.
 #[derive(Debug, Clone)]
 #[expect(clippy::large_enum_variant, reason = "built once per request and rendered at once")]
@@ -523,17 +547,7 @@ impl Compute {
                 return Ok(());
             }
             let now = self.now();
-            let action = InstanceAction {
-                instance_uuid: *uuid,
-                action: "delete".to_owned(),
-                request_id: caller.request_id.clone(),
-                user_id: caller.user_id.clone(),
-                project_id: caller.project_id.clone(),
-                start_time: now,
-                message: None,
-                updated_at: Some(now),
-                events: Vec::new(),
-            };
+            let action = caller.action(uuid, "delete", now, Vec::new());
             let local = cell.uuid == CELL0_UUID || row.host.as_deref().is_none_or(|h| !self.health.is_up_at(h, now));
             let expect = Expect { task_states: vec![row.task_state.clone()], not_deleted: true, ..Expect::default() };
             if local {
@@ -663,17 +677,7 @@ impl Compute {
         };
         let update =
             InstanceUpdate { task_state: Some(Some(task.to_owned())), updated_at: now, ..InstanceUpdate::default() };
-        let record = InstanceAction {
-            instance_uuid: *uuid,
-            action: action.name().to_owned(),
-            request_id: caller.request_id.clone(),
-            user_id: caller.user_id.clone(),
-            project_id: caller.project_id.clone(),
-            start_time: now,
-            message: None,
-            updated_at: Some(now),
-            events: Vec::new(),
-        };
+        let record = caller.action(uuid, action.name(), now, Vec::new());
         let handle = self.cells.get(&cell)?;
         let outcomes = handle
             .write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(record)])

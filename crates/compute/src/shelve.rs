@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use berth_compute_model::cell::{power_state, task_state, vm_state, ActionEvent, Fault, InstanceAction};
+use berth_compute_model::cell::{power_state, task_state, vm_state, ActionEvent, Fault};
 use berth_compute_model::moves::MoveClaimed;
 use berth_compute_model::rehome::{
     check_unshelve_quota, plan_drop_shelve_snapshot, plan_offload, plan_shelve_snapshot, plan_unshelve_claim,
@@ -51,20 +51,6 @@ pub struct UnshelveRequest {
     pub availability_zone: Option<Option<String>>,
     /// 2.91: a host to unshelve to (admin).
     pub host: Option<String>,
-}
-
-fn action_record(uuid: &Uuid, action: &str, caller: &Caller, now: i64, events: Vec<ActionEvent>) -> InstanceAction {
-    InstanceAction {
-        instance_uuid: *uuid,
-        action: action.to_owned(),
-        request_id: caller.request_id.clone(),
-        user_id: caller.user_id.clone(),
-        project_id: caller.project_id.clone(),
-        start_time: now,
-        message: None,
-        updated_at: Some(now),
-        events,
-    }
 }
 
 impl Compute {
@@ -99,7 +85,7 @@ impl Compute {
                     ..InstanceUpdate::default()
                 },
             },
-            CellOp::StartAction(action_record(uuid, action, caller, now, Vec::new())),
+            CellOp::StartAction(caller.action(uuid, action, now, Vec::new())),
         ];
         if handle.write(ops).await?.first() != Some(&CellOutcome::Done) {
             return Err(invalid_state(action, uuid, "task_state", "changing"));
@@ -198,7 +184,7 @@ impl Compute {
                     ..InstanceUpdate::default()
                 },
             },
-            CellOp::StartAction(action_record(uuid, action, caller, now, vec![event])),
+            CellOp::StartAction(caller.action(uuid, action, now, vec![event])),
         ];
         if handle.write(ops).await?.first() != Some(&CellOutcome::Done) {
             return Err(invalid_state(action, uuid, "task_state", "changing"));
