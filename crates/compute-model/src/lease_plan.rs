@@ -648,8 +648,8 @@ pub fn due_events(world: &World, now: Timestamp) -> Vec<(Uuid, Uuid, EventType, 
 /// What a due event must wait for, if anything (the lease to wait on):
 /// a lease's own events run in order (its end never before its start or
 /// its `before_end`; after an outage all three may be due at once, and a
-/// start may be waiting), and a start waits for every earlier lease on its
-/// hosts to end ([`start_blocked_by`]).
+/// start may be waiting), and a start waits for every lease whose window
+/// on its hosts ended by its start to end ([`start_blocked_by`]).
 pub fn event_blocked_by(world: &World, lease: &Lease, kind: EventType) -> Option<Uuid> {
     let done = |k: EventType| lease.event(k).is_none_or(|e| e.status == EventStatus::Done);
     match kind {
@@ -660,13 +660,17 @@ pub fn event_blocked_by(world: &World, lease: &Lease, kind: EventType) -> Option
 }
 
 /// A lease whose end has not run yet and that holds a host `lease` needs,
-/// in a window before it: `lease` cannot start before that end has run.
+/// in a window that ends by `lease`'s start: `lease` cannot start before
+/// that end has run (after an outage, the servers of a whole-host lease
+/// must go before the next one takes the host). A booking whose window
+/// overlaps `lease`'s does not hold it back: admission let the two share
+/// the host (instance slots that fit together), so each starts on time.
 pub fn start_blocked_by(world: &World, lease: &Lease) -> Option<Uuid> {
     let tables = &world.compute.leases;
     for reservation in &lease.reservations {
         for a in &reservation.allocations {
             for b in tables.bookings.get(&a.host_id).into_iter().flatten() {
-                if b.lease == lease.id || b.start >= lease.start {
+                if b.lease == lease.id || b.start >= lease.start || b.end > lease.start {
                     continue;
                 }
                 let other = tables.leases.get(&b.lease)?;

@@ -238,6 +238,32 @@ fn due_events_run_ends_before_starts_and_starts_wait_for_ends() {
 }
 
 #[test]
+fn instance_slots_that_share_a_host_start_on_time() {
+    // I1 holds a slot from 10h to 20h; I2 a slot on the same host from
+    // 11h to 12h (they fit together): I2 starts at 11h, while I1 is still
+    // active. I3 comes after I1 on that host and still waits for its end.
+    let mut world = world_with_hosts(1, 8);
+    let i1 = admit(&mut world, &lease(10 * H, 20 * H, vec![slots(1, 1, None)])).unwrap();
+    let i2 = admit(&mut world, &lease(11 * H, 12 * H, vec![slots(1, 1, None)])).unwrap();
+    let i3 = admit(&mut world, &lease(20 * H, 21 * H, vec![slots(1, 1, None)])).unwrap();
+    assert_eq!(i2.reservations[0].allocations, i1.reservations[0].allocations, "one host");
+    run_event(&mut world, i1.id, EventType::StartLease);
+    let now = |w: &World, id: Uuid| w.compute.leases.leases[&id].clone();
+    assert_eq!(event_blocked_by(&world, &now(&world, i2.id), EventType::StartLease), None);
+    run_event(&mut world, i2.id, EventType::StartLease);
+    run_event(&mut world, i2.id, EventType::BeforeEndLease);
+    assert_eq!(event_blocked_by(&world, &now(&world, i2.id), EventType::EndLease), None);
+    run_event(&mut world, i2.id, EventType::EndLease);
+    assert_eq!(world.compute.leases.leases[&i2.id].status, LeaseStatus::Terminated);
+    assert_eq!(world.compute.leases.leases[&i1.id].status, LeaseStatus::Active);
+    // Whole-host or not, a lease after another on the host waits for its end.
+    assert_eq!(event_blocked_by(&world, &now(&world, i3.id), EventType::StartLease), Some(i1.id));
+    run_event(&mut world, i1.id, EventType::BeforeEndLease);
+    run_event(&mut world, i1.id, EventType::EndLease);
+    assert_eq!(event_blocked_by(&world, &now(&world, i3.id), EventType::StartLease), None);
+}
+
+#[test]
 fn healing_replaces_a_lost_host_or_degrades() {
     let mut world = world_with_hosts(2, 8);
     let a = admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).unwrap();
