@@ -598,14 +598,14 @@ pub fn plan_update_lease(
         reservation.updated_at = Some(now);
     }
     for event in &mut lease.events {
+        if event.event_type == EventType::BeforeEndLease {
+            rearm_before_end(event, old.end, start, end, update.before_end, ids, now);
+            continue;
+        }
         if event.status != EventStatus::Undone {
             continue;
         }
-        let time = match event.event_type {
-            EventType::StartLease => start,
-            EventType::EndLease => end,
-            EventType::BeforeEndLease => before_end_time(start, end, update.before_end),
-        };
+        let time = if event.event_type == EventType::StartLease { start } else { end };
         if time != event.time {
             event.time = time;
             event.updated_at = Some(now);
@@ -616,6 +616,38 @@ pub fn plan_update_lease(
     set.compute(C::PutLease(lease.clone()));
     resources::sync(world, Some(old), Some(&lease), ids, now, &mut set)?;
     Ok((set, lease))
+}
+
+/// Blazar's `_update_before_end_event`, on every update that is not a
+/// rename: the `before_end_lease` event moves to `before_end` when given,
+/// else keeps its distance to the end (`new end - (old end - its time)`),
+/// never before the start; a DONE one is armed again (UNDONE), so a
+/// prolonged lease warns (or snapshots) again, at once when that time has
+/// passed already. The armed-again event is a new occurrence with a new
+/// id: its snapshots and its notification are its own, not repeats of the
+/// first run's. An event in progress or failed is left alone.
+fn rearm_before_end(
+    event: &mut LeaseEvent,
+    old_end: Timestamp,
+    start: Timestamp,
+    end: Timestamp,
+    before_end: Option<Timestamp>,
+    ids: &mut dyn FnMut() -> Uuid,
+    now: Timestamp,
+) {
+    if !matches!(event.status, EventStatus::Undone | EventStatus::Done) {
+        return;
+    }
+    let time = before_end.unwrap_or(end - (old_end - event.time)).max(start);
+    let rearm = event.status == EventStatus::Done;
+    if rearm {
+        event.id = ids();
+        event.status = EventStatus::Undone;
+    }
+    if rearm || time != event.time {
+        event.time = time;
+        event.updated_at = Some(now);
+    }
 }
 
 /// Delete a lease row and its reservations' flavors, classes and

@@ -264,6 +264,81 @@ fn instance_slots_that_share_a_host_start_on_time() {
 }
 
 #[test]
+fn a_prolonged_lease_arms_its_before_end_again() {
+    // Blazar's `_update_before_end_event`, as the real Blazar 18 answers.
+    let mut world = world_with_hosts(1, 8);
+    let before_end = |w: &World, id: Uuid| w.compute.leases.leases[&id].event(EventType::BeforeEndLease).cloned();
+    let update = |w: &mut World, id: Uuid, u: LeaseUpdate, now: Timestamp| {
+        let (set, _) = plan_update_lease(w, id, &u, &no_parse, &mut Uuid::new_v4, now).unwrap();
+        w.apply(&set);
+    };
+    // A: 10h–12h, warned at 11h; prolonged to 14h at 11h10: UNDONE at 13h,
+    // a new occurrence (new id), due then and not before.
+    let a = admit(&mut world, &lease(10 * H, 12 * H, vec![slots(1, 1, None)])).unwrap();
+    run_event(&mut world, a.id, EventType::StartLease);
+    run_event(&mut world, a.id, EventType::BeforeEndLease);
+    let warned = before_end(&world, a.id).unwrap();
+    assert_eq!((warned.time, warned.status), (11 * H, EventStatus::Done));
+    update(&mut world, a.id, LeaseUpdate { end: Some(14 * H), ..Default::default() }, 11 * H + 600);
+    let armed = before_end(&world, a.id).unwrap();
+    assert_eq!((armed.time, armed.status), (13 * H, EventStatus::Undone));
+    assert_ne!(armed.id, warned.id);
+    let due = |w: &World, now: Timestamp| due_events(w, now).into_iter().map(|(_, e, ..)| e).collect::<Vec<_>>();
+    assert!(!due(&world, 13 * H - 1).contains(&armed.id));
+    assert!(due(&world, 13 * H).contains(&armed.id));
+    // The end waits for the new warning.
+    let a_now = world.compute.leases.leases[&a.id].clone();
+    assert_eq!(event_blocked_by(&world, &a_now, EventType::EndLease), Some(a.id));
+
+    // B: before_end_date 10h30 given at creation; the prolong keeps its
+    // distance to the end (1h30), not the default hour.
+    let mut request = lease(10 * H, 12 * H, vec![slots(1, 1, None)]);
+    request.before_end = Some(10 * H + 1800);
+    let b = admit(&mut world, &request).unwrap();
+    run_event(&mut world, b.id, EventType::StartLease);
+    run_event(&mut world, b.id, EventType::BeforeEndLease);
+    update(&mut world, b.id, LeaseUpdate { end: Some(14 * H), ..Default::default() }, 11 * H);
+    let armed = before_end(&world, b.id).unwrap();
+    assert_eq!((armed.time, armed.status), (12 * H + 1800, EventStatus::Undone));
+
+    // C: a before_end_date given with the prolong, already past: armed
+    // for that time, so it runs at once.
+    let c = admit(&mut world, &lease(10 * H, 12 * H, vec![slots(1, 1, None)])).unwrap();
+    run_event(&mut world, c.id, EventType::StartLease);
+    run_event(&mut world, c.id, EventType::BeforeEndLease);
+    let prolong = LeaseUpdate { end: Some(14 * H), before_end: Some(11 * H + 300), ..Default::default() };
+    update(&mut world, c.id, prolong, 11 * H + 600);
+    let armed = before_end(&world, c.id).unwrap();
+    assert_eq!((armed.time, armed.status), (11 * H + 300, EventStatus::Undone));
+    assert!(due(&world, 11 * H + 600).contains(&armed.id));
+
+    // D: any update but a rename arms it again, at the same time when the
+    // end does not move (Blazar warns again).
+    let d = admit(&mut world, &lease(10 * H, 16 * H, vec![slots(1, 1, None)])).unwrap();
+    run_event(&mut world, d.id, EventType::StartLease);
+    run_event(&mut world, d.id, EventType::BeforeEndLease);
+    let rid = d.reservations[0].id;
+    let grow = LeaseUpdate {
+        reservations: vec![ReservationUpdate { id: rid, amount: Some(2), ..Default::default() }],
+        ..Default::default()
+    };
+    update(&mut world, d.id, grow, 15 * H);
+    let armed = before_end(&world, d.id).unwrap();
+    assert_eq!((armed.time, armed.status), (15 * H, EventStatus::Undone));
+    let renamed = LeaseUpdate { name: Some("n".into()), ..Default::default() };
+    run_event(&mut world, d.id, EventType::BeforeEndLease);
+    update(&mut world, d.id, renamed, 15 * H);
+    assert_eq!(before_end(&world, d.id).unwrap().status, EventStatus::Done, "a rename does not");
+
+    // E: not run yet and shortened past it: moved back, still UNDONE (due).
+    let e = admit(&mut world, &lease(10 * H, 14 * H, vec![slots(1, 1, None)])).unwrap();
+    run_event(&mut world, e.id, EventType::StartLease);
+    update(&mut world, e.id, LeaseUpdate { end: Some(11 * H + 1800), ..Default::default() }, 11 * H);
+    let moved = before_end(&world, e.id).unwrap();
+    assert_eq!((moved.time, moved.status), (10 * H + 1800, EventStatus::Undone));
+}
+
+#[test]
 fn healing_replaces_a_lost_host_or_degrades() {
     let mut world = world_with_hosts(2, 8);
     let a = admit(&mut world, &lease(0, H, vec![hosts(1, 1)])).unwrap();
