@@ -505,6 +505,58 @@ async fn overdue_events_after_an_outage_run_ends_before_starts() {
     cloud.check_invariants().await;
 }
 
+/// The status of each event of a lease, by type.
+fn event_statuses(lease: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = lease["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["event_type"].as_str().unwrap().to_owned(), e["status"].as_str().unwrap().to_owned()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instance_reservations_sharing_a_host_start_and_end_on_time() {
+    // Blazar 18 (the oracle) answers: I2 ACTIVE at 11:00 while I1 is
+    // active on the same host, TERMINATED at 12:01; I1 still ACTIVE.
+    let mut cloud = Cloud::start("rsv-share", &[]).await;
+    cloud.add_agent(Hosts::new("q", 1, &["--vcpus", "8", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    enrol(&admin, "q0", json!({})).await;
+    let slot = |name: &str, start: &str, end: &str| {
+        json!({"name": name, "start_date": start, "end_date": end, "events": [], "reservations": [
+            {"resource_type": "virtual:instance", "amount": 1, "vcpus": 1, "memory_mb": 1024,
+             "disk_gb": 10, "affinity": null, "resource_properties": ""}]})
+    };
+    let mut ids = Vec::new();
+    for (name, start, end) in
+        [("i1", "2040-01-01 10:00", "2040-01-01 20:00"), ("i2", "2040-01-01 11:00", "2040-01-01 12:00")]
+    {
+        let reply = admin.post("/reservation/v1/leases", &slot(name, start, end)).await;
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+        ids.push(reply.body["lease"]["id"].as_str().unwrap().to_owned());
+    }
+    let allocations = admin.get("/reservation/v1/os-hosts/allocations").await.body;
+    assert_eq!(allocations["allocations"][0]["reservations"].as_array().map(Vec::len), Some(2), "{allocations}");
+
+    // 10:00: I1 starts.
+    advance(&cloud.server, offset_for(Y2040 + 10 * 3600)).await;
+    wait_lease(&admin, &ids[0], "ACTIVE").await;
+    // 11:00: I2 starts too, on the same host.
+    advance(&cloud.server, 3600).await;
+    let i2 = wait_lease(&admin, &ids[1], "ACTIVE").await;
+    assert!(event_statuses(&i2).contains(&("start_lease".into(), "DONE".into())), "{i2}");
+    // 12:01: I2 has ended; I1 runs on.
+    advance(&cloud.server, 3660).await;
+    let i2 = wait_lease(&admin, &ids[1], "TERMINATED").await;
+    assert!(event_statuses(&i2).iter().all(|(_, status)| status == "DONE"), "{i2}");
+    let i1 = admin.get(&format!("/reservation/v1/leases/{}", ids[0])).await.body["lease"].clone();
+    assert_eq!(i1["status"], json!("ACTIVE"), "{i1}");
+    cloud.check_invariants().await;
+}
+
 /// A webhook receiver on loopback: every JSON body POSTed to it.
 async fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
