@@ -130,6 +130,18 @@ pub fn hypervisor_field(host: &ReservableHost, key: &str) -> Option<String> {
     })
 }
 
+/// [`hypervisor_field`] with `vcpus`, `memory_mb` and `local_gb` as the
+/// host has them now ([`capacity::host_capacity`]).
+fn hypervisor_field_now(world: &World, host: &ReservableHost, key: &str) -> Option<String> {
+    let now = || capacity::host_capacity(world, host);
+    Some(match key {
+        "vcpus" => now().vcpus.to_string(),
+        "memory_mb" => now().memory_mb.to_string(),
+        "local_gb" => now().local_gb.to_string(),
+        _ => return hypervisor_field(host, key),
+    })
+}
+
 /// One reservation as requested.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReservationRequest {
@@ -193,7 +205,9 @@ impl<'a> Admission<'a> {
             .hosts
             .values()
             .filter(|h| h.reservable && Some(h.id) != self.exclude)
-            .filter(|h| request.hypervisor_query.as_ref().is_none_or(|q| q.matches(&|k| hypervisor_field(h, k))))
+            .filter(|h| {
+                request.hypervisor_query.as_ref().is_none_or(|q| q.matches(&|k| hypervisor_field_now(self.world, h, k)))
+            })
             .filter(|h| request.resource_query.as_ref().is_none_or(|q| q.matches(&|k| h.extra.get(k).cloned())))
             .collect()
     }
@@ -204,11 +218,13 @@ impl<'a> Admission<'a> {
     }
 
     /// How many more `(vcpus, memory_mb, disk_gb)` slots fit on a host for
-    /// the whole window: capacity minus the peak concurrent usage.
+    /// the whole window: its capacity now ([`capacity::host_capacity`])
+    /// minus the peak concurrent usage.
     fn free_slots(&self, host: &ReservableHost, need: (i64, i64, i64)) -> i64 {
         let Some(peak) = self.peak_usage(host.id) else { return 0 };
+        let cap = capacity::host_capacity(self.world, host);
         let fit = |cap: i64, used: i64, per: i64| if per <= 0 { i64::MAX } else { ((cap - used) / per).max(0) };
-        fit(host.vcpus, peak.0, need.0).min(fit(host.memory_mb, peak.1, need.1)).min(fit(host.local_gb, peak.2, need.2))
+        fit(cap.vcpus, peak.0, need.0).min(fit(cap.memory_mb, peak.1, need.1)).min(fit(cap.local_gb, peak.2, need.2))
     }
 
     /// The peak concurrent `(vcpus, memory_mb, disk_gb)` of the slots

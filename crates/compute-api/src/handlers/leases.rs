@@ -362,11 +362,13 @@ pub fn lease_view(lease: &Lease) -> Value {
 }
 
 fn host_view(world: &World, host: &ReservableHost, admin: bool) -> Value {
+    // Capacity as admission reads it: the node's inventory now.
+    let capacity = plan::capacity::host_capacity(world, host);
     let mut out = json!({
-        "id": host.id.to_string(), "vcpus": host.vcpus, "cpu_info": host.cpu_info,
+        "id": host.id.to_string(), "vcpus": capacity.vcpus, "cpu_info": host.cpu_info,
         "hypervisor_type": host.hypervisor_type, "hypervisor_version": host.hypervisor_version,
         "hypervisor_hostname": host.hypervisor_hostname, "service_name": host.service_name,
-        "memory_mb": host.memory_mb, "local_gb": host.local_gb, "status": Value::Null,
+        "memory_mb": capacity.memory_mb, "local_gb": capacity.local_gb, "status": Value::Null,
         "availability_zone": host.availability_zone, "trust_id": host.trust_id, "reservable": host.reservable,
         "created_at": stamp(host.created_at), "updated_at": opt_stamp(host.updated_at),
     });
@@ -961,11 +963,12 @@ pub fn host_capacity(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         .map(|id| {
             let host = &tables.hosts[id];
             let steps = plan::capacity::host_timeline(&world, *id, start, end);
+            let capacity = plan::capacity::host_capacity(&world, host);
             json!({
                 "id": id.to_string(), "hypervisor_hostname": host.hypervisor_hostname, "reservable": host.reservable,
-                "vcpus": host.vcpus, "memory_mb": host.memory_mb, "local_gb": host.local_gb,
+                "vcpus": capacity.vcpus, "memory_mb": capacity.memory_mb, "local_gb": capacity.local_gb,
                 "timeline": steps.iter().map(|s| {
-                    let (vcpus, memory_mb, disk_gb) = s.usage.free(host);
+                    let (vcpus, memory_mb, disk_gb) = s.usage.free(capacity);
                     json!({
                         "start_date": iso(s.start), "end_date": iso(s.end), "whole_host_reserved": s.usage.whole_host,
                         "used": {"vcpus": s.usage.vcpus, "memory_mb": s.usage.memory_mb, "disk_gb": s.usage.disk_gb},

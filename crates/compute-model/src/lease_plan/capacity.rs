@@ -1,9 +1,37 @@
-//! Free capacity over time (berth's extension): for a set of enrolled
-//! hosts and a window, the steps of their booked and free vCPUs, RAM and
-//! disk, as admission sees them.
+//! What an enrolled host offers to reservations ([`host_capacity`], read
+//! by admission), and free capacity over time (berth's extension): for a
+//! set of enrolled hosts and a window, the steps of their booked and free
+//! vCPUs, RAM and disk, as admission sees them.
 
 use crate::lease::{Demand, ReservableHost};
 use crate::{Timestamp, World};
+
+/// What a host offers to instance reservations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capacity {
+    /// vCPUs.
+    pub vcpus: i64,
+    /// RAM in MiB.
+    pub memory_mb: i64,
+    /// Disk in GiB.
+    pub local_gb: i64,
+}
+
+/// A host's capacity now: its compute node's placement inventory, as
+/// enrolment reads it (`total − reserved` of VCPU plus PCPU, MEMORY_MB and
+/// DISK_GB; 0 for a class not reported yet). Admission reads this, not a
+/// copy, so a host enrolled before its first inventory report gets its
+/// capacity when the report comes, in the same planned write that admits
+/// a lease. Only a host whose node has no provider keeps the figures
+/// copied at enrolment.
+pub fn host_capacity(world: &World, host: &ReservableHost) -> Capacity {
+    let node = super::resources::node_of(world, &host.service_name, &host.hypervisor_hostname);
+    let Some(provider) = node.and_then(|n| world.placement.provider(&n)) else {
+        return Capacity { vcpus: host.vcpus, memory_mb: host.memory_mb, local_gb: host.local_gb };
+    };
+    let total = |class: &str| provider.inventories.get(class).map_or(0, |i| (i.total - i.reserved).max(0));
+    Capacity { vcpus: total("VCPU") + total("PCPU"), memory_mb: total("MEMORY_MB"), local_gb: total("DISK_GB") }
+}
 
 /// What is booked on a host in one step of time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,12 +47,13 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// What is left of `host` (nothing while a whole-host booking holds it).
-    pub fn free(&self, host: &ReservableHost) -> (i64, i64, i64) {
+    /// What is left of a host's `capacity` (nothing while a whole-host
+    /// booking holds it).
+    pub fn free(&self, capacity: Capacity) -> (i64, i64, i64) {
         if self.whole_host {
             return (0, 0, 0);
         }
-        (host.vcpus - self.vcpus, host.memory_mb - self.memory_mb, host.local_gb - self.disk_gb)
+        (capacity.vcpus - self.vcpus, capacity.memory_mb - self.memory_mb, capacity.local_gb - self.disk_gb)
     }
 }
 

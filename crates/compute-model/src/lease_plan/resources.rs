@@ -90,7 +90,7 @@ fn wanted(world: &World, lease: Option<&Lease>, reservation: Uuid) -> Wanted {
 }
 
 /// The compute node (root provider) of a host.
-fn node_of(world: &World, service: &str, hypervisor_hostname: &str) -> Option<Uuid> {
+pub(crate) fn node_of(world: &World, service: &str, hypervisor_hostname: &str) -> Option<Uuid> {
     let nodes = world.compute.nodes_by_host.get(service)?;
     nodes
         .iter()

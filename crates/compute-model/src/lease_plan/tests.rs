@@ -384,8 +384,18 @@ fn the_scheduler_rule() {
     assert!(!host_allows(&world, "other", Some(rid)));
 }
 
-/// Give host `h{i}` a compute node (root provider named `h{i}`).
+/// Give host `h{i}` a compute node (root provider named `h{i}`) with the
+/// inventory it was enrolled with, if it was.
 fn with_node(world: &mut World, i: usize) -> Uuid {
+    let node = bare_node(world, i);
+    if let Some(host) = world.compute.leases.host_of_service(&format!("h{i}")).cloned() {
+        set_inventory(world, node, host.vcpus, host.memory_mb, host.local_gb);
+    }
+    node
+}
+
+/// Give host `h{i}` a compute node that has reported no inventory yet.
+fn bare_node(world: &mut World, i: usize) -> Uuid {
     let node = Uuid::from_u128(0xC0DE_0000 + i as u128);
     let (set, _) =
         berth_model::providers::plan_create_provider(&world.placement, node, &format!("h{i}"), None, 0).unwrap();
@@ -478,6 +488,63 @@ fn instance_reservation_resources_follow_the_lease() {
     assert!(!world.placement.resource_classes.contains_key(&class));
 }
 
+/// Set the VCPU, MEMORY_MB and DISK_GB inventory of a provider.
+fn set_inventory(world: &mut World, provider: Uuid, vcpus: i64, memory_mb: i64, disk_gb: i64) {
+    use berth_model::inventories::inventory_with_defaults;
+    let inventories = [("VCPU", vcpus), ("MEMORY_MB", memory_mb), ("DISK_GB", disk_gb)]
+        .into_iter()
+        .map(|(class, total)| (class.to_string(), inventory_with_defaults(total, None, None, None, None, None)))
+        .collect();
+    world.apply_placement_set(&berth_model::ChangeSet {
+        changes: vec![berth_model::Change::SetInventories { provider, inventories }],
+    });
+}
+
+#[test]
+fn capacity_follows_the_inventory_of_a_host_enrolled_before_its_first_report() {
+    // The node's provider exists but has not reported inventory yet: the
+    // host is enrolled with 0 of everything.
+    let mut world = World::default();
+    let node = bare_node(&mut world, 0);
+    let enrol = HostEnrolment {
+        service_name: "h0".into(),
+        hypervisor_hostname: "h0".into(),
+        vcpus: 0,
+        memory_mb: 0,
+        local_gb: 0,
+        availability_zone: String::new(),
+        extra: BTreeMap::new(),
+        trust_id: "t".into(),
+    };
+    let (set, host) = plan_enrol_host(&world, enrol, 0).unwrap();
+    world.apply(&set);
+    assert_eq!(capacity::host_capacity(&world, &host), capacity::Capacity::default());
+    let err = admit(&mut world, &lease(0, H, vec![slots(1, 1, None)])).unwrap_err();
+    assert_eq!(err, ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()));
+
+    // The first report: 8 vCPUs, 16 GiB, 100 GiB. Admission reads it.
+    set_inventory(&mut world, node, 8, 16384, 100);
+    let host = world.compute.leases.hosts[&host.id].clone();
+    assert_eq!(
+        capacity::host_capacity(&world, &host),
+        capacity::Capacity { vcpus: 8, memory_mb: 16384, local_gb: 100 }
+    );
+    let a = admit(&mut world, &lease(0, H, vec![slots(2, 4, None)])).expect("8 vCPUs now");
+    assert_eq!(a.reservations[0].allocations, vec![HostAllocation { host_id: host.id, slots: 2 }]);
+    assert!(admit(&mut world, &lease(0, H, vec![slots(1, 1, None)])).is_err(), "and no more");
+    let mut wants_8 = slots(1, 1, None);
+    wants_8.hypervisor_query = Some(Query::Cmp { op: Op::Ge, key: "vcpus".into(), value: "8".into() });
+    admit(&mut world, &lease(H, 2 * H, vec![wants_8.clone()])).expect("$vcpus follows too");
+    let steps = capacity::host_timeline(&world, host.id, 0, H);
+    assert_eq!(steps[0].usage.free(capacity::host_capacity(&world, &host)), (0, 16384 - 2048, 80));
+
+    // A smaller report shrinks what later admissions see.
+    set_inventory(&mut world, node, 4, 16384, 100);
+    assert!(admit(&mut world, &lease(2 * H, 3 * H, vec![wants_8])).is_err());
+    admit(&mut world, &lease(2 * H, 3 * H, vec![slots(2, 2, None)])).expect("4 vCPUs");
+    assert!(admit(&mut world, &lease(2 * H, 3 * H, vec![slots(1, 1, None)])).is_err());
+}
+
 #[test]
 fn a_lease_s_own_events_run_in_order() {
     let mut world = world_with_hosts(1, 8);
@@ -525,7 +592,7 @@ fn capacity_over_time_is_the_booked_steps() {
             (6, 8, 0, false)
         ]
     );
-    let host = &world.compute.leases.hosts[&1];
+    let host = capacity::host_capacity(&world, &world.compute.leases.hosts[&1]);
     assert_eq!(steps[2].usage.free(host).0, 2);
     assert_eq!(steps[5].usage.free(host), (0, 0, 0));
     assert_eq!(capacity::host_timeline(&world, 1, 6 * H, 7 * H).len(), 1, "an unbooked window is one step");
