@@ -13,7 +13,8 @@
 //!    flavors and classes; a start creates that inventory
 //!    (`lease_plan::resources`). Before 1, an event waits while its own
 //!    lease's earlier events are not done and a start waits until every
-//!    earlier lease on its hosts has ended (`event_blocked_by`);
+//!    lease whose window on its hosts ended by the start has ended
+//!    (`event_blocked_by`);
 //! 3. `plan_event_finish`: `DONE` and the lease moves on (one control
 //!    write for the group; finishing twice writes nothing).
 //!

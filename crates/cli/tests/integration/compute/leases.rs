@@ -505,6 +505,49 @@ async fn overdue_events_after_an_outage_run_ends_before_starts() {
     cloud.check_invariants().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_enrolled_before_its_first_inventory_report_gets_its_capacity() {
+    // The host is registered and its provider exists, but its inventory
+    // is not reported yet (what an agent does in two requests): enrolment
+    // is accepted, as Blazar accepts a hypervisor reporting 0, and the
+    // capacity follows the report when it comes.
+    let server = TestServer::start_with_args("rsv-late-inv", &[]).await;
+    let admin = rsv(&server, "admin");
+    let placement = server.client();
+    let host = json!({"host": "late0", "node": "late0", "vcpus": 8, "memory_mb": 16384, "local_gb": 100,
+                      "hypervisor_type": "fake"});
+    let reply = placement.post("/agent/v1/register", &json!({"agent": "by-hand", "hosts": [host]})).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let node = reply.body["hosts"][0]["node_uuid"].as_str().unwrap().to_owned();
+    let reply = placement.post("/resource_providers", &json!({"uuid": node, "name": "late0"})).await;
+    assert!(reply.status == 200 || reply.status == 201, "{:?}", reply.body);
+
+    let reply = admin.post("/reservation/v1/os-hosts", &json!({"name": "late0"})).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["host"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(reply.body["host"]["vcpus"], json!(0), "{:?}", reply.body);
+    let slot = |name: &str| {
+        json!({"name": name, "start_date": "2040-01-01 10:00", "end_date": "2040-01-01 11:00", "events": [],
+               "reservations": [{"resource_type": "virtual:instance", "amount": 2, "vcpus": 4, "memory_mb": 1024,
+                                 "disk_gb": 10, "affinity": null, "resource_properties": ""}]})
+    };
+    let reply = admin.post("/reservation/v1/leases", &slot("early")).await;
+    assert_blazar_error(&reply, 409, "Not enough hosts available");
+
+    // The first report: 8 vCPUs, 16 GiB, 100 GiB.
+    let generation = placement.get(&format!("/resource_providers/{node}")).await.body["generation"].clone();
+    let inventories = json!({"resource_provider_generation": generation, "inventories": {
+        "VCPU": {"total": 8}, "MEMORY_MB": {"total": 16384}, "DISK_GB": {"total": 100}}});
+    let reply = placement.put(&format!("/resource_providers/{node}/inventories"), &inventories).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let shown = admin.get(&format!("/reservation/v1/os-hosts/{id}")).await.body["host"].clone();
+    assert_eq!((shown["vcpus"].clone(), shown["memory_mb"].clone()), (json!(8), json!(16384)), "{shown}");
+    let reply = admin.post("/reservation/v1/leases", &slot("after")).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let reply = admin.post("/reservation/v1/leases", &slot("full")).await;
+    assert_blazar_error(&reply, 409, "Not enough hosts available");
+}
+
 /// The status of each event of a lease, by type.
 fn event_statuses(lease: &Value) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = lease["events"]
@@ -652,6 +695,99 @@ async fn before_end_takes_snapshots_and_every_event_is_notified() {
     assert_eq!(seen[2]["payload"]["status"], json!("TERMINATING"), "sent before the end is recorded");
     assert_eq!(images(&nova.base_url()).await.iter().filter(|i| i["instance_uuid"] == json!(server)).count(), 1);
     assert_eq!(cloud.server.metric("berth_lease_notifications_sent_total").await, 3);
+    cloud.check_invariants().await;
+}
+
+/// The snapshots of `server` taken so far.
+async fn snapshots_of(base: &str, server: &str) -> Vec<Value> {
+    images(base)
+        .await
+        .into_iter()
+        .filter(|i| i["instance_uuid"] == json!(server) && i["image_type"] == json!("snapshot"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_prolonged_lease_warns_and_snapshots_again_before_its_new_end() {
+    // Blazar 18 (the oracle): a prolong sets a DONE before_end_lease back
+    // to UNDONE at the new end minus its old distance to the end.
+    let (url, seen) = receiver().await;
+    let mut cloud =
+        Cloud::start("rsv-rearm", &["--lease-notification-url", &url, "--lease-minutes-before-end", "30"]).await;
+    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("alice:proj");
+    let nova_admin = cloud.nova("admin");
+    enrol(&admin, "r0", json!({})).await;
+    let flavor = nova_admin.flavor("one", 1, 128, 1).await;
+    let image = nova_admin.image("img", json!({})).await;
+    let owner = rsv(&cloud.server, "alice:proj");
+    let body = host_lease("again", "2040-01-01 01:00", "2040-01-01 02:00", json!({"before_end": "snapshot"}));
+    let reply = owner.post("/reservation/v1/leases", &body).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid = reply.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let before_end = |lease: &Value| {
+        lease["events"].as_array().unwrap().iter().find(|e| e["event_type"] == "before_end_lease").cloned().unwrap()
+    };
+
+    advance(&cloud.server, offset_for(Y2040 + 3600 + 600)).await;
+    wait_lease(&owner, &id, "ACTIVE").await;
+    let reply = nova.boot("keep", &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+    let server = reply.body["server"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(nova.wait_settled(&server).await["status"], json!("ACTIVE"));
+
+    // 01:40: the first warning ran and took a snapshot.
+    advance(&cloud.server, 30 * 60).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        let lease = owner.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
+        if before_end(&lease)["status"] == json!("DONE") {
+            break before_end(&lease);
+        }
+        assert!(Instant::now() < deadline, "before_end never ran: {lease}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(snapshots_of(&nova.base_url(), &server).await.len(), 1);
+
+    // Prolonged to 04:00: armed again for 03:30, not run yet.
+    let reply = owner.put(&format!("/reservation/v1/leases/{id}"), &json!({"end_date": "2040-01-01 04:00"})).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let armed = before_end(&reply.body["lease"]);
+    assert_eq!(armed["status"], json!("UNDONE"), "{armed}");
+    assert_eq!(armed["time"], json!("2040-01-01T03:30:00.000000"), "{armed}");
+    assert_ne!(armed["id"], first["id"], "a new occurrence");
+
+    // 03:40: it ran again: a second snapshot and a second notification.
+    advance(&cloud.server, 2 * 3600).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lease = owner.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
+        if before_end(&lease)["status"] == json!("DONE") {
+            assert_eq!(lease["status"], json!("ACTIVE"), "{lease}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "before_end never ran again: {lease}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(snapshots_of(&nova.base_url(), &server).await.len(), 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let warnings: Vec<Value> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| n["event_type"] == json!("lease.event.before_end_lease"))
+            .cloned()
+            .collect();
+        if warnings.len() == 2 {
+            assert_ne!(warnings[0]["event_id"], warnings[1]["event_id"], "{warnings:?}");
+            break;
+        }
+        assert!(warnings.len() < 2 && Instant::now() < deadline, "warnings: {warnings:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     cloud.check_invariants().await;
 }
 
