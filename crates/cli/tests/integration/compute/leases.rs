@@ -540,10 +540,10 @@ async fn a_host_enrolled_before_its_first_inventory_report_gets_its_capacity() {
         "VCPU": {"total": 8}, "MEMORY_MB": {"total": 16384}, "DISK_GB": {"total": 100}}});
     let reply = placement.put(&format!("/resource_providers/{node}/inventories"), &inventories).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
-    let shown = admin.get(&format!("/reservation/v1/os-hosts/{id}")).await.body["host"].clone();
-    assert_eq!((shown["vcpus"].clone(), shown["memory_mb"].clone()), (json!(8), json!(16384)), "{shown}");
     let reply = admin.post("/reservation/v1/leases", &slot("after")).await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let shown = admin.get(&format!("/reservation/v1/os-hosts/{id}")).await.body["host"].clone();
+    assert_eq!((shown["vcpus"].clone(), shown["memory_mb"].clone()), (json!(8), json!(16384)), "{shown}");
     let reply = admin.post("/reservation/v1/leases", &slot("full")).await;
     assert_blazar_error(&reply, 409, "Not enough hosts available");
 }
