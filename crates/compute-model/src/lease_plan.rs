@@ -637,11 +637,12 @@ pub fn plan_update_lease(
 /// Blazar's `_update_before_end_event`, on every update that is not a
 /// rename: the `before_end_lease` event moves to `before_end` when given,
 /// else keeps its distance to the end (`new end - (old end - its time)`),
-/// never before the start; a DONE one is armed again (UNDONE), so a
-/// prolonged lease warns (or snapshots) again, at once when that time has
-/// passed already. The armed-again event is a new occurrence with a new
-/// id: its snapshots and its notification are its own, not repeats of the
-/// first run's. An event in progress or failed is left alone.
+/// never before the start, whatever its status; a DONE one is armed again
+/// (UNDONE), so a prolonged lease warns (or snapshots) again, at once when
+/// that time has passed already. The armed-again event is a new
+/// occurrence with a new id: its snapshots and its notification are its
+/// own, not repeats of the first run's. One in progress only moves (as in
+/// Blazar, it is not armed again when it finishes).
 fn rearm_before_end(
     event: &mut LeaseEvent,
     old_end: Timestamp,
@@ -651,9 +652,6 @@ fn rearm_before_end(
     ids: &mut dyn FnMut() -> Uuid,
     now: Timestamp,
 ) {
-    if !matches!(event.status, EventStatus::Undone | EventStatus::Done) {
-        return;
-    }
     let time = before_end.unwrap_or(end - (old_end - event.time)).max(start);
     let rearm = event.status == EventStatus::Done;
     if rearm {

@@ -583,12 +583,10 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     if let Some(t) = str_param(&map, "end_date")? {
         update.end = Some(parse_date(&t, now)?);
     }
+    // Without one, the warning keeps its distance to the end (Blazar's
+    // `_update_before_end_event`, in `plan_update_lease`).
     if let Some(t) = str_param(&map, "before_end_date")? {
         update.before_end = Some(parse_date(&t, now)?);
-    } else if update.start.is_some() || update.end.is_some() {
-        // New dates move the warning with them, by the configured minutes.
-        let (start, end) = (update.start.unwrap_or(lease.start), update.end.unwrap_or(lease.end));
-        update.before_end = Some(default_before_end(ctx, start, end));
     }
     for key in ["prolong_for", "reduce_by", "defer_by", "advance_by"] {
         if map.contains_key(key) {

@@ -330,6 +330,15 @@ fn a_prolonged_lease_arms_its_before_end_again() {
     update(&mut world, d.id, renamed, 15 * H);
     assert_eq!(before_end(&world, d.id).unwrap().status, EventStatus::Done, "a rename does not");
 
+    // In progress: it only moves (Blazar: the time, not the status).
+    update(&mut world, d.id, LeaseUpdate { end: Some(17 * H), ..Default::default() }, 15 * H);
+    let running = before_end(&world, d.id).unwrap();
+    assert_eq!((running.time, running.status), (16 * H, EventStatus::Undone));
+    world.apply(&plan_event_begin(&world, d.id, running.id, 16 * H).unwrap().unwrap());
+    update(&mut world, d.id, LeaseUpdate { end: Some(18 * H), ..Default::default() }, 16 * H);
+    let moved = before_end(&world, d.id).unwrap();
+    assert_eq!((moved.id, moved.time, moved.status), (running.id, 17 * H, EventStatus::InProgress));
+
     // E: not run yet and shortened past it: moved back, still UNDONE (due).
     let e = admit(&mut world, &lease(10 * H, 14 * H, vec![slots(1, 1, None)])).unwrap();
     run_event(&mut world, e.id, EventType::StartLease);

@@ -710,7 +710,8 @@ async fn snapshots_of(base: &str, server: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_prolonged_lease_warns_and_snapshots_again_before_its_new_end() {
     // Blazar 18 (the oracle): a prolong sets a DONE before_end_lease back
-    // to UNDONE at the new end minus its old distance to the end.
+    // to UNDONE at the new end minus its old distance to the end (here the
+    // 40 minutes of the given before_end_date, not the configured 30).
     let (url, seen) = receiver().await;
     let mut cloud =
         Cloud::start("rsv-rearm", &["--lease-notification-url", &url, "--lease-minutes-before-end", "30"]).await;
@@ -722,7 +723,8 @@ async fn a_prolonged_lease_warns_and_snapshots_again_before_its_new_end() {
     let flavor = nova_admin.flavor("one", 1, 128, 1).await;
     let image = nova_admin.image("img", json!({})).await;
     let owner = rsv(&cloud.server, "alice:proj");
-    let body = host_lease("again", "2040-01-01 01:00", "2040-01-01 02:00", json!({"before_end": "snapshot"}));
+    let mut body = host_lease("again", "2040-01-01 01:00", "2040-01-01 02:00", json!({"before_end": "snapshot"}));
+    body["before_end_date"] = json!("2040-01-01 01:20");
     let reply = owner.post("/reservation/v1/leases", &body).await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
     let id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
@@ -738,8 +740,8 @@ async fn a_prolonged_lease_warns_and_snapshots_again_before_its_new_end() {
     let server = reply.body["server"]["id"].as_str().unwrap().to_owned();
     assert_eq!(nova.wait_settled(&server).await["status"], json!("ACTIVE"));
 
-    // 01:40: the first warning ran and took a snapshot.
-    advance(&cloud.server, 30 * 60).await;
+    // 01:30: the first warning ran and took a snapshot.
+    advance(&cloud.server, 20 * 60).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let first = loop {
         let lease = owner.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
@@ -751,15 +753,15 @@ async fn a_prolonged_lease_warns_and_snapshots_again_before_its_new_end() {
     };
     assert_eq!(snapshots_of(&nova.base_url(), &server).await.len(), 1);
 
-    // Prolonged to 04:00: armed again for 03:30, not run yet.
+    // Prolonged to 04:00: armed again for 03:20, not run yet.
     let reply = owner.put(&format!("/reservation/v1/leases/{id}"), &json!({"end_date": "2040-01-01 04:00"})).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     let armed = before_end(&reply.body["lease"]);
     assert_eq!(armed["status"], json!("UNDONE"), "{armed}");
-    assert_eq!(armed["time"], json!("2040-01-01T03:30:00.000000"), "{armed}");
+    assert_eq!(armed["time"], json!("2040-01-01T03:20:00.000000"), "{armed}");
     assert_ne!(armed["id"], first["id"], "a new occurrence");
 
-    // 03:40: it ran again: a second snapshot and a second notification.
+    // 03:30: it ran again: a second snapshot and a second notification.
     advance(&cloud.server, 2 * 3600).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
