@@ -15,7 +15,10 @@ use crate::api::{self, is_admin, ComputeCtx};
 use crate::schemas;
 use crate::views::images as view;
 
-fn can_see(req: &Req, image: &Image) -> bool {
+/// Glance's visibility rule: admins see every image, anyone a public or
+/// community one, a project its own (shared images have no members
+/// here). Booting takes only images the caller can see.
+pub(crate) fn can_see(req: &Req, image: &Image) -> bool {
     is_admin(req)
         || matches!(image.visibility.as_str(), "public" | "community")
         || image.owner.as_deref() == req.auth.project_id.as_deref()

@@ -249,6 +249,7 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
                 compute
                     .images
                     .get(&id)
+                    .filter(|i| super::images::can_see(req, i))
                     .cloned()
                     .ok_or_else(|| ApiError::bad_request("Can not find requested image"))?,
             )

@@ -545,3 +545,61 @@ async fn bad_input_is_refused_and_changes_nothing() {
     }
     cloud.check_invariants().await;
 }
+
+/// Create an image as `token` with `visibility`; returns its id.
+async fn image_as(cloud: &Cloud, token: &str, name: &str, visibility: &str) -> String {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/image/v2/images", cloud.server.base))
+        .header("x-auth-token", token)
+        .header("content-type", "application/json")
+        .body(
+            json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": visibility})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("image create");
+    assert_eq!(resp.status().as_u16(), 201, "create image {name}");
+    let value: Value = resp.json().await.expect("image json");
+    value["id"].as_str().expect("image id").to_owned()
+}
+
+#[tokio::test]
+async fn a_server_boots_only_from_an_image_its_project_can_see() {
+    let mut cloud = Cloud::start("image-visibility", &[]).await;
+    cloud.add_agent(Hosts::new("vis", 1, &[])).await;
+    let admin = cloud.nova("admin");
+    let flavor = admin.flavor("f", 1, 128, 1).await;
+    let private = image_as(&cloud, "alice:projA", "private", "private").await;
+    let shared = image_as(&cloud, "alice:projA", "shared", "shared").await;
+    let community = image_as(&cloud, "alice:projA", "community", "community").await;
+    let alice = cloud.nova("alice:projA");
+    let bob = cloud.nova("bob:projB");
+
+    for image in [&private, &shared] {
+        assert_eq!(bob.image_get(&format!("/images/{image}")).await.status, 404, "bob cannot see {image}");
+        let answer = bob.boot("stolen", &flavor, image, json!({})).await;
+        assert_eq!(answer.status, 400, "bob boots {image}: {:?}", answer.body);
+        assert_eq!(answer.body["badRequest"]["message"], "Can not find requested image", "{:?}", answer.body);
+        // Also named by a block device mapping instead of imageRef.
+        let bdm = json!([{"uuid": image, "boot_index": 0, "source_type": "image",
+                          "destination_type": "local", "delete_on_termination": true}]);
+        let answer = bob.boot("stolen", &flavor, "", json!({"block_device_mapping_v2": bdm})).await;
+        assert_eq!(answer.status, 400, "bob boots {image} by BDM: {:?}", answer.body);
+        assert_eq!(answer.body["badRequest"]["message"], "Can not find requested image", "{:?}", answer.body);
+    }
+    assert_eq!(bob.get("/servers").await.body["servers"], json!([]), "nothing booted for bob");
+
+    // What each can see, each can boot: the owner its private image, anyone
+    // a community one, the admin everything.
+    let mut booted = Vec::new();
+    for (nova, image) in [(&alice, &private), (&alice, &shared), (&bob, &community), (&admin, &private)] {
+        let answer = nova.boot("ok", &flavor, image, json!({})).await;
+        assert_eq!(answer.status, 202, "{} boots {image}: {:?}", nova.token, answer.body);
+        booted.push((nova, answer.body["server"]["id"].as_str().expect("id").to_owned()));
+    }
+    for (nova, id) in &booted {
+        assert_eq!(nova.wait_settled(id).await["status"], "ACTIVE");
+    }
+    cloud.check_invariants().await;
+}
