@@ -692,10 +692,17 @@ impl Compute {
 
     /// An instance's migrations that are not over (not confirmed,
     /// reverted or in error).
-    pub(crate) async fn open_migrations(&self, handle: &Arc<Cell>, uuid: &Uuid) -> Result<Vec<Migration>, ServiceError> {
+    pub(crate) async fn open_migrations(
+        &self,
+        handle: &Arc<Cell>,
+        uuid: &Uuid,
+    ) -> Result<Vec<Migration>, ServiceError> {
         let filter = MigrationFilter { instance_uuid: Some(*uuid), ..Default::default() };
         let rows = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
-        Ok(rows.into_iter().filter(|m| !matches!(m.status.as_str(), ms::CONFIRMED | ms::REVERTED | ms::ERROR)).collect())
+        Ok(rows
+            .into_iter()
+            .filter(|m| !matches!(m.status.as_str(), ms::CONFIRMED | ms::REVERTED | ms::ERROR))
+            .collect())
     }
 
     /// Migration consumers of an instance being deleted (any unfinished

@@ -536,9 +536,10 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         Some(Value::Array(events)) => {
             let is_event = |e: &Value| {
                 e.as_object().is_some_and(|m| {
-                    m.get("event_type").and_then(Value::as_str).is_some_and(|t| {
-                        matches!(t, "start_lease" | "end_lease" | "before_end_lease")
-                    }) && m.keys().all(|k| matches!(k.as_str(), "event_type" | "time" | "status"))
+                    m.get("event_type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| matches!(t, "start_lease" | "end_lease" | "before_end_lease"))
+                        && m.keys().all(|k| matches!(k.as_str(), "event_type" | "time" | "status"))
                 })
             };
             if !events.iter().all(is_event) {
