@@ -592,6 +592,25 @@ pub fn plan_forget_instance(world: &World, instance: &Uuid) -> WorldChangeSet {
     set
 }
 
+/// The control half of an agent's `deleted` report, decided and made in
+/// one write: only while the instance's mapping is queued for delete (the
+/// API accepted the delete and the row went `deleting`) are its
+/// allocations, mapping, request spec, group membership and shelve
+/// snapshot forgotten, together with the migration consumers of its open
+/// moves (`migrations`). Otherwise nothing changes and the answer is
+/// `false`: a report for a server nobody deleted takes nothing away.
+pub fn plan_forget_deleted(world: &World, instance: &Uuid, migrations: &[Uuid]) -> (WorldChangeSet, bool) {
+    if !world.compute.instance_mappings.get(instance).is_some_and(|m| m.queued_for_delete) {
+        return (WorldChangeSet::new(), false);
+    }
+    let mut set = WorldChangeSet::new();
+    for migration in migrations {
+        set.extend(crate::moves::plan_forget_migration(world, migration));
+    }
+    set.extend(plan_forget_instance(world, instance));
+    (set, true)
+}
+
 /// Mark an instance mapping queued for delete (no longer counted for
 /// quota) while its cell deletes it.
 pub fn plan_queue_for_delete(world: &World, instance: &Uuid) -> WorldChangeSet {
@@ -1376,6 +1395,24 @@ pub(crate) mod tests {
         assert!(world.placement.consumers.is_empty());
         assert!(world.compute.instance_mappings.is_empty());
         assert_eq!(world.compute.counted("p", None), Default::default());
+    }
+
+    #[test]
+    fn a_deleted_report_forgets_only_an_instance_queued_for_delete() {
+        let (mut world, roots) = world_with_hosts(1);
+        let instance = claimed_instance(&mut world, roots[0], 1);
+        let migration = Uuid::new_v4();
+        put_consumer(&mut world, migration, roots[0], Some("MIGRATION"), 10);
+        let (set, applies) = plan_forget_deleted(&world, &instance, &[migration]);
+        assert!(!applies && set.is_empty(), "nobody deleted it: nothing changes");
+        world.apply(&plan_queue_for_delete(&world, &instance));
+        let (set, applies) = plan_forget_deleted(&world, &instance, &[migration]);
+        assert!(applies);
+        world.apply(&set);
+        assert!(world.placement.consumers.is_empty(), "instance and migration consumers gone");
+        assert!(world.compute.instance_mappings.is_empty() && world.compute.request_specs.is_empty());
+        let (set, applies) = plan_forget_deleted(&world, &instance, &[migration]);
+        assert!(!applies && set.is_empty(), "a repeated report changes nothing");
     }
 
     // -- heal (crate::heal): the plans re-check what the scan saw ----------

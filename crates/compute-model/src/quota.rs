@@ -106,7 +106,8 @@ pub struct Deltas {
 impl Deltas {
     /// Deltas of `count` instances with `vcpus` and `ram` each.
     pub fn of(count: i64, vcpus: i64, ram: i64) -> Self {
-        Deltas { instances: count, cores: count * vcpus, ram: count * ram }
+        // Saturating: a request's count may be any positive integer.
+        Deltas { instances: count, cores: count.saturating_mul(vcpus), ram: count.saturating_mul(ram) }
     }
 
     fn get(&self, resource: &str) -> i64 {
@@ -150,7 +151,7 @@ pub fn admit_instances(
                     continue;
                 }
                 let used = usage(world, project, *scope, resource);
-                if used + deltas.get(resource) > limit {
+                if used.saturating_add(deltas.get(resource)) > limit {
                     overs.push((resource, limit, used));
                     break;
                 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use berth_compute_model::cell::{power_state, task_state, vm_state, ComputeNode, Fault, Service};
-use berth_compute_model::plan::{plan_forget_instance, plan_map_host};
+use berth_compute_model::plan::{plan_forget_deleted, plan_map_host};
 use berth_compute_model::{ComputeError, WorldChangeSet};
 use berth_model::{Change, ChangeSet};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
@@ -364,24 +364,7 @@ impl Compute {
                 }));
                 ops.extend(finish("Error", Some(message)));
             }
-            "deleted" => {
-                // Allocations, mapping and quota go first; the row is then
-                // soft-deleted. If the row update is lost, the row is an
-                // orphan no listing shows (its mapping is gone). A move
-                // under way leaves its migration consumer: it goes first.
-                self.forget_migrations(&handle, &uuid).await?;
-                write(&*self.control, |w| Ok((plan_forget_instance(w, &uuid), ())))?;
-                let update = InstanceUpdate {
-                    vm_state: Some(vm_state::DELETED.to_owned()),
-                    task_state: Some(None),
-                    power_state: Some(power_state::NOSTATE),
-                    terminated_at: Some(Some(now)),
-                    deleted_at: Some(now),
-                    updated_at: now,
-                    ..InstanceUpdate::default()
-                };
-                ops.push(CellOp::UpdateInstance { uuid, expect: expect(&[task_state::DELETING]), update });
-            }
+            "deleted" => return self.instance_deleted(&handle, uuid, &event.host).await,
             "started" | "stopped" | "rebooted" => {
                 let (from, to, power): (&[&str], &str, i64) = match event.kind.as_str() {
                     "started" => (&[task_state::POWERING_ON], vm_state::ACTIVE, power_state::RUNNING),
@@ -395,7 +378,7 @@ impl Compute {
                     updated_at: now,
                     ..InstanceUpdate::default()
                 };
-                ops.push(CellOp::UpdateInstance { uuid, expect: expect(from), update });
+                ops.push(CellOp::UpdateInstance { uuid, expect: from_host(from), update });
             }
             other => {
                 return Err(ServiceError::Refused(ComputeError::Invalid(format!("Unknown event kind {other}."))));
@@ -449,6 +432,56 @@ impl Compute {
             _ => {}
         }
         Ok(applied)
+    }
+
+    /// An agent destroyed an instance it was told to delete. Applies only
+    /// to a row that is `deleting` on the reporting host (or on a source or
+    /// destination of one of its open moves); anything else changes
+    /// nothing. Then one control write decides and forgets (allocations,
+    /// mapping, quota, open moves' consumers: `plan_forget_deleted`, only
+    /// while the mapping is queued for delete), before the row is
+    /// soft-deleted, conditionally on still `deleting` on that host.
+    async fn instance_deleted(
+        &self,
+        handle: &Arc<crate::cells::Cell>,
+        uuid: Uuid,
+        host: &str,
+    ) -> Result<bool, ServiceError> {
+        let id = uuid;
+        let Some(row) = self.cells.read(handle, move |s| s.instance(&id)).await? else { return Ok(false) };
+        if row.deleted || row.task_state.as_deref() != Some(task_state::DELETING) {
+            return Ok(false);
+        }
+        let migrations = self.open_migrations(handle, &uuid).await?;
+        let on_host = row.host.as_deref() == Some(host)
+            || migrations
+                .iter()
+                .any(|m| m.source_compute.as_deref() == Some(host) || m.dest_compute.as_deref() == Some(host));
+        if !on_host {
+            return Ok(false);
+        }
+        let migrations: Vec<Uuid> = migrations.iter().map(|m| m.uuid).collect();
+        if !write(&*self.control, |w| Ok(plan_forget_deleted(w, &uuid, &migrations)))? {
+            return Ok(false);
+        }
+        let now = self.now();
+        let update = InstanceUpdate {
+            vm_state: Some(vm_state::DELETED.to_owned()),
+            task_state: Some(None),
+            power_state: Some(power_state::NOSTATE),
+            terminated_at: Some(Some(now)),
+            deleted_at: Some(now),
+            updated_at: now,
+            ..InstanceUpdate::default()
+        };
+        let expect = Expect {
+            task_states: vec![Some(task_state::DELETING.to_owned())],
+            not_deleted: true,
+            host: Some(row.host.clone()),
+            ..Expect::default()
+        };
+        let outcomes = handle.write(vec![CellOp::UpdateInstance { uuid, expect, update }]).await?;
+        Ok(outcomes.first() == Some(&CellOutcome::Done))
     }
 
     /// Is a failed build of `instance` rescheduled? Not with

@@ -395,6 +395,16 @@ impl Compute {
                 if m.status != ms::PRE_MIGRATING || dest != host {
                     return Ok(false);
                 }
+                // Nothing goes unless the rebuild is still under way there.
+                let id = *uuid;
+                let row = self.cells.read(handle, move |s| s.instance(&id)).await?;
+                if !row.is_some_and(|r| {
+                    !r.deleted
+                        && r.task_state.as_deref() == Some(task_state::REBUILD_SPAWNING)
+                        && r.host.as_deref() == Some(host)
+                }) {
+                    return Ok(false);
+                }
                 if let Some(dest_root) = read(&*self.control, |w| node_uuid(w, &dest, &dest_node)) {
                     write(&*self.control, |w| Ok((plan_drop_host_allocations(w, uuid, &dest_root, self.now())?, ())))?;
                 }

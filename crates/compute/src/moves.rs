@@ -690,16 +690,25 @@ impl Compute {
         Ok(out)
     }
 
+    /// An instance's migrations that are not over (not confirmed,
+    /// reverted or in error).
+    pub(crate) async fn open_migrations(
+        &self,
+        handle: &Arc<Cell>,
+        uuid: &Uuid,
+    ) -> Result<Vec<Migration>, ServiceError> {
+        let filter = MigrationFilter { instance_uuid: Some(*uuid), ..Default::default() };
+        let rows = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
+        Ok(rows
+            .into_iter()
+            .filter(|m| !matches!(m.status.as_str(), ms::CONFIRMED | ms::REVERTED | ms::ERROR))
+            .collect())
+    }
+
     /// Migration consumers of an instance being deleted (any unfinished
     /// move), so the delete forgets them with the instance.
     pub(crate) async fn forget_migrations(&self, handle: &Arc<Cell>, uuid: &Uuid) -> Result<(), ServiceError> {
-        let filter = MigrationFilter { instance_uuid: Some(*uuid), ..Default::default() };
-        let rows = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
-        let open: Vec<Uuid> = rows
-            .iter()
-            .filter(|m| !matches!(m.status.as_str(), ms::CONFIRMED | ms::REVERTED | ms::ERROR))
-            .map(|m| m.uuid)
-            .collect();
+        let open: Vec<Uuid> = self.open_migrations(handle, uuid).await?.iter().map(|m| m.uuid).collect();
         if open.is_empty() {
             return Ok(());
         }

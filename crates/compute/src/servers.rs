@@ -544,6 +544,11 @@ impl Compute {
                 return Err(not_found(uuid));
             };
             if row.task_state.as_deref() == Some(task_state::DELETING) {
+                // A crash may have lost the queue-for-delete write that
+                // follows `deleting` (below), which the agent's `deleted`
+                // report needs: a repeated delete makes it (no change
+                // once made).
+                write(&*self.control, |w| Ok((plan_queue_for_delete(w, uuid), ())))?;
                 return Ok(());
             }
             let now = self.now();

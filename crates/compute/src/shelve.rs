@@ -315,6 +315,19 @@ impl Compute {
                 offload_now.then_some(task_state::SHELVING_OFFLOADING),
             ),
             "offloaded" => {
+                // Only an offload under way on this host gives the
+                // allocations up: a report for any other server changes
+                // nothing.
+                let id = *uuid;
+                let row = self.cells.read(handle, move |s| s.instance(&id)).await?;
+                let offloading = row.is_some_and(|r| {
+                    !r.deleted
+                        && r.task_state.as_deref() == Some(task_state::SHELVING_OFFLOADING)
+                        && r.host.as_deref() == Some(host)
+                });
+                if !offloading {
+                    return Ok(false);
+                }
                 // Allocations first: a crash before the row update leaves a
                 // row the sweep hands to the agent again.
                 write(&*self.control, |w| Ok((plan_offload(w, uuid), ())))?;
@@ -348,7 +361,7 @@ impl Compute {
         if kind == "shelved" {
             // The snapshot first: a crash before the row update leaves a
             // row the sweep hands to the agent again, which writes it again.
-            self.take_shelve_snapshot(handle, uuid).await?;
+            self.take_shelve_snapshot(handle, uuid, host).await?;
         }
         let applied = handle.write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }]).await?.first()
             == Some(&CellOutcome::Done);
@@ -374,13 +387,14 @@ impl Compute {
 
     /// Record the `<name>-shelved` snapshot image of a server its agent
     /// has just shelved (none for a volume-backed one).
-    async fn take_shelve_snapshot(&self, handle: &Arc<Cell>, uuid: &Uuid) -> Result<(), ServiceError> {
+    async fn take_shelve_snapshot(&self, handle: &Arc<Cell>, uuid: &Uuid, host: &str) -> Result<(), ServiceError> {
         let id = *uuid;
         let rows = self.cells.read(handle, move |s| s.instances(&[id])).await?;
-        // Only for the shelve under way: a repeated report of one already
-        // done (and maybe unshelved since) takes none.
+        // Only for the shelve under way, reported by its host: a repeated
+        // report of one already done (and maybe unshelved since) or one
+        // from another host takes none.
         let shelving = |r: &berth_compute_model::cell::Instance| {
-            !r.deleted && r.task_state.as_deref() == Some(task_state::SHELVING)
+            !r.deleted && r.task_state.as_deref() == Some(task_state::SHELVING) && r.host.as_deref() == Some(host)
         };
         let Some(row) = rows.into_iter().find(shelving) else { return Ok(()) };
         let snapshot = ShelveSnapshot {

@@ -46,8 +46,11 @@ pub fn authenticate(mode: AuthMode, headers: &HeaderMap) -> Result<AuthContext, 
     let mut ctx = match mode {
         AuthMode::NoAuth2 => {
             let token = header(headers, "x-auth-token").ok_or_else(unauthorized)?;
+            // As upstream's NoAuthMiddleware: `user:project`, and the
+            // user is the project when none is given (`user` or `user:`).
             let (user, project) = match token.split_once(':') {
-                Some((user, project)) => (user, project),
+                Some((user, project)) if !project.is_empty() => (user, project),
+                Some((user, _)) => (user, user),
                 None => (token, token),
             };
             let roles = match header(headers, "x-roles") {
@@ -91,4 +94,29 @@ pub fn authenticate(mode: AuthMode, headers: &HeaderMap) -> Result<AuthContext, 
         ctx.project_id = None;
     }
     Ok(ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noauth(token: &str) -> AuthContext {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-auth-token", token.parse().unwrap());
+        authenticate(AuthMode::NoAuth2, &headers).unwrap()
+    }
+
+    #[test]
+    fn a_noauth2_token_without_a_project_uses_the_user_as_project() {
+        for (token, user, project) in [
+            ("xuser:", "xuser", "xuser"),
+            ("yuser:", "yuser", "yuser"),
+            ("xuser", "xuser", "xuser"),
+            ("xuser:projA", "xuser", "projA"),
+        ] {
+            let ctx = noauth(token);
+            assert_eq!(ctx.user_id.as_deref(), Some(user), "{token}");
+            assert_eq!(ctx.project_id.as_deref(), Some(project), "{token}");
+        }
+    }
 }

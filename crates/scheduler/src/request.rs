@@ -46,7 +46,12 @@ pub fn placement_query(world: &World, spec: &RequestSpec, config: &Config) -> Re
         }
         match parse_granular(key) {
             Some(GranularKey::Resource { suffix, class }) => {
+                // Not a nonnegative integer: ignored, so the flavor's own
+                // amount applies (Nova's `RequestGroup.add_resource`).
                 let Ok(amount) = value.trim().parse::<i64>() else { continue };
+                if amount < 0 {
+                    continue;
+                }
                 *groups.entry(suffix.to_owned()).or_default().resources.entry(class.to_owned()).or_insert(0) += amount;
             }
             Some(GranularKey::Trait { suffix, name }) => {
@@ -315,6 +320,20 @@ mod tests {
         assert_eq!(g1.required_traits, vec![vec!["CUSTOM_GPU".to_owned()]]);
         let g0 = q.request.groups.iter().find(|g| g.suffix.is_empty()).expect("group");
         assert_eq!(g0.forbidden_traits, vec!["HW_CPU_X86_AVX2".to_owned()]);
+    }
+
+    #[test]
+    fn a_negative_or_bad_resource_amount_is_ignored_and_the_flavor_amount_applies() {
+        let world = World::default();
+        for (key, value) in [("resources:VCPU", "-1"), ("resources:VCPU", "many"), ("resources1:VGPU", "-2")] {
+            let q = placement_query(&world, &spec(&[(key, value)]), &Config::default()).expect("query");
+            assert_eq!(
+                resources(&q, ""),
+                vec![("DISK_GB".to_owned(), 17), ("MEMORY_MB".to_owned(), 2048), ("VCPU".to_owned(), 2)],
+                "{key}={value}"
+            );
+            assert_eq!(resources(&q, "1"), vec![], "{key}={value}");
+        }
     }
 
     #[test]

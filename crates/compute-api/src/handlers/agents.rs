@@ -53,12 +53,20 @@ pub fn register(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let mut registrations = Vec::with_capacity(hosts.len());
         for h in hosts {
             let host = text(h, "host")?.to_owned();
-            let num = |k: &str| h.get(k).and_then(Value::as_i64).unwrap_or(0);
+            // Sizes as a compute node row holds them (32-bit, not negative).
+            let num = |k: &str| -> ApiResult<i64> {
+                match h.get(k) {
+                    None | Some(Value::Null) => Ok(0),
+                    Some(v) => v.as_i64().filter(|n| (0..=i64::from(i32::MAX)).contains(n)).ok_or_else(|| {
+                        ApiError::bad_request(format!("'{k}' must be an integer between 0 and {}", i32::MAX))
+                    }),
+                }
+            };
             registrations.push(HostRegistration {
                 node: h.get("node").and_then(Value::as_str).unwrap_or(&host).to_owned(),
-                vcpus: num("vcpus"),
-                memory_mb: num("memory_mb"),
-                local_gb: num("local_gb"),
+                vcpus: num("vcpus")?,
+                memory_mb: num("memory_mb")?,
+                local_gb: num("local_gb")?,
                 hypervisor_type: h.get("hypervisor_type").and_then(Value::as_str).unwrap_or("fake").to_owned(),
                 host_ip: h.get("host_ip").and_then(Value::as_str).unwrap_or("127.0.0.1").to_owned(),
                 host,

@@ -15,7 +15,13 @@ use crate::api::{self, is_admin, ComputeCtx};
 use crate::schemas;
 use crate::views::images as view;
 
-fn can_see(req: &Req, image: &Image) -> bool {
+/// Glance's `image_property_quota` default: extra properties per image.
+const IMAGE_PROPERTY_QUOTA: usize = 128;
+
+/// Glance's visibility rule: admins see every image, anyone a public or
+/// community one, a project its own (shared images have no members
+/// here). Booting takes only images the caller can see.
+pub(crate) fn can_see(req: &Req, image: &Image) -> bool {
     is_admin(req)
         || matches!(image.visibility.as_str(), "public" | "community")
         || image.owner.as_deref() == req.auth.project_id.as_deref()
@@ -142,6 +148,22 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         created_at: now,
         updated_at: now,
     };
+    let extra = image.properties.keys().filter(|k| *k != "os_hidden" && !k.starts_with("os_glance")).count();
+    if extra > IMAGE_PROPERTY_QUOTA {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "The limit has been exceeded on the number of allowed image properties. Attempted: {extra}, \
+                 Maximum: {IMAGE_PROPERTY_QUOTA}"
+            ),
+        ));
+    }
+    // Glance's database holds 32-bit integers (`_validate_db_int`).
+    for key in ["min_disk", "min_ram"] {
+        if obj.get(key).is_some_and(|v| v.as_i64().is_none_or(|n| n > i64::from(i32::MAX))) {
+            return Err(ApiError::bad_request(format!("'{key}' value out of range, must not exceed {}.", i32::MAX)));
+        }
+    }
     let exists = ctx.core.read().compute.images.contains_key(&id);
     if exists {
         return Err(ApiError::conflict(format!("Image with identifier {id} already exists!")));
@@ -154,6 +176,18 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// `PUT /image/v2/images/{id}/file`: the data is not kept; the image
 /// records its size and is `active`.
 pub fn upload(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    // Glance takes image data only as `application/octet-stream`.
+    let content_type = req
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    if content_type.as_deref() != Some("application/octet-stream") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Invalid content type {}", content_type.as_deref().unwrap_or("None")),
+        ));
+    }
     let mut image = find(ctx, req)?;
     if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() {
         return Err(ApiError::forbidden("You are not permitted to upload data to this image."));

@@ -160,6 +160,16 @@ fn missing(param: &str) -> ApiError {
     ApiError::bad_request(format!("Missing parameter {param}"))
 }
 
+/// Blazar's `leases.name` column is `String(80)`.
+const LEASE_NAME_MAX: usize = 80;
+
+fn check_name(name: &str) -> ApiResult<()> {
+    if name.chars().count() > LEASE_NAME_MAX {
+        return Err(ApiError::bad_request(format!("Lease name must be at most {LEASE_NAME_MAX} characters long.")));
+    }
+    Ok(())
+}
+
 fn malformed(param: &str) -> ApiError {
     ApiError::bad_request(format!("Malformed parameter {param}"))
 }
@@ -499,6 +509,7 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         }
     }
     let name = str_param(&map, "name")?.ok_or_else(|| missing("name"))?;
+    check_name(&name)?;
     let start_text = str_param(&map, "start_date")?.ok_or_else(|| missing("start_date"))?;
     let end_text = str_param(&map, "end_date")?.ok_or_else(|| missing("end_date"))?;
     let start = parse_date(&start_text, now)?;
@@ -519,10 +530,25 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         Some(Value::Array(list)) => list.clone(),
         Some(_) => return Err(malformed("reservations")),
     };
-    if let Some(events) = map.get("events") {
-        if !events.is_array() && !events.is_null() {
-            return Err(malformed("events"));
+    // Blazar stores what a client lists here next to the events it
+    // schedules (and fails on anything that is not an event row); berth
+    // schedules its own and ignores these, but refuses what is not one.
+    match map.get("events") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(events)) => {
+            let is_event = |e: &Value| {
+                e.as_object().is_some_and(|m| {
+                    m.get("event_type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| matches!(t, "start_lease" | "end_lease" | "before_end_lease"))
+                        && m.keys().all(|k| matches!(k.as_str(), "event_type" | "time" | "status"))
+                })
+            };
+            if !events.iter().all(is_event) {
+                return Err(malformed("events"));
+            }
         }
+        Some(_) => return Err(malformed("events")),
     }
     let requests = {
         let world = ctx.core.read();
@@ -577,6 +603,9 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let map = body(req)?;
     let now = ctx.compute.now();
     let mut update = LeaseUpdate { name: str_param(&map, "name")?, ..Default::default() };
+    if let Some(name) = &update.name {
+        check_name(name)?;
+    }
     if let Some(t) = str_param(&map, "start_date")? {
         update.start = Some(parse_date(&t, now)?);
     }

@@ -169,8 +169,8 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
             return Err(ApiError::bad_request(format!("Network {id} could not be found.")));
         }
     }
-    let min_count = server.get("min_count").and_then(value_int).unwrap_or(1);
-    let max_count = server.get("max_count").and_then(value_int).unwrap_or(min_count);
+    let min_count = server.get("min_count").map_or(1, count);
+    let max_count = server.get("max_count").map_or(min_count, count);
     if min_count > max_count {
         return Err(ApiError::bad_request("min_count must be <= max_count"));
     }
@@ -249,6 +249,7 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
                 compute
                     .images
                     .get(&id)
+                    .filter(|i| super::images::can_see(req, i))
                     .cloned()
                     .ok_or_else(|| ApiError::bad_request("Can not find requested image"))?,
             )
@@ -298,6 +299,35 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         .and_then(Value::as_array)
         .map(|t| t.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
+    if let Some(data) = server.get("user_data").and_then(Value::as_str) {
+        if !is_base64(data) {
+            return Err(ApiError::bad_request(format!(
+                "Invalid input for field/attribute user_data. Value: {data}. '{data}' is not a 'base64'"
+            )));
+        }
+    }
+    // Nova's schema takes any positive count and its quota check refuses
+    // (403) or lowers what does not fit: checked here on the snapshot, so
+    // that no more instances are built than could be admitted (the
+    // admission write checks again). Unlimited quotas stop at
+    // `MAX_COUNT` per request.
+    let max_count = {
+        let world = ctx.core.read();
+        berth_compute_model::quota::admit_instances(
+            &world,
+            &project,
+            &user,
+            flavor.vcpus,
+            flavor.memory_mb,
+            min_count,
+            max_count,
+        )
+        .map_err(api::refused)?
+    };
+    if min_count > MAX_COUNT {
+        return Err(ApiError::bad_request(format!("min_count must be <= {MAX_COUNT}")));
+    }
+    let max_count = max_count.min(MAX_COUNT);
     let requested_hostname = server.get("hostname").and_then(Value::as_str).map(str::to_owned);
     if requested_hostname.is_some() && max_count > 1 {
         return Err(ApiError::bad_request(
@@ -375,6 +405,48 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 
 fn value_int(v: &Value) -> Option<i64> {
     v.as_i64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+}
+
+/// Instances one request may create when quotas do not limit it.
+const MAX_COUNT: i64 = 10_000;
+
+/// A `min_count`/`max_count` the schema accepted (a positive integer, or
+/// a string of digits): its value, `i64::MAX` when larger (Python's
+/// integers have no bound; the quota check refuses it).
+fn count(v: &Value) -> i64 {
+    match v {
+        // Beyond `i64` (or a float): saturated.
+        Value::Number(n) => n.as_i64().unwrap_or_else(|| n.as_f64().map_or(i64::MAX, |f| f as i64)),
+        Value::String(s) => s.trim().parse().unwrap_or(i64::MAX),
+        _ => 1,
+    }
+}
+
+/// Is `text` what Python's `base64.b64decode` decodes (Nova's `format:
+/// base64`, via oslo's `decode_as_bytes`)? Characters outside the
+/// alphabet are skipped; the data characters must end on a whole quantum,
+/// or be completed by enough `=` (anything after those is ignored). Text
+/// that is not ASCII is refused.
+fn is_base64(text: &str) -> bool {
+    if !text.is_ascii() {
+        return false;
+    }
+    let (mut quad, mut pads) = (0u8, 0u8);
+    for b in text.bytes() {
+        if b == b'=' {
+            if quad >= 2 {
+                pads += 1;
+                if quad + pads >= 4 {
+                    return true;
+                }
+            }
+            continue;
+        }
+        if b.is_ascii_alphanumeric() || b == b'+' || b == b'/' {
+            quad = (quad + 1) % 4;
+        }
+    }
+    quad == 0
 }
 
 // ---------------------------------------------------------------------------
@@ -1059,4 +1131,29 @@ pub fn show_action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         };
         Ok(Resp::ok(actions_view::show(v, &action, record.project_id(), &access)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn user_data_is_base64_as_python_decodes_it() {
+        for good in ["", "aGVsbG8=", "aGVsbG8K", "aGV sbG8=", "aGVsbA==", "aGVsbA==trailing", "aG\nVs\nbA=="] {
+            assert!(is_base64(good), "{good:?}");
+        }
+        for bad in ["not base64!", "abc", "a", "aGVsbA=", "aGVsbG8", "é"] {
+            assert!(!is_base64(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_count_beyond_i64_saturates() {
+        assert_eq!(count(&json!(3)), 3);
+        assert_eq!(count(&json!("12")), 12);
+        assert_eq!(count(&json!(9_223_372_036_854_775_808u64)), i64::MAX);
+        assert_eq!(count(&json!("99999999999999999999999")), i64::MAX);
+    }
 }

@@ -545,3 +545,273 @@ async fn bad_input_is_refused_and_changes_nothing() {
     }
     cloud.check_invariants().await;
 }
+
+/// Create an image as `token` with `visibility`; returns its id.
+async fn image_as(cloud: &Cloud, token: &str, name: &str, visibility: &str) -> String {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/image/v2/images", cloud.server.base))
+        .header("x-auth-token", token)
+        .header("content-type", "application/json")
+        .body(
+            json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": visibility})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("image create");
+    assert_eq!(resp.status().as_u16(), 201, "create image {name}");
+    let value: Value = resp.json().await.expect("image json");
+    value["id"].as_str().expect("image id").to_owned()
+}
+
+#[tokio::test]
+async fn a_server_boots_only_from_an_image_its_project_can_see() {
+    let mut cloud = Cloud::start("image-visibility", &[]).await;
+    cloud.add_agent(Hosts::new("vis", 1, &[])).await;
+    let admin = cloud.nova("admin");
+    let flavor = admin.flavor("f", 1, 128, 1).await;
+    let private = image_as(&cloud, "alice:projA", "private", "private").await;
+    let shared = image_as(&cloud, "alice:projA", "shared", "shared").await;
+    let community = image_as(&cloud, "alice:projA", "community", "community").await;
+    let alice = cloud.nova("alice:projA");
+    let bob = cloud.nova("bob:projB");
+
+    for image in [&private, &shared] {
+        assert_eq!(bob.image_get(&format!("/images/{image}")).await.status, 404, "bob cannot see {image}");
+        let answer = bob.boot("stolen", &flavor, image, json!({})).await;
+        assert_eq!(answer.status, 400, "bob boots {image}: {:?}", answer.body);
+        assert_eq!(answer.body["badRequest"]["message"], "Can not find requested image", "{:?}", answer.body);
+        // Also named by a block device mapping instead of imageRef.
+        let bdm = json!([{"uuid": image, "boot_index": 0, "source_type": "image",
+                          "destination_type": "local", "delete_on_termination": true}]);
+        let answer = bob.boot("stolen", &flavor, "", json!({"block_device_mapping_v2": bdm})).await;
+        assert_eq!(answer.status, 400, "bob boots {image} by BDM: {:?}", answer.body);
+        assert_eq!(answer.body["badRequest"]["message"], "Can not find requested image", "{:?}", answer.body);
+    }
+    assert_eq!(bob.get("/servers").await.body["servers"], json!([]), "nothing booted for bob");
+
+    // What each can see, each can boot: the owner its private image, anyone
+    // a community one, the admin everything.
+    let mut booted = Vec::new();
+    for (nova, image) in [(&alice, &private), (&alice, &shared), (&bob, &community), (&admin, &private)] {
+        let answer = nova.boot("ok", &flavor, image, json!({})).await;
+        assert_eq!(answer.status, 202, "{} boots {image}: {:?}", nova.token, answer.body);
+        booted.push((nova, answer.body["server"]["id"].as_str().expect("id").to_owned()));
+    }
+    for (nova, id) in &booted {
+        assert_eq!(nova.wait_settled(id).await["status"], "ACTIVE");
+    }
+    cloud.check_invariants().await;
+}
+
+/// Send `body` (raw) to `path` (under the server root) as admin with
+/// `content_type`; status and JSON body.
+async fn send_raw(cloud: &Cloud, method: &str, path: &str, content_type: &str, body: String) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .request(method.parse().expect("method"), format!("{}{path}", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .header("openstack-api-version", "compute 2.96")
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap_or_default();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// What upstream refuses is refused, with upstream's status and text, and
+/// creates nothing; what upstream accepts (a lease without reservations, a
+/// negative `resources:` amount in a flavor's extra specs) works.
+#[tokio::test]
+async fn input_upstream_refuses_is_refused_with_its_status_and_text() {
+    let mut cloud = Cloud::start("upstream-refusals", &[]).await;
+    cloud.add_agent(Hosts::new("ref", 1, &[])).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("f", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let huge = json!(9_223_372_036_854_775_808u64);
+    let mut failures = Vec::new();
+    let want = |failures: &mut Vec<String>, what: &str, got: (u16, Value), status: u16, text: &str| {
+        let body = got.1.to_string();
+        if got.0 != status || !body.contains(text) {
+            let shown: String = body.chars().take(300).collect();
+            failures.push(format!("{what}: got {} {shown}, want {status} with {text:?}", got.0));
+        }
+    };
+
+    // Compute: Nova's quota check refuses a count beyond the quota.
+    let boot = nova.boot("many", &flavor, &image, json!({"min_count": huge})).await;
+    want(
+        &mut failures,
+        "min_count 2^63",
+        (boot.status, boot.body),
+        403,
+        "Quota exceeded for cores, instances, ram: Requested 9223372036854775807",
+    );
+    let boot = nova.boot("many", &flavor, &image, json!({"min_count": "9223372036854775808"})).await;
+    want(
+        &mut failures,
+        "min_count '2^63'",
+        (boot.status, boot.body),
+        403,
+        "Quota exceeded for cores, instances, ram: Requested 9223372036854775807",
+    );
+    // Nova's `format: base64`.
+    let boot = nova.boot("ud", &flavor, &image, json!({"user_data": "not base64!"})).await;
+    want(
+        &mut failures,
+        "user_data",
+        (boot.status, boot.body),
+        400,
+        "Invalid input for field/attribute user_data. Value: not base64!. 'not base64!' is not a 'base64'",
+    );
+    let servers = nova.wait_all_settled().await;
+    if !servers.is_empty() {
+        failures.push(format!("{} servers created by refused boots", servers.len()));
+    }
+    for s in &servers {
+        assert_eq!(nova.delete(&format!("/servers/{}", s["id"].as_str().expect("id"))).await.status, 204);
+    }
+    for s in &servers {
+        super::support::wait_gone(&nova, s["id"].as_str().expect("id")).await;
+    }
+    // Lowered to the quota headroom (10 instances), as Nova does.
+    let boot = nova.boot("some", &flavor, &image, json!({"min_count": 1, "max_count": huge})).await;
+    assert_eq!(boot.status, 202, "{:?}", boot.body);
+    let servers = nova.wait_all_settled().await;
+    if servers.len() != 10 {
+        failures.push(format!("max_count 2^63 booted {} servers, not the 10 of the headroom", servers.len()));
+    }
+    for s in &servers {
+        assert_eq!(nova.delete(&format!("/servers/{}", s["id"].as_str().expect("id"))).await.status, 204);
+    }
+    for s in &servers {
+        super::support::wait_gone(&nova, s["id"].as_str().expect("id")).await;
+    }
+
+    // A negative resources: amount: Nova's API takes it and its scheduler
+    // ignores it, so the flavor's own amount is requested.
+    let spec = nova
+        .post(&format!("/flavors/{flavor}/os-extra_specs"), &json!({"extra_specs": {"resources:VCPU": "-1"}}))
+        .await;
+    assert_eq!(spec.status, 200, "{:?}", spec.body);
+    let id = nova.boot_id("neg", &flavor, &image).await;
+    let status = nova.wait_settled(&id).await["status"].clone();
+    if status != "ACTIVE" {
+        failures.push(format!("a flavor with resources:VCPU=-1 booted {status}"));
+    }
+    let allocations = cloud.server.client().get(&format!("/allocations/{id}")).await.body;
+    let vcpus: i64 = allocations["allocations"]
+        .as_object()
+        .expect("allocations")
+        .values()
+        .filter_map(|a| a["resources"]["VCPU"].as_i64())
+        .sum();
+    if vcpus != 1 {
+        failures.push(format!("resources:VCPU=-1 allocated {vcpus} VCPU, not the flavor's 1"));
+    }
+
+    // Glance.
+    let images_before = nova.image_get("/images").await.body["images"].as_array().map(Vec::len);
+    let create = |extra: Value| {
+        let mut body = json!({"name": "i", "disk_format": "qcow2", "container_format": "bare"});
+        for (k, v) in extra.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        body.to_string()
+    };
+    let got = send_raw(&cloud, "POST", "/image/v2/images", "application/json", create(json!({"min_disk": huge}))).await;
+    want(&mut failures, "min_disk 2^63", got, 400, "'min_disk' value out of range, must not exceed 2147483647.");
+    let got =
+        send_raw(&cloud, "POST", "/image/v2/images", "application/json", create(json!({"min_ram": 2_147_483_648i64})))
+            .await;
+    want(&mut failures, "min_ram 2^31", got, 400, "'min_ram' value out of range, must not exceed 2147483647.");
+    let many: serde_json::Map<String, Value> = (0..10_000).map(|i| (format!("p{i}"), json!("v"))).collect();
+    let got = send_raw(&cloud, "POST", "/image/v2/images", "application/json", create(Value::Object(many))).await;
+    want(
+        &mut failures,
+        "10,000 properties",
+        got,
+        413,
+        "The limit has been exceeded on the number of allowed image properties. Attempted: 10000, Maximum: 128",
+    );
+    let enough: serde_json::Map<String, Value> = (0..128).map(|i| (format!("p{i}"), json!("v"))).collect();
+    let got = send_raw(&cloud, "POST", "/image/v2/images", "application/json", create(Value::Object(enough))).await;
+    want(&mut failures, "128 properties", got.clone(), 201, "");
+    let upload = format!("/image/v2/images/{image}/file");
+    let got = send_raw(&cloud, "PUT", &upload, "application/json", "{}".into()).await;
+    want(&mut failures, "upload as JSON", got, 415, "Invalid content type application/json");
+    let got = send_raw(&cloud, "PUT", &upload, "application/octet-stream", "data".into()).await;
+    want(&mut failures, "upload as octet-stream", got, 204, "");
+    let images_after = nova.image_get("/images").await.body["images"].as_array().map(Vec::len);
+    if images_after != images_before.map(|n| n + 1) {
+        failures.push(format!("images: {images_before:?} before, {images_after:?} after (only one created)"));
+    }
+
+    // Agent registration: sizes a compute node row holds.
+    for vcpus in [json!(-1), huge.clone()] {
+        let body = json!({"agent": "x", "hosts": [{"host": "weird0", "vcpus": vcpus, "memory_mb": 1, "local_gb": 1}]});
+        let got = send_raw(&cloud, "POST", "/agent/v1/register", "application/json", body.to_string()).await;
+        want(
+            &mut failures,
+            &format!("register vcpus {vcpus}"),
+            got,
+            400,
+            "'vcpus' must be an integer between 0 and 2147483647",
+        );
+    }
+    let hypervisors = nova.get("/os-hypervisors").await.body;
+    if hypervisors.to_string().contains("weird0") {
+        failures.push("a host with bad sizes was registered".to_owned());
+    }
+
+    // Blazar.
+    let lease = |extra: Value| {
+        let mut body = json!({"name": "l", "start_date": "2050-12-26 12:00", "end_date": "2050-12-27 12:00"});
+        for (k, v) in extra.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        body.to_string()
+    };
+    let leases = "/reservation/v1/leases";
+    for name in ["x".repeat(81), "x".repeat(1 << 20)] {
+        let got = send_raw(&cloud, "POST", leases, "application/json", lease(json!({"name": name}))).await;
+        want(
+            &mut failures,
+            &format!("lease name of {}", name.len()),
+            got,
+            400,
+            "Lease name must be at most 80 characters long.",
+        );
+    }
+    for events in [json!([{"bogus": 1}]), json!(["x"]), json!([{"event_type": "explode"}]), json!("x")] {
+        let got = send_raw(&cloud, "POST", leases, "application/json", lease(json!({"events": events}))).await;
+        want(&mut failures, &format!("lease events {events}"), got, 400, "Malformed parameter events");
+    }
+    let got = send_raw(&cloud, "POST", leases, "application/json", lease(json!({"name": "x".repeat(80)}))).await;
+    want(&mut failures, "lease without reservations", got.clone(), 201, "");
+    let id = got.1["lease"]["id"].as_str().unwrap_or_default().to_owned();
+    let got = send_raw(
+        &cloud,
+        "PUT",
+        &format!("{leases}/{id}"),
+        "application/json",
+        json!({"name": "y".repeat(81)}).to_string(),
+    )
+    .await;
+    want(&mut failures, "lease renamed too long", got, 400, "Lease name must be at most 80 characters long.");
+    let listed = send_raw(&cloud, "GET", leases, "application/json", String::new()).await;
+    let names: Vec<&str> = listed.1["leases"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|x| x["name"].as_str()).collect())
+        .unwrap_or_default();
+    if names != ["x".repeat(80)] {
+        let lengths: Vec<usize> = names.iter().map(|n| n.len()).collect();
+        failures.push(format!("leases after the refusals: names of lengths {lengths:?}"));
+    }
+
+    assert!(failures.is_empty(), "{} answered wrongly:\n{}", failures.len(), failures.join("\n"));
+    cloud.check_invariants().await;
+}

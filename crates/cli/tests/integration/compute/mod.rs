@@ -1,6 +1,7 @@
 //! Compute API tests: the real binary with real agent processes, each test
 //! ending with the invariants of `support::check_invariants`.
 
+mod agent_events;
 mod bad_input;
 mod boot;
 mod cells;
