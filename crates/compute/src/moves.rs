@@ -140,6 +140,12 @@ impl Compute {
             let Some(spec) = w.compute.request_specs.get(instance) else {
                 return Err("The instance has no request spec.".to_owned());
             };
+            // A move stays in the instance's cell (Nova's
+            // `requested_destination.cell`; cross-cell moves are not
+            // supported): hosts of other cells are never considered.
+            let Some(cell) = w.compute.instance_mappings.get(instance).and_then(|m| m.cell) else {
+                return Err("The instance is not mapped to a cell.".to_owned());
+            };
             let mut spec = spec.clone();
             spec.flavor = flavor.clone();
             spec.num_instances = 1;
@@ -148,7 +154,9 @@ impl Compute {
             }
             spec.force_host = host;
             spec.force_node = None;
-            let request = ScheduleRequest { spec: &spec, instances: &[*instance], ignore_hosts: ignore, seed };
+            let instances = [*instance];
+            let request =
+                ScheduleRequest { ignore_hosts: ignore, cell: Some(cell), ..ScheduleRequest::new(&spec, &instances, seed) };
             match schedule(w, &request, &health, &self.config.scheduler) {
                 Ok((mut choices, _)) => Ok(choices.pop().map(|c| c.choices).unwrap_or_default()),
                 Err(no_host) => Err(no_host.0),
