@@ -262,14 +262,8 @@ fn host_subset_size_spreads_identical_requests() {
     let mut picked = HashSet::new();
     for seed in 0..40 {
         let instances = [Uuid::new_v4()];
-        let request = ScheduleRequest {
-            spec: &spec(512),
-            instances: &instances,
-            ignore_hosts: &[],
-            cell: None,
-            in_flight: &[],
-            seed,
-        };
+        let s512 = spec(512);
+        let request = ScheduleRequest::new(&s512, &instances, seed);
         let (choices, _) = schedule(&cloud.world, &request, &healthy(), &config).expect("placed");
         picked.insert(choices[0].choices[0].root);
     }
@@ -286,14 +280,8 @@ fn limited_results_sample_a_moving_window() {
     let (mut chosen, mut selected) = (HashSet::new(), HashSet::new());
     for seed in 0..200u64 {
         let instances = [Uuid::new_v4()];
-        let request = ScheduleRequest {
-            spec: &spec(512),
-            instances: &instances,
-            ignore_hosts: &[],
-            cell: None,
-            in_flight: &[],
-            seed,
-        };
+        let s512 = spec(512);
+        let request = ScheduleRequest::new(&s512, &instances, seed);
         let (choices, stats) = schedule(&cloud.world, &request, &healthy(), &config).expect("placed");
         assert_eq!(stats.candidates, 3, "the limit holds");
         assert_eq!(choices[0].choices.len(), 3, "selection and alternates come from the window");
