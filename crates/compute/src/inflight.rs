@@ -97,3 +97,48 @@ impl Drop for Ticket<'_> {
         self.owner.release(self.id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use berth_compute_model::plan::HostChoice;
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn choice(root: Uuid, ram: i64) -> HostChoice {
+        let mut allocations = AllocationMap::new();
+        allocations.entry(root).or_default().insert("MEMORY_MB".to_owned(), ram);
+        HostChoice { root, allocations }
+    }
+
+    /// A decision sees the first choices of the decisions before it while
+    /// their tickets live (alternates are not counted), and nothing once
+    /// they are dropped, also when a decision fails.
+    #[test]
+    fn selections_count_until_their_ticket_is_dropped() {
+        let world = World::with_standard_data(0);
+        let in_flight = InFlight::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let decide = |seen: &mut Vec<usize>, picks: Vec<InstanceChoices>| {
+            in_flight.decide(&world, |_, now| -> Result<_, ()> {
+                seen.push(now.len());
+                Ok((picks, ()))
+            })
+        };
+        let mut seen = Vec::new();
+        let two = vec![
+            InstanceChoices { instance: Uuid::new_v4(), choices: vec![choice(a, 512), choice(b, 512)] },
+            InstanceChoices { instance: Uuid::new_v4(), choices: vec![choice(b, 256)] },
+        ];
+        let (_, (), first) = decide(&mut seen, two).expect("decided");
+        let (_, (), second) =
+            decide(&mut seen, vec![InstanceChoices { instance: Uuid::new_v4(), choices: vec![] }]).expect("decided");
+        let failed = in_flight.decide(&world, |_, now| -> Result<(Vec<InstanceChoices>, ()), usize> { Err(now.len()) });
+        assert_eq!(failed.err(), Some(2), "a failed decision sees both selections and adds nothing");
+        assert_eq!(seen, vec![0, 2], "the second decision saw the first's two selections, not its alternate");
+        drop(first);
+        assert!(in_flight.is_empty(), "released with the first ticket; the second had no selection");
+        drop(second);
+        assert_eq!(in_flight.len(), 0);
+    }
+}
