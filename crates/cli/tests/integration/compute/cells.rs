@@ -300,3 +300,68 @@ async fn moves_stay_in_the_servers_cell() {
     wait_migration(&nova, &id, "completed").await;
     cloud.check_invariants().await;
 }
+
+/// A registered host becomes a hypervisor once its inventory is reported,
+/// as in Nova, where the compute node record and its resource provider
+/// come from the same `update_available_resource`: in between (berth's
+/// agents register first and report their trees after) the service is
+/// listed and up, but `os-hypervisors` does not list the node (nor shows
+/// it: 404), also when its provider exists without inventory. Once the
+/// inventory is there it is listed, up.
+#[tokio::test]
+async fn a_host_is_a_hypervisor_once_its_inventory_is_reported() {
+    let cloud = Cloud::start("cells-reported", &[]).await;
+    let host = json!({"host": "late0", "node": "late0", "vcpus": 4, "memory_mb": 4096, "local_gb": 10,
+                      "hypervisor_type": "fake"});
+    let resp = reqwest::Client::new()
+        .post(format!("{}/agent/v1/register", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .json(&json!({"agent": "manual", "hosts": [host]}))
+        .send()
+        .await
+        .expect("register");
+    assert_eq!(resp.status().as_u16(), 200);
+    let answer: Value = resp.json().await.expect("register answer");
+    let node = answer["hosts"][0]["node_uuid"].as_str().expect("node uuid").to_owned();
+    let nova = cloud.nova("admin").at("2.53");
+    let listed = |nova: Nova| async move {
+        let mut out = Vec::new();
+        for path in ["/os-hypervisors", "/os-hypervisors/detail"] {
+            let answer = nova.get(path).await;
+            assert_eq!(answer.status, 200, "{:?}", answer.body);
+            out.push(answer.body["hypervisors"].as_array().cloned().unwrap_or_default());
+        }
+        out
+    };
+    let services = nova.get("/os-services?binary=nova-compute").await.body;
+    assert_eq!(services["services"][0]["host"], "late0", "{services}");
+    assert_eq!(services["services"][0]["state"], "up", "the service is up from its start: {services}");
+    let show = format!("/os-hypervisors/{node}");
+    for stage in ["registered", "provider without inventory"] {
+        for list in listed(nova.clone()).await {
+            assert!(list.is_empty(), "{stage}: not a hypervisor yet: {list:?}");
+        }
+        let answer = nova.get(&show).await;
+        assert_eq!(answer.status, 404, "{stage}: {:?}", answer.body);
+        assert_eq!(answer.body["itemNotFound"]["message"], format!("Hypervisor with ID {node} could not be found."));
+        if stage == "registered" {
+            let created =
+                cloud.server.client().post("/resource_providers", &json!({"name": "late0", "uuid": node})).await;
+            assert_eq!(created.status, 200, "{:?}", created.body);
+        }
+    }
+    let inventories = json!({"resource_provider_generation": 0,
+                             "inventories": {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 4096}}});
+    let put = cloud.server.client().put(&format!("/resource_providers/{node}/inventories"), &inventories).await;
+    assert_eq!(put.status, 200, "{:?}", put.body);
+    for list in listed(nova.clone()).await {
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert_eq!(list[0]["id"], node.as_str());
+        assert_eq!(list[0]["hypervisor_hostname"], "late0");
+        assert_eq!(list[0]["state"], "up");
+    }
+    let answer = nova.get(&show).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(answer.body["hypervisor"]["state"], "up");
+    cloud.check_invariants().await;
+}
