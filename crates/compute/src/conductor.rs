@@ -352,6 +352,10 @@ async fn alone(compute: &Arc<Compute>, boots: Vec<(Loaded, HashMap<Uuid, Uuid>)>
     }
 }
 
+/// One scheduler run's answer: each instance's choices, the cell of its
+/// first choice, and the ticket of those choices in flight.
+type Round<'c> = (Vec<InstanceChoices>, Vec<Option<Uuid>>, Ticket<'c>);
+
 /// One scheduler run (counted) for `instances` of `spec`: each
 /// instance's choices, the cell of its first choice, and the ticket that
 /// keeps the first choices counted as in flight for the scheduler runs
@@ -362,7 +366,7 @@ fn schedule_round<'c>(
     spec: &RequestSpec,
     instances: &[Uuid],
     now: i64,
-) -> Result<(Vec<InstanceChoices>, Vec<Option<Uuid>>, Ticket<'c>), berth_scheduler::NoValidHost> {
+) -> Result<Round<'c>, berth_scheduler::NoValidHost> {
     let seed = compute.next_seed();
     compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
     read(&*compute.control, |w| {
