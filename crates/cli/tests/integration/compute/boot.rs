@@ -239,5 +239,19 @@ async fn hosts_sharing_a_disk_pool_take_boots() {
     assert_eq!(used.len(), 2, "both hosts take boots: {used:?}");
     let usages = placement.get(&format!("/resource_providers/{pool}/usages")).await.body;
     assert_eq!(usages["usages"]["DISK_GB"], 40, "{usages}");
+    // The heal finds nothing to report: a share of a sharing provider is
+    // part of a server's allocation, not an allocation on another host.
+    cloud.test_hook("clock", json!({"advance": 3600})).await;
+    let report: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/admin/v1/heal", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .json(&json!({"dry_run": true}))
+        .send()
+        .await
+        .expect("heal")
+        .json()
+        .await
+        .expect("heal report");
+    assert_eq!(report["unresolved"], json!([]), "{report}");
     cloud.check_invariants().await;
 }
