@@ -239,6 +239,22 @@ async fn hosts_sharing_a_disk_pool_take_boots() {
     assert_eq!(used.len(), 2, "both hosts take boots: {used:?}");
     let usages = placement.get(&format!("/resource_providers/{pool}/usages")).await.body;
     assert_eq!(usages["usages"]["DISK_GB"], 40, "{usages}");
+    // A cold migration: the migration consumer keeps the source's share
+    // of the pool and the server takes one with the destination until the
+    // confirm (as in Nova), then one share again.
+    let moved = &ids[0];
+    let answer = nova.post(&format!("/servers/{moved}/action"), &json!({"migrate": null})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let server = super::support::wait_status(&nova, moved, "VERIFY_RESIZE").await;
+    assert!(server["OS-EXT-SRV-ATTR:host"].as_str().is_some_and(|h| h.starts_with("rbd")), "{server}");
+    let usages = placement.get(&format!("/resource_providers/{pool}/usages")).await.body;
+    assert_eq!(usages["usages"]["DISK_GB"], 50, "{usages}");
+    cloud.check_invariants().await;
+    let answer = nova.post(&format!("/servers/{moved}/action"), &json!({"confirmResize": null})).await;
+    assert_eq!(answer.status, 204, "{:?}", answer.body);
+    super::support::wait_status(&nova, moved, "ACTIVE").await;
+    let usages = placement.get(&format!("/resource_providers/{pool}/usages")).await.body;
+    assert_eq!(usages["usages"]["DISK_GB"], 40, "{usages}");
     // The heal finds nothing to report: a share of a sharing provider is
     // part of a server's allocation, not an allocation on another host.
     cloud.test_hook("clock", json!({"advance": 3600})).await;
