@@ -369,8 +369,8 @@ fn schedule_round<'c>(
 ) -> Result<Round<'c>, berth_scheduler::NoValidHost> {
     let seed = compute.next_seed();
     compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
-    read(&*compute.control, |w| {
-        compute.in_flight.decide(w, |w, in_flight| {
+    compute.in_flight.decide(|in_flight| {
+        read(&*compute.control, |w| {
             let request = ScheduleRequest { in_flight, ..ScheduleRequest::new(spec, instances, seed) };
             schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
                 let cells = choices

@@ -19,7 +19,6 @@
 use std::sync::Mutex;
 
 use berth_compute_model::plan::InstanceChoices;
-use berth_compute_model::World;
 use berth_model::AllocationMap;
 
 /// The selections in flight in this process.
@@ -48,14 +47,15 @@ impl InFlight {
     /// Run `decide` with the allocations in flight, and count the first
     /// choice of every instance it returns as in flight until the ticket
     /// is dropped. Decisions are made one at a time, so each sees the
-    /// ones made before it.
+    /// ones made before it. `decide` reads the world itself, inside this
+    /// lock (never the other way round: nothing holding the world's lock
+    /// waits for this one).
     pub fn decide<T, E>(
         &self,
-        world: &World,
-        decide: impl FnOnce(&World, &[AllocationMap]) -> Result<(Vec<InstanceChoices>, T), E>,
+        decide: impl FnOnce(&[AllocationMap]) -> Result<(Vec<InstanceChoices>, T), E>,
     ) -> Result<(Vec<InstanceChoices>, T, Ticket<'_>), E> {
         let mut entries = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (choices, extra) = decide(world, &entries.allocations)?;
+        let (choices, extra) = decide(&entries.allocations)?;
         entries.next += 1;
         let id = entries.next;
         for choice in &choices {
@@ -116,11 +116,10 @@ mod tests {
     /// they are dropped, also when a decision fails.
     #[test]
     fn selections_count_until_their_ticket_is_dropped() {
-        let world = World::with_standard_data(0);
         let in_flight = InFlight::default();
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let decide = |seen: &mut Vec<usize>, picks: Vec<InstanceChoices>| {
-            in_flight.decide(&world, |_, now| -> Result<_, ()> {
+            in_flight.decide(|now| -> Result<_, ()> {
                 seen.push(now.len());
                 Ok((picks, ()))
             })
@@ -133,7 +132,7 @@ mod tests {
         let (_, (), first) = decide(&mut seen, two).expect("decided");
         let (_, (), second) =
             decide(&mut seen, vec![InstanceChoices { instance: Uuid::new_v4(), choices: vec![] }]).expect("decided");
-        let failed = in_flight.decide(&world, |_, now| -> Result<(Vec<InstanceChoices>, ()), usize> { Err(now.len()) });
+        let failed = in_flight.decide(|now| -> Result<(Vec<InstanceChoices>, ()), usize> { Err(now.len()) });
         assert_eq!(failed.err(), Some(2), "a failed decision sees both selections and adds nothing");
         assert_eq!(seen, vec![0, 2], "the second decision saw the first's two selections, not its alternate");
         drop(first);
