@@ -53,7 +53,8 @@ pub struct HostShape {
     pub memory_mb: i64,
     /// Reserved RAM in MiB.
     pub reserved_memory_mb: i64,
-    /// Local disk in GiB.
+    /// Local disk in GiB (0: none, no `DISK_GB` inventory: the disk comes
+    /// from a sharing provider, as on a Ceph-backed cloud).
     pub disk_gb: i64,
     /// `VCPU` allocation ratio.
     pub cpu_allocation_ratio: f64,

@@ -76,7 +76,9 @@ fn base_tree(node: &str, shape: &HostShape) -> Vec<DesiredProvider> {
         inventories: BTreeMap::new(),
         traits: shape.traits.clone(),
     };
-    root.inventories.insert("DISK_GB".to_owned(), (shape.disk_gb, 0, shape.disk_allocation_ratio));
+    if shape.disk_gb > 0 {
+        root.inventories.insert("DISK_GB".to_owned(), (shape.disk_gb, 0, shape.disk_allocation_ratio));
+    }
     let mut out = Vec::new();
     let numa = shape.numa_nodes;
     if numa == 0 {

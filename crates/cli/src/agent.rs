@@ -48,7 +48,7 @@ pub(crate) struct AgentOpts {
     /// Reserved RAM per host (MiB).
     #[arg(long)]
     pub(crate) reserved_memory_mb: Option<i64>,
-    /// Disk per host (GiB).
+    /// Disk per host (GiB; 0: no local disk, no `DISK_GB` inventory).
     #[arg(long)]
     pub(crate) disk_gb: Option<i64>,
     /// VCPU allocation ratio (default 4.0, Nova's initial ratio).

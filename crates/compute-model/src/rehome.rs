@@ -111,6 +111,13 @@ pub fn plan_evacuate_claim(
     };
     let mut merged: AllocationMap = consumer.allocations.clone();
     for (provider, amounts) in &choice.allocations {
+        // A provider the instance already holds is one source and
+        // destination share (a disk pool shared through an aggregate): it
+        // is not claimed twice, or its second share would stay after the
+        // source's clean-up (Nova's `_move_operation_alloc_request`).
+        if consumer.allocations.contains_key(provider) {
+            continue;
+        }
         let entry = merged.entry(*provider).or_default();
         for (class, amount) in amounts {
             *entry.entry(class.clone()).or_insert(0) += amount;
@@ -429,6 +436,58 @@ mod tests {
             matches!(plan_drop_host_allocations(&world, &instance, &roots[1], 4), Err(ComputeError::Conflict(_))),
             "never down to no allocation"
         );
+    }
+
+    /// Hosts sharing a disk pool: the evacuation claims the destination's
+    /// own providers and keeps the one pool share, so once the source
+    /// cleaned up the instance holds exactly what a boot there would.
+    #[test]
+    fn an_evacuation_does_not_claim_a_shared_pool_twice() {
+        let (mut world, roots) = world_with_hosts(2);
+        let pool = Uuid::new_v4();
+        let mut set = berth_model::ChangeSet::new();
+        set.push(berth_model::Change::PutProvider {
+            row: berth_model::ProviderRow {
+                id: 100,
+                uuid: pool,
+                name: "pool".into(),
+                generation: 0,
+                parent: None,
+                root: pool,
+                created_at: 0,
+                updated_at: 0,
+            },
+            expected_generation: None,
+        });
+        let disk = berth_model::Inventory {
+            total: 100,
+            reserved: 0,
+            min_unit: 1,
+            max_unit: 100,
+            step_size: 1,
+            allocation_ratio: 1.0,
+        };
+        set.push(berth_model::Change::SetInventories {
+            provider: pool,
+            inventories: [("DISK_GB".to_owned(), disk)].into(),
+        });
+        world.apply(&set.into());
+        let with_disk = |root: Uuid| {
+            let mut c = choice(root, 1);
+            c.allocations.entry(pool).or_default().insert("DISK_GB".into(), 10);
+            c
+        };
+        let instance = admit(&mut world, 1, None)[0];
+        let claims = vec![InstanceChoices { instance, choices: vec![with_disk(roots[0])] }];
+        world.apply(&plan_claim(&world, &claims, 2).expect("plan").expect("fits").0);
+        let (set, claimed) = evacuate(&world, instance, roots[0], vec![with_disk(roots[1])]);
+        assert!(matches!(claimed, MoveClaimed::Claimed(ref n) if n.uuid == roots[1]));
+        world.apply(&set);
+        assert_eq!(hosts_of(&world, &instance), ["h0", "h1", "pool"]);
+        assert_eq!(world.placement.provider(&pool).expect("pool").used("DISK_GB"), 10, "one share of the pool");
+        world.apply(&plan_drop_host_allocations(&world, &instance, &roots[0], 4).expect("dropped"));
+        let held = &world.placement.consumers[&instance].allocations;
+        assert_eq!(held, &with_disk(roots[1]).allocations, "exactly a boot's allocation on the destination");
     }
 
     #[test]

@@ -44,6 +44,7 @@ use uuid::Uuid;
 use crate::cells::Cell;
 use crate::control::{read, write};
 use crate::hub::Task;
+use crate::inflight::Ticket;
 use crate::servers::ServiceError;
 use crate::Compute;
 
@@ -284,7 +285,7 @@ pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
 async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     let now = compute.now();
     let all: Vec<Uuid> = boots.iter().flat_map(|b| b.builds.iter().map(|build| build.instance_uuid)).collect();
-    let Ok((choices, cells)) = schedule_round(compute, &boots[0].spec, &all, now) else {
+    let Ok((choices, cells, in_flight)) = schedule_round(compute, &boots[0].spec, &all, now) else {
         // Not room for all of them together: each on its own (each gets
         // its own "no valid host" or a host).
         alone(compute, boots.into_iter().map(|b| (b, HashMap::new())).collect()).await;
@@ -312,6 +313,8 @@ async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     let now = compute.now();
     let requests: Vec<&[InstanceChoices]> = per_boot.iter().map(|(c, _)| c.as_slice()).collect();
     let claim = write(&*compute.control, |w| plan_claim_boots(w, &requests, now));
+    // Claimed (now in the world) or not: no longer in flight.
+    drop(in_flight);
     let outcomes = match claim {
         Ok(outcomes) => outcomes,
         Err(err) => {
@@ -349,24 +352,33 @@ async fn alone(compute: &Arc<Compute>, boots: Vec<(Loaded, HashMap<Uuid, Uuid>)>
     }
 }
 
+/// One scheduler run's answer: each instance's choices, the cell of its
+/// first choice, and the ticket of those choices in flight.
+type Round<'c> = (Vec<InstanceChoices>, Vec<Option<Uuid>>, Ticket<'c>);
+
 /// One scheduler run (counted) for `instances` of `spec`: each
-/// instance's choices, and the cell of its first choice.
-fn schedule_round(
-    compute: &Compute,
+/// instance's choices, the cell of its first choice, and the ticket that
+/// keeps the first choices counted as in flight for the scheduler runs
+/// after this one ([`crate::inflight`]) until it is dropped, once the
+/// claim committed or failed.
+fn schedule_round<'c>(
+    compute: &'c Compute,
     spec: &RequestSpec,
     instances: &[Uuid],
     now: i64,
-) -> Result<(Vec<InstanceChoices>, Vec<Option<Uuid>>), berth_scheduler::NoValidHost> {
+) -> Result<Round<'c>, berth_scheduler::NoValidHost> {
     let seed = compute.next_seed();
     compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
-    read(&*compute.control, |w| {
-        let request = ScheduleRequest { spec, instances, ignore_hosts: &[], seed };
-        schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
-            let cells = choices
-                .iter()
-                .map(|c| c.choices.first().and_then(|h| w.compute.compute_nodes.get(&h.root)).map(|n| n.cell))
-                .collect();
-            (choices, cells)
+    compute.in_flight.decide(|in_flight| {
+        read(&*compute.control, |w| {
+            let request = ScheduleRequest { in_flight, ..ScheduleRequest::new(spec, instances, seed) };
+            schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
+                let cells = choices
+                    .iter()
+                    .map(|c| c.choices.first().and_then(|h| w.compute.compute_nodes.get(&h.root)).map(|n| n.cell))
+                    .collect();
+                (choices, cells)
+            })
         })
     })
 }
@@ -380,7 +392,7 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
     let mut reason = "There are not enough hosts available.".to_owned();
     for round in 0..compute.config.schedule_retries.max(1) {
         let now = compute.now();
-        let (choices, cells) = match schedule_round(compute, &spec, &pending, now) {
+        let (choices, cells, in_flight) = match schedule_round(compute, &spec, &pending, now) {
             Ok(found) => found,
             Err(no_host) => {
                 tracing::debug!(instances = pending.len(), reason = %no_host, "no valid host");
@@ -401,6 +413,8 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
             Ok((set, claimed)) => Ok((set, Ok(claimed))),
             Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
         });
+        // Claimed (now in the world) or not: no longer in flight.
+        drop(in_flight);
         match claim {
             Ok(Ok(claimed)) => {
                 // Claimed, not yet handed to a host: the window the heal

@@ -316,7 +316,8 @@ fn judge(compute: &Arc<Compute>, instance: Uuid, host: &str, node_name: &str, cu
         let mut elsewhere = Vec::new();
         for (provider, amounts) in &held.allocations {
             let root = w.placement.provider(provider).map(|p| p.row.root);
-            if root != Some(node.uuid) {
+            // A sharing provider's share (a disk pool) belongs with the host.
+            if root != Some(node.uuid) && !w.placement.sharing_providers.contains(provider) {
                 elsewhere.push(*provider);
             }
             for (class, amount) in amounts {

@@ -6,6 +6,8 @@
 //! - [`health`]: service liveness, operator flags, build failures, and the
 //!   [`health::Clock`];
 //! - [`hub`]: the tasks waiting for each agent connected to this process;
+//! - [`inflight`]: scheduling decisions whose claims are in flight,
+//!   counted by the next scheduler runs;
 //! - [`conductor`]: the boot pipeline (schedule → claim → cell row →
 //!   agent), run by worker tasks fed from a queue;
 //! - [`servers`]: what the API asks of servers: show, list across cells,
@@ -24,6 +26,7 @@ pub mod evacuate;
 pub mod heal;
 pub mod health;
 pub mod hub;
+pub mod inflight;
 pub mod lease_query;
 pub mod leases;
 pub mod live;
@@ -209,6 +212,8 @@ pub struct Compute {
     pub metrics: Metrics,
     /// Test breakpoints.
     pub hooks: TestHooks,
+    /// Scheduling decisions whose claims are in flight.
+    pub in_flight: inflight::InFlight,
     /// Counters of the lease runner.
     pub lease_metrics: leases::LeaseMetrics,
     /// When this process started (its clock): hosts get `service_down_time`
@@ -258,6 +263,7 @@ impl Compute {
             clock,
             metrics: Metrics::default(),
             hooks: TestHooks::default(),
+            in_flight: inflight::InFlight::default(),
             lease_metrics: leases::LeaseMetrics::default(),
             lease_wake: tokio::sync::Notify::new(),
             heal_running: std::sync::atomic::AtomicBool::new(false),

@@ -122,8 +122,9 @@ impl Compute {
     /// Where one instance that exists could go now (resize, migration,
     /// live migration, evacuation, unshelve): the scheduler on a copy of
     /// its request spec, for one instance, with `flavor`, the requested
-    /// `host` forced, the spec's zone replaced when `zone` is given, and the
-    /// `ignore` hosts left out. The choices, best first, or the reason there
+    /// `host` forced, the spec's zone replaced when `zone` is given, the
+    /// `ignore` hosts left out, and only hosts of the instance's cell
+    /// considered (Nova's `requested_destination.cell`). The choices, best first, or the reason there
     /// are none (the detail of Nova's "No valid host was found.").
     pub(crate) fn choose_destination(
         &self,
@@ -140,6 +141,12 @@ impl Compute {
             let Some(spec) = w.compute.request_specs.get(instance) else {
                 return Err("The instance has no request spec.".to_owned());
             };
+            // A move stays in the instance's cell (Nova's
+            // `requested_destination.cell`; cross-cell moves are not
+            // supported): hosts of other cells are never considered.
+            let Some(cell) = w.compute.instance_mappings.get(instance).and_then(|m| m.cell) else {
+                return Err("The instance is not mapped to a cell.".to_owned());
+            };
             let mut spec = spec.clone();
             spec.flavor = flavor.clone();
             spec.num_instances = 1;
@@ -148,7 +155,12 @@ impl Compute {
             }
             spec.force_host = host;
             spec.force_node = None;
-            let request = ScheduleRequest { spec: &spec, instances: &[*instance], ignore_hosts: ignore, seed };
+            let instances = [*instance];
+            let request = ScheduleRequest {
+                ignore_hosts: ignore,
+                cell: Some(cell),
+                ..ScheduleRequest::new(&spec, &instances, seed)
+            };
             match schedule(w, &request, &health, &self.config.scheduler) {
                 Ok((mut choices, _)) => Ok(choices.pop().map(|c| c.choices).unwrap_or_default()),
                 Err(no_host) => Err(no_host.0),

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use berth_compute_model::cell::{ComputeNode, Service};
-use berth_compute_model::{ComputeError, WorldChangeSet, CELL0_UUID, COMPUTE_STATUS_DISABLED};
+use berth_compute_model::{ComputeError, World, WorldChangeSet, CELL0_UUID, COMPUTE_STATUS_DISABLED};
 use berth_model::{Change, ChangeSet};
 use berth_store::{CellOp, CellOutcome};
 use uuid::Uuid;
@@ -38,7 +38,27 @@ pub struct Overview {
     pub down_cells: Vec<Uuid>,
 }
 
+/// Has the compute node `node` reported its inventory (its provider, or
+/// a provider of its tree, holds some)? Nova creates a compute node
+/// record and its resource provider in the same
+/// `update_available_resource`, so a hypervisor is listed only once it
+/// can be scheduled to: berth's agents register their nodes first and
+/// report their provider trees after, and until then the node is not a
+/// hypervisor (`os-hypervisors` leaves it out; its service is listed, as
+/// Nova lists a service from its start).
+pub fn node_reported(world: &World, node: &Uuid) -> bool {
+    let has_inventory = |uuid: &Uuid| world.placement.provider(uuid).is_some_and(|p| !p.inventories.is_empty());
+    world.placement.provider(node).is_some()
+        && (has_inventory(node) || world.placement.descendants(node).iter().any(has_inventory))
+}
+
 impl Compute {
+    /// The compute nodes among `nodes` that reported their inventory
+    /// ([`node_reported`]).
+    pub fn reported_nodes(&self, nodes: impl IntoIterator<Item = Uuid>) -> std::collections::HashSet<Uuid> {
+        crate::control::read(&*self.control, |w| nodes.into_iter().filter(|n| node_reported(w, n)).collect())
+    }
+
     /// Services and compute nodes of every cell (cells that do not answer
     /// within the deadline are reported, not waited for).
     pub async fn overview(&self) -> Overview {

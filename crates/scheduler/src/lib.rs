@@ -126,8 +126,40 @@ pub struct ScheduleRequest<'a> {
     pub instances: &'a [Uuid],
     /// Hosts not to use (retries).
     pub ignore_hosts: &'a [String],
+    /// Only hosts of this cell (Nova's `RequestSpec.requested_destination.cell`:
+    /// a move stays in the instance's cell). `None`: any enabled cell.
+    pub cell: Option<Uuid>,
+    /// Allocations other scheduling decisions chose whose claims have not
+    /// committed (or failed) yet: counted as taken, as Nova's
+    /// `HostState.consume_from_request` counts the selections of earlier
+    /// requests, so concurrent decisions do not all pick the same best
+    /// host. Only a view: the claim alone checks capacity.
+    pub in_flight: &'a [AllocationMap],
     /// Randomness.
     pub seed: u64,
+}
+
+impl<'a> ScheduleRequest<'a> {
+    /// A request for `instances` of `spec` in any cell, nothing ignored,
+    /// nothing in flight.
+    pub fn new(spec: &'a RequestSpec, instances: &'a [Uuid], seed: u64) -> Self {
+        ScheduleRequest { spec, instances, ignore_hosts: &[], cell: None, in_flight: &[], seed }
+    }
+}
+
+/// The compute node an allocation belongs to: the root of its first
+/// provider that is not a sharing provider (`MISC_SHARES_VIA_AGGREGATE`)
+/// and whose root is a compute node. A sharing provider (a Ceph pool's
+/// `DISK_GB`, say) is never anyone's host, whatever order the candidate
+/// lists its providers in.
+pub fn host_root<'p>(world: &World, providers: impl IntoIterator<Item = &'p Uuid>) -> Option<Uuid> {
+    providers.into_iter().find_map(|uuid| {
+        if world.placement.sharing_providers.contains(uuid) {
+            return None;
+        }
+        let root = world.placement.provider(uuid)?.row.root;
+        world.compute.compute_nodes.contains_key(&root).then_some(root)
+    })
 }
 
 /// One allocation candidate, flat: `(provider, resource class, amount)`,
@@ -194,12 +226,12 @@ pub fn schedule(
         .map_err(|e| NoValidHost(format!("Placement refused the request: {e}")))?;
     let mut stats = Stats { candidates: candidates.allocation_requests.len(), ..Stats::default() };
 
-    // Group the candidates by host (the root of their first provider).
+    // Group the candidates by host: the compute node whose tree their
+    // non-sharing providers are in.
     let mut order: Vec<Uuid> = Vec::new();
     let mut by_root: HashMap<Uuid, Vec<Candidate<'_>>> = HashMap::new();
     for candidate in &candidates.allocation_requests {
-        let Some((first, _)) = candidate.allocations.first() else { continue };
-        let Some(root) = world.placement.provider(first).map(|p| p.row.root) else { continue };
+        let Some(root) = host_root(world, candidate.allocations.iter().map(|(p, _)| p)) else { continue };
         let mut flat: Candidate<'_> = Vec::with_capacity(candidate.allocations.len() * 2);
         for (provider, amounts) in &candidate.allocations {
             for (class, amount) in amounts {
@@ -218,20 +250,41 @@ pub fn schedule(
     }
     stats.hosts = order.len();
     let group: Option<&ServerGroup> = spec.group.and_then(|g| world.compute.server_groups.get(&g));
+    // What other decisions' claims in flight take, per provider and per
+    // host (their hosts' free amounts as the weighers see them).
+    let mut extra: HashMap<(Uuid, &str), i64> = HashMap::new();
+    let mut in_flight_on: HashMap<Uuid, Vec<Candidate<'_>>> = HashMap::new();
+    for allocations in request.in_flight {
+        let mut flat: Candidate<'_> = Vec::new();
+        for (provider, amounts) in allocations {
+            for (class, amount) in amounts {
+                *extra.entry((*provider, class.as_str())).or_insert(0) += amount;
+                flat.push((*provider, class.as_str(), *amount));
+            }
+        }
+        if let Some(root) = host_root(world, allocations.keys()) {
+            in_flight_on.entry(root).or_default().push(flat);
+        }
+    }
     let mut hosts: Vec<HostState<'_>> = Vec::new();
     for root in order {
         let Some(node) = world.compute.compute_nodes.get(&root) else { continue };
+        if request.cell.is_some_and(|cell| cell != node.cell) {
+            continue;
+        }
         let mut host =
             HostState { node, candidates: by_root.remove(&root).unwrap_or_default(), free: weighers::Free::default() };
         if filters::passes_static(world, &host, spec, health, request.ignore_hosts) {
             host.free = weighers::Free::of(world, root);
+            for taken in in_flight_on.get(&root).into_iter().flatten() {
+                host.free.take(taken);
+            }
             hosts.push(host);
         }
     }
     stats.filtered = hosts.len();
 
     let mut rng = Rng::new(request.seed);
-    let mut extra: HashMap<(Uuid, &str), i64> = HashMap::new();
     let claiming: std::collections::BTreeSet<Uuid> = request.instances.iter().copied().collect();
     let mut members_on: HashMap<String, i64> = match group {
         Some(group) => group_hosts(world, group, &claiming),

@@ -64,6 +64,13 @@ impl Cloud {
     }
 
     fn add_host(&mut self, ram: i64, mapped: bool) -> Uuid {
+        let cell = self.cell;
+        self.add_host_in(ram, mapped, cell, true)
+    }
+
+    /// A host `h{i}` in `cell`, with local disk or without (`DISK_GB`
+    /// then only from a sharing provider).
+    fn add_host_in(&mut self, ram: i64, mapped: bool, cell: Uuid, disk: bool) -> Uuid {
         let idx = self.roots.len();
         let uuid = Uuid::new_v4();
         let host = format!("h{idx}");
@@ -83,23 +90,16 @@ impl Cloud {
         });
         placement.push(Change::SetInventories {
             provider: uuid,
-            inventories: [
-                ("VCPU".to_owned(), inv(8)),
-                ("MEMORY_MB".to_owned(), inv(ram)),
-                ("DISK_GB".to_owned(), inv(100)),
-            ]
-            .into(),
+            inventories: [("VCPU".to_owned(), inv(8)), ("MEMORY_MB".to_owned(), inv(ram))]
+                .into_iter()
+                .chain(disk.then(|| ("DISK_GB".to_owned(), inv(100))))
+                .collect(),
         });
         let mut set = WorldChangeSet::from(placement);
         if mapped {
-            set.compute(ComputeChange::PutHostMapping(HostMapping { host: host.clone(), cell: self.cell }));
+            set.compute(ComputeChange::PutHostMapping(HostMapping { host: host.clone(), cell }));
         }
-        set.compute(ComputeChange::PutComputeNode(ComputeNodeRef {
-            uuid,
-            host: host.clone(),
-            node: host,
-            cell: self.cell,
-        }));
+        set.compute(ComputeChange::PutComputeNode(ComputeNodeRef { uuid, host: host.clone(), node: host, cell }));
         self.world.apply(&set);
         self.roots.push(uuid);
         uuid
@@ -169,7 +169,7 @@ fn run(
     config: &Config,
 ) -> Result<Vec<InstanceChoices>, NoValidHost> {
     let instances: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
-    let request = ScheduleRequest { spec, instances: &instances, ignore_hosts: &[], seed: 7 };
+    let request = ScheduleRequest::new(spec, &instances, 7);
     schedule(&cloud.world, &request, health, config).map(|(choices, _)| choices)
 }
 
@@ -262,7 +262,8 @@ fn host_subset_size_spreads_identical_requests() {
     let mut picked = HashSet::new();
     for seed in 0..40 {
         let instances = [Uuid::new_v4()];
-        let request = ScheduleRequest { spec: &spec(512), instances: &instances, ignore_hosts: &[], seed };
+        let s512 = spec(512);
+        let request = ScheduleRequest::new(&s512, &instances, seed);
         let (choices, _) = schedule(&cloud.world, &request, &healthy(), &config).expect("placed");
         picked.insert(choices[0].choices[0].root);
     }
@@ -279,7 +280,8 @@ fn limited_results_sample_a_moving_window() {
     let (mut chosen, mut selected) = (HashSet::new(), HashSet::new());
     for seed in 0..200u64 {
         let instances = [Uuid::new_v4()];
-        let request = ScheduleRequest { spec: &spec(512), instances: &instances, ignore_hosts: &[], seed };
+        let s512 = spec(512);
+        let request = ScheduleRequest::new(&s512, &instances, seed);
         let (choices, stats) = schedule(&cloud.world, &request, &healthy(), &config).expect("placed");
         assert_eq!(stats.candidates, 3, "the limit holds");
         assert_eq!(choices[0].choices.len(), 3, "selection and alternates come from the window");
@@ -288,4 +290,102 @@ fn limited_results_sample_a_moving_window() {
     }
     assert_eq!(chosen.len(), 20, "every host is reachable through some window");
     assert!(selected.len() >= 15, "selections spread over the cloud: {}", selected.len());
+}
+
+/// A `DISK_GB` pool shared (`MISC_SHARES_VIA_AGGREGATE`) with `hosts`
+/// through one placement aggregate; returns its uuid.
+fn share_disk(cloud: &mut Cloud, hosts: &[Uuid]) -> Uuid {
+    let (pool, aggregate) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut set = ChangeSet::new();
+    set.push(Change::PutProvider {
+        row: ProviderRow {
+            id: 10_000,
+            uuid: pool,
+            name: "ceph".into(),
+            generation: 0,
+            parent: None,
+            root: pool,
+            created_at: 0,
+            updated_at: 0,
+        },
+        expected_generation: None,
+    });
+    set.push(Change::SetInventories { provider: pool, inventories: [("DISK_GB".to_owned(), inv(1000))].into() });
+    set.push(Change::SetProviderTraits { provider: pool, traits: ["MISC_SHARES_VIA_AGGREGATE".to_owned()].into() });
+    for provider in hosts.iter().chain([&pool]) {
+        set.push(Change::SetProviderAggregates { provider: *provider, aggregates: [aggregate].into() });
+    }
+    cloud.world.apply(&set.into());
+    pool
+}
+
+/// Hosts without local disk take `DISK_GB` from a sharing provider: the
+/// host of a candidate is the compute node, never the pool, although the
+/// pool's `DISK_GB` comes first in the candidate.
+#[test]
+fn a_shared_disk_pool_is_never_the_host() {
+    let mut cloud = Cloud::new(&[]);
+    let cell = cloud.cell;
+    let hosts = [cloud.add_host_in(4096, true, cell, false), cloud.add_host_in(2048, true, cell, false)];
+    let pool = share_disk(&mut cloud, &hosts);
+    let choices = run(&cloud, &spec(512), 1, &healthy(), &Config::default()).expect("placed on a diskless host");
+    let choice = &choices[0].choices;
+    assert_eq!(choice.iter().map(|c| c.root).collect::<Vec<_>>(), hosts.to_vec(), "both hosts, the freest first");
+    let first = &choice[0].allocations;
+    assert_eq!(first[&pool]["DISK_GB"], 1, "the disk comes from the pool: {first:?}");
+    assert_eq!(first[&hosts[0]]["MEMORY_MB"], 512);
+    assert_eq!(host_root(&cloud.world, first.keys()), Some(hosts[0]));
+}
+
+/// A move names the instance's cell: hosts of other cells are never
+/// considered, even when they would win the weighing.
+#[test]
+fn a_request_pinned_to_a_cell_stays_in_it() {
+    let mut cloud = Cloud::new(&[1024]);
+    let other = Uuid::new_v4();
+    let mut set = WorldChangeSet::new();
+    set.compute(ComputeChange::PutCell(CellMapping {
+        uuid: other,
+        name: "cell2".into(),
+        database_connection: String::new(),
+        disabled: false,
+    }));
+    cloud.world.apply(&set);
+    let big = cloud.add_host_in(65536, true, other, true);
+    let instances = [Uuid::new_v4()];
+    let s512 = spec(512);
+    let (choices, _) =
+        schedule(&cloud.world, &ScheduleRequest::new(&s512, &instances, 1), &healthy(), &Config::default())
+            .expect("placed");
+    assert_eq!(choices[0].choices[0].root, big, "unpinned, the big host of the other cell wins");
+    let request = ScheduleRequest { cell: Some(cloud.cell), ..ScheduleRequest::new(&s512, &instances, 1) };
+    let (choices, _) = schedule(&cloud.world, &request, &healthy(), &Config::default()).expect("placed");
+    assert_eq!(choices[0].choices.iter().map(|c| c.root).collect::<Vec<_>>(), vec![cloud.roots[0]]);
+    let request = ScheduleRequest { cell: Some(Uuid::new_v4()), ..ScheduleRequest::new(&s512, &instances, 1) };
+    assert!(schedule(&cloud.world, &request, &healthy(), &Config::default()).is_err(), "no host in that cell");
+}
+
+/// Selections whose claims are in flight count as taken: the next
+/// decision weighs the host without them and picks another, and a host
+/// they fill is not proposed at all.
+#[test]
+fn claims_in_flight_count_as_taken() {
+    let cloud = Cloud::new(&[4096, 4000]);
+    let instances = [Uuid::new_v4()];
+    let s512 = spec(512);
+    let pick = |in_flight: &[AllocationMap]| {
+        let request = ScheduleRequest { in_flight, ..ScheduleRequest::new(&s512, &instances, 3) };
+        schedule(&cloud.world, &request, &healthy(), &Config::default()).map(|(c, _)| c[0].choices[0].root)
+    };
+    assert_eq!(pick(&[]), Ok(cloud.roots[0]), "the freest host");
+    let on_h0 = |ram: i64| {
+        let mut map = AllocationMap::new();
+        map.entry(cloud.roots[0]).or_default().extend([("VCPU".to_owned(), 1), ("MEMORY_MB".to_owned(), ram)]);
+        map
+    };
+    assert_eq!(pick(&[on_h0(512)]), Ok(cloud.roots[1]), "h0 less free while a claim on it is in flight");
+    let full = [on_h0(4096)];
+    let request = ScheduleRequest { in_flight: &full, ..ScheduleRequest::new(&s512, &instances, 3) };
+    let (choices, _) = schedule(&cloud.world, &request, &healthy(), &Config::default()).expect("placed");
+    assert_eq!(choices[0].choices.iter().map(|c| c.root).collect::<Vec<_>>(), vec![cloud.roots[1]], "h0 is full");
 }

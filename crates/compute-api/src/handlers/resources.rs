@@ -375,11 +375,15 @@ fn hypervisors(ctx: Arc<ComputeCtx>, req: Req, detail: bool) -> HandlerFuture {
         let with_servers =
             v.at_least(53) && req.query_one("with_servers").is_some_and(|w| api::parse_bool(w).unwrap_or(false));
         let mut items = Vec::new();
+        // A node is a hypervisor once its inventory is reported.
+        let reported =
+            ctx.compute.reported_nodes(overview.services.iter().flat_map(|s| s.nodes.iter().map(|n| n.uuid)));
         let mut entries: Vec<(&HostService, &berth_compute_model::cell::ComputeNode)> = overview
             .services
             .iter()
             .filter(|s| s.service.binary == "nova-compute")
             .flat_map(|s| s.nodes.iter().map(move |n| (s, n)))
+            .filter(|(_, n)| reported.contains(&n.uuid))
             .filter(|(_, n)| pattern.as_ref().is_none_or(|p| n.hypervisor_hostname.contains(p.as_str())))
             .collect();
         if let Some(pattern) = pattern.as_ref().filter(|_| v.at_least(53)) {
@@ -455,6 +459,7 @@ pub fn show_hypervisor(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
                 .find(|n| n.uuid.to_string() == id || (!v.at_least(53) && n.id.to_string() == id))
                 .map(|n| (s, n))
         });
+        let found = found.filter(|(_, n)| !ctx.compute.reported_nodes([n.uuid]).is_empty());
         let Some((service, node)) = found else {
             return Err(ApiError::not_found(format!("Hypervisor with ID {id} could not be found.")));
         };

@@ -3,6 +3,8 @@
 //! scheduling failures buried in cell0; deleting while the conductor is
 //! held; multi-create.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::json;
 
 use super::support::{by_status, Cloud, Hosts};
@@ -164,5 +166,108 @@ async fn multi_create_lowered_to_quota_then_all_or_nothing() {
     assert_eq!(answer.status, 202);
     let servers = nova.wait_all_settled().await;
     assert_eq!(by_status(&servers).get("ACTIVE"), Some(&4));
+    cloud.check_invariants().await;
+}
+
+/// PUT a provider sub-resource (`inventories`, `traits`, `aggregates`)
+/// with the provider's current generation, again if another write moved
+/// it meanwhile.
+async fn put_with_generation(placement: &crate::support::Client, uuid: &str, what: &str, body: serde_json::Value) {
+    for _ in 0..10 {
+        let provider = placement.get(&format!("/resource_providers/{uuid}")).await;
+        let mut body = body.clone();
+        body["resource_provider_generation"] = provider.body["generation"].clone();
+        let reply = placement.put(&format!("/resource_providers/{uuid}/{what}"), &body).await;
+        if reply.status == 200 {
+            return;
+        }
+        assert_eq!(reply.status, 409, "PUT {what} of {uuid}: {:?}", reply.body);
+    }
+    panic!("PUT {what} of {uuid} kept conflicting");
+}
+
+/// Hosts without local disk take `DISK_GB` from a pool shared with them
+/// through an aggregate (`MISC_SHARES_VIA_AGGREGATE`, a Ceph-backed
+/// cloud): every boot lands on one of the hosts, never "on" the pool,
+/// and its allocation is split between the host (VCPU, MEMORY_MB) and the
+/// pool (DISK_GB).
+#[tokio::test]
+async fn hosts_sharing_a_disk_pool_take_boots() {
+    let mut cloud = Cloud::start("boot-shared-disk", &[]).await;
+    cloud.add_agent(Hosts::new("rbd", 2, &["--disk-gb", "0"])).await;
+    let placement = cloud.server.client();
+    let created = placement.post("/resource_providers", &json!({"name": "ceph-pool"})).await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    let pool = created.body["uuid"].as_str().expect("pool uuid").to_owned();
+    put_with_generation(&placement, &pool, "inventories", json!({"inventories": {"DISK_GB": {"total": 1000}}})).await;
+    put_with_generation(&placement, &pool, "traits", json!({"traits": ["MISC_SHARES_VIA_AGGREGATE"]})).await;
+    let aggregate = uuid::Uuid::new_v4().to_string();
+    let mut hosts = HashMap::new();
+    for name in ["rbd0", "rbd1"] {
+        let found = placement.get(&format!("/resource_providers?name={name}")).await;
+        let uuid = found.body["resource_providers"][0]["uuid"].as_str().expect("host provider").to_owned();
+        let inventories = placement.get(&format!("/resource_providers/{uuid}/inventories")).await.body;
+        assert!(inventories["inventories"].get("DISK_GB").is_none(), "{name} has no local disk: {inventories}");
+        put_with_generation(&placement, &uuid, "aggregates", json!({"aggregates": [aggregate]})).await;
+        hosts.insert(uuid, name);
+    }
+    put_with_generation(&placement, &pool, "aggregates", json!({"aggregates": [aggregate]})).await;
+
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("disky", 1, 256, 10).await;
+    let image = nova.image("cirros", json!({})).await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(nova.boot_id(&format!("vm{i}"), &flavor, &image).await);
+    }
+    let mut used = HashSet::new();
+    for id in &ids {
+        let server = nova.wait_settled(id).await;
+        assert_eq!(server["status"], "ACTIVE", "{server}");
+        let host = server["OS-EXT-SRV-ATTR:host"].as_str().expect("host").to_owned();
+        let allocations = placement.get(&format!("/allocations/{id}")).await.body["allocations"].clone();
+        assert_eq!(allocations[&pool]["resources"], json!({"DISK_GB": 10}), "disk from the pool: {allocations}");
+        let (node, name) = hosts.iter().find(|(_, n)| **n == host).expect("on one of the hosts");
+        assert_eq!(
+            allocations[node.as_str()]["resources"],
+            json!({"VCPU": 1, "MEMORY_MB": 256}),
+            "the rest on {name}: {allocations}"
+        );
+        assert_eq!(allocations.as_object().map(|a| a.len()), Some(2), "{allocations}");
+        used.insert(host);
+    }
+    assert_eq!(used.len(), 2, "both hosts take boots: {used:?}");
+    let usages = placement.get(&format!("/resource_providers/{pool}/usages")).await.body;
+    assert_eq!(usages["usages"]["DISK_GB"], 40, "{usages}");
+    // A cold migration: the migration consumer keeps the source's share
+    // of the pool and the server takes one with the destination until the
+    // confirm (as in Nova), then one share again.
+    let moved = &ids[0];
+    let answer = nova.post(&format!("/servers/{moved}/action"), &json!({"migrate": null})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let server = super::support::wait_status(&nova, moved, "VERIFY_RESIZE").await;
+    assert!(server["OS-EXT-SRV-ATTR:host"].as_str().is_some_and(|h| h.starts_with("rbd")), "{server}");
+    let usages = placement.get(&format!("/resource_providers/{pool}/usages")).await.body;
+    assert_eq!(usages["usages"]["DISK_GB"], 50, "{usages}");
+    cloud.check_invariants().await;
+    let answer = nova.post(&format!("/servers/{moved}/action"), &json!({"confirmResize": null})).await;
+    assert_eq!(answer.status, 204, "{:?}", answer.body);
+    super::support::wait_status(&nova, moved, "ACTIVE").await;
+    let usages = placement.get(&format!("/resource_providers/{pool}/usages")).await.body;
+    assert_eq!(usages["usages"]["DISK_GB"], 40, "{usages}");
+    // The heal finds nothing to report: a share of a sharing provider is
+    // part of a server's allocation, not an allocation on another host.
+    cloud.test_hook("clock", json!({"advance": 3600})).await;
+    let report: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/admin/v1/heal", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .json(&json!({"dry_run": true}))
+        .send()
+        .await
+        .expect("heal")
+        .json()
+        .await
+        .expect("heal report");
+    assert_eq!(report["unresolved"], json!([]), "{report}");
     cloud.check_invariants().await;
 }

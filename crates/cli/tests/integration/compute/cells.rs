@@ -217,3 +217,151 @@ async fn unreachable_cell_is_skipped_within_the_deadline() {
     assert!(started.elapsed() < Duration::from_millis(500));
     proxy.restore();
 }
+
+/// The host a server is on (after `wait_status`).
+fn host_of(server: &Value) -> String {
+    server["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or_else(|| panic!("no host: {server}")).to_owned()
+}
+
+/// Every kind of move stays in the server's cell (Nova's
+/// `requested_destination.cell`): the server's cell has room while a much
+/// bigger host in another cell would win the weighing. Cold migration,
+/// live migration, resize, unshelve and evacuation each land on the other
+/// host of the server's cell; before, each chose the other cell's host
+/// and then found no valid host.
+#[tokio::test]
+async fn moves_stay_in_the_servers_cell() {
+    use super::evacuate::{advance, wait_migration, wait_states};
+    use super::moves::{action, setup, FOUR};
+    use super::support::wait_status;
+
+    let mut cloud = Cloud::start("cells-moves", &[]).await;
+    create_cell(&cloud, "cellB", None).await;
+    cloud.add_agent(Hosts::new("x", 1, FOUR)).await;
+    cloud.add_agent(Hosts::new("y", 1, FOUR)).await;
+    let big = ["--vcpus", "64", "--cpu-ratio", "1.0", "--memory-mb", "262144", "--disk-gb", "1000"];
+    cloud.add_agent(Hosts::new("big", 1, &big).in_cell("cellB")).await;
+    let nova = cloud.nova("admin");
+    let image = setup(&nova).await;
+    let small = nova.flavor("small", 1, 512, 1).await;
+    let bigger = nova.flavor("bigger", 2, 1024, 1).await;
+    let id = boot_on(&nova, "vm", &small, &image, "x0").await;
+    assert_eq!(host_of(&wait_status(&nova, &id, "ACTIVE").await), "x0");
+    let other = |host: &str| if host == "x0" { "y0" } else { "x0" }.to_owned();
+    let path = format!("/servers/{id}/action");
+
+    // Cold migration.
+    assert_eq!(action(&nova, &id, json!({"migrate": null})).await, 202);
+    assert_eq!(host_of(&wait_status(&nova, &id, "VERIFY_RESIZE").await), "y0", "migrated within its cell");
+    assert_eq!(action(&nova, &id, json!({"confirmResize": null})).await, 204);
+    wait_status(&nova, &id, "ACTIVE").await;
+
+    // Live migration.
+    let live = json!({"os-migrateLive": {"block_migration": "auto", "host": null}});
+    let answer = nova.at("2.30").post(&path, &live).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let server = wait_status(&nova, &id, "ACTIVE").await;
+        if host_of(&server) == "x0" {
+            break;
+        }
+        let moves = nova.at("2.80").get(&format!("/os-migrations?instance_uuid={id}")).await.body;
+        assert_ne!(moves["migrations"][0]["status"], "error", "live migration failed: {moves}");
+        assert!(Instant::now() < deadline, "never live-migrated to x0: {server}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Resize.
+    assert_eq!(action(&nova, &id, json!({"resize": {"flavorRef": bigger}})).await, 202);
+    assert_eq!(host_of(&wait_status(&nova, &id, "VERIFY_RESIZE").await), "y0", "resized within its cell");
+    assert_eq!(action(&nova, &id, json!({"confirmResize": null})).await, 204);
+    wait_status(&nova, &id, "ACTIVE").await;
+
+    // Unshelve (shelve offloads at once).
+    assert_eq!(action(&nova, &id, json!({"shelve": null})).await, 202);
+    wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+    assert_eq!(action(&nova, &id, json!({"unshelve": null})).await, 202);
+    let host = host_of(&wait_status(&nova, &id, "ACTIVE").await);
+    assert!(host == "x0" || host == "y0", "unshelved within its cell: {host}");
+
+    // Evacuation: the source's agent is killed and its service goes down.
+    let source_agent = if host == "x0" { 0 } else { 1 };
+    let dest = other(&host);
+    cloud.kill_agent(source_agent);
+    let (status, _) = advance(&cloud, 120).await;
+    assert_eq!(status, 200);
+    wait_states(&nova, &[host.as_str()], &[dest.as_str(), "big0"]).await;
+    let answer = nova.at("2.29").post(&path, &json!({"evacuate": {}})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    wait_migration(&nova, &id, "done").await;
+    assert_eq!(host_of(&wait_status(&nova, &id, "ACTIVE").await), dest, "evacuated within its cell");
+    cloud.restart_agent(source_agent).await;
+    wait_migration(&nova, &id, "completed").await;
+    cloud.check_invariants().await;
+}
+
+/// A registered host becomes a hypervisor once its inventory is reported,
+/// as in Nova, where the compute node record and its resource provider
+/// come from the same `update_available_resource`: in between (berth's
+/// agents register first and report their trees after) the service is
+/// listed and up, but `os-hypervisors` does not list the node (nor shows
+/// it: 404), also when its provider exists without inventory. Once the
+/// inventory is there it is listed, up.
+#[tokio::test]
+async fn a_host_is_a_hypervisor_once_its_inventory_is_reported() {
+    let cloud = Cloud::start("cells-reported", &[]).await;
+    let host = json!({"host": "late0", "node": "late0", "vcpus": 4, "memory_mb": 4096, "local_gb": 10,
+                      "hypervisor_type": "fake"});
+    let resp = reqwest::Client::new()
+        .post(format!("{}/agent/v1/register", cloud.server.base))
+        .header("x-auth-token", "admin")
+        .json(&json!({"agent": "manual", "hosts": [host]}))
+        .send()
+        .await
+        .expect("register");
+    assert_eq!(resp.status().as_u16(), 200);
+    let answer: Value = resp.json().await.expect("register answer");
+    let node = answer["hosts"][0]["node_uuid"].as_str().expect("node uuid").to_owned();
+    let nova = cloud.nova("admin").at("2.53");
+    let listed = |nova: Nova| async move {
+        let mut out = Vec::new();
+        for path in ["/os-hypervisors", "/os-hypervisors/detail"] {
+            let answer = nova.get(path).await;
+            assert_eq!(answer.status, 200, "{:?}", answer.body);
+            out.push(answer.body["hypervisors"].as_array().cloned().unwrap_or_default());
+        }
+        out
+    };
+    let services = nova.get("/os-services?binary=nova-compute").await.body;
+    assert_eq!(services["services"][0]["host"], "late0", "{services}");
+    assert_eq!(services["services"][0]["state"], "up", "the service is up from its start: {services}");
+    let show = format!("/os-hypervisors/{node}");
+    for stage in ["registered", "provider without inventory"] {
+        for list in listed(nova.clone()).await {
+            assert!(list.is_empty(), "{stage}: not a hypervisor yet: {list:?}");
+        }
+        let answer = nova.get(&show).await;
+        assert_eq!(answer.status, 404, "{stage}: {:?}", answer.body);
+        assert_eq!(answer.body["itemNotFound"]["message"], format!("Hypervisor with ID {node} could not be found."));
+        if stage == "registered" {
+            let created =
+                cloud.server.client().post("/resource_providers", &json!({"name": "late0", "uuid": node})).await;
+            assert_eq!(created.status, 200, "{:?}", created.body);
+        }
+    }
+    let inventories = json!({"resource_provider_generation": 0,
+                             "inventories": {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 4096}}});
+    let put = cloud.server.client().put(&format!("/resource_providers/{node}/inventories"), &inventories).await;
+    assert_eq!(put.status, 200, "{:?}", put.body);
+    for list in listed(nova.clone()).await {
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert_eq!(list[0]["id"], node.as_str());
+        assert_eq!(list[0]["hypervisor_hostname"], "late0");
+        assert_eq!(list[0]["state"], "up");
+    }
+    let answer = nova.get(&show).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(answer.body["hypervisor"]["state"], "up");
+    cloud.check_invariants().await;
+}

@@ -29,7 +29,7 @@ async fn migrations_of(nova: &Nova, id: &str) -> Vec<Value> {
 }
 
 /// Wait until the server's newest migration has `status`.
-async fn wait_migration(nova: &Nova, id: &str, status: &str) -> Value {
+pub(super) async fn wait_migration(nova: &Nova, id: &str, status: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let moves = migrations_of(nova, id).await;
@@ -63,7 +63,7 @@ async fn services(nova: &Nova) -> Vec<Value> {
 
 /// Wait until every host in `down` is reported down and every host in
 /// `up` up.
-async fn wait_states(nova: &Nova, down: &[&str], up: &[&str]) {
+pub(super) async fn wait_states(nova: &Nova, down: &[&str], up: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let all = services(nova).await;
@@ -184,7 +184,7 @@ async fn evacuate_from_a_killed_host_then_the_source_comes_back() {
     cloud.check_invariants().await;
 }
 
-async fn advance(cloud: &Cloud, seconds: i64) -> (u16, Value) {
+pub(super) async fn advance(cloud: &Cloud, seconds: i64) -> (u16, Value) {
     let reply = cloud.server.client().post("/admin/v1/test/clock", &json!({"advance": seconds})).await;
     (reply.status, reply.body)
 }

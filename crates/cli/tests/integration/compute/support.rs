@@ -466,9 +466,20 @@ pub(crate) async fn check_invariants(server: &TestServer) {
                 assert!(used <= capacity, "provider {uuid} over capacity on {class}: {used} > {capacity}");
             }
         }
+        // A sharing provider (a shared disk pool) is nobody's host: its
+        // consumers must live, wherever they run.
+        let traits = placement.get(&format!("/resource_providers/{uuid}/traits")).await.body;
+        let sharing = traits["traits"].as_array().is_some_and(|t| t.iter().any(|t| t == "MISC_SHARES_VIA_AGGREGATE"));
         let allocations = placement.get(&format!("/resource_providers/{uuid}/allocations")).await.body;
         if let Some(consumers) = allocations["allocations"].as_object() {
             for consumer in consumers.keys() {
+                if sharing {
+                    assert!(
+                        live.contains_key(consumer) || moving.contains_key(consumer),
+                        "allocation of {consumer} on sharing provider {uuid} has no live server or open move"
+                    );
+                    continue;
+                }
                 // A move under way: its migration consumer holds the
                 // source (and only the source) until confirm or revert.
                 if let Some(migration) = moving.get(consumer) {
