@@ -165,6 +165,7 @@ pub struct Metrics {
 pub struct TestHooks {
     held: std::sync::Mutex<std::collections::HashSet<String>>,
     released: tokio::sync::Notify,
+    waiting: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 impl TestHooks {
@@ -181,13 +182,29 @@ impl TestHooks {
 
     /// Wait while `point` is held.
     pub async fn pass(&self, point: &str) {
+        let mut counted = false;
         loop {
             let released = self.released.notified();
             if !self.held.lock().unwrap_or_else(|p| p.into_inner()).contains(point) {
-                return;
+                break;
+            }
+            if !counted {
+                *self.waiting.lock().unwrap_or_else(|p| p.into_inner()).entry(point.to_owned()).or_default() += 1;
+                counted = true;
             }
             released.await;
         }
+        if counted {
+            if let Some(n) = self.waiting.lock().unwrap_or_else(|p| p.into_inner()).get_mut(point) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// How many callers are held at `point` now (tests wait for this
+    /// instead of guessing how long a request takes to get there).
+    pub fn waiting(&self, point: &str) -> usize {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).get(point).copied().unwrap_or(0)
     }
 }
 
