@@ -219,20 +219,6 @@ async fn unreachable_cell_is_skipped_within_the_deadline() {
     proxy.restore();
 }
 
-/// Wait until `n` callers are held at the test hook `point`.
-async fn wait_held(cloud: &Cloud, point: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, answer) = admin(cloud, "POST", "/test/waiting", json!({"point": point})).await;
-        assert_eq!(status, 200, "{answer}");
-        if answer["waiting"].as_u64() == Some(n) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never {n} held at {point}: {answer}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Wait until the server's claim has moved it out of its build request
 /// (`GET /servers/{id}` shows the cell row: a host).
 async fn wait_claimed(nova: &Nova, id: &str) {
@@ -262,7 +248,7 @@ async fn a_server_claimed_during_a_listing_is_listed_once() {
     // The boot's row is in the cell, its claim not made yet.
     admin(&cloud, "POST", "/test/hold", json!({"point": "before-claim"})).await;
     let mut id = nova.boot_id("building", &flavor, &image).await;
-    wait_held(&cloud, "before-claim", 1).await;
+    cloud.wait_held("before-claim", 1).await;
     for path in ["/servers", "/servers/detail", "/servers?limit=1", "/servers/detail?limit=2"] {
         admin(&cloud, "POST", "/test/hold", json!({"point": "listing-between-reads"})).await;
         let listing = tokio::spawn({
@@ -270,7 +256,7 @@ async fn a_server_claimed_during_a_listing_is_listed_once() {
             let path = path.to_owned();
             async move { nova.get(&path).await }
         });
-        wait_held(&cloud, "listing-between-reads", 1).await;
+        cloud.wait_held("listing-between-reads", 1).await;
         // The claim commits while the listing is between its reads.
         admin(&cloud, "POST", "/test/release", json!({"point": "before-claim"})).await;
         wait_claimed(&nova, &id).await;
@@ -291,7 +277,7 @@ async fn a_server_claimed_during_a_listing_is_listed_once() {
         super::support::wait_gone(&nova, &id).await;
         admin(&cloud, "POST", "/test/hold", json!({"point": "before-claim"})).await;
         id = nova.boot_id("building", &flavor, &image).await;
-        wait_held(&cloud, "before-claim", 1).await;
+        cloud.wait_held("before-claim", 1).await;
     }
     admin(&cloud, "POST", "/test/release", json!({"point": "before-claim"})).await;
     nova.wait_all_settled().await;
@@ -312,10 +298,10 @@ async fn pages_neither_repeat_nor_skip_a_server_claimed_between_them() {
     // before scheduling: both are build requests.
     admin(&cloud, "POST", "/test/hold", json!({"point": "before-claim"})).await;
     let a = nova.boot_id("a", &flavor, &image).await;
-    wait_held(&cloud, "before-claim", 1).await;
+    cloud.wait_held("before-claim", 1).await;
     admin(&cloud, "POST", "/test/hold", json!({"point": "before-schedule"})).await;
     let b = nova.boot_id("b", &flavor, &image).await;
-    wait_held(&cloud, "before-schedule", 1).await;
+    cloud.wait_held("before-schedule", 1).await;
     let by_name = "/servers?sort_key=display_name&sort_dir=asc";
     assert_eq!(ids(&nova.get(&format!("{by_name}&limit=2")).await.body), vec![a.clone(), b.clone()]);
     assert_eq!(ids(&nova.get(&format!("{by_name}&limit=1")).await.body), vec![a.clone()]);
