@@ -316,3 +316,56 @@ async fn pages_neither_repeat_nor_skip_a_server_claimed_between_them() {
     nova.wait_all_settled().await;
     cloud.check_invariants().await;
 }
+
+/// Listings polled while boots are admitted and claimed concurrently
+/// never show a server twice, within a page or across the pages of one
+/// walk (the deterministic windows are the two tests above; this one
+/// checks the whole flow).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listings_polled_during_concurrent_boots_never_repeat_a_server() {
+    let mut cloud = Cloud::start("cells-list-poll", &[]).await;
+    cloud.add_agent(Hosts::new("p", 4, &[])).await;
+    let nova = cloud.nova("admin");
+    let limits = json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}});
+    assert_eq!(nova.put("/os-quota-sets/admin", &limits).await.status, 200);
+    let flavor = nova.flavor("f", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let booters: Vec<_> = (0..4)
+        .map(|b| {
+            let (nova, flavor, image) = (nova.clone(), flavor.clone(), image.clone());
+            tokio::spawn(async move {
+                for i in 0..10 {
+                    nova.boot_id(&format!("poll-{b}-{i}"), &flavor, &image).await;
+                }
+            })
+        })
+        .collect();
+    let mut polls = 0;
+    while polls < 20 || !booters.iter().all(|b| b.is_finished()) {
+        polls += 1;
+        let listed = ids(&nova.get("/servers/detail?limit=1000").await.body);
+        let unique: HashSet<&String> = listed.iter().collect();
+        assert_eq!(unique.len(), listed.len(), "a server listed twice: {listed:?}");
+        let mut walked: Vec<String> = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let path = match &marker {
+                Some(m) => format!("/servers?limit=4&marker={m}"),
+                None => "/servers?limit=4".to_owned(),
+            };
+            let answer = nova.get(&path).await;
+            assert_eq!(answer.status, 200, "{path}: {:?}", answer.body);
+            let page = ids(&answer.body);
+            let Some(last) = page.last().cloned() else { break };
+            walked.extend(page);
+            marker = Some(last);
+        }
+        let unique: HashSet<&String> = walked.iter().collect();
+        assert_eq!(unique.len(), walked.len(), "a server on two pages: {walked:?}");
+    }
+    for booter in booters {
+        booter.await.expect("booter");
+    }
+    assert_eq!(nova.wait_all_settled().await.len(), 40);
+    cloud.check_invariants().await;
+}
