@@ -182,22 +182,27 @@ impl TestHooks {
 
     /// Wait while `point` is held.
     pub async fn pass(&self, point: &str) {
-        let mut counted = false;
+        // Counted while held; the guard uncounts even if the caller is
+        // dropped while waiting (a listing whose client went away).
+        struct Counted<'a>(&'a TestHooks, &'a str);
+        impl Drop for Counted<'_> {
+            fn drop(&mut self) {
+                if let Some(n) = self.0.waiting.lock().unwrap_or_else(|p| p.into_inner()).get_mut(self.1) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        let mut counted: Option<Counted<'_>> = None;
         loop {
             let released = self.released.notified();
             if !self.held.lock().unwrap_or_else(|p| p.into_inner()).contains(point) {
-                break;
+                return;
             }
-            if !counted {
+            if counted.is_none() {
                 *self.waiting.lock().unwrap_or_else(|p| p.into_inner()).entry(point.to_owned()).or_default() += 1;
-                counted = true;
+                counted = Some(Counted(self, point));
             }
             released.await;
-        }
-        if counted {
-            if let Some(n) = self.waiting.lock().unwrap_or_else(|p| p.into_inner()).get_mut(point) {
-                *n = n.saturating_sub(1);
-            }
         }
     }
 
