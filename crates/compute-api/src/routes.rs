@@ -202,6 +202,7 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         r("/heal", vec![v1a(M::POST, agents::heal)]),
         r("/test/hold", vec![v1s(M::POST, agents::hold)]),
         r("/test/release", vec![v1s(M::POST, agents::release)]),
+        r("/test/waiting", vec![v1s(M::POST, agents::waiting)]),
         r("/test/clock", vec![v1s(M::POST, agents::advance_clock)]),
     ];
     Ok(Api {

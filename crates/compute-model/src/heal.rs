@@ -21,7 +21,9 @@ pub enum ConsumerKind {
     /// request), or a consumer with no allocations: nothing to do.
     Known,
     /// An `INSTANCE` consumer with no instance mapping and no build
-    /// request: an orphan (its server was deleted, or it never was one).
+    /// request: an orphan if berth created its server (its server was
+    /// deleted), else another client's; only the cells know which, and the
+    /// caller asks them (a cell row never goes while it has allocations).
     OrphanInstance,
     /// A `MIGRATION` consumer: an orphan unless an open migration has its
     /// uuid (the cells know; the caller checks).

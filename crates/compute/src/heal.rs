@@ -4,7 +4,10 @@
 //!
 //! It finds
 //! - **orphans**: `INSTANCE` consumers with allocations but no instance
-//!   mapping and no build request (their server is gone), and `MIGRATION`
+//!   mapping and no build request whose uuid one of berth's cells holds
+//!   as an instance row, soft-deleted included (a server berth created
+//!   and whose mapping is gone; any other `INSTANCE` consumer is another
+//!   client's, e.g. a real Nova's, and is never touched), and `MIGRATION`
 //!   consumers no open migration names;
 //! - **instances** (`active` or `stopped`, no task, on a host, in a cell)
 //!   whose allocation is missing, or differs from what their flavor asks
@@ -85,6 +88,37 @@ struct Orphan {
     kind: ConsumerKind,
 }
 
+/// The orphan candidates of type `INSTANCE` whose uuid is an instance
+/// row (soft-deleted included) in one of berth's cells: servers berth's
+/// own compute created. Only those are ever removed; a cell that cannot be
+/// read confirms none of its own (they wait for a later run).
+async fn instances_known_to_cells(
+    compute: &Arc<Compute>,
+    cells: &[berth_compute_model::CellMapping],
+    orphans: &[Orphan],
+) -> HashSet<Uuid> {
+    let candidates: Vec<Uuid> =
+        orphans.iter().filter(|o| o.kind == ConsumerKind::OrphanInstance).map(|o| o.consumer).collect();
+    let mut ours = HashSet::new();
+    if candidates.is_empty() {
+        return ours;
+    }
+    for cell in cells {
+        let Ok(handle) = compute.cells.get(cell) else { continue };
+        for chunk in candidates.chunks(CHUNK) {
+            let chunk = chunk.to_vec();
+            match compute.cells.read(&handle, move |s| s.instances(&chunk)).await {
+                Ok(rows) => ours.extend(rows.into_iter().map(|row| row.uuid)),
+                Err(err) => {
+                    tracing::warn!(cell = %cell.name, error = %err, "heal: cell unreadable; its orphans wait");
+                    break;
+                }
+            }
+        }
+    }
+    ours
+}
+
 /// Run the heal once (`dry_run`: find and report, write nothing).
 pub async fn heal(compute: &Arc<Compute>, dry_run: bool) -> HealReport {
     let now = compute.now();
@@ -108,11 +142,18 @@ pub async fn heal(compute: &Arc<Compute>, dry_run: bool) -> HealReport {
         out.sort_by_key(|o| o.consumer);
         out
     });
-    let cells: Vec<_> = compute.cell_mappings().into_iter().filter(|c| c.uuid != CELL0_UUID).collect();
+    let all_cells = compute.cell_mappings();
+    let ours = instances_known_to_cells(compute, &all_cells, &orphans).await;
+    let cells: Vec<_> = all_cells.into_iter().filter(|c| c.uuid != CELL0_UUID).collect();
     let mut open_migrations: Option<HashSet<Uuid>> = None;
     let mut closed_migrations: Vec<(Uuid, i64)> = Vec::new();
     for orphan in orphans {
         match orphan.kind {
+            ConsumerKind::OrphanInstance if !ours.contains(&orphan.consumer) => {
+                // No cell of berth's has ever held this instance: another
+                // client's consumer (a real Nova using this placement).
+                tracing::debug!(consumer = %orphan.consumer, "heal: INSTANCE consumer berth never created left alone");
+            }
             ConsumerKind::OrphanInstance => {
                 let fixed = if dry_run {
                     true

@@ -168,6 +168,7 @@ pub struct Metrics {
 pub struct TestHooks {
     held: std::sync::Mutex<std::collections::HashSet<String>>,
     released: tokio::sync::Notify,
+    waiting: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 impl TestHooks {
@@ -184,13 +185,34 @@ impl TestHooks {
 
     /// Wait while `point` is held.
     pub async fn pass(&self, point: &str) {
+        // Counted while held; the guard uncounts even if the caller is
+        // dropped while waiting (a listing whose client went away).
+        struct Counted<'a>(&'a TestHooks, &'a str);
+        impl Drop for Counted<'_> {
+            fn drop(&mut self) {
+                if let Some(n) = self.0.waiting.lock().unwrap_or_else(|p| p.into_inner()).get_mut(self.1) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        let mut counted: Option<Counted<'_>> = None;
         loop {
             let released = self.released.notified();
             if !self.held.lock().unwrap_or_else(|p| p.into_inner()).contains(point) {
                 return;
             }
+            if counted.is_none() {
+                *self.waiting.lock().unwrap_or_else(|p| p.into_inner()).entry(point.to_owned()).or_default() += 1;
+                counted = Some(Counted(self, point));
+            }
             released.await;
         }
+    }
+
+    /// How many callers are held at `point` now (tests wait for this
+    /// instead of guessing how long a request takes to get there).
+    pub fn waiting(&self, point: &str) -> usize {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).get(point).copied().unwrap_or(0)
     }
 }
 

@@ -5,7 +5,7 @@
 //! an instance row in its cell (the mapping says which), or — when its
 //! cell does not answer in time — only its mapping (a "down cell" stub).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -325,60 +325,70 @@ impl Compute {
         Ok(actions)
     }
 
-    /// List servers: build requests first (sorted), then the cells'
-    /// instances merge-sorted by the sort keys with `uuid` as the last
-    /// tie-breaker. The marker may be a build request or an instance in
-    /// any cell; an unknown or deleted marker is a 400.
+    /// List servers: build requests and the cells' instances merge-sorted
+    /// by the sort keys with `uuid` as the last tie-breaker (Nova puts
+    /// build requests first; one order keeps a server that is claimed
+    /// between two pages from being listed on both or on neither). The
+    /// marker may be a build request or an instance in any cell; an
+    /// unknown or deleted marker is a 400.
     pub async fn list_servers(&self, request: &ListRequest) -> Result<Vec<Listed>, ServiceError> {
         let mut sort = request.sort.clone();
         if sort.is_empty() {
             sort.push(SortKey { key: "created_at".to_owned(), ascending: false });
         }
         let limit = request.limit;
-        let (mut pending, marker_mapping, cells): (Vec<BuildRequest>, Option<InstanceMapping>, Vec<CellMapping>) =
-            read(&*self.control, |w| {
-                let pending = w
-                    .compute
-                    .build_requests
-                    .values()
-                    .filter(|b| pending_matches(&request.filter, &pending_row(b)))
-                    .cloned()
-                    .collect();
-                let marker = request.marker.and_then(|m| w.compute.instance_mappings.get(&m).cloned());
-                (pending, marker, w.compute.cells.values().cloned().collect())
-            });
+        // One control snapshot decides which servers are build requests:
+        // those are listed from it, and a cell row of any of them is
+        // dropped even if a claim moved its mapping to the cell before the
+        // cell was read (Nova drops such duplicates too). Build requests
+        // and cell rows are merged in one order, so a server keeps its
+        // place between pages whichever it is listed as, and a page after
+        // a marker never repeats one listed before it.
+        let (mut pending, building, marker_mapping, marker_build, cells) = read(&*self.control, |w| {
+            let pending: Vec<BuildRequest> = w
+                .compute
+                .build_requests
+                .values()
+                .filter(|b| pending_matches(&request.filter, &pending_row(b)))
+                .cloned()
+                .collect();
+            let building: HashSet<Uuid> = w.compute.build_requests.keys().copied().collect();
+            let marker = request.marker.and_then(|m| w.compute.instance_mappings.get(&m).cloned());
+            let marker_build = request.marker.and_then(|m| w.compute.build_requests.get(&m).cloned());
+            (pending, building, marker, marker_build, w.compute.cells.values().cloned().collect::<Vec<_>>())
+        });
+        self.hooks.pass("listing-between-reads").await;
         pending.sort_by(|a, b| compare_instances(&pending_row(a), &pending_row(b), &sort));
         let bad_marker = |m: &Uuid| ServiceError::Refused(ComputeError::Invalid(format!("marker [{m}] not found")));
 
-        // Where does the page start?
-        let mut skip_pending = false;
+        // Where does the page start? At the marker's place in the one
+        // order, whether it is a build request or a cell row.
         let mut cell_marker: Option<Marker> = None;
         if let Some(marker) = request.marker {
-            if let Some(pos) = pending.iter().position(|b| b.instance_uuid == marker) {
-                pending.drain(..=pos);
-            } else {
-                let mapping = marker_mapping.ok_or_else(|| bad_marker(&marker))?;
-                let cell =
-                    mapping.cell.and_then(|c| cells.iter().find(|m| m.uuid == c)).ok_or_else(|| bad_marker(&marker))?;
-                let handle = self.cells.get(cell)?;
-                let row = self.cells.read(&handle, move |s| s.instance(&marker)).await?;
-                let row = row.filter(|r| {
-                    !r.deleted || request.filter.deleted == Some(true) || request.filter.changes_since.is_some()
-                });
-                let row = row.ok_or_else(|| bad_marker(&marker))?;
-                cell_marker =
-                    Some(Marker { values: sort.iter().map(|k| row.sort_value(&k.key)).collect(), uuid: row.uuid });
-                skip_pending = true;
-            }
+            let row = match marker_build {
+                Some(build) => pending_row(&build),
+                None => {
+                    let mapping = marker_mapping.ok_or_else(|| bad_marker(&marker))?;
+                    let cell = mapping
+                        .cell
+                        .and_then(|c| cells.iter().find(|m| m.uuid == c))
+                        .ok_or_else(|| bad_marker(&marker))?;
+                    let handle = self.cells.get(cell)?;
+                    let row = self.cells.read(&handle, move |s| s.instance(&marker)).await?;
+                    let row = row.filter(|r| {
+                        !r.deleted || request.filter.deleted == Some(true) || request.filter.changes_since.is_some()
+                    });
+                    row.ok_or_else(|| bad_marker(&marker))?
+                }
+            };
+            pending.retain(|b| compare_instances(&pending_row(b), &row, &sort) == std::cmp::Ordering::Greater);
+            cell_marker =
+                Some(Marker { values: sort.iter().map(|k| row.sort_value(&k.key)).collect(), uuid: row.uuid });
         }
-        let mut out: Vec<Listed> = Vec::new();
-        if !skip_pending {
-            out.extend(pending.into_iter().take(limit).map(Listed::Pending));
-        }
-        if out.len() >= limit {
-            return Ok(out);
-        }
-        let remaining = limit - out.len();
+        pending.truncate(limit);
+        let mut pending: VecDeque<(Instance, BuildRequest)> =
+            pending.into_iter().map(|b| (pending_row(&b), b)).collect();
+        let remaining = limit;
 
         // One stream per cell; unreachable cells become stubs or are skipped.
         // Each cell is first read for twice its fair share of the page
@@ -430,9 +440,10 @@ impl Compute {
                 }
             }
         }
-        // Merge, dropping rows whose mapping points elsewhere (a boot in
-        // flight is listed as its build request; orphans are not listed).
-        let mut placed: Vec<(Instance, Uuid)> = Vec::new();
+        // Merge the build requests and the cells, dropping rows whose
+        // mapping points elsewhere (orphans are not listed) and rows of
+        // servers the snapshot holds as build requests (listed as those).
+        let mut placed: Vec<(Listed, Option<Uuid>)> = Vec::new();
         while placed.len() < remaining {
             for stream in streams.iter_mut() {
                 if stream.buffer.is_empty() && !stream.exhausted {
@@ -445,25 +456,46 @@ impl Compute {
                 .filter_map(|(i, s)| s.buffer.front().map(|row| (i, row)))
                 .min_by(|(_, a), (_, b)| compare_instances(a, b, &sort))
                 .map(|(i, _)| i);
+            let pending_first = match (pending.front(), best) {
+                (Some(_), None) => true,
+                (Some((row, _)), Some(idx)) => streams[idx]
+                    .buffer
+                    .front()
+                    .is_none_or(|cell_row| compare_instances(row, cell_row, &sort) == std::cmp::Ordering::Less),
+                (None, _) => false,
+            };
+            if pending_first {
+                if let Some((_, build)) = pending.pop_front() {
+                    placed.push((Listed::Pending(build), None));
+                }
+                continue;
+            }
             let Some(idx) = best else { break };
             let Some(row) = streams[idx].buffer.pop_front() else { break };
+            if building.contains(&row.uuid) {
+                continue;
+            }
             let cell_id = streams[idx].cell.mapping.uuid;
             let mapped = read(&*self.control, |w| {
                 w.compute.instance_mappings.get(&row.uuid).is_some_and(|m| m.cell == Some(cell_id))
             });
             if mapped || row.deleted {
-                placed.push((row, cell_id));
+                placed.push((Listed::Placed(row, None), Some(cell_id)));
             }
         }
         if !stubs.is_empty() {
-            stubs.retain(|m| cell_marker.as_ref().is_none_or(|mk| stub_after(m, mk)));
+            stubs.retain(|m| {
+                !building.contains(&m.instance_uuid) && cell_marker.as_ref().is_none_or(|mk| stub_after(m, mk))
+            });
         }
         // Faults of ERROR rows.
         let mut faults: HashMap<Uuid, Fault> = HashMap::new();
         let mut errored: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
-        for (row, cell) in &placed {
-            if row.vm_state == vm_state::ERROR {
-                errored.entry(*cell).or_default().push(row.uuid);
+        for (listed, cell) in &placed {
+            if let (Listed::Placed(row, _), Some(cell)) = (listed, cell) {
+                if row.vm_state == vm_state::ERROR {
+                    errored.entry(*cell).or_default().push(row.uuid);
+                }
             }
         }
         for stream in &streams {
@@ -475,9 +507,12 @@ impl Compute {
         }
         let mut merged: Vec<Listed> = placed
             .into_iter()
-            .map(|(row, _)| {
-                let fault = faults.remove(&row.uuid);
-                Listed::Placed(row, fault)
+            .map(|(listed, _)| match listed {
+                Listed::Placed(row, _) => {
+                    let fault = faults.remove(&row.uuid);
+                    Listed::Placed(row, fault)
+                }
+                other => other,
             })
             .collect();
         if !stubs.is_empty() {
@@ -485,8 +520,7 @@ impl Compute {
             merged.sort_by(|a, b| listed_order(a, b, &sort));
             merged.truncate(remaining);
         }
-        out.extend(merged);
-        Ok(out)
+        Ok(merged)
     }
 
     async fn refill(&self, stream: &mut Stream, filter: &InstanceFilter, sort: &[SortKey], limit: usize) {

@@ -8,6 +8,7 @@ mod candidate_options;
 mod compute;
 mod concurrency;
 mod durability;
+mod harness;
 mod isolation;
 mod logs;
 mod multiprocess;

@@ -56,15 +56,23 @@ async fn postgres_restart_under_load() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = acked.lock().expect("lock").len();
-    assert!(before > 0, "writes must succeed before the outage");
+    // Writes succeed before the outage (waited for, not slept: the
+    // machine may be loaded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked.lock().expect("lock").len() < 10 {
+        assert!(Instant::now() < deadline, "writes must succeed before the outage");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     control(&["halt", pg_dir]);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The outage is seen: a write refused and the healthcheck failing.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !statuses.lock().expect("lock").contains(&503) || client.get("/healthcheck").await.status != 503 {
+        assert!(Instant::now() < deadline, "the outage was never reported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Reads are served from memory while the database is down.
     assert_eq!(client.get("/resource_providers").await.status, 200);
-    assert_eq!(client.get("/healthcheck").await.status, 503);
     control(&["resume", pg_dir, pg_port]);
 
     // Service recovers without a restart of berth.

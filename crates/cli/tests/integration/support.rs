@@ -22,11 +22,6 @@ pub(crate) fn fresh_dir(tag: &str) -> PathBuf {
     dir
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
 /// The database a test server should use: a fresh PostgreSQL schema when
 /// `TEST_DATABASE_URL` is set (scripts/test.sh sets it for the PostgreSQL
 /// pass), else the embedded SQLite in the data directory.
@@ -82,39 +77,84 @@ impl TestServer {
     }
 
     async fn launch(dir: PathBuf, database: Option<String>, extra: &[&str]) -> Self {
-        for _attempt in 0..5 {
-            let port = free_port();
-            let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
-            command
-                .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-                .arg(&dir)
-                .args(["--log", "warn"])
-                .args(extra);
-            if let Some(url) = &database {
-                command.args(["--database", url]);
-                if !extra.contains(&"--change-poll-ms") {
-                    command.args(["--change-poll-ms", "10"]);
-                }
-            }
-            let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn berth");
-            let mut server = TestServer {
-                child: Some(child),
-                database: database.clone(),
-                base: format!("http://127.0.0.1:{port}"),
-                dir: dir.clone(),
-                keep_dir: false,
-            };
-            if server.wait_ready().await {
+        // Port 0: the kernel gives this process a port of its own. (A port
+        // picked free here and bound by the server later could be taken
+        // by another test's server meanwhile, and that server's answers
+        // mistaken for this one's: a "fresh" database with another test's
+        // flavors, or connection refused once the other test ended.)
+        for _attempt in 0..3 {
+            if let Some(server) = Self::spawn_on("127.0.0.1:0", &dir, &database, extra).await {
                 return server;
             }
-            server.kill9();
         }
         panic!("berth did not start");
     }
 
-    async fn wait_ready(&mut self) -> bool {
+    /// Spawn `berth serve --listen listen` and wait until *this* process
+    /// serves: its address is the one it logs when it has bound it (`berth
+    /// serving listen=…`), never a guess, and it must answer there. None if
+    /// it exited or did not serve in time.
+    pub(crate) async fn spawn_on(
+        listen: &str,
+        dir: &std::path::Path,
+        database: &Option<String>,
+        extra: &[&str],
+    ) -> Option<Self> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berth"));
+        command.args(["serve", "--listen", listen, "--data-dir"]).arg(dir).args(extra);
+        if !extra.contains(&"--log") {
+            command.args(["--log", "warn,berth::serve=info"]);
+        }
+        if let Some(url) = database {
+            command.args(["--database", url]);
+            if !extra.contains(&"--change-poll-ms") {
+                command.args(["--change-poll-ms", "10"]);
+            }
+        }
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn berth");
+        let stderr = child.stderr.take().expect("stderr");
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
+        // Forward the log (as an inherited stderr would) and pick out the
+        // address; the sender is dropped when the process exits.
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            let mut addr_tx = Some(addr_tx);
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split(" berth serving listen=").nth(1) {
+                    if let Some(tx) = addr_tx.take() {
+                        let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
+                    }
+                    continue;
+                }
+                let _ = writeln!(std::io::stderr().lock(), "{line}");
+            }
+        });
+        let mut server = TestServer {
+            child: Some(child),
+            database: database.clone(),
+            base: String::new(),
+            dir: dir.to_path_buf(),
+            keep_dir: false,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        match tokio::time::timeout_at(deadline.into(), addr_rx).await {
+            Ok(Ok(addr)) => server.base = format!("http://{addr}"),
+            _ => {
+                server.kill9();
+                return None;
+            }
+        }
+        if server.wait_ready(deadline).await {
+            Some(server)
+        } else {
+            server.kill9();
+            None
+        }
+    }
+
+    async fn wait_ready(&mut self, deadline: Instant) -> bool {
         let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(_)) = child.try_wait() {

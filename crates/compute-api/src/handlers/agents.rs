@@ -303,6 +303,15 @@ pub fn release(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::no_content())
 }
 
+/// `POST /admin/v1/test/waiting {"point"}`: how many callers are held
+/// at that point now (`{"waiting": n}`).
+pub fn waiting(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    test_hooks(ctx, req)?;
+    let body = json_body(req)?;
+    let n = ctx.compute.hooks.waiting(text(&body, "point")?);
+    Ok(Resp::json(StatusCode::OK, json!({"waiting": n})))
+}
+
 /// `POST /admin/v1/test/clock {"advance": seconds}`.
 pub fn advance_clock(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     test_hooks(ctx, req)?;

@@ -1,5 +1,6 @@
-//! Cells: listing across cells (build requests first, then the cells
-//! merge-sorted with `uuid` as the last tie-breaker, markers anywhere), a
+//! Cells: listing across cells (build requests and the cells merge-sorted
+//! with `uuid` as the last tie-breaker, markers anywhere; a server claimed
+//! during a listing or between pages listed once), a
 //! cell whose database stops answering (deadline, stubs at 2.69), disabled
 //! cells and unmapped hosts never chosen.
 
@@ -90,12 +91,12 @@ async fn listing_pages_across_cells_and_build_requests() {
     let order = ids(&full.body);
     assert_eq!(order.len(), expected.len());
     assert_eq!(order.iter().cloned().collect::<HashSet<_>>(), expected);
-    // Build requests first, then the cells in (created_at desc, uuid desc).
+    // Build requests and the cells in one (created_at desc, uuid desc)
+    // order.
     let detail = nova.get("/servers/detail?limit=1000").await.body;
     let servers = detail["servers"].as_array().expect("servers").clone();
-    let first_placed = servers.iter().position(|s| s["status"] != "BUILD").expect("placed servers");
-    assert_eq!(first_placed, 5, "the 5 build requests come first");
-    for pair in servers[5..].windows(2) {
+    assert_eq!(servers.iter().filter(|s| s["status"] == "BUILD").count(), 5, "the 5 build requests");
+    for pair in servers.windows(2) {
         let key =
             |s: &Value| (s["created"].as_str().unwrap_or("").to_owned(), s["id"].as_str().unwrap_or("").to_owned());
         assert!(key(&pair[0]) > key(&pair[1]), "merge order: {:?} then {:?}", key(&pair[0]), key(&pair[1]));
@@ -216,6 +217,157 @@ async fn unreachable_cell_is_skipped_within_the_deadline() {
     assert_eq!(nova.get(&format!("/servers/{near}")).await.status, 200);
     assert!(started.elapsed() < Duration::from_millis(500));
     proxy.restore();
+}
+
+/// Wait until the server's claim has moved it out of its build request
+/// (`GET /servers/{id}` shows the cell row: a host).
+async fn wait_claimed(nova: &Nova, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
+        if server["OS-EXT-SRV-ATTR:host"].as_str().is_some_and(|h| !h.is_empty()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "server {id} never claimed: {server}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A listing that read the build requests, then the cells, while a claim
+/// moved a server from one to the other in between, listed it twice (once
+/// per source). The hook holds the listing exactly in that window.
+#[tokio::test]
+async fn a_server_claimed_during_a_listing_is_listed_once() {
+    let mut cloud = Cloud::start("cells-list-claim", &[]).await;
+    cloud.add_agent(Hosts::new("h", 1, &[])).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("f", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let settled = nova.boot_id("settled", &flavor, &image).await;
+    nova.wait_all_settled().await;
+    // The boot's row is in the cell, its claim not made yet.
+    admin(&cloud, "POST", "/test/hold", json!({"point": "before-claim"})).await;
+    let mut id = nova.boot_id("building", &flavor, &image).await;
+    cloud.wait_held("before-claim", 1).await;
+    for path in ["/servers", "/servers/detail", "/servers?limit=1", "/servers/detail?limit=2"] {
+        admin(&cloud, "POST", "/test/hold", json!({"point": "listing-between-reads"})).await;
+        let listing = tokio::spawn({
+            let nova = nova.clone();
+            let path = path.to_owned();
+            async move { nova.get(&path).await }
+        });
+        cloud.wait_held("listing-between-reads", 1).await;
+        // The claim commits while the listing is between its reads.
+        admin(&cloud, "POST", "/test/release", json!({"point": "before-claim"})).await;
+        wait_claimed(&nova, &id).await;
+        admin(&cloud, "POST", "/test/release", json!({"point": "listing-between-reads"})).await;
+        let answer = listing.await.expect("listing");
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        let listed = ids(&answer.body);
+        let unique: HashSet<String> = listed.iter().cloned().collect();
+        assert_eq!(unique.len(), listed.len(), "{path}: a server listed twice: {listed:?}");
+        if path.contains("limit=1") {
+            assert_eq!(listed.len(), 1, "{path}: {listed:?}");
+        } else {
+            assert_eq!(unique, HashSet::from([id.clone(), settled.clone()]), "{path}");
+        }
+        // A new build held before its claim for the next path.
+        nova.wait_all_settled().await;
+        assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+        super::support::wait_gone(&nova, &id).await;
+        admin(&cloud, "POST", "/test/hold", json!({"point": "before-claim"})).await;
+        id = nova.boot_id("building", &flavor, &image).await;
+        cloud.wait_held("before-claim", 1).await;
+    }
+    admin(&cloud, "POST", "/test/release", json!({"point": "before-claim"})).await;
+    nova.wait_all_settled().await;
+    cloud.check_invariants().await;
+}
+
+/// Pages stay consistent while a server listed as a build request is
+/// claimed between two pages: not listed again on the next page, and the
+/// build requests after the marker not skipped.
+#[tokio::test]
+async fn pages_neither_repeat_nor_skip_a_server_claimed_between_them() {
+    let mut cloud = Cloud::start("cells-list-pages", &[]).await;
+    cloud.add_agent(Hosts::new("h", 1, &[])).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("f", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    // "a" waits before its claim (its row already in the cell), "b"
+    // before scheduling: both are build requests.
+    admin(&cloud, "POST", "/test/hold", json!({"point": "before-claim"})).await;
+    let a = nova.boot_id("a", &flavor, &image).await;
+    cloud.wait_held("before-claim", 1).await;
+    admin(&cloud, "POST", "/test/hold", json!({"point": "before-schedule"})).await;
+    let b = nova.boot_id("b", &flavor, &image).await;
+    cloud.wait_held("before-schedule", 1).await;
+    let by_name = "/servers?sort_key=display_name&sort_dir=asc";
+    assert_eq!(ids(&nova.get(&format!("{by_name}&limit=2")).await.body), vec![a.clone(), b.clone()]);
+    assert_eq!(ids(&nova.get(&format!("{by_name}&limit=1")).await.body), vec![a.clone()]);
+    // "a" is claimed: it is a cell row now, "b" still a build request.
+    admin(&cloud, "POST", "/test/release", json!({"point": "before-claim"})).await;
+    wait_claimed(&nova, &a).await;
+    let after_b = ids(&nova.get(&format!("{by_name}&limit=2&marker={b}")).await.body);
+    assert_eq!(after_b, Vec::<String>::new(), "the page after b repeats a");
+    let after_a = ids(&nova.get(&format!("{by_name}&limit=1&marker={a}")).await.body);
+    assert_eq!(after_a, vec![b.clone()], "the page after a skips b");
+    admin(&cloud, "POST", "/test/release", json!({"point": "before-schedule"})).await;
+    nova.wait_all_settled().await;
+    cloud.check_invariants().await;
+}
+
+/// Listings polled while boots are admitted and claimed concurrently
+/// never show a server twice, within a page or across the pages of one
+/// walk (the deterministic windows are the two tests above; this one
+/// checks the whole flow).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listings_polled_during_concurrent_boots_never_repeat_a_server() {
+    let mut cloud = Cloud::start("cells-list-poll", &[]).await;
+    cloud.add_agent(Hosts::new("p", 4, &[])).await;
+    let nova = cloud.nova("admin");
+    let limits = json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}});
+    assert_eq!(nova.put("/os-quota-sets/admin", &limits).await.status, 200);
+    let flavor = nova.flavor("f", 1, 64, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let booters: Vec<_> = (0..4)
+        .map(|b| {
+            let (nova, flavor, image) = (nova.clone(), flavor.clone(), image.clone());
+            tokio::spawn(async move {
+                for i in 0..10 {
+                    nova.boot_id(&format!("poll-{b}-{i}"), &flavor, &image).await;
+                }
+            })
+        })
+        .collect();
+    let mut polls = 0;
+    while polls < 20 || !booters.iter().all(|b| b.is_finished()) {
+        polls += 1;
+        let listed = ids(&nova.get("/servers/detail?limit=1000").await.body);
+        let unique: HashSet<&String> = listed.iter().collect();
+        assert_eq!(unique.len(), listed.len(), "a server listed twice: {listed:?}");
+        let mut walked: Vec<String> = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let path = match &marker {
+                Some(m) => format!("/servers?limit=4&marker={m}"),
+                None => "/servers?limit=4".to_owned(),
+            };
+            let answer = nova.get(&path).await;
+            assert_eq!(answer.status, 200, "{path}: {:?}", answer.body);
+            let page = ids(&answer.body);
+            let Some(last) = page.last().cloned() else { break };
+            walked.extend(page);
+            marker = Some(last);
+        }
+        let unique: HashSet<&String> = walked.iter().collect();
+        assert_eq!(unique.len(), walked.len(), "a server on two pages: {walked:?}");
+    }
+    for booter in booters {
+        booter.await.expect("booter");
+    }
+    assert_eq!(nova.wait_all_settled().await.len(), 40);
+    cloud.check_invariants().await;
 }
 
 /// The host a server is on (after `wait_status`).

@@ -1,8 +1,10 @@
 //! The heal (reconciliation between placement and the compute API): an
-//! orphaned INSTANCE allocation written straight through the placement
-//! API is removed, a server whose allocation was deleted gets it back
-//! exactly, a build held between its claim and its cell update is never
-//! touched, nothing recent is acted on, and a dry run writes nothing.
+//! orphaned INSTANCE allocation of a server berth created and deleted is
+//! removed, one berth never created (a real Nova's, written straight
+//! through the placement API) is never touched, a server whose allocation
+//! was deleted gets it back exactly, a build held between its claim and
+//! its cell update is never touched, nothing recent is acted on, and a dry
+//! run writes nothing.
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +62,22 @@ async fn put_consumer(placement: &Client, provider: &str, consumer_type: &str) -
     consumer
 }
 
+/// An orphan of berth's own: a server booted and deleted, whose uuid
+/// then gets `INSTANCE` allocations again (a stale writer).
+async fn own_orphan(cloud: &Cloud, flavor: &str, image: &str, provider: &str) -> String {
+    let nova = cloud.nova("admin");
+    let id = nova.boot_id("gone", flavor, image).await;
+    assert_eq!(nova.wait_settled(&id).await["status"], "ACTIVE");
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    super::support::wait_gone(&nova, &id).await;
+    let body = json!({"allocations": {provider: {"resources": {"VCPU": 1, "MEMORY_MB": 256}}},
+                      "project_id": "p", "user_id": "u", "consumer_generation": null,
+                      "consumer_type": "INSTANCE"});
+    let reply = cloud.server.client().put(&format!("/allocations/{id}"), &body).await;
+    assert_eq!(reply.status, 204, "{:?}", reply.body);
+    id
+}
+
 /// Boot a server held after its claim; returns its id once its
 /// allocations exist.
 async fn held_build(cloud: &Cloud, flavor: &str, image: &str) -> String {
@@ -91,7 +109,10 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
     let robbed_before = resources(&allocations(&placement, &robbed).await);
     let root = root_of(&placement, "hl0").await;
 
-    let orphan = put_consumer(&placement, &root, "INSTANCE").await;
+    let orphan = own_orphan(&cloud, &flavor, &image, &root).await;
+    // Another client's INSTANCE consumer (as a real Nova writes them):
+    // never removed.
+    let nova_instance = put_consumer(&placement, &root, "INSTANCE").await;
     let foreign = put_consumer(&placement, &root, "BACKUP_JOB").await;
     let reply = placement.call("DELETE", &format!("/allocations/{robbed}"), None).await;
     assert_eq!(reply.status, 204);
@@ -121,6 +142,10 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
     assert_eq!(resources(&allocations(&placement, &kept).await), kept_before, "a healthy server untouched");
     assert_eq!(resources(&allocations(&placement, &held).await), held_allocations, "the build in flight untouched");
     assert!(allocations(&placement, &foreign).await.as_object().is_some_and(|a| !a.is_empty()), "foreign kept");
+    assert!(
+        allocations(&placement, &nova_instance).await.as_object().is_some_and(|a| !a.is_empty()),
+        "another client's INSTANCE consumer kept"
+    );
     assert_eq!(cloud.server.metric("berth_heal_orphans_removed_total").await, 1);
     assert_eq!(cloud.server.metric("berth_heal_allocations_created_total").await, 1);
     assert_eq!(cloud.server.metric("berth_heal_unresolved_total").await, 0);
@@ -170,6 +195,7 @@ async fn heal_removes_orphans_recreates_missing_allocations_and_leaves_builds_al
     body["consumer_generation"] = consumer["consumer_generation"].clone();
     assert_eq!(placement.put(&format!("/allocations/{kept}"), &body).await.status, 204);
     assert_eq!(placement.call("DELETE", &format!("/allocations/{foreign}"), None).await.status, 204);
+    assert_eq!(placement.call("DELETE", &format!("/allocations/{nova_instance}"), None).await.status, 204);
     cloud.check_invariants().await;
 }
 
@@ -181,10 +207,11 @@ async fn the_periodic_heal_removes_an_orphan_and_never_touches_a_build_even_with
     let placement = cloud.server.client();
     let flavor = nova.flavor("small", 1, 512, 1).await;
     let image = nova.image("cirros", json!({})).await;
+    let root = root_of(&placement, "hp0").await;
+    let nova_instance = put_consumer(&placement, &root, "INSTANCE").await;
+    let orphan = own_orphan(&cloud, &flavor, &image, &root).await;
     let held = held_build(&cloud, &flavor, &image).await;
     let held_allocations = resources(&allocations(&placement, &held).await);
-    let root = root_of(&placement, "hp0").await;
-    let orphan = put_consumer(&placement, &root, "INSTANCE").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while allocations(&placement, &orphan).await != json!({}) {
         assert!(Instant::now() < deadline, "the periodic heal never removed the orphan");
@@ -203,10 +230,16 @@ async fn the_periodic_heal_removes_an_orphan_and_never_touches_a_build_even_with
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(resources(&allocations(&placement, &held).await), held_allocations, "the build in flight untouched");
+    assert!(
+        allocations(&placement, &nova_instance).await.as_object().is_some_and(|a| !a.is_empty()),
+        "an INSTANCE consumer berth never created survives the periodic heal"
+    );
+    assert_eq!(cloud.server.metric("berth_heal_orphans_removed_total").await, 1);
     assert_eq!(cloud.server.metric("berth_heal_allocations_created_total").await, 0);
     cloud.test_hook("release", json!({"point": "after-claim"})).await;
     assert_eq!(nova.wait_settled(&held).await["status"], "ACTIVE");
     assert_eq!(resources(&allocations(&placement, &held).await), held_allocations);
+    assert_eq!(placement.call("DELETE", &format!("/allocations/{nova_instance}"), None).await.status, 204);
     cloud.check_invariants().await;
 }
 

@@ -199,6 +199,21 @@ impl Cloud {
         assert_eq!(reply.status, want, "test hook {hook} {body}: {:?}", reply.body);
     }
 
+    /// Wait until `n` callers are held at the test hook `point` (a boot
+    /// at a conductor point, a listing between its reads).
+    pub(crate) async fn wait_held(&self, point: &str, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let reply = self.server.client().post("/admin/v1/test/waiting", &json!({"point": point})).await;
+            assert_eq!(reply.status, 200, "{:?}", reply.body);
+            if reply.body["waiting"].as_u64() == Some(n) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "never {n} held at {point}: {:?}", reply.body);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Run the invariant checks every compute test ends with.
     pub(crate) async fn check_invariants(&self) {
         check_invariants(&self.server).await;
