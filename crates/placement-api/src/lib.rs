@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
-use berth_http::microversion::{placement_invalid, placement_unacceptable};
+use berth_http::microversion::{placement_invalid, placement_parse, placement_unacceptable};
 use berth_http::{accepts_json, error_response, html_escape, Api, ApiError, Version, VersionSpec};
 use serde_json::json;
 
@@ -106,6 +106,7 @@ pub const VERSIONS: VersionSpec = VersionSpec {
     min: microversion::MIN_VERSION,
     max: microversion::MAX_VERSION,
     legacy_header: None,
+    parse: placement_parse,
     invalid: placement_invalid,
     unacceptable: placement_unacceptable,
 };

@@ -160,7 +160,9 @@ fn missing_provider(raw: &str) -> ApiError {
 fn allocation_map(allocations: &Map<String, Value>) -> ApiResult<AllocationMap> {
     let mut out = AllocationMap::new();
     for (raw, entry) in allocations {
-        let provider = Uuid::parse_str(raw).map_err(|_| missing_provider(raw))?;
+        // Upstream looks providers up by the text: another spelling than
+        // the canonical one names none.
+        let provider = path_uuid(raw).ok_or_else(|| missing_provider(raw))?;
         let amounts = out.entry(provider).or_default();
         amounts.clear();
         if let Some(resources) = entry.get("resources").and_then(Value::as_object) {
@@ -322,7 +324,7 @@ pub fn set_allocations_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
         let mut allocations = AllocationMap::new();
         for item in data.get("allocations").and_then(Value::as_array).into_iter().flatten() {
             let raw = item.pointer("/resource_provider/uuid").and_then(Value::as_str).unwrap_or("");
-            let provider = Uuid::parse_str(raw).map_err(|_| missing_provider(raw))?;
+            let provider = path_uuid(raw).ok_or_else(|| missing_provider(raw))?;
             let amounts: berth_model::ClassAmounts = item
                 .get("resources")
                 .and_then(Value::as_object)
