@@ -182,7 +182,10 @@ mod tests {
             assert_eq!(status(v), Err(StatusCode::BAD_REQUEST), "{v}");
         }
         let e = negotiate(&SPEC, &with(&["placement 1.2.3"])).unwrap_err();
-        assert_eq!(e.detail, "Invalid microversion: invalid version string: 1.2.3; invalid literal for int() with base 10: '2.3'");
+        assert_eq!(
+            e.detail,
+            "Invalid microversion: invalid version string: 1.2.3; invalid literal for int() with base 10: '2.3'"
+        );
         let e = negotiate(&SPEC, &with(&["placement 1"])).unwrap_err();
         assert_eq!(
             e.detail,

@@ -116,9 +116,7 @@ fn python_int16(text: &str) -> bool {
 pub fn is_jsonschema_uuid(text: &str) -> bool {
     let hex = uuid_hex(text);
     let chars: Vec<char> = text.chars().collect();
-    hex.chars().count() == 32
-        && python_int16(&hex)
-        && [8, 13, 18, 23].iter().all(|&i| chars.get(i) == Some(&'-'))
+    hex.chars().count() == 32 && python_int16(&hex) && [8, 13, 18, 23].iter().all(|&i| chars.get(i) == Some(&'-'))
 }
 
 /// Which checker the `uuid` format uses.
@@ -338,7 +336,14 @@ fn check_object(
                     let Some(re) = regex(pattern) else { continue };
                     for (name, value) in map {
                         if re.is_match(name) {
-                            check(sub, value, &format!("{path}['patternProperties']['{pattern}']"), depth + 1, formats, errors);
+                            check(
+                                sub,
+                                value,
+                                &format!("{path}['patternProperties']['{pattern}']"),
+                                depth + 1,
+                                formats,
+                                errors,
+                            );
                         }
                     }
                 }

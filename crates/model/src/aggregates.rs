@@ -79,10 +79,17 @@ mod tests {
 
     #[test]
     fn only_the_canonical_spelling_names_the_provider() {
-        let (state, uuid) = state_with_provider();
+        let mut state = State::with_standard_data(1);
+        let uuid = Uuid::from_u128(0xabcd_ef01_2345_4678_89ab_cdef_0123_4567);
+        crate::test_support::add_root_provider(&mut state, 1, uuid, "rp");
         let canonical = uuid.to_string();
         assert!(find_provider(&state, &canonical).is_ok());
-        for other in [canonical.replace('-', ""), canonical.to_uppercase(), format!("{{{canonical}}}"), format!("urn:uuid:{canonical}")] {
+        for other in [
+            canonical.replace('-', ""),
+            canonical.to_uppercase(),
+            format!("{{{canonical}}}"),
+            format!("urn:uuid:{canonical}"),
+        ] {
             assert!(
                 matches!(find_provider(&state, &other), Err(ModelError::NotFound(m)) if m == format!("No resource provider with uuid {other} found")),
                 "{other}"
