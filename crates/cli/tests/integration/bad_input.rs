@@ -259,3 +259,43 @@ async fn generations_are_compared_as_numbers() {
         .await;
     assert_eq!((r.status, &r.body["resource_provider_generation"]), (200, &json!(2)), "{:?}", r.body);
 }
+
+/// One HTTP/1.1 request over a plain socket (clients refuse such URIs
+/// themselves): the status and the JSON body.
+async fn raw_http(base_url: &str, target: &str) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base_url.trim_start_matches("http://").trim_end_matches('/');
+    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!("GET {target} HTTP/1.1\r\nhost: {addr}\r\nx-auth-token: admin\r\nconnection: close\r\n\r\n");
+    // The server may answer and close before it has read everything.
+    let _ = socket.write_all(head.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer);
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(serde_json::Value::Null))
+}
+
+/// A request URI longer than hyper reads (65534 bytes) is a 414 with the
+/// error body of the API the path belongs to, as every other error: hyper
+/// answers it itself, with no body, before any API sees the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uri_too_long_has_the_api_error_body() {
+    let server = TestServer::start("uri-too-long").await;
+    let client = server.client();
+    let base = client.base_url();
+    for size in [70_000, 1_000_000] {
+        let long = "a".repeat(size);
+        let (status, body) = raw_http(&base, &format!("/resource_providers?name={long}")).await;
+        let reply = crate::support::Reply { status, body };
+        assert_error(&reply, 414, &format!("placement, {size} bytes"));
+        assert_eq!(reply.body["errors"][0]["title"], "Request-URI Too Long");
+    }
+    let long = "a".repeat(70_000);
+    let (status, body) = raw_http(&base, &format!("/compute/v2.1/flavors?name={long}")).await;
+    assert_eq!((status, &body["computeFault"]["code"]), (414, &json!(414)), "compute: {body:?}");
+    // Other requests are served as usual.
+    let (status, body) = raw_http(&base, "/resource_providers").await;
+    assert_eq!((status, &body["resource_providers"]), (200, &json!([])));
+}
