@@ -136,6 +136,26 @@ async fn other_uuid_spellings_name_nothing_as_upstream() {
         let r = client.get(&format!("/allocation_candidates?resources=VCPU:1&in_tree={other}")).await;
         assert_eq!((r.status, &r.body["allocation_requests"]), (200, &json!([])), "in_tree={other}");
     }
+    // Dict-form allocation keys (1.12+) in upper case pass the key pattern
+    // but name no provider; the consumer generation is checked first.
+    let upper = uuid.to_uppercase();
+    let consumer = uuid::Uuid::new_v4();
+    let body = |generation: serde_json::Value| {
+        json!({"allocations": {upper.clone(): {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
+               "consumer_generation": generation, "consumer_type": "INSTANCE"})
+    };
+    let r = client.put(&format!("/allocations/{consumer}"), &body(json!(5))).await;
+    assert_error(&r, 409, "stale consumer generation comes first");
+    let r = client.put(&format!("/allocations/{consumer}"), &body(json!(null))).await;
+    assert_error(&r, 400, "upper-case provider key");
+    assert!(r.body.to_string().contains(&format!("Allocation for resource provider '{upper}' that does not exist.")));
+    let r = client.post("/allocations", &json!({consumer.to_string(): body(json!(5))})).await;
+    assert_error(&r, 409, "POST: stale consumer generation comes first");
+    let r = client.post("/allocations", &json!({consumer.to_string(): body(json!(null))})).await;
+    assert_error(&r, 400, "POST: upper-case provider key");
+    let r = client.get(&format!("/allocations/{consumer}")).await;
+    assert_eq!(r.body["allocations"], json!({}), "nothing was allocated");
+
     for other in [bare.clone(), format!("{{{aggregate}}}"), aggregate.to_uppercase()] {
         let r = client.get(&format!("/resource_providers?member_of={other}")).await;
         assert_eq!((r.status, &r.body["resource_providers"]), (200, &json!([])), "member_of={other}");

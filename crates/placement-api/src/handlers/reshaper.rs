@@ -63,7 +63,11 @@ pub fn reshape(app: &App, req: &Req) -> ApiResult<Resp> {
     for (raw, consumer_data) in data.get("allocations").and_then(Value::as_object).into_iter().flatten() {
         let consumer = crate::qparams::uuid_like(raw)
             .ok_or_else(|| ApiError::bad_request(format!("Malformed consumer_uuid: {raw}")))?;
-        requests.push(consumer_request(req, consumer, consumer_data)?);
+        let (request, unnamed) = consumer_request(req, consumer, consumer_data);
+        if let Some(raw) = unnamed {
+            return Err(super::allocations::missing_provider(&raw));
+        }
+        requests.push(request);
     }
     let now = now();
     app.write(|state| Ok((allocations::plan_reshape(state, &inventories, &requests, now)?, ())))?;
