@@ -47,12 +47,12 @@ pub struct VersionSpec {
 /// microversion: invalid version string: X; <why int() refused it>`, 406
 /// `Invalid microversion: Unacceptable version header: X`.
 pub fn placement_invalid(_: &VersionSpec, text: &str) -> ApiError {
-    let why = match text.split_once('.') {
+    // int() runs on each side in turn; one side only misses the minor.
+    let (major, minor) = text.split_once('.').map_or((text, None), |(a, b)| (a, Some(b)));
+    let bad = if python_int(major).is_none() { Some(major) } else { minor };
+    let why = match bad {
+        Some(bad) => format!("invalid literal for int() with base 10: {}", crate::schema::py_repr(&bad.into())),
         None => "Version.__new__() missing 1 required positional argument: 'minor'".to_owned(),
-        Some((major, minor)) => {
-            let bad = if python_int(major).is_none() { major } else { minor };
-            format!("invalid literal for int() with base 10: {}", crate::schema::py_repr(&bad.into()))
-        }
     };
     ApiError::bad_request(format!("Invalid microversion: invalid version string: {text}; {why}"))
 }
@@ -185,6 +185,11 @@ mod tests {
         assert_eq!(
             e.detail,
             "Invalid microversion: invalid version string: 1.2.3; invalid literal for int() with base 10: '2.3'"
+        );
+        let e = negotiate(&SPEC, &with(&["placement pony"])).unwrap_err();
+        assert_eq!(
+            e.detail,
+            "Invalid microversion: invalid version string: pony; invalid literal for int() with base 10: 'pony'"
         );
         let e = negotiate(&SPEC, &with(&["placement 1"])).unwrap_err();
         assert_eq!(
