@@ -154,6 +154,28 @@ impl ComputeServices {
         berth_http::dispatch(&self.ctx, api, server, &rest, request).await
     }
 
+    /// The error renderer of the compute-side API of `target`.
+    pub(crate) fn error_renderer(&self, target: &Target<'_>) -> Option<berth_http::ErrorRenderer> {
+        let api = match target {
+            Target::Compute(_) => &self.compute_api,
+            Target::Image(_) => &self.image_api,
+            Target::Agent(_) => &self.agent_api,
+            Target::Admin(_) => &self.admin_api,
+            Target::Identity(_) => &self.identity_api,
+            Target::Reservation(_) => &self.reservation_api,
+            Target::Operational | Target::Placement(_) => return None,
+        };
+        Some(api.render_error)
+    }
+
+    /// The error renderer of the API served alone on a listener.
+    pub(crate) fn root_error_renderer(&self, api: crate::router::RootApi) -> berth_http::ErrorRenderer {
+        match api {
+            crate::router::RootApi::Compute => self.compute_api.render_error,
+            crate::router::RootApi::Reservation => self.reservation_api.render_error,
+        }
+    }
+
     /// Dispatch a request on a listener of its own (`--compute-listen`,
     /// `--reservation-listen`).
     pub(crate) async fn dispatch_root(

@@ -13,6 +13,7 @@ mod config;
 mod logging;
 mod router;
 mod serve;
+mod transport;
 
 use clap::{Parser, Subcommand};
 

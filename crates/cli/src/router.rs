@@ -78,6 +78,20 @@ pub(crate) fn target(path: &str) -> Target<'_> {
     Target::Placement(path)
 }
 
+impl Services {
+    /// The error renderer of the API `path` belongs to (on a listener
+    /// serving `root` alone, that API's).
+    pub(crate) fn error_renderer(&self, path: &str, root: Option<RootApi>) -> berth_http::ErrorRenderer {
+        let placement = self.placement_api.render_error;
+        let Some(compute) = &self.compute else { return placement };
+        match (root, target(path)) {
+            (Some(root), _) => compute.root_error_renderer(root),
+            (None, Target::Placement(_) | Target::Operational) => placement,
+            (None, other) => compute.error_renderer(&other).unwrap_or(placement),
+        }
+    }
+}
+
 /// An API served alone at the root of its own listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RootApi {

@@ -418,6 +418,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             let own = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
             tracing::info!(listen = %own.local_addr()?, "berth serving {what}");
             let router = crate::router::router(services.clone(), Some(api));
+            let own = crate::transport::ErrorBodies::new(own, services.clone(), Some(api));
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
                 let _ = axum::serve(own, router)
@@ -459,7 +460,8 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         }
         // On a signal the in-process hosts stop first (their long polls
         // end), then the listeners drain.
-        axum::serve(listener, crate::router::router(services, None))
+        let router = crate::router::router(services.clone(), None);
+        axum::serve(crate::transport::ErrorBodies::new(listener, services, None), router)
             .with_graceful_shutdown(async move {
                 shutdown_signal().await;
                 let _ = stop_tx.send(true);

@@ -70,6 +70,7 @@ pub const VERSIONS: VersionSpec = VersionSpec {
     min: Version(2, 1),
     max: Version(2, ComputeVersion::MAX.0),
     legacy_header: Some("x-openstack-nova-api-version"),
+    parse: berth_http::microversion::nova_parse,
     invalid: invalid_version,
     unacceptable: unacceptable_version,
 };

@@ -136,6 +136,7 @@ fn plain(version: Version, service: &'static str) -> VersionSpec {
         min: version,
         max: version,
         legacy_header: None,
+        parse: berth_http::microversion::placement_parse,
         invalid: berth_http::microversion::placement_invalid,
         unacceptable: berth_http::microversion::placement_unacceptable,
     }

@@ -104,6 +104,7 @@ pub fn status_title(status: StatusCode) -> &'static str {
         406 => "Not Acceptable",
         409 => "Conflict",
         413 => "Request Entity Too Large",
+        414 => "Request-URI Too Long",
         415 => "Unsupported Media Type",
         500 => "Internal Server Error",
         503 => "Service Unavailable",

@@ -194,6 +194,7 @@ pub async fn dispatch<C: Send + Sync + 'static>(
             path: path.clone(),
             params,
             query: parse_query(parts.uri.query().unwrap_or("")),
+            raw_query: parts.uri.query().unwrap_or("").to_owned(),
             headers: headers.clone(),
             body,
             version,

@@ -20,8 +20,11 @@ pub struct Req {
     pub path: String,
     /// Decoded path parameters in pattern order.
     pub params: Vec<String>,
-    /// Decoded query pairs in order (repeats kept).
+    /// Decoded query pairs in order (repeats kept; bytes that are not
+    /// UTF-8 replaced by U+FFFD, see [`Req::query_decode_error`]).
     pub query: Vec<(String, String)>,
+    /// The query string as received (percent-encoded).
+    pub raw_query: String,
     /// Request headers.
     pub headers: HeaderMap,
     /// Body bytes.
@@ -74,6 +77,19 @@ impl Req {
         self.query.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
+    /// Why the query string does not decode as UTF-8, in Python's words
+    /// (`'utf-8' codec can't decode byte 0xc3 in position 0: invalid
+    /// continuation byte`), as webob fails when a handler reads `req.GET`.
+    pub fn query_decode_error(&self) -> Option<String> {
+        self.raw_query.split('&').filter(|pair| !pair.is_empty()).find_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            [key, value].into_iter().find_map(|part| {
+                let bytes: Vec<u8> = percent_encoding::percent_decode_str(&part.replace('+', " ")).collect();
+                python_utf8_error(&bytes)
+            })
+        })
+    }
+
     /// The last value of query parameter `name` (webob `GET[name]`).
     pub fn query_one(&self, name: &str) -> Option<&str> {
         self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
@@ -116,6 +132,26 @@ impl Req {
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base_url, path)
     }
+}
+
+/// Python's `UnicodeDecodeError` text for `bytes.decode('utf-8')`, if the
+/// bytes are not UTF-8.
+pub fn python_utf8_error(bytes: &[u8]) -> Option<String> {
+    let err = std::str::from_utf8(bytes).err()?;
+    let at = err.valid_up_to();
+    let len = err.error_len().unwrap_or(bytes.len() - at);
+    let lead = bytes[at];
+    let reason = match err.error_len() {
+        None => "unexpected end of data",
+        Some(_) if (0xc2..=0xf4).contains(&lead) => "invalid continuation byte",
+        Some(_) => "invalid start byte",
+    };
+    let place = if len <= 1 {
+        format!("byte 0x{lead:02x} in position {at}")
+    } else {
+        format!("bytes in position {at}-{}", at + len - 1)
+    };
+    Some(format!("'utf-8' codec can't decode {place}: {reason}"))
 }
 
 /// A handler's response.
@@ -218,7 +254,22 @@ pub fn find_nul(value: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod nul_tests {
-    use super::find_nul;
+    use super::{find_nul, python_utf8_error};
+
+    #[test]
+    fn utf8_errors_read_as_python() {
+        let cases: [(&[u8], &str); 5] = [
+            (b"\xc3(", "byte 0xc3 in position 0: invalid continuation byte"),
+            (b"ab\xff", "byte 0xff in position 2: invalid start byte"),
+            (b"\xc3", "byte 0xc3 in position 0: unexpected end of data"),
+            (b"\xe2\x82", "bytes in position 0-1: unexpected end of data"),
+            (b"\xe2\x82(", "bytes in position 0-1: invalid continuation byte"),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(python_utf8_error(bytes), Some(format!("'utf-8' codec can't decode {want}")));
+        }
+        assert_eq!(python_utf8_error("é".as_bytes()), None);
+    }
     use serde_json::json;
 
     #[test]

@@ -78,18 +78,72 @@ fn type_matches(name: &str, value: &Value) -> bool {
     }
 }
 
-fn is_uuid_like(s: &str) -> bool {
-    // oslo_utils.uuidutils.is_uuid_like: parses as a UUID and the canonical
-    // form, with dashes removed, equals the input with dashes removed.
-    let stripped: String = s.chars().filter(|c| *c != '-').collect::<String>().to_ascii_lowercase();
-    uuid::Uuid::parse_str(s).is_ok_and(|u| u.simple().to_string() == stripped)
+/// What Python's `uuid.UUID(text)` parses before reading the digits:
+/// `urn:` and `uuid:` removed anywhere, `{` and `}` stripped from both
+/// ends, every `-` removed.
+fn uuid_hex(text: &str) -> String {
+    text.replace("urn:", "").replace("uuid:", "").trim_matches(|c| c == '{' || c == '}').replace('-', "")
+}
+
+/// oslo `uuidutils.is_uuid_like`, returning the uuid: the text is a uuid
+/// in any spelling Python's `uuid.UUID` reads exactly (dashed or not,
+/// either case, in braces, `urn:uuid:`). The format `uuid` of request
+/// bodies (placement's and nova's format checkers).
+pub fn uuid_like(text: &str) -> Option<uuid::Uuid> {
+    let hex = uuid_hex(text);
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok().map(uuid::Uuid::from_u128)
+}
+
+/// Python `int(text, 16)` accepts it: surrounding whitespace, a sign, a
+/// `0x` prefix, single underscores between digits.
+fn python_int16(text: &str) -> bool {
+    let t = text.trim_matches(|c: char| c.is_whitespace());
+    let t = t.strip_prefix(['+', '-']).unwrap_or(t);
+    let (t, prefixed) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(rest) => (rest, true),
+        None => (t, false),
+    };
+    let t = if prefixed { t.strip_prefix('_').unwrap_or(t) } else { t };
+    !t.is_empty() && t.split('_').all(|run| !run.is_empty() && run.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// jsonschema's own `uuid` format (`FormatChecker()` as placement's
+/// `validate_query_params` uses it): `uuid.UUID(text)` parses, and the
+/// text has dashes at 8, 13, 18 and 23 (so no bare hex, braces or urn).
+pub fn is_jsonschema_uuid(text: &str) -> bool {
+    let hex = uuid_hex(text);
+    let chars: Vec<char> = text.chars().collect();
+    hex.chars().count() == 32 && python_int16(&hex) && [8, 13, 18, 23].iter().all(|&i| chars.get(i) == Some(&'-'))
+}
+
+/// Which checker the `uuid` format uses.
+#[derive(Debug, Clone, Copy)]
+enum Formats {
+    /// oslo `is_uuid_like` (bodies).
+    Oslo,
+    /// jsonschema's `FormatChecker()` (placement's query strings).
+    JsonSchema,
 }
 
 /// Validate `instance` against `schema`; on failure return the error
 /// jsonschema's `best_match` would pick (the shallowest, first found).
 pub fn validate(schema: &Value, instance: &Value) -> Result<(), SchemaError> {
+    validate_with(schema, instance, Formats::Oslo)
+}
+
+/// [`validate`] with jsonschema's own format checker, as placement's
+/// `validate_query_params` validates query strings: the `uuid` format
+/// wants the dashed form ([`is_jsonschema_uuid`]).
+pub fn validate_query(schema: &Value, instance: &Value) -> Result<(), SchemaError> {
+    validate_with(schema, instance, Formats::JsonSchema)
+}
+
+fn validate_with(schema: &Value, instance: &Value, formats: Formats) -> Result<(), SchemaError> {
     let mut errors = Vec::new();
-    check(schema, instance, "", 0, &mut errors);
+    check(schema, instance, "", 0, formats, &mut errors);
     let weak = |e: &SchemaError| e.keyword == "anyOf" || e.keyword == "oneOf";
     let best = errors.into_iter().min_by_key(|e| (e.depth, weak(e)));
     match best {
@@ -100,8 +154,12 @@ pub fn validate(schema: &Value, instance: &Value) -> Result<(), SchemaError> {
 
 /// True when `instance` validates.
 pub fn is_valid(schema: &Value, instance: &Value) -> bool {
+    is_valid_with(schema, instance, Formats::Oslo)
+}
+
+fn is_valid_with(schema: &Value, instance: &Value, formats: Formats) -> bool {
     let mut errors = Vec::new();
-    check(schema, instance, "", 0, &mut errors);
+    check(schema, instance, "", 0, formats, &mut errors);
     errors.is_empty()
 }
 
@@ -109,7 +167,7 @@ fn err(errors: &mut Vec<SchemaError>, keyword: &'static str, path: &str, depth: 
     errors.push(SchemaError { message, keyword, schema_path: format!("{path}['{keyword}']"), depth });
 }
 
-fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mut Vec<SchemaError>) {
+fn check(schema: &Value, instance: &Value, path: &str, depth: usize, formats: Formats, errors: &mut Vec<SchemaError>) {
     let Some(schema) = schema.as_object() else { return };
     for (keyword, spec) in schema {
         match keyword.as_str() {
@@ -139,14 +197,18 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
             }
             "format" if spec == "uuid" => {
                 if let Some(s) = instance.as_str() {
-                    if !is_uuid_like(s) {
+                    let ok = match formats {
+                        Formats::Oslo => uuid_like(s).is_some(),
+                        Formats::JsonSchema => is_jsonschema_uuid(s),
+                    };
+                    if !ok {
                         err(errors, "format", path, depth, format!("{} is not a 'uuid'", py_repr(instance)));
                     }
                 }
             }
             "anyOf" | "oneOf" => {
                 if let Some(options) = spec.as_array() {
-                    let n_valid = options.iter().filter(|s| is_valid(s, instance)).count();
+                    let n_valid = options.iter().filter(|s| is_valid_with(s, instance, formats)).count();
                     let keyword: &'static str = if keyword == "anyOf" { "anyOf" } else { "oneOf" };
                     if n_valid == 0 {
                         err(
@@ -170,11 +232,11 @@ fn check(schema: &Value, instance: &Value, path: &str, depth: usize, errors: &mu
             _ => {}
         }
         match instance {
-            Value::Object(map) => check_object(keyword, spec, schema, map, instance, path, depth, errors),
+            Value::Object(map) => check_object(keyword, spec, schema, map, instance, path, depth, formats, errors),
             Value::Array(items) => match keyword.as_str() {
                 "items" => {
                     for item in items {
-                        check(spec, item, &format!("{path}['items']"), depth + 1, errors);
+                        check(spec, item, &format!("{path}['items']"), depth + 1, formats, errors);
                     }
                 }
                 "minItems" if spec.as_u64().is_some_and(|min| (items.len() as u64) < min) => {
@@ -255,6 +317,7 @@ fn check_object(
     instance: &Value,
     path: &str,
     depth: usize,
+    formats: Formats,
     errors: &mut Vec<SchemaError>,
 ) {
     match keyword {
@@ -262,7 +325,7 @@ fn check_object(
             if let Some(props) = spec.as_object() {
                 for (name, sub) in props {
                     if let Some(value) = map.get(name) {
-                        check(sub, value, &format!("{path}['properties']['{name}']"), depth + 1, errors);
+                        check(sub, value, &format!("{path}['properties']['{name}']"), depth + 1, formats, errors);
                     }
                 }
             }
@@ -273,7 +336,14 @@ fn check_object(
                     let Some(re) = regex(pattern) else { continue };
                     for (name, value) in map {
                         if re.is_match(name) {
-                            check(sub, value, &format!("{path}['patternProperties']['{pattern}']"), depth + 1, errors);
+                            check(
+                                sub,
+                                value,
+                                &format!("{path}['patternProperties']['{pattern}']"),
+                                depth + 1,
+                                formats,
+                                errors,
+                            );
                         }
                     }
                 }
@@ -340,7 +410,7 @@ fn check_object(
                 Value::Object(_) => {
                     for name in extras {
                         if let Some(value) = map.get(name) {
-                            check(spec, value, &format!("{path}['additionalProperties']"), depth + 1, errors);
+                            check(spec, value, &format!("{path}['additionalProperties']"), depth + 1, formats, errors);
                         }
                     }
                 }
@@ -383,5 +453,27 @@ mod tests {
         assert!(validate(&schema, &json!("5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11")).is_ok());
         assert!(validate(&schema, &json!("5a2a8ab454d84a3c9d072e9a1f4c4c11")).is_ok());
         assert!(validate(&schema, &json!("not-a-uuid")).is_err());
+        // oslo is_uuid_like: braces, urn and upper case are uuids too.
+        for text in [
+            "{5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11}",
+            "urn:uuid:5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11",
+            "5A2A8AB4-54D8-4A3C-9D07-2E9A1F4C4C11",
+        ] {
+            assert_eq!(uuid_like(text).map(|u| u.to_string()).as_deref(), Some("5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11"));
+            assert!(validate(&schema, &json!(text)).is_ok(), "{text}");
+        }
+        assert!(uuid_like("5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c1").is_none());
+        assert!(uuid_like("+a2a8ab454d84a3c9d072e9a1f4c4c11").is_none());
+        // jsonschema's checker (placement's query strings) wants the dashes.
+        assert!(validate_query(&schema, &json!("5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11")).is_ok());
+        assert!(validate_query(&schema, &json!("5A2A8AB4-54D8-4A3C-9D07-2E9A1F4C4C11")).is_ok());
+        for text in [
+            "5a2a8ab454d84a3c9d072e9a1f4c4c11",
+            "{5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11}",
+            "urn:uuid:5a2a8ab4-54d8-4a3c-9d07-2e9a1f4c4c11",
+        ] {
+            let e = validate_query(&schema, &json!(text)).unwrap_err();
+            assert_eq!(e.message, format!("'{text}' is not a 'uuid'"));
+        }
     }
 }

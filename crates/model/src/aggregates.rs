@@ -12,10 +12,13 @@ use uuid::Uuid;
 use crate::{Change, ChangeSet, ModelError, Provider, Result, State, Timestamp};
 
 /// The provider whose uuid is the path segment `uuid`, or upstream's 404
-/// ("No resource provider with uuid X found"), also for non-uuid text.
+/// ("No resource provider with uuid X found"), also for non-uuid text and
+/// for a uuid spelt other than canonically (upstream compares the text
+/// with the stored, canonical uuid).
 pub fn find_provider<'a>(state: &'a State, uuid: &str) -> Result<&'a Provider> {
     Uuid::parse_str(uuid)
         .ok()
+        .filter(|u| u.to_string() == uuid)
         .and_then(|u| state.providers.get(&u))
         .ok_or_else(|| ModelError::NotFound(format!("No resource provider with uuid {uuid} found")))
 }
@@ -72,6 +75,26 @@ mod tests {
         let uuid = Uuid::from_u128(9);
         crate::test_support::add_root_provider(&mut state, 1, uuid, "rp");
         (state, uuid)
+    }
+
+    #[test]
+    fn only_the_canonical_spelling_names_the_provider() {
+        let mut state = State::with_standard_data(1);
+        let uuid = Uuid::from_u128(0xabcd_ef01_2345_4678_89ab_cdef_0123_4567);
+        crate::test_support::add_root_provider(&mut state, 1, uuid, "rp");
+        let canonical = uuid.to_string();
+        assert!(find_provider(&state, &canonical).is_ok());
+        for other in [
+            canonical.replace('-', ""),
+            canonical.to_uppercase(),
+            format!("{{{canonical}}}"),
+            format!("urn:uuid:{canonical}"),
+        ] {
+            assert!(
+                matches!(find_provider(&state, &other), Err(ModelError::NotFound(m)) if m == format!("No resource provider with uuid {other} found")),
+                "{other}"
+            );
+        }
     }
 
     #[test]

@@ -88,7 +88,7 @@ fn consumer_conflict(expected: Option<i64>, got: ConsumerGeneration) -> Allocati
 }
 
 /// `ensure_consumer`'s generation check for every consumer, in request order.
-fn check_consumer_generations(state: &State, requests: &[ConsumerAllocations]) -> Result<(), AllocationError> {
+pub fn check_consumer_generations(state: &State, requests: &[ConsumerAllocations]) -> Result<(), AllocationError> {
     for request in requests {
         let current = state.consumers.get(&request.consumer).map(|c| c.row.generation);
         match (request.generation, current) {

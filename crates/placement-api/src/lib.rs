@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
-use berth_http::microversion::{placement_invalid, placement_unacceptable};
+use berth_http::microversion::{placement_invalid, placement_parse, placement_unacceptable};
 use berth_http::{accepts_json, error_response, html_escape, Api, ApiError, Version, VersionSpec};
 use serde_json::json;
 
@@ -106,6 +106,7 @@ pub const VERSIONS: VersionSpec = VersionSpec {
     min: microversion::MIN_VERSION,
     max: microversion::MAX_VERSION,
     legacy_header: None,
+    parse: placement_parse,
     invalid: placement_invalid,
     unacceptable: placement_unacceptable,
 };
@@ -164,7 +165,9 @@ pub fn wire_detail(err: &ApiError) -> String {
         406 => "The resource could not be generated that was acceptable to your browser.",
         409 => "There was a conflict when trying to complete your request.",
         413 => "The request is larger than the server is willing or able to process.",
+        414 => "The request URI was too long for this server.",
         415 => "The request media type is not supported by this server.",
+        431 => "The request header fields were too large",
         503 => "The server is currently unavailable. Please try again at a later time.",
         _ => "The server has either erred or is incapable of performing the requested operation.",
     };

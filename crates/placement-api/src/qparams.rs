@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult};
 use crate::microversion::Version;
+use crate::request::Req;
 
 /// Required traits (each set is an any-of group; all groups must hold)
 /// and forbidden traits.
@@ -19,29 +20,33 @@ pub type TraitFilter = (Vec<BTreeSet<String>>, BTreeSet<String>);
 /// and forbidden aggregates.
 pub type AggregateFilter = (Vec<BTreeSet<Uuid>>, BTreeSet<Uuid>);
 
-/// oslo `uuidutils.is_uuid_like`, returning the parsed uuid: the value
-/// parses and, without dashes and lowercased, equals the canonical hex.
+/// oslo `uuidutils.is_uuid_like`, returning the parsed uuid (any spelling
+/// Python's `uuid.UUID` reads: bare hex, braces, `urn:uuid:`, either case).
 pub fn uuid_like(value: &str) -> Option<Uuid> {
-    let uuid = Uuid::parse_str(value).ok()?;
-    let stripped: String = value
-        .trim_start_matches("urn:")
-        .trim_start_matches("uuid:")
-        .chars()
-        .filter(|c| !matches!(c, '-' | '{' | '}'))
-        .collect::<String>()
-        .to_ascii_lowercase();
-    (uuid.simple().to_string() == stripped).then_some(uuid)
+    crate::schema::uuid_like(value)
+}
+
+/// The uuid of a provider as upstream finds it: by comparing the text
+/// with the stored (canonical: lowercase, dashed) uuid, so any other
+/// spelling names no provider.
+pub fn canonical_uuid(value: &str) -> Option<Uuid> {
+    Uuid::parse_str(value).ok().filter(|uuid| uuid.to_string() == value)
 }
 
 /// Validate the query against a JSON schema the way upstream's
-/// `validate_query_params` does (the last value of each key).
-pub fn validate_query_schema(query: &[(String, String)], schema: &Value) -> ApiResult<()> {
+/// `validate_query_params` does: the last value of each key, jsonschema's
+/// own format checker (`uuid` wants the dashed form), and a query that is
+/// not UTF-8 is a 400 like webob's `UnicodeDecodeError` there.
+pub fn validate_query_schema(req: &Req, schema: &Value) -> ApiResult<()> {
+    let invalid = |why: String| ApiError::bad_request(format!("Invalid query string parameters: {why}"));
+    if let Some(why) = req.query_decode_error() {
+        return Err(invalid(why));
+    }
     let mut object = Map::new();
-    for (key, value) in query {
+    for (key, value) in &req.query {
         object.insert(key.clone(), Value::String(value.clone()));
     }
-    crate::schema::validate(schema, &Value::Object(object))
-        .map_err(|e| ApiError::bad_request(format!("Invalid query string parameters: {e}")))
+    crate::schema::validate_query(schema, &Value::Object(object)).map_err(|e| invalid(e.to_string()))
 }
 
 /// `normalize_resources_qs_param`: `CLASS:N,CLASS:N` into (class, amount)
@@ -165,8 +170,11 @@ pub fn normalize_traits_params(values: &[&str], version: Version) -> ApiResult<T
 }
 
 /// `normalize_member_of_qs_param`: one `member_of` value: `UUID`, `!UUID`,
-/// `in:U1,U2` or `!in:U1,U2`. Returns (any-of required, forbidden).
-pub fn normalize_member_of(value: &str) -> ApiResult<(BTreeSet<Uuid>, BTreeSet<Uuid>)> {
+/// `in:U1,U2` or `!in:U1,U2`. Returns whether it forbids, and its
+/// aggregates. Any uuid-like spelling is accepted, but upstream compares
+/// the text with the stored uuids, so a spelling other than the canonical
+/// one is in no set: a required group of only such names matches nothing.
+pub fn normalize_member_of(value: &str) -> ApiResult<(bool, BTreeSet<Uuid>)> {
     if value.contains(',') && !(value.starts_with("in:") || value.starts_with("!in:")) {
         return Err(ApiError::bad_request(format!(
             "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' keyword using the \
@@ -184,15 +192,15 @@ pub fn normalize_member_of(value: &str) -> ApiResult<(BTreeSet<Uuid>, BTreeSet<U
     };
     let mut uuids = BTreeSet::new();
     for item in list.split(',') {
-        let uuid = uuid_like(item).ok_or_else(|| {
+        uuid_like(item).ok_or_else(|| {
             ApiError::bad_request(format!(
                 "Invalid query string parameters: Expected 'member_of' parameter to contain valid UUID(s). \
                  Got: {item}"
             ))
         })?;
-        uuids.insert(uuid);
+        uuids.extend(canonical_uuid(item));
     }
-    Ok(if forbid { (BTreeSet::new(), uuids) } else { (uuids, BTreeSet::new()) })
+    Ok((forbid, uuids))
 }
 
 /// `normalize_member_of_qs_params`: all values of `member_of<suffix>`.
@@ -204,29 +212,32 @@ pub fn normalize_member_of_params(values: &[&str], version: Version, suffix: &st
     let mut required = Vec::new();
     let mut forbidden = BTreeSet::new();
     for value in values {
-        let (r, f) = normalize_member_of(value)?;
-        if !r.is_empty() {
-            required.push(r);
-        }
-        if !f.is_empty() {
+        let (forbid, aggregates) = normalize_member_of(value)?;
+        if !forbid {
+            required.push(aggregates);
+        } else {
             if !version.at_least(32) {
                 return Err(ApiError::bad_request(format!(
                     "Forbidden member_of{suffix} parameters are not supported in the specified microversion"
                 )));
             }
-            forbidden.extend(f);
+            forbidden.extend(aggregates);
         }
     }
     Ok((required, forbidden))
 }
 
-/// `normalize_in_tree_qs_params`: a provider uuid.
-pub fn normalize_in_tree(value: &str) -> ApiResult<Uuid> {
-    uuid_like(value.trim()).ok_or_else(|| {
+/// `normalize_in_tree_qs_params`: a provider uuid in any uuid-like
+/// spelling; `None` when it is not the canonical one (it names no
+/// provider, see [`canonical_uuid`]).
+pub fn normalize_in_tree(value: &str) -> ApiResult<Option<Uuid>> {
+    let trimmed = value.trim();
+    uuid_like(trimmed).ok_or_else(|| {
         ApiError::bad_request(format!(
             "Invalid query string parameters: Expected 'in_tree' parameter to be a format of uuid. Got: {value}"
         ))
-    })
+    })?;
+    Ok(canonical_uuid(trimmed))
 }
 
 #[cfg(test)]
@@ -291,5 +302,15 @@ mod tests {
         assert!(uuid_like(&U1.to_uppercase()).is_some());
         assert!(uuid_like("not-a-uuid").is_none());
         assert!(normalize_in_tree("x").is_err());
+        // Other spellings are uuids, but name no provider or aggregate.
+        assert_eq!(normalize_in_tree(&U1.replace('-', "")).expect("uuid-like"), None);
+        assert_eq!(normalize_in_tree(U1).expect("uuid").map(|u| u.to_string()).as_deref(), Some(U1));
+        let braced = format!("{{{U1}}}");
+        let (required, _) = normalize_member_of_params(&[braced.as_str()], Version(1, 3), "").expect("uuid-like");
+        assert_eq!(required, vec![BTreeSet::new()], "a required group that matches nothing");
+        let forbidden = format!("!{}", U1.to_uppercase());
+        let (required, forbidden) =
+            normalize_member_of_params(&[forbidden.as_str()], Version(1, 32), "").expect("uuid-like");
+        assert!(required.is_empty() && forbidden.is_empty());
     }
 }

@@ -62,7 +62,9 @@ pub fn set_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
     let consider_generation = req.at_least(INCLUDE_GENERATION);
     let (list, expected) = if consider_generation {
         let body = req.json_body(&put_schema_1_19())?;
-        let generation = body.get("resource_provider_generation").and_then(Value::as_i64);
+        // Validated as an integer: `3.0` is one, and one beyond 64 bits
+        // simply matches no generation (409), as upstream.
+        let generation = super::inventories::int_field(&body, "resource_provider_generation");
         (body.get("aggregates").cloned().unwrap_or(Value::Null), generation)
     } else {
         (req.json_body(&list_schema())?, None)
@@ -77,8 +79,8 @@ pub fn set_aggregates(app: &App, req: &Req) -> ApiResult<Resp> {
     let parsed = given
         .iter()
         .map(|s| {
-            Uuid::parse_str(s)
-                .map_err(|_| ApiError::bad_request(format!("JSON does not validate: '{s}' is not a 'uuid'")))
+            crate::qparams::uuid_like(s)
+                .ok_or_else(|| ApiError::bad_request(format!("JSON does not validate: '{s}' is not a 'uuid'")))
         })
         .collect::<ApiResult<Vec<Uuid>>>()?;
     let generation =

@@ -26,8 +26,8 @@ const GROUP_PAT_1_33: &str = "[a-zA-Z0-9_-]{1,64}";
 /// `GET /allocation_candidates`.
 pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:allocation_candidates:list")?;
-    validate_query_schema(&req.query, &query_schema(req))?;
-    let mut request = parse_request(req)?;
+    validate_query_schema(req, &query_schema(req))?;
+    let (mut request, trees_named_by_no_provider) = parse_request(req)?;
     let options = &app.options;
     request.max_candidates = options.max_candidates;
     if options.randomize {
@@ -36,6 +36,9 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
     let body = {
         let world = app.read();
         let state = &world.placement;
+        for &group in &trees_named_by_no_provider {
+            request.groups[group].in_tree = Some(super::resource_providers::absent_provider(state));
+        }
         let candidates = berth_candidates::find(state, &request).map_err(|e| match e {
             CandidatesError::ResourceClassNotFound(_) => {
                 ApiError::bad_request(format!("Invalid resource class in resources parameter: {e}"))
@@ -119,8 +122,11 @@ fn py_list(items: &[String]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// Parse and validate everything upstream checks before searching.
-fn parse_request(req: &Req) -> ApiResult<Request> {
+/// Parse and validate everything upstream checks before searching. Also
+/// returns the groups whose `in_tree` is a uuid in another spelling than
+/// the canonical one: upstream finds no provider by it, so they match
+/// nothing (their `in_tree` is to be set to a uuid no provider has).
+fn parse_request(req: &Req) -> ApiResult<(Request, Vec<usize>)> {
     let mut request = Request { nested_aware: req.at_least(29), ..Default::default() };
 
     // Request-wide parameters (`RequestWideParams.from_request`).
@@ -166,6 +172,7 @@ fn parse_request(req: &Req) -> ApiResult<Request> {
     // Request groups (`RequestGroup.dict_from_request`), in order of first appearance.
     let pattern = key_pattern(req.at_least(33));
     let mut groups: Vec<RequestGroup> = Vec::new();
+    let mut trees_named_by_no_provider = Vec::new();
     for (key, value) in &req.query {
         let Some(caps) = pattern.captures(key) else { continue };
         let prefix = caps.get(1).map_or("", |m| m.as_str());
@@ -194,7 +201,13 @@ fn parse_request(req: &Req) -> ApiResult<Request> {
                 group.member_of = required.into_iter().map(|s| s.into_iter().collect()).collect();
                 group.forbidden_aggregates = forbidden.into_iter().collect();
             }
-            _ => group.in_tree = Some(normalize_in_tree(value)?),
+            _ => match normalize_in_tree(value)? {
+                Some(uuid) => {
+                    group.in_tree = Some(uuid);
+                    trees_named_by_no_provider.retain(|&g| g != pos);
+                }
+                None => trees_named_by_no_provider.push(pos),
+            },
         }
     }
 
@@ -286,7 +299,7 @@ fn parse_request(req: &Req) -> ApiResult<Request> {
         ));
     }
     request.groups = groups;
-    Ok(request)
+    Ok((request, trees_named_by_no_provider))
 }
 
 /// The response body for the negotiated version, serialised straight into

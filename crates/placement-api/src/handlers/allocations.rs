@@ -152,15 +152,23 @@ fn int(value: &Value) -> Option<i64> {
     value.as_i64().or_else(|| value.as_f64().map(|f| f as i64))
 }
 
-fn missing_provider(raw: &str) -> ApiError {
+pub(crate) fn missing_provider(raw: &str) -> ApiError {
     ApiError::bad_request(format!("Allocation for resource provider '{raw}' that does not exist."))
 }
 
-/// Dict-form allocations (`{rp_uuid: {"resources": {...}}}`) as a map.
-fn allocation_map(allocations: &Map<String, Value>) -> ApiResult<AllocationMap> {
+/// Dict-form allocations (`{rp_uuid: {"resources": {...}}}`) as a map,
+/// and the first key that names no provider: upstream looks providers up
+/// by the text, so a spelling other than the canonical one names none
+/// (refused as a provider that does not exist, after the consumer
+/// generations are checked, as upstream orders them).
+fn allocation_map(allocations: &Map<String, Value>) -> (AllocationMap, Option<String>) {
     let mut out = AllocationMap::new();
+    let mut unnamed = None;
     for (raw, entry) in allocations {
-        let provider = Uuid::parse_str(raw).map_err(|_| missing_provider(raw))?;
+        let Some(provider) = path_uuid(raw) else {
+            unnamed.get_or_insert_with(|| raw.clone());
+            continue;
+        };
         let amounts = out.entry(provider).or_default();
         amounts.clear();
         if let Some(resources) = entry.get("resources").and_then(Value::as_object) {
@@ -169,21 +177,24 @@ fn allocation_map(allocations: &Map<String, Value>) -> ApiResult<AllocationMap> 
             }
         }
     }
-    Ok(out)
+    (out, unnamed)
 }
 
-/// One consumer's dict-form data (as validated) into a model request.
-pub(crate) fn consumer_request(req: &Req, consumer: Uuid, data: &Value) -> ApiResult<ConsumerAllocations> {
+/// One consumer's dict-form data (as validated) into a model request, and
+/// the first allocation key that names no provider (see
+/// [`allocation_map`]).
+pub(crate) fn consumer_request(req: &Req, consumer: Uuid, data: &Value) -> (ConsumerAllocations, Option<String>) {
     let empty = Map::new();
-    let allocations = allocation_map(data.get("allocations").and_then(Value::as_object).unwrap_or(&empty))?;
-    Ok(ConsumerAllocations {
+    let (allocations, unnamed) = allocation_map(data.get("allocations").and_then(Value::as_object).unwrap_or(&empty));
+    let request = ConsumerAllocations {
         consumer,
         project_id: text(data, "project_id"),
         user_id: text(data, "user_id"),
         generation: generation(req, data),
         consumer_type: consumer_type(req, data),
         allocations,
-    })
+    };
+    (request, unnamed)
 }
 
 fn text(data: &Value, name: &str) -> String {
@@ -314,15 +325,15 @@ fn consumer_json(req: &Req, state: &State, consumer: &berth_model::Consumer) -> 
 pub fn set_allocations_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:allocations:update")?;
     let consumer = consumer_uuid(req.param(0))?;
-    let request = if req.at_least(12) {
+    let (request, unnamed) = if req.at_least(12) {
         let data = req.json_body(&consumer_schema(req.version.1, req.at_least(28)))?;
-        consumer_request(req, consumer, &data)?
+        consumer_request(req, consumer, &data)
     } else {
         let data = req.json_body(&list_schema(req.at_least(8)))?;
         let mut allocations = AllocationMap::new();
         for item in data.get("allocations").and_then(Value::as_array).into_iter().flatten() {
             let raw = item.pointer("/resource_provider/uuid").and_then(Value::as_str).unwrap_or("");
-            let provider = Uuid::parse_str(raw).map_err(|_| missing_provider(raw))?;
+            let provider = path_uuid(raw).ok_or_else(|| missing_provider(raw))?;
             let amounts: berth_model::ClassAmounts = item
                 .get("resources")
                 .and_then(Value::as_object)
@@ -332,17 +343,23 @@ pub fn set_allocations_for_consumer(app: &App, req: &Req) -> ApiResult<Resp> {
                 .collect();
             allocations.insert(provider, amounts);
         }
-        ConsumerAllocations {
+        let request = ConsumerAllocations {
             consumer,
             project_id: text(&data, "project_id"),
             user_id: text(&data, "user_id"),
             generation: ConsumerGeneration::Unchecked,
             consumer_type: None,
             allocations,
-        }
+        };
+        (request, None)
     };
     let now = now();
     app.write(|state| {
+        if let Some(raw) = &unnamed {
+            allocations::check_consumer_generations(state, std::slice::from_ref(&request))
+                .map_err(|e| put_error(consumer, e))?;
+            return Err(missing_provider(raw));
+        }
         let set = allocations::plan_replace_allocations(state, std::slice::from_ref(&request), now)
             .map_err(|e| put_error(consumer, e))?;
         Ok((set, ()))
@@ -356,12 +373,19 @@ pub fn set_allocations(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:allocations:manage")?;
     let data = req.json_body(&multi_schema(req.version.1, 1))?;
     let mut requests = Vec::new();
+    let mut unnamed = None;
     for (raw, consumer_data) in data.as_object().into_iter().flatten() {
         let consumer = consumer_uuid(raw)?;
-        requests.push(consumer_request(req, consumer, consumer_data)?);
+        let (request, unnamed_here) = consumer_request(req, consumer, consumer_data);
+        requests.push(request);
+        unnamed = unnamed.or(unnamed_here);
     }
     let now = now();
     app.write(|state| {
+        if let Some(raw) = &unnamed {
+            allocations::check_consumer_generations(state, &requests).map_err(post_error)?;
+            return Err(missing_provider(raw));
+        }
         let set = allocations::plan_replace_allocations(state, &requests, now).map_err(post_error)?;
         Ok((set, ()))
     })?;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use berth_model::allocations::{self, ReshapeInventories};
-use berth_model::{Inventory, Uuid};
+use berth_model::Inventory;
 use serde_json::{json, Value};
 
 use super::allocations::{consumer_request, multi_schema};
@@ -40,7 +40,7 @@ pub fn reshape(app: &App, req: &Req) -> ApiResult<Resp> {
     let data = req.json_body(&schema(req))?;
     let mut inventories = Vec::new();
     for (raw, entry) in data.get("inventories").and_then(Value::as_object).into_iter().flatten() {
-        let provider = Uuid::parse_str(raw).map_err(|_| {
+        let provider = super::resource_providers::path_uuid(raw).ok_or_else(|| {
             ApiError::bad_request(format!(
                 "Resource provider {raw} in inventories not found: No resource provider with uuid {raw} found"
             ))
@@ -63,7 +63,11 @@ pub fn reshape(app: &App, req: &Req) -> ApiResult<Resp> {
     for (raw, consumer_data) in data.get("allocations").and_then(Value::as_object).into_iter().flatten() {
         let consumer = crate::qparams::uuid_like(raw)
             .ok_or_else(|| ApiError::bad_request(format!("Malformed consumer_uuid: {raw}")))?;
-        requests.push(consumer_request(req, consumer, consumer_data)?);
+        let (request, unnamed) = consumer_request(req, consumer, consumer_data);
+        if let Some(raw) = unnamed {
+            return Err(super::allocations::missing_provider(&raw));
+        }
+        requests.push(request);
     }
     let now = now();
     app.write(|state| Ok((allocations::plan_reshape(state, &inventories, &requests, now)?, ())))?;

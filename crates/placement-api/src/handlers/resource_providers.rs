@@ -15,7 +15,24 @@ use crate::{wire, App};
 /// The uuid in a path segment, only in its canonical (lowercase, dashed)
 /// form: upstream compares the string with the stored one.
 pub(crate) fn path_uuid(raw: &str) -> Option<Uuid> {
-    Uuid::parse_str(raw).ok().filter(|uuid| uuid.to_string() == raw)
+    qparams::canonical_uuid(raw)
+}
+
+/// The provider a uuid-like text names, for the planner: the uuid when the
+/// text is canonical, otherwise one that no provider has (upstream finds
+/// no provider by another spelling, so the planner answers as for a
+/// provider that does not exist).
+pub(crate) fn provider_ref(state: &berth_model::State, text: &str) -> Uuid {
+    path_uuid(text).unwrap_or_else(|| absent_provider(state))
+}
+
+/// A uuid no provider of `state` has.
+pub(crate) fn absent_provider(state: &berth_model::State) -> Uuid {
+    let mut n = u128::MAX;
+    while state.providers.contains_key(&Uuid::from_u128(n)) {
+        n -= 1;
+    }
+    Uuid::from_u128(n)
 }
 
 fn name_schema() -> Value {
@@ -72,7 +89,7 @@ fn parse_uuid(text: &str) -> ApiResult<Uuid> {
 /// `GET /resource_providers`.
 pub fn list_resource_providers(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:list")?;
-    qparams::validate_query_schema(&req.query, &list_query_schema(req))?;
+    qparams::validate_query_schema(req, &list_query_schema(req))?;
     let mut filter = query::ProviderFilter::default();
     // A uuid or in_tree value that is not in canonical form matches no
     // stored provider (upstream compares strings). An unknown in_tree
@@ -140,12 +157,11 @@ pub fn create_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
         Some(text) => parse_uuid(text)?,
         None => Uuid::new_v4(),
     };
-    let parent = match body.get("parent_provider_uuid").and_then(Value::as_str) {
-        Some(text) => Some(parse_uuid(text)?),
-        None => None,
-    };
-    let row =
-        app.write(|state| providers::plan_create_provider(state, uuid, &name, parent, now()).map_err(Into::into))?;
+    let parent = body.get("parent_provider_uuid").and_then(Value::as_str);
+    let row = app.write(|state| {
+        let parent = parent.map(|text| provider_ref(state, text));
+        providers::plan_create_provider(state, uuid, &name, parent, now()).map_err(Into::into)
+    })?;
     let location = req.url(&format!("/resource_providers/{uuid}"));
     if !req.at_least(20) {
         return Ok(Resp::empty(StatusCode::CREATED).location(location));
@@ -189,13 +205,13 @@ pub fn update_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     }
     let body = req.json_body(&put_schema(req))?;
     let name = body["name"].as_str().unwrap_or_default().to_owned();
-    let parent = match body.get("parent_provider_uuid") {
-        None => None,
-        Some(Value::String(text)) => Some(Some(parse_uuid(text)?)),
-        Some(_) => Some(None),
-    };
     let allow_reparenting = req.at_least(37);
     let row = app.write(|state| {
+        let parent = match body.get("parent_provider_uuid") {
+            None => None,
+            Some(Value::String(text)) => Some(Some(provider_ref(state, text))),
+            Some(_) => Some(None),
+        };
         providers::plan_update_provider(state, uuid, &name, parent, allow_reparenting, now()).map_err(Into::into)
     })?;
     Ok(Resp::ok(wire::provider_row(req, &row)).last_modified(req, row.updated_at))

@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use berth_model::traits::{self as model, TraitFilter};
 use berth_model::Trait;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::app::now;
 use crate::error::{ApiError, ApiResult};
@@ -54,14 +54,7 @@ fn serialize(traits: &[&Trait]) -> (Vec<String>, i64) {
 }
 
 fn parse_filter(req: &Req) -> ApiResult<TraitFilter> {
-    let mut query = Map::new();
-    for (key, _) in &req.query {
-        if let Some(value) = req.query_one(key) {
-            query.insert(key.clone(), Value::String(value.to_owned()));
-        }
-    }
-    schema::validate(&list_query_schema(), &Value::Object(query))
-        .map_err(|e| ApiError::bad_request(format!("Invalid query string parameters: {e}")))?;
+    crate::qparams::validate_query_schema(req, &list_query_schema())?;
     let mut filter = TraitFilter::default();
     if let Some(name) = req.query_one("name") {
         let Some((op, value)) = name.split_once(':') else {
@@ -148,7 +141,9 @@ pub fn list_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp
 pub fn update_traits_for_resource_provider(app: &App, req: &Req) -> ApiResult<Resp> {
     req.authorize("placement:resource_providers:traits:update")?;
     let body = req.json_body(&set_traits_schema())?;
-    let generation = body.get("resource_provider_generation").and_then(Value::as_i64);
+    // Validated as an integer: `3.0` is one, and one beyond 64 bits simply
+    // matches no generation (409), as upstream.
+    let generation = super::inventories::int_field(&body, "resource_provider_generation");
     let Some(generation) = generation else {
         return Err(ApiError::bad_request("JSON does not validate: resource_provider_generation is not an integer"));
     };

@@ -93,7 +93,7 @@ pub fn get_total_usages(app: &App, req: &Req) -> ApiResult<Resp> {
     let mut target = Target::default();
     target.values.insert("project_id".to_owned(), project_id.unwrap_or("None").to_owned());
     req.authorize_target("placement:usages", &target)?;
-    validate_query_schema(&req.query, &query_schema(req))?;
+    validate_query_schema(req, &query_schema(req))?;
     let project_id = project_id.unwrap_or("");
     let world = app.read();
     let state = &world.placement;
