@@ -1,8 +1,11 @@
 //! Blazar's requirement language (`hypervisor_properties`,
 //! `resource_properties`): JSON text such as `["==", "$vcpus", "8"]` or
 //! `["and", [">=", "$memory_mb", "4096"], ["==", "$gpu", "true"]]`, parsed
-//! into the model's [`Query`]. `""` and `"[]"` mean no requirement; `or`
-//! is berth's extension.
+//! into the model's [`Query`]. `""` and `"[]"` mean no requirement. A
+//! string literal keeps Blazar's meaning (extra capabilities compare as
+//! strings, integer hypervisor fields as numbers); berth's extensions are
+//! `or`, `and`/`or` in any case, and JSON number literals, which compare
+//! numerically (`["<", "$level", 9]`).
 
 use berth_compute_model::lease_plan::{Op, Query};
 use serde_json::Value;
@@ -26,13 +29,14 @@ fn query_from(value: &Value, text: &str) -> Result<Query, String> {
         return Err(malformed(text));
     }
     let key = list[1].as_str().and_then(|k| k.strip_prefix('$')).ok_or_else(|| malformed(text))?;
-    let value = match &list[2] {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        _ => return Err(malformed(text)),
-    };
-    Ok(Query::Cmp { op, key: key.to_owned(), value })
+    let key = key.to_owned();
+    match &list[2] {
+        Value::String(s) => Ok(Query::Cmp { op, key, value: s.clone() }),
+        // Extension (Blazar refuses numbers): compared as numbers.
+        Value::Number(n) => n.as_f64().map(|value| Query::Num { op, key, value }).ok_or_else(|| malformed(text)),
+        Value::Bool(b) => Ok(Query::Cmp { op, key, value: b.to_string() }),
+        _ => Err(malformed(text)),
+    }
 }
 
 /// Parse a requirement text; the error is Blazar's message.
@@ -50,6 +54,8 @@ pub fn parse(text: &str) -> Result<Option<Query>, String> {
 
 #[cfg(test)]
 mod tests {
+    use berth_compute_model::lease_plan::Prop;
+
     use super::*;
 
     #[test]
@@ -58,8 +64,8 @@ mod tests {
         assert_eq!(parse("[]").unwrap(), None);
         let q = parse(r#"["and", [">=", "$vcpus", "4"], ["==", "$gpu", true]]"#).unwrap().unwrap();
         let host = |k: &str| match k {
-            "vcpus" => Some("8".to_string()),
-            "gpu" => Some("true".to_string()),
+            "vcpus" => Some(Prop::Int(8)),
+            "gpu" => Some(Prop::Text("true".to_string())),
             _ => None,
         };
         assert!(q.matches(&host));
@@ -69,5 +75,23 @@ mod tests {
         assert_eq!(parse(r#"["==", "a", "b"]"#).unwrap_err(), r#"Malformed requirements ["==", "a", "b"]"#);
         assert!(parse("not json").is_err());
         assert!(parse(r#"["and"]"#).is_err());
+    }
+
+    /// Blazar compares extra capabilities as strings (`"10" < "9"`) and
+    /// integer hypervisor fields as numbers; a JSON number literal compares
+    /// numerically.
+    #[test]
+    fn string_literals_keep_blazars_meaning_numbers_compare_numerically() {
+        let level = |v: &'static str| move |k: &str| (k == "level").then(|| Prop::Text(v.to_string()));
+        let below_9 = parse(r#"["<", "$level", "9"]"#).unwrap().unwrap();
+        let picked: Vec<&str> = ["10", "9", "2"].into_iter().filter(|v| below_9.matches(&level(v))).collect();
+        assert_eq!(picked, ["10", "2"], "string comparison, as Blazar");
+        let below_9 = parse(r#"["<", "$level", 9]"#).unwrap().unwrap();
+        let picked: Vec<&str> = ["10", "9", "2", "x"].into_iter().filter(|v| below_9.matches(&level(v))).collect();
+        assert_eq!(picked, ["2"], "a JSON number compares numerically; text that is no number never matches");
+        let eq = parse(r#"["==", "$level", "1.0"]"#).unwrap().unwrap();
+        assert!(!eq.matches(&level("1")), "strings: 1 is not 1.0");
+        let vcpus = parse(r#"["<", "$vcpus", "10"]"#).unwrap().unwrap();
+        assert!(vcpus.matches(&|_: &str| Some(Prop::Int(8))), "an integer column compares as a number (SQL)");
     }
 }

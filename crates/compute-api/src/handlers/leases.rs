@@ -125,6 +125,20 @@ fn parse_date(text: &str, now: i64) -> ApiResult<i64> {
         .ok_or_else(|| ApiError::bad_request(format!("{text} is an invalid date. Required format: %Y-%m-%d %H:%M")))
 }
 
+/// An explicit `before_end_date`: a date as Blazar parses it (`now` is not
+/// one), strictly inside the lease (403 "Datetime is out of lease limits",
+/// Blazar's `NotAuthorized`).
+fn before_end_date(text: &str, start: i64, end: i64, now: i64) -> ApiResult<i64> {
+    if text == "now" {
+        return Err(ApiError::bad_request("now is an invalid date. Required format: %Y-%m-%d %H:%M"));
+    }
+    let t = parse_date(text, now)?;
+    if !(start < t && t < end) {
+        return Err(ApiError::forbidden("Datetime is out of lease limits"));
+    }
+    Ok(t)
+}
+
 fn split(ts: i64) -> ((i64, i64, i64), (i64, i64, i64)) {
     let days = ts.div_euclid(86_400);
     let secs = ts.rem_euclid(86_400);
@@ -222,11 +236,7 @@ fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<Res
         RESOURCE_PHYSICAL_HOST => {
             let min = int_param(map, "min")?.ok_or_else(|| missing("min"))?;
             let max = int_param(map, "max")?.ok_or_else(|| missing("max"))?;
-            if min < 1 || max < min {
-                return Err(ApiError::bad_request(
-                    "Invalid values for min/max of hosts. Max must be equal to or larger than min.",
-                ));
-            }
+            plan::check_min_max(min, max).map_err(refused)?;
             let hyp = str_param(map, "hypervisor_properties")?.unwrap_or_default();
             let res = str_param(map, "resource_properties")?.unwrap_or_default();
             let hypervisor_query = parse_query(&hyp)?;
@@ -268,18 +278,17 @@ fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<Res
                     return Err(malformed(name));
                 }
             }
-            if amount < 1 {
-                return Err(malformed("amount"));
-            }
+            plan::check_amount(amount).map_err(refused)?;
+            let bad_affinity = || malformed("affinity (must be a bool value or None)");
             let affinity = match map.get("affinity") {
                 None | Some(Value::Null) => None,
                 Some(Value::Bool(b)) => Some(*b),
                 Some(Value::String(s)) => match api::parse_bool(s) {
                     Some(b) => Some(b),
                     None if s.eq_ignore_ascii_case("none") => None,
-                    None => return Err(malformed("affinity")),
+                    None => return Err(bad_affinity()),
                 },
-                Some(_) => return Err(malformed("affinity")),
+                Some(_) => return Err(bad_affinity()),
             };
             let res = str_param(map, "resource_properties")?.unwrap_or_default();
             let resource_query = parse_query(&res)?;
@@ -336,6 +345,11 @@ fn reservation_view(lease: &Lease, r: &Reservation) -> Value {
             map.insert("affinity".into(), json!(affinity));
             map.insert("resource_properties".into(), json!(resource_properties));
             map.insert("flavor_id".into(), json!(source_flavor.clone().unwrap_or_else(|| r.id.to_string())));
+            // Blazar makes a Nova aggregate per instance reservation and a
+            // server group when `affinity` is set; berth makes neither (it
+            // places slots itself), so both are null.
+            map.insert("aggregate_id".into(), Value::Null);
+            map.insert("server_group_id".into(), Value::Null);
         }
     }
     out
@@ -510,7 +524,7 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     }
     let before_end = match str_param(&map, "before_end_date")? {
         None => Some(default_before_end(ctx, start, end)),
-        Some(t) => Some(parse_date(&t, now)?),
+        Some(t) => Some(before_end_date(&t, start, end, now)?),
     };
     let reservations = match map.get("reservations") {
         None | Some(Value::Null) => Vec::new(),
@@ -582,7 +596,8 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         update.end = Some(parse_date(&t, now)?);
     }
     if let Some(t) = str_param(&map, "before_end_date")? {
-        update.before_end = Some(parse_date(&t, now)?);
+        let (start, end) = (update.start.unwrap_or(lease.start), update.end.unwrap_or(lease.end));
+        update.before_end = Some(before_end_date(&t, start, end, now)?);
     } else if update.start.is_some() || update.end.is_some() {
         // New dates move the warning with them, by the configured minutes.
         let (start, end) = (update.start.unwrap_or(lease.start), update.end.unwrap_or(lease.end));
