@@ -533,6 +533,26 @@ pub struct ReservationUpdate {
     pub hypervisor_properties: Option<(String, Option<Query>)>,
     /// New `resource_properties` (text, parsed).
     pub resource_properties: Option<(String, Option<Query>)>,
+    /// New `vcpus` per slot (instance reservations not started).
+    pub vcpus: Option<i64>,
+    /// New `memory_mb` per slot.
+    pub memory_mb: Option<i64>,
+    /// New `disk_gb` per slot.
+    pub disk_gb: Option<i64>,
+    /// New `affinity` (`Some(None)`: none).
+    pub affinity: Option<Option<bool>>,
+}
+
+impl ReservationUpdate {
+    /// Does it change an instance reservation's shape or placement rule
+    /// (what Blazar allows only before the start)?
+    fn reshapes_slots(&self) -> bool {
+        self.resource_properties.is_some()
+            || self.vcpus.is_some()
+            || self.memory_mb.is_some()
+            || self.disk_gb.is_some()
+            || self.affinity.is_some()
+    }
 }
 
 /// A lease update.
@@ -642,7 +662,18 @@ pub fn plan_update_lease(
                 hyp_text.clone_from(hypervisor_properties);
                 res_text.clone_from(resource_properties);
             }
-            ReservationKind::Instance { amount, resource_properties, .. } => {
+            ReservationKind::Instance { vcpus, memory_mb, disk_gb, amount, affinity, resource_properties, .. } => {
+                // Blazar's update_reservation, in its order.
+                let extends = start < old.start || end > old.end;
+                if started && change.is_some_and(ReservationUpdate::reshapes_slots) {
+                    return Err(ComputeError::Conflict("An active reservation only accepts to update amount.".into()));
+                }
+                let touches = change.is_some_and(|c| c.reshapes_slots() || c.amount.is_some());
+                if reservation.status == ReservationStatus::Error && (touches || extends) {
+                    return Err(ComputeError::Conflict(
+                        "An error reservation doesn't accept an updating request.".into(),
+                    ));
+                }
                 if let Some(c) = change {
                     if let Some(n) = c.amount {
                         check_amount(n)?;
@@ -652,13 +683,12 @@ pub fn plan_update_lease(
                         *amount = n;
                     }
                     if let Some((text, _)) = &c.resource_properties {
-                        if started {
-                            return Err(ComputeError::Conflict(
-                                "An active reservation only accepts to update amount.".into(),
-                            ));
-                        }
                         *resource_properties = text.clone();
                     }
+                    *vcpus = c.vcpus.unwrap_or(*vcpus);
+                    *memory_mb = c.memory_mb.unwrap_or(*memory_mb);
+                    *disk_gb = c.disk_gb.unwrap_or(*disk_gb);
+                    *affinity = c.affinity.unwrap_or(*affinity);
                     // `min` and `max` mean nothing here; Blazar ignores them.
                 }
                 res_text.clone_from(resource_properties);

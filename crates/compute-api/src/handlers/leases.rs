@@ -230,6 +230,30 @@ fn check_keys(world: &World, query: &Option<Query>, hypervisor: bool, text: &str
     Ok(())
 }
 
+/// `affinity`: `None` when absent, `Some(None)` for null or "none".
+fn affinity_param(map: &Map<String, Value>) -> ApiResult<Option<Option<bool>>> {
+    let bad = || malformed("affinity (must be a bool value or None)");
+    Ok(match map.get("affinity") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(Value::Bool(b)) => Some(Some(*b)),
+        Some(Value::String(s)) => match api::parse_bool(s) {
+            Some(b) => Some(Some(b)),
+            None if s.eq_ignore_ascii_case("none") => Some(None),
+            None => return Err(bad()),
+        },
+        Some(_) => return Err(bad()),
+    })
+}
+
+/// A slot size (`vcpus`, `memory_mb`, `disk_gb`): below 0 is malformed.
+fn non_negative(name: &str, value: Option<i64>) -> ApiResult<Option<i64>> {
+    match value {
+        Some(v) if v < 0 => Err(malformed(name)),
+        v => Ok(v),
+    }
+}
+
 fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<ReservationRequest> {
     let resource_type = str_param(map, "resource_type")?.ok_or_else(|| missing("resource_type"))?;
     match resource_type.as_str() {
@@ -274,22 +298,10 @@ fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<Res
             };
             let amount = int_param(map, "amount")?.ok_or_else(|| missing("amount"))?;
             for (name, v) in [("vcpus", vcpus), ("memory_mb", memory_mb), ("disk_gb", disk_gb)] {
-                if v < 0 {
-                    return Err(malformed(name));
-                }
+                non_negative(name, Some(v))?;
             }
             plan::check_amount(amount).map_err(refused)?;
-            let bad_affinity = || malformed("affinity (must be a bool value or None)");
-            let affinity = match map.get("affinity") {
-                None | Some(Value::Null) => None,
-                Some(Value::Bool(b)) => Some(*b),
-                Some(Value::String(s)) => match api::parse_bool(s) {
-                    Some(b) => Some(b),
-                    None if s.eq_ignore_ascii_case("none") => None,
-                    None => return Err(bad_affinity()),
-                },
-                Some(_) => return Err(bad_affinity()),
-            };
+            let affinity = affinity_param(map)?.flatten();
             let res = str_param(map, "resource_properties")?.unwrap_or_default();
             let resource_query = parse_query(&res)?;
             check_keys(world, &resource_query, false, &res)?;
@@ -636,6 +648,10 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
                     amount: int_param(m, "amount")?,
                     hypervisor_properties: props("hypervisor_properties")?,
                     resource_properties: props("resource_properties")?,
+                    vcpus: non_negative("vcpus", int_param(m, "vcpus")?)?,
+                    memory_mb: non_negative("memory_mb", int_param(m, "memory_mb")?)?,
+                    disk_gb: non_negative("disk_gb", int_param(m, "disk_gb")?)?,
+                    affinity: affinity_param(m)?,
                 });
             }
         }

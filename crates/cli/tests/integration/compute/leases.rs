@@ -812,6 +812,30 @@ async fn updates_at_the_current_minute_follow_blazar() {
         .await;
     assert_eq!(grow.status, 200, "{:?}", grow.body);
     assert_eq!(grow.body["lease"]["reservations"][0]["amount"], json!(3));
+    let reshape = admin
+        .put(&format!("/reservation/v1/leases/{id_c}"), &json!({"reservations": [{"id": rid_c, "vcpus": 2}]}))
+        .await;
+    assert_blazar_error(&reshape, 409, "An active reservation only accepts to update amount.");
+
+    // A PENDING one may change its slots' shape and affinity; its flavor
+    // follows.
+    let d = admin
+        .post("/reservation/v1/leases", &slot_lease("d", "2040-01-01 03:00", "2040-01-01 04:00", 2, 1, Value::Null))
+        .await;
+    assert_eq!(d.status, 201, "{:?}", d.body);
+    let id_d = d.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid_d = d.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let change = json!({"reservations": [{"id": rid_d, "vcpus": 2, "memory_mb": 256, "disk_gb": 2, "affinity": true}]});
+    let reshaped = admin.put(&format!("/reservation/v1/leases/{id_d}"), &change).await;
+    assert_eq!(reshaped.status, 200, "Blazar: 200: {:?}", reshaped.body);
+    let r = &reshaped.body["lease"]["reservations"][0];
+    assert_eq!(
+        (&r["vcpus"], &r["memory_mb"], &r["disk_gb"], &r["affinity"]),
+        (&json!(2), &json!(256), &json!(2), &json!(true))
+    );
+    let flavor = cloud.nova("admin").get(&format!("/flavors/{rid_d}")).await;
+    assert_eq!(flavor.body["flavor"]["vcpus"], json!(2), "{:?}", flavor.body);
+    assert_eq!(flavor.body["flavor"]["ram"], json!(256), "{:?}", flavor.body);
     cloud.check_invariants().await;
 }
 
