@@ -836,6 +836,18 @@ async fn updates_at_the_current_minute_follow_blazar() {
     let flavor = cloud.nova("admin").get(&format!("/flavors/{rid_d}")).await;
     assert_eq!(flavor.body["flavor"]["vcpus"], json!(2), "{:?}", flavor.body);
     assert_eq!(flavor.body["flavor"]["ram"], json!(256), "{:?}", flavor.body);
+
+    // An end equal to the start is accepted (Blazar: 200): the lease starts
+    // and ends at once.
+    let z =
+        admin.post("/reservation/v1/leases", &host_lease("z", "2040-01-01 03:00", "2040-01-01 04:00", json!({}))).await;
+    assert_eq!(z.status, 201, "{:?}", z.body);
+    let id_z = z.body["lease"]["id"].as_str().unwrap().to_owned();
+    let instant = json!({"start_date": "2040-01-01 01:00", "end_date": "2040-01-01 01:00"});
+    let instant = admin.put(&format!("/reservation/v1/leases/{id_z}"), &instant).await;
+    assert_eq!(instant.status, 200, "{:?}", instant.body);
+    let over = wait_lease(&admin, &id_z, "TERMINATED").await;
+    assert!(over["events"].as_array().unwrap().iter().all(|e| e["status"] == "DONE"), "{over}");
     cloud.check_invariants().await;
 }
 
