@@ -806,7 +806,7 @@ pub fn update_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         }
     }
     if map.is_empty() {
-        return Err(ApiError::bad_request("No values to update passed."));
+        return Err(ApiError::bad_request("No data to update"));
     }
     let extra = extra_capabilities(&map, &[])?;
     let now = ctx.compute.now();

@@ -57,7 +57,7 @@ async fn admission_never_double_books() {
     let admin = rsv(&cloud.server, "admin");
     let before = admin.get("/reservation/v1/os-hosts").await;
     assert_eq!(before.body["hosts"], json!([]));
-    enrol(&admin, "r0", json!({"gpu": "true"})).await;
+    let r0 = enrol(&admin, "r0", json!({"gpu": "true"})).await;
 
     // Last host, sequential: overlap refused with nothing written; touching admitted.
     let a =
@@ -228,6 +228,8 @@ async fn admission_never_double_books() {
     let long_key = "k".repeat(65);
     let reply = admin.post("/reservation/v1/os-hosts", &json!({"name": "r0", long_key: "v"})).await;
     assert_blazar_error(&reply, 400, "Extra capability key too long");
+    let reply = admin.put(&format!("/reservation/v1/os-hosts/{r0}"), &json!({})).await;
+    assert_blazar_error(&reply, 400, "No data to update");
     assert_eq!(leases(&admin).await.len(), count, "bad input wrote nothing");
     cloud.check_invariants().await;
 }
