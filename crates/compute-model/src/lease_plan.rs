@@ -60,10 +60,11 @@ impl Op {
 }
 
 /// A parsed requirement (`["==", "$vcpus", "8"]`, `["and", q1, q2]`, and
-/// as an extension `["or", …]`).
+/// as extensions `["or", …]` and JSON number literals).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Query {
-    /// `key op value`.
+    /// `key op "value"`: a string literal, compared as Blazar does (see
+    /// [`Prop`]).
     Cmp {
         /// Operator.
         op: Op,
@@ -72,18 +73,37 @@ pub enum Query {
         /// Value as given.
         value: String,
     },
+    /// `key op 9`: a JSON number literal (berth's extension; Blazar refuses
+    /// it), compared numerically; a value that is not a number matches
+    /// nothing.
+    Num {
+        /// Operator.
+        op: Op,
+        /// Property (without `$`).
+        key: String,
+        /// The number.
+        value: f64,
+    },
     /// All of.
     And(Vec<Query>),
     /// Any of.
     Or(Vec<Query>),
 }
 
-fn compare(op: Op, have: &str, want: &str) -> bool {
+/// A property's value as Blazar holds it: hypervisor fields are columns,
+/// integer ones compared as numbers by SQL (`["<", "$vcpus", "10"]` holds
+/// for 8); extra capabilities are text, compared as strings by Python
+/// (`["<", "$level", "9"]` holds for "10" and "2", not for "9").
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prop {
+    /// An integer column.
+    Int(i64),
+    /// Text.
+    Text(String),
+}
+
+fn holds(op: Op, ord: std::cmp::Ordering) -> bool {
     use std::cmp::Ordering;
-    let ord = match (have.trim().parse::<f64>(), want.trim().parse::<f64>()) {
-        (Ok(a), Ok(b)) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
-        _ => have.cmp(want),
-    };
     match op {
         Op::Eq => ord == Ordering::Equal,
         Op::Ne => ord != Ordering::Equal,
@@ -94,12 +114,34 @@ fn compare(op: Op, have: &str, want: &str) -> bool {
     }
 }
 
+fn compare_text(op: Op, have: &Prop, want: &str) -> bool {
+    match have {
+        Prop::Int(n) => match want.trim().parse::<f64>() {
+            Ok(w) => (*n as f64).partial_cmp(&w).is_some_and(|o| holds(op, o)),
+            Err(_) => holds(op, n.to_string().as_str().cmp(want)),
+        },
+        Prop::Text(t) => holds(op, t.as_str().cmp(want)),
+    }
+}
+
+fn compare_number(op: Op, have: &Prop, want: f64) -> bool {
+    let have = match have {
+        Prop::Int(n) => *n as f64,
+        Prop::Text(t) => match t.trim().parse::<f64>() {
+            Ok(v) => v,
+            Err(_) => return false,
+        },
+    };
+    have.partial_cmp(&want).is_some_and(|o| holds(op, o))
+}
+
 impl Query {
     /// True when `lookup` (property → value) satisfies the query. A missing
     /// property satisfies nothing.
-    pub fn matches(&self, lookup: &dyn Fn(&str) -> Option<String>) -> bool {
+    pub fn matches(&self, lookup: &dyn Fn(&str) -> Option<Prop>) -> bool {
         match self {
-            Query::Cmp { op, key, value } => lookup(key).is_some_and(|have| compare(*op, &have, value)),
+            Query::Cmp { op, key, value } => lookup(key).is_some_and(|have| compare_text(*op, &have, value)),
+            Query::Num { op, key, value } => lookup(key).is_some_and(|have| compare_number(*op, &have, *value)),
             Query::And(list) => list.iter().all(|q| q.matches(lookup)),
             Query::Or(list) => list.iter().any(|q| q.matches(lookup)),
         }
@@ -108,36 +150,36 @@ impl Query {
     /// The property names used.
     pub fn keys(&self, out: &mut Vec<String>) {
         match self {
-            Query::Cmp { key, .. } => out.push(key.clone()),
+            Query::Cmp { key, .. } | Query::Num { key, .. } => out.push(key.clone()),
             Query::And(list) | Query::Or(list) => list.iter().for_each(|q| q.keys(out)),
         }
     }
 }
 
 /// A hypervisor field of an enrolled host, for `hypervisor_properties`.
-pub fn hypervisor_field(host: &ReservableHost, key: &str) -> Option<String> {
+pub fn hypervisor_field(host: &ReservableHost, key: &str) -> Option<Prop> {
     Some(match key {
-        "vcpus" => host.vcpus.to_string(),
-        "memory_mb" => host.memory_mb.to_string(),
-        "local_gb" => host.local_gb.to_string(),
-        "hypervisor_type" => host.hypervisor_type.clone(),
-        "hypervisor_version" => host.hypervisor_version.to_string(),
-        "hypervisor_hostname" => host.hypervisor_hostname.clone(),
-        "service_name" => host.service_name.clone(),
-        "cpu_info" => host.cpu_info.clone(),
-        "availability_zone" => host.availability_zone.clone(),
+        "vcpus" => Prop::Int(host.vcpus),
+        "memory_mb" => Prop::Int(host.memory_mb),
+        "local_gb" => Prop::Int(host.local_gb),
+        "hypervisor_type" => Prop::Text(host.hypervisor_type.clone()),
+        "hypervisor_version" => Prop::Int(host.hypervisor_version),
+        "hypervisor_hostname" => Prop::Text(host.hypervisor_hostname.clone()),
+        "service_name" => Prop::Text(host.service_name.clone()),
+        "cpu_info" => Prop::Text(host.cpu_info.clone()),
+        "availability_zone" => Prop::Text(host.availability_zone.clone()),
         _ => return None,
     })
 }
 
 /// [`hypervisor_field`] with `vcpus`, `memory_mb` and `local_gb` as the
 /// host has them now ([`capacity::host_capacity`]).
-fn hypervisor_field_now(world: &World, host: &ReservableHost, key: &str) -> Option<String> {
+fn hypervisor_field_now(world: &World, host: &ReservableHost, key: &str) -> Option<Prop> {
     let now = || capacity::host_capacity(world, host);
     Some(match key {
-        "vcpus" => now().vcpus.to_string(),
-        "memory_mb" => now().memory_mb.to_string(),
-        "local_gb" => now().local_gb.to_string(),
+        "vcpus" => Prop::Int(now().vcpus),
+        "memory_mb" => Prop::Int(now().memory_mb),
+        "local_gb" => Prop::Int(now().local_gb),
         _ => return hypervisor_field(host, key),
     })
 }
@@ -208,7 +250,9 @@ impl<'a> Admission<'a> {
             .filter(|h| {
                 request.hypervisor_query.as_ref().is_none_or(|q| q.matches(&|k| hypervisor_field_now(self.world, h, k)))
             })
-            .filter(|h| request.resource_query.as_ref().is_none_or(|q| q.matches(&|k| h.extra.get(k).cloned())))
+            .filter(|h| {
+                request.resource_query.as_ref().is_none_or(|q| q.matches(&|k| h.extra.get(k).cloned().map(Prop::Text)))
+            })
             .collect()
     }
 
@@ -358,6 +402,33 @@ impl<'a> Admission<'a> {
     }
 }
 
+/// Blazar's refusal to take slots back from an active instance reservation.
+pub const ACTIVE_SLOTS_KEPT: &str = "Instance reservation doesn't allow to reduce/replace reserved instance slots \
+                                     when the reservation is in active status.";
+
+/// A host reservation's `min` and `max`, checked as Blazar does (400).
+pub fn check_min_max(min: i64, max: i64) -> Result<()> {
+    if min < 1 || max < 1 {
+        return Err(ComputeError::Invalid(
+            "Malformed parameter min and max (must be greater than or equal to 1)".into(),
+        ));
+    }
+    if max < min {
+        return Err(ComputeError::Invalid(
+            "Invalid values for min/max of hosts. Max must be equal to or larger than min.".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// An instance reservation's `amount`, checked as Blazar does (400).
+pub fn check_amount(amount: i64) -> Result<()> {
+    if amount < 1 {
+        return Err(ComputeError::Invalid("amount must be >= 1".into()));
+    }
+    Ok(())
+}
+
 fn check_window(start: Timestamp, end: Timestamp) -> Result<()> {
     if end <= start {
         return Err(ComputeError::Invalid("End date must be later than start date.".into()));
@@ -411,7 +482,9 @@ pub fn plan_create_lease(
             kind: r.kind.clone(),
             allocations,
             created_at: now,
-            updated_at: None,
+            // Blazar writes the lease and its reservations again at once
+            // (status, flavor), so both show an `updated_at` from creation.
+            updated_at: Some(now),
         });
     }
     let events = vec![
@@ -453,7 +526,7 @@ pub fn plan_create_lease(
         reservations,
         events,
         created_at: now,
-        updated_at: None,
+        updated_at: Some(now),
     };
     let mut set = WorldChangeSet::new();
     set.compute(C::PutLease(lease.clone()));
@@ -476,6 +549,26 @@ pub struct ReservationUpdate {
     pub hypervisor_properties: Option<(String, Option<Query>)>,
     /// New `resource_properties` (text, parsed).
     pub resource_properties: Option<(String, Option<Query>)>,
+    /// New `vcpus` per slot (instance reservations not started).
+    pub vcpus: Option<i64>,
+    /// New `memory_mb` per slot.
+    pub memory_mb: Option<i64>,
+    /// New `disk_gb` per slot.
+    pub disk_gb: Option<i64>,
+    /// New `affinity` (`Some(None)`: none).
+    pub affinity: Option<Option<bool>>,
+}
+
+impl ReservationUpdate {
+    /// Does it change an instance reservation's shape or placement rule
+    /// (what Blazar allows only before the start)?
+    fn reshapes_slots(&self) -> bool {
+        self.resource_properties.is_some()
+            || self.vcpus.is_some()
+            || self.memory_mb.is_some()
+            || self.disk_gb.is_some()
+            || self.affinity.is_some()
+    }
 }
 
 /// A lease update.
@@ -530,16 +623,23 @@ pub fn plan_update_lease(
     let started = old.start <= now && !matches!(old.status, LeaseStatus::Pending);
     let start = update.start.unwrap_or(old.start);
     let end = update.end.unwrap_or(old.end);
-    if old.end < now || old.is_over() {
-        return Err(ComputeError::Invalid("Terminated leases can only be renamed".into()));
-    }
-    if started && start != old.start {
+    // Blazar's checks, in its order, against the current minute (its "now"
+    // is truncated like a `now` date): a start or end at the current minute
+    // is accepted, and an end equal to the start too (the lease ends at the
+    // next pass of the event runner). berth adds two: a lease that has
+    // begun to start (its start event ran) keeps its start even within its
+    // first minute, and one that ended stays ended.
+    let minute = now - now.rem_euclid(60);
+    if (old.start < minute || started) && start != old.start {
         return Err(ComputeError::Invalid("Cannot modify the start date of already started leases".into()));
     }
-    if !started && start != old.start && start < now {
+    if old.start > minute && start < minute {
         return Err(ComputeError::Invalid("Start date must be later than current date".into()));
     }
-    if end < now || end <= start {
+    if old.end < minute || old.is_over() {
+        return Err(ComputeError::Invalid("Terminated leases can only be renamed".into()));
+    }
+    if end < minute || end < start {
         return Err(ComputeError::Invalid("End date must be later than current and start date".into()));
     }
     check_before_end(start, end, update.before_end)?;
@@ -568,38 +668,44 @@ pub fn plan_update_lease(
                     if let Some((text, _)) = &c.resource_properties {
                         *resource_properties = text.clone();
                     }
-                    if c.amount.is_some() {
-                        return Err(ComputeError::Conflict("amount cannot be updated".into()));
-                    }
+                    // `amount` means nothing here; Blazar ignores it.
                 }
-                if *min < 1 || *max < *min {
-                    return Err(ComputeError::Invalid(
-                        "Invalid values for min/max of hosts. Max must be equal to or larger than min.".into(),
-                    ));
-                }
+                check_min_max(*min, *max)?;
                 if started && (*max as usize) < reservation.allocations.len() {
-                    return Err(ComputeError::Conflict("max cannot be updated".into()));
+                    // Blazar: a started reservation cannot give hosts back.
+                    return Err(ComputeError::Conflict(NOT_ENOUGH_HOSTS.into()));
                 }
                 hyp_text.clone_from(hypervisor_properties);
                 res_text.clone_from(resource_properties);
             }
-            ReservationKind::Instance { amount, resource_properties, .. } => {
+            ReservationKind::Instance { vcpus, memory_mb, disk_gb, amount, affinity, resource_properties, .. } => {
+                // Blazar's update_reservation, in its order.
+                let extends = start < old.start || end > old.end;
+                if started && change.is_some_and(ReservationUpdate::reshapes_slots) {
+                    return Err(ComputeError::Conflict("An active reservation only accepts to update amount.".into()));
+                }
+                let touches = change.is_some_and(|c| c.reshapes_slots() || c.amount.is_some());
+                if reservation.status == ReservationStatus::Error && (touches || extends) {
+                    return Err(ComputeError::Conflict(
+                        "An error reservation doesn't accept an updating request.".into(),
+                    ));
+                }
                 if let Some(c) = change {
                     if let Some(n) = c.amount {
-                        if n < 1 {
-                            return Err(ComputeError::Invalid("Malformed parameter amount".into()));
-                        }
+                        check_amount(n)?;
                         if started && n < *amount {
-                            return Err(ComputeError::Conflict("amount cannot be updated".into()));
+                            return Err(ComputeError::Conflict(ACTIVE_SLOTS_KEPT.into()));
                         }
                         *amount = n;
                     }
                     if let Some((text, _)) = &c.resource_properties {
                         *resource_properties = text.clone();
                     }
-                    if c.min.is_some() || c.max.is_some() {
-                        return Err(ComputeError::Conflict("min cannot be updated".into()));
-                    }
+                    *vcpus = c.vcpus.unwrap_or(*vcpus);
+                    *memory_mb = c.memory_mb.unwrap_or(*memory_mb);
+                    *disk_gb = c.disk_gb.unwrap_or(*disk_gb);
+                    *affinity = c.affinity.unwrap_or(*affinity);
+                    // `min` and `max` mean nothing here; Blazar ignores them.
                 }
                 res_text.clone_from(resource_properties);
             }

@@ -125,6 +125,20 @@ fn parse_date(text: &str, now: i64) -> ApiResult<i64> {
         .ok_or_else(|| ApiError::bad_request(format!("{text} is an invalid date. Required format: %Y-%m-%d %H:%M")))
 }
 
+/// An explicit `before_end_date`: a date as Blazar parses it (`now` is not
+/// one), strictly inside the lease (403 "Datetime is out of lease limits",
+/// Blazar's `NotAuthorized`).
+fn before_end_date(text: &str, start: i64, end: i64, now: i64) -> ApiResult<i64> {
+    if text == "now" {
+        return Err(ApiError::bad_request("now is an invalid date. Required format: %Y-%m-%d %H:%M"));
+    }
+    let t = parse_date(text, now)?;
+    if !(start < t && t < end) {
+        return Err(ApiError::forbidden("Datetime is out of lease limits"));
+    }
+    Ok(t)
+}
+
 fn split(ts: i64) -> ((i64, i64, i64), (i64, i64, i64)) {
     let days = ts.div_euclid(86_400);
     let secs = ts.rem_euclid(86_400);
@@ -226,17 +240,37 @@ fn check_keys(world: &World, query: &Option<Query>, hypervisor: bool, text: &str
     Ok(())
 }
 
+/// `affinity`: `None` when absent, `Some(None)` for null or "none".
+fn affinity_param(map: &Map<String, Value>) -> ApiResult<Option<Option<bool>>> {
+    let bad = || malformed("affinity (must be a bool value or None)");
+    Ok(match map.get("affinity") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(Value::Bool(b)) => Some(Some(*b)),
+        Some(Value::String(s)) => match api::parse_bool(s) {
+            Some(b) => Some(Some(b)),
+            None if s.eq_ignore_ascii_case("none") => Some(None),
+            None => return Err(bad()),
+        },
+        Some(_) => return Err(bad()),
+    })
+}
+
+/// A slot size (`vcpus`, `memory_mb`, `disk_gb`): below 0 is malformed.
+fn non_negative(name: &str, value: Option<i64>) -> ApiResult<Option<i64>> {
+    match value {
+        Some(v) if v < 0 => Err(malformed(name)),
+        v => Ok(v),
+    }
+}
+
 fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<ReservationRequest> {
     let resource_type = str_param(map, "resource_type")?.ok_or_else(|| missing("resource_type"))?;
     match resource_type.as_str() {
         RESOURCE_PHYSICAL_HOST => {
             let min = int_param(map, "min")?.ok_or_else(|| missing("min"))?;
             let max = int_param(map, "max")?.ok_or_else(|| missing("max"))?;
-            if min < 1 || max < min {
-                return Err(ApiError::bad_request(
-                    "Invalid values for min/max of hosts. Max must be equal to or larger than min.",
-                ));
-            }
+            plan::check_min_max(min, max).map_err(refused)?;
             let hyp = str_param(map, "hypervisor_properties")?.unwrap_or_default();
             let res = str_param(map, "resource_properties")?.unwrap_or_default();
             let hypervisor_query = parse_query(&hyp)?;
@@ -274,23 +308,10 @@ fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<Res
             };
             let amount = int_param(map, "amount")?.ok_or_else(|| missing("amount"))?;
             for (name, v) in [("vcpus", vcpus), ("memory_mb", memory_mb), ("disk_gb", disk_gb)] {
-                if v < 0 {
-                    return Err(malformed(name));
-                }
+                non_negative(name, Some(v))?;
             }
-            if amount < 1 {
-                return Err(malformed("amount"));
-            }
-            let affinity = match map.get("affinity") {
-                None | Some(Value::Null) => None,
-                Some(Value::Bool(b)) => Some(*b),
-                Some(Value::String(s)) => match api::parse_bool(s) {
-                    Some(b) => Some(b),
-                    None if s.eq_ignore_ascii_case("none") => None,
-                    None => return Err(malformed("affinity")),
-                },
-                Some(_) => return Err(malformed("affinity")),
-            };
+            plan::check_amount(amount).map_err(refused)?;
+            let affinity = affinity_param(map)?.flatten();
             let res = str_param(map, "resource_properties")?.unwrap_or_default();
             let resource_query = parse_query(&res)?;
             check_keys(world, &resource_query, false, &res)?;
@@ -346,6 +367,11 @@ fn reservation_view(lease: &Lease, r: &Reservation) -> Value {
             map.insert("affinity".into(), json!(affinity));
             map.insert("resource_properties".into(), json!(resource_properties));
             map.insert("flavor_id".into(), json!(source_flavor.clone().unwrap_or_else(|| r.id.to_string())));
+            // Blazar makes a Nova aggregate per instance reservation and a
+            // server group when `affinity` is set; berth makes neither (it
+            // places slots itself), so both are null.
+            map.insert("aggregate_id".into(), Value::Null);
+            map.insert("server_group_id".into(), Value::Null);
         }
     }
     out
@@ -523,7 +549,7 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     }
     let before_end = match str_param(&map, "before_end_date")? {
         None => Some(default_before_end(ctx, start, end)),
-        Some(t) => Some(parse_date(&t, now)?),
+        Some(t) => Some(before_end_date(&t, start, end, now)?),
     };
     let reservations = match map.get("reservations") {
         None | Some(Value::Null) => Vec::new(),
@@ -615,7 +641,8 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     // Without one, the warning keeps its distance to the end (Blazar's
     // `_update_before_end_event`, in `plan_update_lease`).
     if let Some(t) = str_param(&map, "before_end_date")? {
-        update.before_end = Some(parse_date(&t, now)?);
+        let (start, end) = (update.start.unwrap_or(lease.start), update.end.unwrap_or(lease.end));
+        update.before_end = Some(before_end_date(&t, start, end, now)?);
     }
     for key in ["prolong_for", "reduce_by", "defer_by", "advance_by"] {
         if map.contains_key(key) {
@@ -650,6 +677,10 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
                     amount: int_param(m, "amount")?,
                     hypervisor_properties: props("hypervisor_properties")?,
                     resource_properties: props("resource_properties")?,
+                    vcpus: non_negative("vcpus", int_param(m, "vcpus")?)?,
+                    memory_mb: non_negative("memory_mb", int_param(m, "memory_mb")?)?,
+                    disk_gb: non_negative("disk_gb", int_param(m, "disk_gb")?)?,
+                    affinity: affinity_param(m)?,
                 });
             }
         }
@@ -804,7 +835,7 @@ pub fn update_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         }
     }
     if map.is_empty() {
-        return Err(ApiError::bad_request("No values to update passed."));
+        return Err(ApiError::bad_request("No data to update"));
     }
     let extra = extra_capabilities(&map, &[])?;
     let now = ctx.compute.now();

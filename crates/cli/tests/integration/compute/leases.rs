@@ -57,7 +57,7 @@ async fn admission_never_double_books() {
     let admin = rsv(&cloud.server, "admin");
     let before = admin.get("/reservation/v1/os-hosts").await;
     assert_eq!(before.body["hosts"], json!([]));
-    enrol(&admin, "r0", json!({"gpu": "true"})).await;
+    let r0 = enrol(&admin, "r0", json!({"gpu": "true"})).await;
 
     // Last host, sequential: overlap refused with nothing written; touching admitted.
     let a =
@@ -193,6 +193,19 @@ async fn admission_never_double_books() {
             host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"min": 2, "max": 1})),
             "Max must be equal to or larger than min.",
         ),
+        (
+            host_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", json!({"min": 0})),
+            "Malformed parameter min and max (must be greater than or equal to 1)",
+        ),
+        (slot_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", 0, 1, Value::Null), "amount must be >= 1"),
+        (
+            slot_lease("x", "2050-01-02 10:00", "2050-01-02 11:00", 1, 1, json!("maybe")),
+            "Malformed parameter affinity (must be a bool value or None)",
+        ),
+        (
+            json!({"name": "x", "start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00", "before_end_date": "now"}),
+            "now is an invalid date. Required format: %Y-%m-%d %H:%M",
+        ),
         (json!({"start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00"}), "Missing parameter name"),
         (
             json!({"name": "x", "start_date": "2010-01-02 10:00", "end_date": "2050-01-02 11:00"}),
@@ -203,12 +216,20 @@ async fn admission_never_double_books() {
         let reply = admin.post("/reservation/v1/leases", &body).await;
         assert_blazar_error(&reply, 400, text);
     }
+    for before_end in ["2050-01-02 10:00", "2050-01-02 12:00"] {
+        let body = json!({"name": "x", "start_date": "2050-01-02 10:00", "end_date": "2050-01-02 11:00",
+                          "before_end_date": before_end});
+        let reply = admin.post("/reservation/v1/leases", &body).await;
+        assert_blazar_error(&reply, 403, "Datetime is out of lease limits");
+    }
     let garbage =
         admin.raw("POST", "/reservation/v1/leases", &[("content-type", "application/json")], b"{oops".to_vec()).await;
     assert_eq!(garbage.status, 400, "{:?}", garbage.body);
     let long_key = "k".repeat(65);
     let reply = admin.post("/reservation/v1/os-hosts", &json!({"name": "r0", long_key: "v"})).await;
     assert_blazar_error(&reply, 400, "Extra capability key too long");
+    let reply = admin.put(&format!("/reservation/v1/os-hosts/{r0}"), &json!({})).await;
+    assert_blazar_error(&reply, 400, "No data to update");
     assert_eq!(leases(&admin).await.len(), count, "bad input wrote nothing");
     cloud.check_invariants().await;
 }
@@ -897,4 +918,205 @@ async fn free_capacity_over_time_shows_the_booked_steps() {
     let user = rsv(&cloud.server, "alice:proj");
     let denied = user.get("/reservation/v1/availability/hosts?start_date=now&end_date=2050-01-01%2001:00").await;
     assert_eq!(denied.status, 403, "{:?}", denied.body);
+}
+
+/// Move the test clock to `at` (from the wall clock; the first move of a
+/// test) and wait until every enrolled host has reported since and is
+/// reservable, so healing cannot take one away mid-test.
+async fn jump_to(cloud: &Cloud, admin: &Client, at: i64) {
+    advance(&cloud.server, offset_for(at)).await;
+    let nova = cloud.nova("admin");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let services = nova.get("/os-services").await.body;
+        let up = services["services"].as_array().is_some_and(|l| l.iter().all(|s| s["state"] == json!("up")));
+        let hosts = admin.get("/reservation/v1/os-hosts").await.body;
+        let reservable = hosts["hosts"].as_array().is_some_and(|l| l.iter().all(|h| h["reservable"] == json!(true)));
+        if up && reservable {
+            return;
+        }
+        assert!(Instant::now() < deadline, "hosts never settled after the jump: {services} {hosts}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Blazar 18 (checked on the reference): updates are judged against the
+/// current *minute*, like a `now` date, so an ACTIVE lease may end `now`
+/// (200, it ends at the next pass) and a PENDING one may start at the
+/// current minute (200); the start of an ended lease is "already started";
+/// an ACTIVE instance reservation keeps its slots with Blazar's message;
+/// `before_end_date` outside the lease is 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn updates_at_the_current_minute_follow_blazar() {
+    let mut cloud = Cloud::start("rsv-minute", &[]).await;
+    cloud.add_agent(Hosts::new("m", 2, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    for host in ["m0", "m1"] {
+        enrol(&admin, host, json!({})).await;
+    }
+    // 2040-01-01 01:00:05: the current minute is 01:00.
+    jump_to(&cloud, &admin, Y2040 + 3600 + 5).await;
+
+    let a = admin.post("/reservation/v1/leases", &host_lease("a", "now", "2040-01-01 03:00", json!({}))).await;
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    let id_a = a.body["lease"]["id"].as_str().unwrap().to_owned();
+    wait_lease(&admin, &id_a, "ACTIVE").await;
+    let ended = admin.put(&format!("/reservation/v1/leases/{id_a}"), &json!({"end_date": "now"})).await;
+    assert_eq!(ended.status, 200, "Blazar: 200, the lease ends at the next tick: {:?}", ended.body);
+    assert_eq!(ended.body["lease"]["end_date"], json!("2040-01-01T01:00:00.000000"));
+    wait_lease(&admin, &id_a, "TERMINATED").await;
+    let moved = admin.put(&format!("/reservation/v1/leases/{id_a}"), &json!({"start_date": "2040-01-01 01:30"})).await;
+    assert_blazar_error(&moved, 400, "Cannot modify the start date of already started leases");
+    let prolonged =
+        admin.put(&format!("/reservation/v1/leases/{id_a}"), &json!({"end_date": "2040-01-01 04:00"})).await;
+    assert_blazar_error(&prolonged, 400, "Terminated leases can only be renamed");
+
+    // A PENDING lease moved to start at the current minute starts now.
+    let b =
+        admin.post("/reservation/v1/leases", &host_lease("b", "2040-01-01 02:00", "2040-01-01 03:00", json!({}))).await;
+    assert_eq!(b.status, 201, "{:?}", b.body);
+    let id_b = b.body["lease"]["id"].as_str().unwrap().to_owned();
+    let early = admin.put(&format!("/reservation/v1/leases/{id_b}"), &json!({"start_date": "2040-01-01 01:00"})).await;
+    assert_eq!(early.status, 200, "Blazar: 200: {:?}", early.body);
+    assert_eq!(early.body["lease"]["start_date"], json!("2040-01-01T01:00:00.000000"));
+    wait_lease(&admin, &id_b, "ACTIVE").await;
+    let outside =
+        admin.put(&format!("/reservation/v1/leases/{id_b}"), &json!({"before_end_date": "2040-01-01 04:00"})).await;
+    assert_blazar_error(&outside, 403, "Datetime is out of lease limits");
+
+    // An ACTIVE instance reservation may grow, not shrink.
+    let c = admin.post("/reservation/v1/leases", &slot_lease("c", "now", "2040-01-01 03:00", 2, 1, Value::Null)).await;
+    assert_eq!(c.status, 201, "{:?}", c.body);
+    let id_c = c.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid_c = c.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    wait_lease(&admin, &id_c, "ACTIVE").await;
+    let shrink = admin
+        .put(&format!("/reservation/v1/leases/{id_c}"), &json!({"reservations": [{"id": rid_c, "amount": 1}]}))
+        .await;
+    assert_blazar_error(
+        &shrink,
+        409,
+        "Instance reservation doesn't allow to reduce/replace reserved instance slots when the reservation is in \
+         active status.",
+    );
+    let grow = admin
+        .put(&format!("/reservation/v1/leases/{id_c}"), &json!({"reservations": [{"id": rid_c, "amount": 3}]}))
+        .await;
+    assert_eq!(grow.status, 200, "{:?}", grow.body);
+    assert_eq!(grow.body["lease"]["reservations"][0]["amount"], json!(3));
+    let reshape = admin
+        .put(&format!("/reservation/v1/leases/{id_c}"), &json!({"reservations": [{"id": rid_c, "vcpus": 2}]}))
+        .await;
+    assert_blazar_error(&reshape, 409, "An active reservation only accepts to update amount.");
+
+    // A PENDING one may change its slots' shape and affinity; its flavor
+    // follows.
+    let d = admin
+        .post("/reservation/v1/leases", &slot_lease("d", "2040-01-01 03:00", "2040-01-01 04:00", 2, 1, Value::Null))
+        .await;
+    assert_eq!(d.status, 201, "{:?}", d.body);
+    let id_d = d.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid_d = d.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    let change = json!({"reservations": [{"id": rid_d, "vcpus": 2, "memory_mb": 256, "disk_gb": 2, "affinity": true}]});
+    let reshaped = admin.put(&format!("/reservation/v1/leases/{id_d}"), &change).await;
+    assert_eq!(reshaped.status, 200, "Blazar: 200: {:?}", reshaped.body);
+    let r = &reshaped.body["lease"]["reservations"][0];
+    assert_eq!(
+        (&r["vcpus"], &r["memory_mb"], &r["disk_gb"], &r["affinity"]),
+        (&json!(2), &json!(256), &json!(2), &json!(true))
+    );
+    let flavor = cloud.nova("admin").get(&format!("/flavors/{rid_d}")).await;
+    assert_eq!(flavor.body["flavor"]["vcpus"], json!(2), "{:?}", flavor.body);
+    assert_eq!(flavor.body["flavor"]["ram"], json!(256), "{:?}", flavor.body);
+
+    // An end equal to the start is accepted (Blazar: 200): the lease starts
+    // and ends at once.
+    let z =
+        admin.post("/reservation/v1/leases", &host_lease("z", "2040-01-01 03:00", "2040-01-01 04:00", json!({}))).await;
+    assert_eq!(z.status, 201, "{:?}", z.body);
+    let id_z = z.body["lease"]["id"].as_str().unwrap().to_owned();
+    let instant = json!({"start_date": "2040-01-01 01:00", "end_date": "2040-01-01 01:00"});
+    let instant = admin.put(&format!("/reservation/v1/leases/{id_z}"), &instant).await;
+    assert_eq!(instant.status, 200, "{:?}", instant.body);
+    let over = wait_lease(&admin, &id_z, "TERMINATED").await;
+    assert!(over["events"].as_array().unwrap().iter().all(|e| e["status"] == "DONE"), "{over}");
+    cloud.check_invariants().await;
+}
+
+/// Lease and reservation bodies have Blazar's fields: `updated_at` is set
+/// from creation (Blazar writes the rows twice), and instance reservations
+/// carry `aggregate_id` and `server_group_id` (null: berth makes no Nova
+/// aggregate or server group for them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_bodies_have_blazars_fields() {
+    let mut cloud = Cloud::start("rsv-fields", &[]).await;
+    cloud.add_agent(Hosts::new("f", 1, &["--vcpus", "8"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    enrol(&admin, "f0", json!({})).await;
+    let host =
+        admin.post("/reservation/v1/leases", &host_lease("h", "2050-01-01 10:00", "2050-01-01 11:00", json!({}))).await;
+    assert_eq!(host.status, 201, "{:?}", host.body);
+    let slots = admin
+        .post("/reservation/v1/leases", &slot_lease("s", "2050-01-02 10:00", "2050-01-02 11:00", 1, 1, json!(true)))
+        .await;
+    assert_eq!(slots.status, 201, "{:?}", slots.body);
+    let shown = admin.get(&format!("/reservation/v1/leases/{}", slots.body["lease"]["id"].as_str().unwrap())).await;
+    let listed = leases(&admin).await;
+    for lease in [&host.body["lease"], &slots.body["lease"], &shown.body["lease"], &listed[0], &listed[1]] {
+        assert!(lease["updated_at"].is_string(), "{lease}");
+        assert_eq!(lease["updated_at"], lease["created_at"], "{lease}");
+        let r = &lease["reservations"][0];
+        assert_eq!(r["updated_at"], r["created_at"], "{r}");
+        let instance = r["resource_type"] == json!("virtual:instance");
+        for key in ["aggregate_id", "server_group_id"] {
+            assert_eq!(r.as_object().unwrap().contains_key(key), instance, "{key} in {r}");
+            if instance {
+                assert_eq!(r[key], Value::Null, "{r}");
+            }
+        }
+        assert!(lease["events"].as_array().unwrap().iter().all(|e| e["updated_at"].is_null()), "{lease}");
+    }
+}
+
+/// Blazar compares extra capabilities as strings: `["<", "$level", "9"]`
+/// on levels 10, 9 and 2 picks 10 and 2 (the reference picks those two).
+/// A JSON number literal (berth's extension) compares numerically; integer
+/// hypervisor fields compare as numbers either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requirements_compare_like_blazar_and_numbers_numerically() {
+    let mut cloud = Cloud::start("rsv-query", &[]).await;
+    cloud.add_agent(Hosts::new("q", 3, &["--vcpus", "8"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let mut ids = Vec::new();
+    for (host, level) in [("q0", "10"), ("q1", "9"), ("q2", "2")] {
+        ids.push(enrol(&admin, host, json!({"level": level})).await);
+    }
+    let held = |allocations: &Value| -> Vec<String> {
+        let mut out: Vec<String> = allocations["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["resource_id"].as_str().unwrap().to_owned())
+            .collect();
+        out.sort();
+        out
+    };
+    let cases = [
+        ("string", "2050-01-01", json!({"resource_properties": "[\"<\", \"$level\", \"9\"]"}), vec![&ids[0], &ids[2]]),
+        ("number", "2050-01-02", json!({"resource_properties": "[\"<\", \"$level\", 9]"}), vec![&ids[2]]),
+        ("column", "2050-01-03", json!({"hypervisor_properties": "[\"<\", \"$vcpus\", \"10\"]"}), ids.iter().collect()),
+    ];
+    for (name, day, query, want) in cases {
+        let mut extra = json!({"min": 1, "max": 3});
+        extra.as_object_mut().unwrap().extend(query.as_object().cloned().unwrap());
+        let reply = admin
+            .post("/reservation/v1/leases", &host_lease(name, &format!("{day} 10:00"), &format!("{day} 11:00"), extra))
+            .await;
+        assert_eq!(reply.status, 201, "{name}: {:?}", reply.body);
+        let lease = reply.body["lease"]["id"].as_str().unwrap();
+        let got = held(&admin.get(&format!("/reservation/v1/os-hosts/allocations?lease_id={lease}")).await.body);
+        let mut want: Vec<String> = want.into_iter().cloned().collect();
+        want.sort();
+        assert_eq!(got, want, "{name}");
+    }
 }
