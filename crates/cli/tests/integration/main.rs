@@ -9,6 +9,7 @@ mod compute;
 mod concurrency;
 mod durability;
 mod isolation;
+mod keystone;
 mod logs;
 mod multiprocess;
 mod nested_race;
