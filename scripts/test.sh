@@ -14,11 +14,23 @@ fi
 
 PG_PID=""
 PG_DIR=""
+KEYSTONE_PID=""
+KEYSTONE_DIR=""
 cleanup() {
   if [ -n "$PG_PID" ]; then bash scripts/pg-throwaway.sh stop "$PG_PID" "$PG_DIR" || true; fi
+  if [ -n "$KEYSTONE_PID" ]; then bash scripts/keystone-throwaway.sh stop "$KEYSTONE_PID" "$KEYSTONE_DIR" || true; fi
 }
 LOG=$(mktemp /tmp/berth-test.XXXXXX)
 trap 'cleanup; rm -f "$LOG"' EXIT
+
+# A real Keystone for the keystone-auth tests: $BERTH_TEST_KEYSTONE_URL (with
+# $BERTH_TEST_KEYSTONE_ADMIN_PASSWORD) when given, else a throwaway one
+# (PyPI keystone + uwsgi, installed on first use), stopped by PID at exit.
+if [ -z "${BERTH_TEST_KEYSTONE_URL:-}" ]; then
+  echo "== starting a throwaway Keystone =="
+  eval "$(bash scripts/keystone-throwaway.sh start)"
+  export BERTH_TEST_KEYSTONE_URL="$KEYSTONE_URL" BERTH_TEST_KEYSTONE_ADMIN_PASSWORD="$KEYSTONE_ADMIN_PASSWORD"
+fi
 
 echo "== berth tests on SQLite =="
 env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"

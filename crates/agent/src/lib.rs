@@ -146,8 +146,8 @@ impl Default for HostShape {
 pub struct AgentConfig {
     /// Control plane base URL (placement at its root, `/agent/v1`).
     pub url: String,
-    /// `X-Auth-Token` (noauth2: `admin`).
-    pub token: String,
+    /// How the agent proves who it is.
+    pub auth: AgentAuth,
     /// Agent id (unique per process).
     pub agent_id: String,
     /// Host names are `{prefix}{index}`.
@@ -189,19 +189,53 @@ impl AgentConfig {
     }
 }
 
+/// How an agent authenticates to the control plane.
+#[derive(Debug, Clone)]
+pub enum AgentAuth {
+    /// A fixed `X-Auth-Token` (noauth2: `admin`).
+    Token(String),
+    /// A Keystone user's token, issued and renewed by the session.
+    Keystone(Arc<berth_identity::Session>),
+}
+
 /// The HTTP link to the control plane.
 #[derive(Debug, Clone)]
 pub struct Link {
     client: reqwest::Client,
     base: String,
-    token: String,
+    auth: AgentAuth,
 }
 
 impl Link {
-    /// A link to `base` with `token`.
-    pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
+    /// A link to `base` authenticated by `auth`.
+    pub fn new(base: &str, auth: AgentAuth) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
-        Ok(Link { client, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
+        Ok(Link { client, base: base.trim_end_matches('/').to_owned(), auth })
+    }
+
+    async fn token(&self) -> anyhow::Result<String> {
+        match &self.auth {
+            AgentAuth::Token(token) => Ok(token.clone()),
+            AgentAuth::Keystone(session) => Ok(session.token().await?),
+        }
+    }
+
+    /// Send what `build` makes with a token; a Keystone token the control
+    /// plane refuses (expired, revoked) is replaced once.
+    async fn send(
+        &self,
+        build: impl Fn(&str) -> reqwest::RequestBuilder,
+    ) -> anyhow::Result<reqwest::Response> {
+        let token = self.token().await?;
+        let response = build(&token).send().await?;
+        if response.status() == reqwest::StatusCode::UNAUTHORIZED {
+            if let AgentAuth::Keystone(session) = &self.auth {
+                session.invalidate(&token).await;
+                let token = self.token().await?;
+                return Ok(build(&token).send().await?);
+            }
+        }
+        Ok(response)
     }
 
     /// A placement request (microversion 1.39).
@@ -222,15 +256,19 @@ impl Link {
         body: Option<Value>,
         version: &str,
     ) -> anyhow::Result<reqwest::Response> {
-        let mut req = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .header("X-Auth-Token", &self.token)
-            .header("OpenStack-API-Version", version);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        Ok(req.send().await?)
+        let url = format!("{}{path}", self.base);
+        self.send(|token| {
+            let req = self
+                .client
+                .request(method.clone(), &url)
+                .header("X-Auth-Token", token)
+                .header("OpenStack-API-Version", version);
+            match &body {
+                Some(body) => req.json(body),
+                None => req,
+            }
+        })
+        .await
     }
 
     /// An agent-API request; returns status and JSON body (Null when none).
@@ -240,12 +278,16 @@ impl Link {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<(u16, Value)> {
-        let mut req =
-            self.client.request(method, format!("{}/agent/v1{path}", self.base)).header("X-Auth-Token", &self.token);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await?;
+        let url = format!("{}/agent/v1{path}", self.base);
+        let resp = self
+            .send(|token| {
+                let req = self.client.request(method.clone(), &url).header("X-Auth-Token", token);
+                match &body {
+                    Some(body) => req.json(body),
+                    None => req,
+                }
+            })
+            .await?;
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await?;
         let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
@@ -406,7 +448,7 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
 
 /// Run the agent until `shutdown` resolves.
 pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
-    let link = Link::new(&config.url, &config.token)?;
+    let link = Link::new(&config.url, config.auth.clone())?;
     let hosts = register(&link, &config).await?;
     let mut shape = config.shape.clone();
     let mut layout_updates = config.layout_updates.clone();
@@ -553,7 +595,7 @@ mod tests {
     fn failure_rate_is_roughly_honoured_and_bad_hosts_always_fail() {
         let config = AgentConfig {
             url: String::new(),
-            token: String::new(),
+            auth: AgentAuth::Token(String::new()),
             agent_id: "a".into(),
             prefix: "h".into(),
             count: 1,

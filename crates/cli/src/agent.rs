@@ -15,9 +15,25 @@ pub(crate) struct AgentOpts {
     /// Control plane URL (placement at its root, the agent API at /agent/v1).
     #[arg(long, env = "BERTH_AGENT_URL")]
     pub(crate) url: Option<String>,
-    /// X-Auth-Token (noauth2: `admin`).
+    /// X-Auth-Token (noauth2: `admin`). Ignored with `--keystone-url`.
     #[arg(long, env = "BERTH_AGENT_TOKEN")]
     pub(crate) token: Option<String>,
+    /// Keystone to authenticate with (a service user's password
+    /// credentials); the agent then sends its own Keystone token.
+    #[arg(long, env = "BERTH_KEYSTONE_URL")]
+    pub(crate) keystone_url: Option<String>,
+    /// Keystone user name of this agent.
+    #[arg(long, env = "BERTH_KEYSTONE_USER")]
+    pub(crate) keystone_user: Option<String>,
+    /// Keystone password of this agent.
+    #[arg(long, env = "BERTH_KEYSTONE_PASSWORD", hide_env_values = true)]
+    pub(crate) keystone_password: Option<String>,
+    /// Keystone project the agent's token is scoped to (default `service`).
+    #[arg(long, env = "BERTH_KEYSTONE_PROJECT")]
+    pub(crate) keystone_project: Option<String>,
+    /// Keystone domain of the user and project (default `Default`).
+    #[arg(long, env = "BERTH_KEYSTONE_DOMAIN")]
+    pub(crate) keystone_domain: Option<String>,
     /// Agent id (default: derived from the process id and a random suffix).
     #[arg(long)]
     pub(crate) agent_id: Option<String>,
@@ -133,6 +149,11 @@ impl AgentOpts {
         Ok(pick!(
             url,
             token,
+            keystone_url,
+            keystone_user,
+            keystone_password,
+            keystone_project,
+            keystone_domain,
             agent_id,
             hosts,
             prefix,
@@ -198,9 +219,22 @@ impl AgentOpts {
         let reshape_gate = opts.test_hold_reshape_file.clone().map(|path| {
             berth_agent::reshape::ReshapeGate(std::sync::Arc::new(move || path.exists()) as std::sync::Arc<_>)
         });
+        let auth = match crate::keystone::credentials(
+            opts.keystone_url.as_deref(),
+            opts.keystone_user.as_deref(),
+            opts.keystone_password.as_deref(),
+            opts.keystone_project.as_deref(),
+            opts.keystone_domain.as_deref(),
+        )? {
+            Some(creds) => berth_agent::AgentAuth::Keystone(std::sync::Arc::new(berth_identity::Session::new(
+                berth_identity::client(Duration::from_secs(10))?,
+                creds,
+            ))),
+            None => berth_agent::AgentAuth::Token(opts.token.unwrap_or_else(|| "admin".to_owned())),
+        };
         Ok(AgentConfig {
             url: opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned()),
-            token: opts.token.unwrap_or_else(|| "admin".to_owned()),
+            auth,
             agent_id: opts
                 .agent_id
                 .unwrap_or_else(|| format!("agent-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())),

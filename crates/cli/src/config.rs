@@ -20,8 +20,20 @@ pub(crate) struct FileConfig {
     pub(crate) database: Option<String>,
     /// Policy file.
     pub(crate) policy_file: Option<PathBuf>,
-    /// `noauth2` or `trusted-headers`.
+    /// `keystone`, `noauth2` or `trusted-headers`.
     pub(crate) auth: Option<String>,
+    /// Keystone's URL (keystone auth).
+    pub(crate) keystone_url: Option<String>,
+    /// berth's own Keystone user (validates tokens; needs the service or admin role).
+    pub(crate) keystone_user: Option<String>,
+    /// Its password.
+    pub(crate) keystone_password: Option<String>,
+    /// Its project (default `service`).
+    pub(crate) keystone_project: Option<String>,
+    /// Domain of the user and project (default `Default`).
+    pub(crate) keystone_domain: Option<String>,
+    /// Seconds a validated token is cached (default 300).
+    pub(crate) token_cache_secs: Option<u64>,
     /// CORS allowed origin.
     pub(crate) cors_allowed_origin: Option<String>,
     /// CORS extra allowed headers (comma separated).

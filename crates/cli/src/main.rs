@@ -10,6 +10,7 @@ mod bench_soak;
 mod cell_cmd;
 mod compute_wiring;
 mod config;
+mod keystone;
 mod logging;
 mod router;
 mod serve;

@@ -21,6 +21,8 @@ pub(crate) struct Services {
     pub(crate) placement: Arc<Placement>,
     pub(crate) placement_api: Api<Placement>,
     pub(crate) compute: Option<crate::compute_wiring::ComputeServices>,
+    /// The Keystone token validator (keystone auth).
+    pub(crate) keystone: Option<Arc<berth_identity::Validator>>,
 }
 
 /// Which API a path belongs to, and the path within it.
@@ -123,6 +125,8 @@ pub(crate) fn router(services: Arc<Services>, root: Option<RootApi>) -> axum::Ro
             match target(&path) {
                 Target::Operational if request.method() == Method::GET => operational(&services, &path),
                 Target::Operational => not_found(),
+                // Keystone itself answers identity requests in keystone mode.
+                Target::Identity(_) if services.keystone.is_some() => not_found(),
                 Target::Placement(rest) => {
                     let rest = rest.to_owned();
                     berth_http::dispatch(&services.placement, &services.placement_api, &services.server, &rest, request)
@@ -175,6 +179,19 @@ fn operational(services: &Services, path: &str) -> Response<Body> {
     if let Some(compute) = &services.compute {
         counters.extend(compute.counters());
         gauges.extend(compute.gauges());
+    }
+    if let Some(keystone) = &services.keystone {
+        counters.push((
+            "berth_keystone_token_validations_total",
+            "Tokens this process asked Keystone to validate (cache misses).",
+            keystone.calls(),
+        ));
+        counters.push((
+            "berth_keystone_service_tokens_total",
+            "Tokens this process issued for itself from its Keystone credentials.",
+            keystone.service_tokens_issued(),
+        ));
+        gauges.push(("berth_keystone_cached_tokens", "Validated tokens in the cache.", keystone.cached() as f64));
     }
     let text = services.server.metrics.render(&counters, &gauges);
     Response::builder()

@@ -41,10 +41,33 @@ pub(crate) struct ServeOpts {
     /// oslo.policy YAML file overriding the built-in rules.
     #[arg(long, env = "BERTH_POLICY_FILE")]
     policy_file: Option<PathBuf>,
-    /// Authentication: `noauth2` (X-Auth-Token user[:project]) or
-    /// `trusted-headers` (keystonemiddleware's X-User-Id/X-Project-Id/X-Roles).
+    /// Authentication: `keystone` (every token validated by Keystone, see
+    /// `--keystone-*`), `noauth2` (development: X-Auth-Token
+    /// user[:project]) or `trusted-headers` (behind a proxy that ran
+    /// keystonemiddleware: X-User-Id/X-Project-Id/X-Roles).
     #[arg(long, env = "BERTH_AUTH")]
     auth: Option<String>,
+    /// Keystone's URL (e.g. `http://keystone:5000/v3`).
+    #[arg(long, env = "BERTH_KEYSTONE_URL")]
+    keystone_url: Option<String>,
+    /// berth's own Keystone user: it validates tokens (needs the `service`
+    /// or `admin` role) and is the identity of the in-process fake hosts.
+    #[arg(long, env = "BERTH_KEYSTONE_USER")]
+    keystone_user: Option<String>,
+    /// Password of `--keystone-user`.
+    #[arg(long, env = "BERTH_KEYSTONE_PASSWORD", hide_env_values = true)]
+    keystone_password: Option<String>,
+    /// Project of `--keystone-user` (default `service`).
+    #[arg(long, env = "BERTH_KEYSTONE_PROJECT")]
+    keystone_project: Option<String>,
+    /// Domain (name) of the user and project (default `Default`).
+    #[arg(long, env = "BERTH_KEYSTONE_DOMAIN")]
+    keystone_domain: Option<String>,
+    /// Seconds a validated token is cached (keystonemiddleware's
+    /// `token_cache_time`, default 300): a revoked token keeps working
+    /// here for at most this long.
+    #[arg(long, env = "BERTH_TOKEN_CACHE_SECS")]
+    token_cache_secs: Option<u64>,
     /// CORS allowed origin; empty disables CORS.
     #[arg(long, env = "BERTH_CORS_ALLOWED_ORIGIN")]
     cors_allowed_origin: Option<String>,
@@ -213,6 +236,10 @@ struct Settings {
     compute_listen: Option<SocketAddr>,
     reservation_listen: Option<SocketAddr>,
     fake_hosts: usize,
+    /// berth's own Keystone credentials (keystone auth; also the fake hosts' identity).
+    keystone: Option<berth_identity::Credentials>,
+    /// The token validator (keystone auth).
+    validator: Option<Arc<berth_identity::Validator>>,
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
@@ -229,8 +256,28 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     };
     let auth_mode = match opts.auth.or(file.auth).as_deref().unwrap_or("noauth2") {
         "noauth2" => AuthMode::NoAuth2,
-        "trusted-headers" | "keystone" => AuthMode::TrustedHeaders,
-        other => anyhow::bail!("unknown --auth {other:?}; expected noauth2 or trusted-headers"),
+        "trusted-headers" => AuthMode::TrustedHeaders,
+        "keystone" => AuthMode::Keystone,
+        other => anyhow::bail!("unknown --auth {other:?}; expected keystone, noauth2 or trusted-headers"),
+    };
+    let keystone = crate::keystone::credentials(
+        opts.keystone_url.or(file.keystone_url).as_deref(),
+        opts.keystone_user.or(file.keystone_user).as_deref(),
+        opts.keystone_password.or(file.keystone_password).as_deref(),
+        opts.keystone_project.or(file.keystone_project).as_deref(),
+        opts.keystone_domain.or(file.keystone_domain).as_deref(),
+    )?;
+    if auth_mode == AuthMode::Keystone && keystone.is_none() {
+        anyhow::bail!("--auth keystone needs --keystone-url, --keystone-user and --keystone-password");
+    }
+    let token_cache = std::time::Duration::from_secs(opts.token_cache_secs.or(file.token_cache_secs).unwrap_or(300));
+    let validator = match (&keystone, auth_mode) {
+        (Some(creds), AuthMode::Keystone) => Some(Arc::new(berth_identity::Validator::new(
+            berth_identity::client(std::time::Duration::from_secs(10))?,
+            creds.clone(),
+            token_cache,
+        ))),
+        _ => None,
     };
     let origin = opts.cors_allowed_origin.or(file.cors_allowed_origin).unwrap_or_default();
     let cors = if origin.trim().is_empty() {
@@ -330,8 +377,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         listen,
         data_dir,
         database,
+        keystone,
+        validator: validator.clone(),
         http: HttpConfig {
             auth_mode,
+            validator: validator.map(|v| Arc::new(crate::keystone::KeystoneAuth(v)) as Arc<dyn berth_http::TokenValidator>),
             cors,
             max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
         },
@@ -402,6 +452,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             placement,
             placement_api,
             compute: Some(compute),
+            keystone: settings.validator.clone(),
         });
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
@@ -428,10 +479,23 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                     .await;
             });
         }
+        if let Some(validator) = &settings.validator {
+            // A misconfigured service user shows at start, not on the first request.
+            validator.check_service_credentials().await.context("berth's own Keystone credentials")?;
+            tracing::info!("tokens are validated by Keystone");
+        }
         if settings.fake_hosts > 0 {
+            // The in-process hosts authenticate like any agent: in keystone
+            // mode with berth's own Keystone user.
+            let auth = match (&settings.keystone, settings.http.auth_mode) {
+                (Some(creds), AuthMode::Keystone) => berth_agent::AgentAuth::Keystone(Arc::new(
+                    berth_identity::Session::new(berth_identity::client(std::time::Duration::from_secs(10))?, creds.clone()),
+                )),
+                _ => berth_agent::AgentAuth::Token("admin".to_owned()),
+            };
             let config = berth_agent::AgentConfig {
                 url: format!("http://{local}"),
-                token: "admin".to_owned(),
+                auth,
                 agent_id: format!("fake-hosts-{}", std::process::id()),
                 prefix: "fake-".to_owned(),
                 count: settings.fake_hosts,

@@ -1,4 +1,8 @@
-//! Who is calling: noauth2 tokens or keystonemiddleware's trusted headers.
+//! Who is calling: Keystone tokens (validated through a [`TokenValidator`]),
+//! noauth2 tokens, or keystonemiddleware's trusted headers.
+
+use std::future::Future;
+use std::pin::Pin;
 
 use axum::http::{HeaderMap, StatusCode};
 
@@ -9,9 +13,33 @@ use crate::error::ApiError;
 pub enum AuthMode {
     /// Development/test mode: `X-Auth-Token: user[:project]`, `admin` is admin.
     NoAuth2,
-    /// Production behind keystonemiddleware: trust `X-User-Id`,
+    /// Behind a proxy that ran keystonemiddleware: trust `X-User-Id`,
     /// `X-Project-Id`, `X-Roles`, `X-Identity-Status`.
     TrustedHeaders,
+    /// Production: every `X-Auth-Token` is validated by Keystone (the
+    /// listener's [`TokenValidator`]); identity headers a client sends are
+    /// ignored.
+    Keystone,
+}
+
+/// Why a token was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenError {
+    /// Unknown, expired or revoked (401).
+    Invalid,
+    /// The identity service cannot be asked (503): nobody is let in.
+    Unavailable,
+}
+
+/// The future a [`TokenValidator`] returns.
+pub type ValidateFuture<'a> = Pin<Box<dyn Future<Output = Result<AuthContext, TokenError>> + Send + 'a>>;
+
+/// Turns a token into an identity (Keystone in production).
+pub trait TokenValidator: Send + Sync + std::fmt::Debug {
+    /// Who bears `token`.
+    fn validate<'a>(&'a self, token: &'a str) -> ValidateFuture<'a>;
+    /// The `WWW-Authenticate` value of a 401 (`Keystone uri="…"`).
+    fn www_authenticate(&self) -> String;
 }
 
 /// The caller's identity as policy sees it.
@@ -25,6 +53,8 @@ pub struct AuthContext {
     pub roles: Vec<String>,
     /// True when the token is system scoped (`OpenStack-System-Scope: all`).
     pub system_scope: bool,
+    /// Keystone's `is_admin_project` (true outside keystone mode).
+    pub is_admin_project: bool,
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -35,15 +65,46 @@ fn split_roles(value: &str) -> Vec<String> {
     value.split(',').map(|r| r.trim().to_ascii_lowercase()).filter(|r| !r.is_empty()).collect()
 }
 
-/// Identify the caller. Fails with 401 when no identity is present.
-pub fn authenticate(mode: AuthMode, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
-    let unauthorized = || {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "This server could not verify that you are authorized to access the document you requested.",
-        )
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "This server could not verify that you are authorized to access the document you requested.",
+    )
+}
+
+/// Identify the caller in keystone mode, as keystonemiddleware does: the
+/// user token must be valid; an `X-Service-Token`, when sent, must be
+/// valid and carry the `service` role. 401 carries `WWW-Authenticate`;
+/// an unreachable Keystone gives 503.
+pub async fn authenticate_keystone(validator: &dyn TokenValidator, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+    let refuse = |e: TokenError| match e {
+        TokenError::Invalid => {
+            let mut err = unauthorized();
+            err.headers.push(("www-authenticate", validator.www_authenticate()));
+            err
+        }
+        TokenError::Unavailable => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The identity service is unavailable; the token could not be validated.",
+        ),
     };
+    let token = header(headers, "x-auth-token").ok_or_else(|| refuse(TokenError::Invalid))?;
+    let ctx = validator.validate(token).await.map_err(refuse)?;
+    if let Some(service) = header(headers, "x-service-token") {
+        let service = validator.validate(service).await.map_err(refuse)?;
+        if !service.roles.iter().any(|r| r == "service") {
+            return Err(refuse(TokenError::Invalid));
+        }
+    }
+    Ok(ctx)
+}
+
+/// Identify the caller from headers alone (noauth2, trusted headers).
+/// Fails with 401 when no identity is present, and always in keystone
+/// mode (see [`authenticate_keystone`]).
+pub fn authenticate(mode: AuthMode, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
     let mut ctx = match mode {
+        AuthMode::Keystone => return Err(unauthorized()),
         AuthMode::NoAuth2 => {
             let token = header(headers, "x-auth-token").ok_or_else(unauthorized)?;
             // As upstream's NoAuthMiddleware: `user:project`, and the
@@ -66,6 +127,7 @@ pub fn authenticate(mode: AuthMode, headers: &HeaderMap) -> Result<AuthContext, 
                 project_id: Some(project.to_owned()),
                 roles,
                 system_scope: false,
+                is_admin_project: true,
             }
         }
         AuthMode::TrustedHeaders => {
@@ -81,6 +143,7 @@ pub fn authenticate(mode: AuthMode, headers: &HeaderMap) -> Result<AuthContext, 
                 project_id: None,
                 roles: header(headers, "x-roles").map(split_roles).unwrap_or_default(),
                 system_scope: false,
+                is_admin_project: true,
             }
         }
     };

@@ -27,7 +27,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
-pub use auth::{AuthContext, AuthMode};
+pub use auth::{AuthContext, AuthMode, TokenError, TokenValidator, ValidateFuture};
 pub use error::{ApiError, ApiResult};
 pub use metrics::HttpMetrics;
 pub use microversion::{Version, VersionSpec};
@@ -49,6 +49,9 @@ pub struct CorsConfig {
 pub struct HttpConfig {
     /// How callers are identified.
     pub auth_mode: AuthMode,
+    /// Validates tokens in [`AuthMode::Keystone`] (without one, keystone
+    /// mode lets nobody in).
+    pub validator: Option<Arc<dyn TokenValidator>>,
     /// CORS, when enabled.
     pub cors: Option<CorsConfig>,
     /// Largest accepted request body in bytes.
@@ -165,11 +168,11 @@ pub async fn dispatch<C: Send + Sync + 'static>(
         };
         route_label = route.pattern;
         let public = route.endpoints.iter().all(|e| e.public);
-        let mut auth = if public && endpoint.is_some() {
-            auth::authenticate(server.config.auth_mode, &headers).unwrap_or_default()
-        } else {
-            auth::authenticate(server.config.auth_mode, &headers)?
+        let identified = match (server.config.auth_mode, &server.config.validator) {
+            (AuthMode::Keystone, Some(validator)) => auth::authenticate_keystone(validator.as_ref(), &headers).await,
+            (mode, _) => auth::authenticate(mode, &headers),
         };
+        let mut auth = if public && endpoint.is_some() { identified.unwrap_or_default() } else { identified? };
         (api.adjust_auth)(server.config.auth_mode, &mut auth);
         let Some(endpoint) = endpoint else {
             let allow = route.endpoints.iter().map(|e| e.method.as_str()).collect::<Vec<_>>().join(", ");

@@ -10,6 +10,7 @@ mod concurrency;
 mod durability;
 mod harness;
 mod isolation;
+mod keystone;
 mod logs;
 mod multiprocess;
 mod nested_race;
