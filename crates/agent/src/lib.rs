@@ -222,10 +222,7 @@ impl Link {
 
     /// Send what `build` makes with a token; a Keystone token the control
     /// plane refuses (expired, revoked) is replaced once.
-    async fn send(
-        &self,
-        build: impl Fn(&str) -> reqwest::RequestBuilder,
-    ) -> anyhow::Result<reqwest::Response> {
+    async fn send(&self, build: impl Fn(&str) -> reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
         let token = self.token().await?;
         let response = build(&token).send().await?;
         if response.status() == reqwest::StatusCode::UNAUTHORIZED {

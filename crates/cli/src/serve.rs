@@ -381,7 +381,8 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         validator: validator.clone(),
         http: HttpConfig {
             auth_mode,
-            validator: validator.map(|v| Arc::new(crate::keystone::KeystoneAuth(v)) as Arc<dyn berth_http::TokenValidator>),
+            validator: validator
+                .map(|v| Arc::new(crate::keystone::KeystoneAuth(v)) as Arc<dyn berth_http::TokenValidator>),
             cors,
             max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
         },
@@ -488,9 +489,12 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             // The in-process hosts authenticate like any agent: in keystone
             // mode with berth's own Keystone user.
             let auth = match (&settings.keystone, settings.http.auth_mode) {
-                (Some(creds), AuthMode::Keystone) => berth_agent::AgentAuth::Keystone(Arc::new(
-                    berth_identity::Session::new(berth_identity::client(std::time::Duration::from_secs(10))?, creds.clone()),
-                )),
+                (Some(creds), AuthMode::Keystone) => {
+                    berth_agent::AgentAuth::Keystone(Arc::new(berth_identity::Session::new(
+                        berth_identity::client(std::time::Duration::from_secs(10))?,
+                        creds.clone(),
+                    )))
+                }
                 _ => berth_agent::AgentAuth::Token("admin".to_owned()),
             };
             let config = berth_agent::AgentConfig {

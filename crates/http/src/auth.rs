@@ -76,7 +76,10 @@ fn unauthorized() -> ApiError {
 /// user token must be valid; an `X-Service-Token`, when sent, must be
 /// valid and carry the `service` role. 401 carries `WWW-Authenticate`;
 /// an unreachable Keystone gives 503.
-pub async fn authenticate_keystone(validator: &dyn TokenValidator, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+pub async fn authenticate_keystone(
+    validator: &dyn TokenValidator,
+    headers: &HeaderMap,
+) -> Result<AuthContext, ApiError> {
     let refuse = |e: TokenError| match e {
         TokenError::Invalid => {
             let mut err = unauthorized();

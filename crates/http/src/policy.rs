@@ -261,6 +261,7 @@ mod tests {
             project_id: Some(project.into()),
             roles: roles.iter().map(|r| r.to_string()).collect(),
             system_scope: false,
+            is_admin_project: true,
         }
     }
 

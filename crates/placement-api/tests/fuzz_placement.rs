@@ -175,7 +175,12 @@ impl Harness {
             api: berth_placement_api::api(&BTreeMap::new()).expect("placement api"),
             // `berth serve`'s defaults (noauth2, no CORS, 10 MiB bodies).
             server: Server {
-                config: HttpConfig { auth_mode: AuthMode::NoAuth2, validator: None, cors: None, max_body_bytes: 10 * 1024 * 1024 },
+                config: HttpConfig {
+                    auth_mode: AuthMode::NoAuth2,
+                    validator: None,
+                    cors: None,
+                    max_body_bytes: 10 * 1024 * 1024,
+                },
                 metrics: Default::default(),
             },
             runtime: tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime"),

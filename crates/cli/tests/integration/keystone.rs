@@ -89,7 +89,8 @@ impl Keystone {
 
     async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let token = self.token("admin", &self.admin_password, "admin").await;
-        let mut req = reqwest::Client::new().request(method, format!("{}{path}", self.url)).header("x-auth-token", token);
+        let mut req =
+            reqwest::Client::new().request(method, format!("{}{path}", self.url)).header("x-auth-token", token);
         if let Some(body) = body {
             req = req.json(&body);
         }
@@ -102,7 +103,9 @@ impl Keystone {
 
     /// A new project; returns its id.
     pub(crate) async fn project(&self, name: &str) -> String {
-        let v = self.admin(reqwest::Method::POST, "/projects", Some(json!({"project": {"name": name, "domain_id": "default"}}))).await;
+        let v = self
+            .admin(reqwest::Method::POST, "/projects", Some(json!({"project": {"name": name, "domain_id": "default"}})))
+            .await;
         v["project"]["id"].as_str().expect("project id").to_owned()
     }
 
@@ -276,7 +279,8 @@ async fn a_member_boots_and_sees_only_its_project_a_reader_cannot_write_an_admin
     )
     .await;
     assert_eq!(code, 403);
-    let (code, _) = status(&server.base, "/resource_providers", &[("x-auth-token", &member.token), ("x-roles", "admin")]).await;
+    let (code, _) =
+        status(&server.base, "/resource_providers", &[("x-auth-token", &member.token), ("x-roles", "admin")]).await;
     assert_eq!(code, 403);
     // An admin token reaches the admin routes.
     assert_eq!(admin.get("/os-hypervisors").await.status, 200);
@@ -332,7 +336,9 @@ async fn bogus_and_revoked_tokens_get_401_with_www_authenticate_and_a_revoked_to
     let member = t.member_token().await;
     let with_service = |svc: String| {
         let (base, member) = (server.base.clone(), member.clone());
-        async move { status(&base, "/compute/v2.1/servers", &[("x-auth-token", &member), ("x-service-token", &svc)]).await.0 }
+        async move {
+            status(&base, "/compute/v2.1/servers", &[("x-auth-token", &member), ("x-service-token", &svc)]).await.0
+        }
     };
     assert_eq!(with_service(member.clone()).await, 401, "a member token is no service token");
     assert_eq!(with_service("bogus".into()).await, 401);
@@ -374,7 +380,9 @@ async fn each_token_costs_one_keystone_call_however_many_requests_bring_it() {
     let mut requests = Vec::new();
     for _ in 0..40 {
         let (base, token) = (server.base.clone(), token.clone());
-        requests.push(tokio::spawn(async move { status(&base, "/compute/v2.1/servers", &[("x-auth-token", &token)]).await.0 }));
+        requests.push(tokio::spawn(async move {
+            status(&base, "/compute/v2.1/servers", &[("x-auth-token", &token)]).await.0
+        }));
     }
     for r in requests {
         assert_eq!(r.await.expect("join"), 200);
