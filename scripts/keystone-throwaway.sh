@@ -63,6 +63,7 @@ EOF
   OS_KEYSTONE_CONFIG_FILES="$dir/keystone.conf" setsid "$VENV/bin/uwsgi" \
     --http-socket "127.0.0.1:$port" --module keystone.wsgi.api:application \
     --master --processes 2 --threads 2 --die-on-term --need-app \
+    --http-keepalive --add-header "Connection: close" --post-buffering 65536 \
     --env "OS_KEYSTONE_CONFIG_FILES=$dir/keystone.conf" \
     >"$dir/uwsgi.log" 2>&1 </dev/null &
   local pid=$!

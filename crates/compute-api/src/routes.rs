@@ -200,6 +200,7 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         r("/cells/{name}/disable", vec![v1s(M::POST, agents::disable_cell)]),
         r("/cells/{name}/enable", vec![v1s(M::POST, agents::enable_cell)]),
         r("/discover-hosts", vec![v1a(M::POST, agents::discover_hosts)]),
+        r("/hosts/{host}/binding", vec![v1s(M::DELETE, agents::unbind_host)]),
         r("/heal", vec![v1a(M::POST, agents::heal)]),
         r("/test/hold", vec![v1s(M::POST, agents::hold)]),
         r("/test/release", vec![v1s(M::POST, agents::release)]),

@@ -1083,7 +1083,7 @@ pub fn plan_map_host(world: &World, host: &str, cell: Uuid, nodes: &[(Uuid, Stri
             return Err(ComputeError::Conflict(format!("Host {host} is already mapped to cell {}.", existing.cell)))
         }
         Some(_) => {}
-        None => set.compute(C::PutHostMapping(HostMapping { host: host.to_owned(), cell })),
+        None => set.compute(C::PutHostMapping(HostMapping { host: host.to_owned(), cell, owner: None })),
     }
     for (uuid, node) in nodes {
         let wanted = ComputeNodeRef { uuid: *uuid, host: host.to_owned(), node: node.clone(), cell };
@@ -1092,6 +1092,64 @@ pub fn plan_map_host(world: &World, host: &str, cell: Uuid, nodes: &[(Uuid, Stri
         }
     }
     Ok(set)
+}
+
+/// Bind `hosts` to the agent identity `owner` in `cell` before an agent
+/// registers them: a host bound to another identity is refused (403), a
+/// host mapped to another cell too (409); an unbound or unknown host is
+/// mapped and bound. Checked and written in one planned write, so two
+/// identities racing for a new host cannot both win.
+pub fn plan_bind_hosts(world: &World, hosts: &[String], cell: Uuid, owner: &str) -> Result<WorldChangeSet> {
+    if !world.compute.cells.contains_key(&cell) {
+        return Err(ComputeError::NotFound(format!("Cell {cell} could not be found.")));
+    }
+    let mut set = WorldChangeSet::new();
+    for host in hosts {
+        let existing = world.compute.host_mappings.get(host);
+        if let Some(m) = existing {
+            if m.owner.as_deref().is_some_and(|o| o != owner) {
+                return Err(ComputeError::Forbidden(format!(
+                    "Host {host} is bound to another agent identity; an admin must unbind it first."
+                )));
+            }
+            if m.cell != cell {
+                return Err(ComputeError::Conflict(format!("Host {host} is already mapped to another cell.")));
+            }
+            if m.owner.as_deref() == Some(owner) {
+                continue;
+            }
+        }
+        set.compute(C::PutHostMapping(HostMapping { host: host.clone(), cell, owner: Some(owner.to_owned()) }));
+    }
+    Ok(set)
+}
+
+/// Unbind a host from its agent identity (admin): the next registration
+/// binds it to whoever registers it.
+pub fn plan_unbind_host(world: &World, host: &str) -> Result<WorldChangeSet> {
+    let mapping = world
+        .compute
+        .host_mappings
+        .get(host)
+        .ok_or_else(|| ComputeError::NotFound(format!("Compute host {host} could not be found.")))?;
+    let mut set = WorldChangeSet::new();
+    if mapping.owner.is_some() {
+        set.compute(C::PutHostMapping(HostMapping { owner: None, ..mapping.clone() }));
+    }
+    Ok(set)
+}
+
+/// Refuse (403) when any of `hosts` is bound to an identity other than
+/// `caller`. Unknown and unbound hosts pass.
+pub fn check_host_owner<'a>(world: &World, caller: &str, hosts: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    for host in hosts {
+        if let Some(owner) = world.compute.host_mappings.get(host).and_then(|m| m.owner.as_deref()) {
+            if owner != caller {
+                return Err(ComputeError::Forbidden(format!("Host {host} is bound to another agent identity.")));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1178,7 +1236,7 @@ pub(crate) mod tests {
                 Inventory { total: 4, reserved: 0, min_unit: 1, max_unit: 4, step_size: 1, allocation_ratio: 1.0 };
             placement.push(Change::SetInventories { provider: uuid, inventories: [("VCPU".to_owned(), inv)].into() });
             set.placement(placement);
-            set.compute(ComputeChange::PutHostMapping(HostMapping { host: format!("h{i}"), cell }));
+            set.compute(ComputeChange::PutHostMapping(HostMapping { host: format!("h{i}"), cell, owner: None }));
             set.compute(ComputeChange::PutComputeNode(ComputeNodeRef {
                 uuid,
                 host: format!("h{i}"),

@@ -193,6 +193,11 @@ pub struct HostMapping {
     pub host: String,
     /// Its cell.
     pub cell: Uuid,
+    /// The agent identity (user id) the host is bound to: only it may
+    /// register the host again, heartbeat for it or report on it, until an
+    /// admin unbinds it. `None`: not bound (mapped by discovery, or before
+    /// bindings existed); the next registration binds it.
+    pub owner: Option<String>,
 }
 
 /// Which host, node and cell a compute node resource provider belongs to.

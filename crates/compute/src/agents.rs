@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use berth_compute_model::cell::{power_state, task_state, vm_state, ComputeNode, Fault, Service};
-use berth_compute_model::plan::{plan_forget_deleted, plan_map_host};
+use berth_compute_model::plan::{check_host_owner, plan_bind_hosts, plan_forget_deleted, plan_map_host};
 use berth_compute_model::{ComputeError, WorldChangeSet};
 use berth_model::{Change, ChangeSet};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
@@ -76,6 +76,7 @@ impl Compute {
     pub async fn register_agent(
         &self,
         agent: &str,
+        owner: &str,
         cell_name: Option<&str>,
         hosts: &[HostRegistration],
     ) -> Result<Vec<RegisteredHost>, ServiceError> {
@@ -86,19 +87,11 @@ impl Compute {
         if cell.uuid == berth_compute_model::CELL0_UUID {
             return Err(ServiceError::Refused(ComputeError::Invalid("Hosts cannot be mapped to cell0.".into())));
         }
-        // A host mapped to another cell is refused before anything is written.
-        let conflicts: Vec<String> = read(&*self.control, |w| {
-            hosts
-                .iter()
-                .filter(|h| w.compute.host_mappings.get(&h.host).is_some_and(|m| m.cell != cell.uuid))
-                .map(|h| h.host.clone())
-                .collect()
-        });
-        if let Some(host) = conflicts.first() {
-            return Err(ServiceError::Refused(ComputeError::Conflict(format!(
-                "Host {host} is already mapped to another cell."
-            ))));
-        }
+        // The hosts are bound to the registering identity first, in one
+        // planned write: a host bound to another identity (403) or mapped
+        // to another cell (409) is refused before anything is written.
+        let names: Vec<String> = hosts.iter().map(|h| h.host.clone()).collect();
+        write(&*self.control, |w| Ok((plan_bind_hosts(w, &names, cell.uuid, owner)?, ())))?;
         let handle = self.cells.get(&cell)?;
         let (services, nodes) = self.cells.read(&handle, |s| Ok((s.services()?, s.compute_nodes()?))).await?;
         let services: HashMap<String, Service> =
@@ -175,9 +168,19 @@ impl Compute {
             .collect())
     }
 
+    /// Refuse (403) a caller that is not the identity `hosts` are bound to.
+    pub fn check_agent_identity<'a>(
+        &self,
+        caller: &str,
+        hosts: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), ServiceError> {
+        read(&*self.control, |w| check_host_owner(w, caller, hosts)).map_err(ServiceError::Refused)
+    }
+
     /// Heartbeats of an agent's hosts. `false` when the agent is not
     /// registered with this process (it must register again).
-    pub async fn heartbeat(&self, agent: &str, hosts: &[String]) -> Result<bool, ServiceError> {
+    pub async fn heartbeat(&self, agent: &str, caller: &str, hosts: &[String]) -> Result<bool, ServiceError> {
+        self.check_agent_identity(caller, hosts.iter().map(String::as_str))?;
         if !self.hub.knows(agent) {
             return Ok(false);
         }

@@ -213,6 +213,11 @@ impl Hub {
         }
     }
 
+    /// The hosts `agent` registered here (None: unknown agent).
+    pub fn hosts_of(&self, agent: &str) -> Option<Vec<String>> {
+        self.lock().agents.get(agent).map(|a| a.hosts.iter().cloned().collect())
+    }
+
     /// Is `agent` known here?
     pub fn knows(&self, agent: &str) -> bool {
         self.lock().agents.contains_key(agent)

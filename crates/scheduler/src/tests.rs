@@ -97,7 +97,7 @@ impl Cloud {
         });
         let mut set = WorldChangeSet::from(placement);
         if mapped {
-            set.compute(ComputeChange::PutHostMapping(HostMapping { host: host.clone(), cell }));
+            set.compute(ComputeChange::PutHostMapping(HostMapping { host: host.clone(), cell, owner: None }));
         }
         set.compute(ComputeChange::PutComputeNode(ComputeNodeRef { uuid, host: host.clone(), node: host, cell }));
         self.world.apply(&set);

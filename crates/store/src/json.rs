@@ -390,7 +390,10 @@ pub fn change_row(change: &ComputeChange) -> (&'static str, String, Option<Value
         C::PutImage(x) => Some(image(x)),
         C::PutServerGroup(x) => Some(server_group(x)),
         C::PutCell(x) => Some(cell(x)),
-        C::PutHostMapping(h) => Some(json!({"host": h.host, "cell": h.cell.to_string()})),
+        C::PutHostMapping(h) => Some(match &h.owner {
+            Some(owner) => json!({"host": h.host, "cell": h.cell.to_string(), "owner": owner}),
+            None => json!({"host": h.host, "cell": h.cell.to_string()}),
+        }),
         C::PutComputeNode(n) => {
             Some(json!({"uuid": n.uuid.to_string(), "host": n.host, "node": n.node, "cell": n.cell.to_string()}))
         }
@@ -456,7 +459,11 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
         "image" => C::PutImage(to_image(v)?),
         "server_group" => C::PutServerGroup(to_server_group(v)?),
         "cell" => C::PutCell(to_cell(v)?),
-        "host_mapping" => C::PutHostMapping(HostMapping { host: s(v, "host")?, cell: uuid(v, "cell")? }),
+        "host_mapping" => C::PutHostMapping(HostMapping {
+            host: s(v, "host")?,
+            cell: uuid(v, "cell")?,
+            owner: v.get("owner").and_then(Value::as_str).map(str::to_owned),
+        }),
         "compute_node" => C::PutComputeNode(ComputeNodeRef {
             uuid: uuid(v, "uuid")?,
             host: s(v, "host")?,
@@ -609,7 +616,8 @@ mod tests {
                 disabled: true,
             }),
             C::DeleteCell(id),
-            C::PutHostMapping(HostMapping { host: "h".into(), cell: id }),
+            C::PutHostMapping(HostMapping { host: "h".into(), cell: id, owner: None }),
+            C::PutHostMapping(HostMapping { host: "h2".into(), cell: id, owner: Some("agent-user".into()) }),
             C::DeleteHostMapping("h".into()),
             C::PutComputeNode(ComputeNodeRef { uuid: id, host: "h".into(), node: "n".into(), cell: id }),
             C::DeleteComputeNode(id),

@@ -409,3 +409,95 @@ async fn an_expired_token_is_refused_even_while_the_cache_would_keep_it() {
     }
     assert_eq!(status(&server.base, "/compute/v2.1/servers", &[("x-auth-token", &token)]).await.0, 401);
 }
+
+/// `POST`/`GET` on the agent API with `token`; status and body.
+async fn agent_call(base: &str, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method.parse().expect("method"), format!("{base}/agent/v1{path}"))
+        .header("x-auth-token", token);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("agent call");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_authenticates_as_its_service_user_and_no_other_identity_takes_its_host_over() {
+    let ks = keystone();
+    let t = Tenancy::new(&ks).await;
+    let server = start("ks-agents", &t.serve_args(&ks.url, &[])).await;
+    let svc_project_id = ks.project(&unique("agents")).await;
+    let svc_project = {
+        // The project's name, for tokens.
+        let v = ks.admin(reqwest::Method::GET, &format!("/projects/{svc_project_id}"), None).await;
+        v["project"]["name"].as_str().expect("name").to_owned()
+    };
+    let (agent_a, agent_b) = (unique("agent-a"), unique("agent-b"));
+    ks.user(&agent_a, &svc_project_id, &["service"]).await;
+    ks.user(&agent_b, &svc_project_id, &["service"]).await;
+
+    // A real `berth agent` authenticating as agent A registers its host.
+    let host = format!("own-{}", &agent_a[8..]);
+    let prefix = host.trim_end_matches(char::is_numeric).to_owned();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["agent", "--url", &server.base, "--hosts", "1", "--prefix", &format!("{prefix}-")])
+        .args(["--keystone-url", &ks.url, "--keystone-user", &agent_a, "--keystone-password", &format!("pw-{agent_a}")])
+        .args(["--keystone-project", &svc_project, "--log", "warn"])
+        .spawn()
+        .expect("spawn berth agent");
+    let host = format!("{prefix}-0");
+    let admin = t.admin_token().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = Nova::new(&server.base, &admin).get("/os-services?binary=nova-compute").await;
+        if listed.body["services"].as_array().is_some_and(|s| s.iter().any(|s| s["host"] == host.as_str())) {
+            break;
+        }
+        assert!(agent.try_wait().expect("agent").is_none(), "the agent exited");
+        assert!(Instant::now() < deadline, "the agent never registered {host}: {:?}", listed.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Agent B's identity may not register, heartbeat, take work or report for it.
+    let b = ks.token(&agent_b, &format!("pw-{agent_b}"), &svc_project).await;
+    let registration = json!({"agent": "thief", "hosts": [{"host": host, "vcpus": 64, "memory_mb": 1, "local_gb": 1}]});
+    let (code, body) = agent_call(&server.base, &b, "POST", "/register", Some(registration.clone())).await;
+    assert_eq!(code, 403, "{body}");
+    let (code, _) =
+        agent_call(&server.base, &b, "POST", "/heartbeat", Some(json!({"agent": "thief", "hosts": [host]}))).await;
+    assert_eq!(code, 403);
+    let event = json!({"events": [{"instance": uuid::Uuid::new_v4().to_string(), "host": host, "kind": "deleted"}]});
+    assert_eq!(agent_call(&server.base, &b, "POST", "/events", Some(event)).await.0, 403);
+    // Nothing of the refused registration was written.
+    let hypervisors = Nova::new(&server.base, &admin).get("/os-hypervisors/detail").await;
+    let mine = hypervisors.body["hypervisors"]
+        .as_array()
+        .and_then(|l| l.iter().find(|h| h["hypervisor_hostname"] == host.as_str()).cloned());
+    assert_ne!(mine.as_ref().map(|h| h["vcpus"].clone()), Some(json!(64)), "{mine:?}");
+
+    // Once an admin unbinds the host, another identity may register it.
+    let unbind = reqwest::Client::new()
+        .delete(format!("{}/admin/v1/hosts/{host}/binding", server.base))
+        .header("x-auth-token", &b)
+        .send()
+        .await
+        .expect("unbind");
+    assert_eq!(unbind.status().as_u16(), 403, "only an admin unbinds");
+    let unbind = reqwest::Client::new()
+        .delete(format!("{}/admin/v1/hosts/{host}/binding", server.base))
+        .header("x-auth-token", &admin)
+        .send()
+        .await
+        .expect("unbind");
+    assert_eq!(unbind.status().as_u16(), 204);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let (code, body) = agent_call(&server.base, &b, "POST", "/register", Some(registration)).await;
+    assert_eq!(code, 200, "{body}");
+    let a = ks.token(&agent_a, &format!("pw-{agent_a}"), &svc_project).await;
+    let (code, _) =
+        agent_call(&server.base, &a, "POST", "/heartbeat", Some(json!({"agent": "x", "hosts": [host]}))).await;
+    assert_eq!(code, 403, "the host now belongs to agent B");
+}

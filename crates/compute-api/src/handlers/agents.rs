@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use berth_compute::agents::{AgentEvent, HostRegistration};
 use berth_compute::control::{read, write};
-use berth_compute_model::plan::{plan_map_host, plan_put_cell};
+use berth_compute_model::plan::{plan_map_host, plan_put_cell, plan_unbind_host};
 use berth_compute_model::CellMapping;
 use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
 use serde_json::{json, Value};
@@ -37,6 +37,21 @@ fn admin_only(req: &Req, rule: &str) -> ApiResult<()> {
 /// Rules of the agent and admin APIs.
 pub const RULES: &berth_http::policy::RuleTable =
     &[("agent:manage", "role:admin or role:service", None), ("admin:manage", "role:admin", None)];
+
+/// The agent identity of a request: the caller's user id (a Keystone
+/// service user, or the noauth2 token's user).
+fn caller(req: &Req) -> String {
+    req.auth.user_id.clone().unwrap_or_default()
+}
+
+/// `DELETE /admin/v1/hosts/{host}/binding`: free a host from the agent
+/// identity it is bound to (204).
+pub fn unbind_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    admin_only(req, "admin:manage")?;
+    let host = req.param(0).to_owned();
+    write(&*ctx.compute.control, |w| Ok((plan_unbind_host(w, &host)?, ()))).nova()?;
+    Ok(Resp::no_content())
+}
 
 fn text<'a>(v: &'a Value, key: &str) -> ApiResult<&'a str> {
     v.get(key).and_then(Value::as_str).ok_or_else(|| ApiError::bad_request(format!("'{key}' is a required string")))
@@ -72,7 +87,8 @@ pub fn register(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
                 host,
             });
         }
-        let registered = ctx.compute.register_agent(&agent, cell.as_deref(), &registrations).await.nova()?;
+        let registered =
+            ctx.compute.register_agent(&agent, &caller(&req), cell.as_deref(), &registrations).await.nova()?;
         let hosts: Vec<Value> = registered
             .iter()
             .map(|r| {
@@ -95,7 +111,7 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
             .as_array()
             .map(|h| h.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
             .unwrap_or_default();
-        if ctx.compute.heartbeat(&agent, &hosts).await.nova()? {
+        if ctx.compute.heartbeat(&agent, &caller(&req), &hosts).await.nova()? {
             Ok(Resp::no_content())
         } else {
             Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")))
@@ -110,6 +126,10 @@ pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let agent =
             req.query_one("agent").ok_or_else(|| ApiError::bad_request("'agent' query parameter required"))?.to_owned();
         let wait: u64 = req.query_one("wait").and_then(|w| w.parse().ok()).unwrap_or(20).min(60);
+        // Only the identity an agent's hosts are bound to takes its work.
+        if let Some(hosts) = ctx.compute.hub.hosts_of(&agent) {
+            ctx.compute.check_agent_identity(&caller(&req), hosts.iter().map(String::as_str)).nova()?;
+        }
         let Some(tasks) = ctx.compute.hub.take(&agent, Duration::from_secs(wait), 1000).await else {
             return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
         };
@@ -139,6 +159,8 @@ pub fn events(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
                 task: e.get("task").and_then(Value::as_str).map(str::to_owned),
             });
         }
+        // An identity reports only on the hosts bound to it.
+        ctx.compute.check_agent_identity(&caller(&req), events.iter().map(|e| e.host.as_str())).nova()?;
         let results = ctx.compute.agent_events(&events).await;
         let results: Vec<Value> = events
             .iter()
