@@ -38,10 +38,11 @@ env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LO
 # The real OpenStack client (python-openstackclient from PyPI) against the
 # binary the tests just built: placement, the compute API, then the
 # reservation API (python-blazarclient and its openstack plugin).
-echo "== openstack CLI smoke (placement, compute) =="
+echo "== openstack CLI smoke (placement, compute, reservation; then with Keystone) =="
 BERTH_BIN=target/debug/berth bash scripts/openstack-cli-smoke.sh 2>&1 | tee -a "$LOG"
 BERTH_BIN=target/debug/berth bash scripts/openstack-compute-smoke.sh 2>&1 | tee -a "$LOG"
 BERTH_BIN=target/debug/berth bash scripts/blazar-cli-smoke.sh 2>&1 | grep -v -e '^Matches: ' -e "^Could not load 'reservation_host_unset'" | tee -a "$LOG"
+BERTH_BIN=target/debug/berth bash scripts/openstack-keystone-smoke.sh 2>&1 | grep -v "^Could not load 'reservation_host_unset'" | tee -a "$LOG"
 
 URL="${TEST_DATABASE_URL:-${DATABASE_URL:-}}"
 if [ -z "$URL" ]; then

@@ -196,6 +196,14 @@ pub enum AgentAuth {
     Token(String),
     /// A Keystone user's token, issued and renewed by the session.
     Keystone(Arc<berth_identity::Session>),
+    /// keystonemiddleware's identity headers, for a control plane in
+    /// `trusted-headers` mode reached directly (the in-process hosts).
+    TrustedHeaders {
+        /// `X-User-Id` (and `X-Project-Id`).
+        user: String,
+        /// `X-Roles`.
+        roles: String,
+    },
 }
 
 /// The HTTP link to the control plane.
@@ -217,6 +225,7 @@ impl Link {
         match &self.auth {
             AgentAuth::Token(token) => Ok(token.clone()),
             AgentAuth::Keystone(session) => Ok(session.token().await?),
+            AgentAuth::TrustedHeaders { .. } => Ok(String::new()),
         }
     }
 
@@ -224,7 +233,15 @@ impl Link {
     /// plane refuses (expired, revoked) is replaced once.
     async fn send(&self, build: impl Fn(&str) -> reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
         let token = self.token().await?;
-        let response = build(&token).send().await?;
+        let request = match &self.auth {
+            AgentAuth::TrustedHeaders { user, roles } => build(&token)
+                .header("X-User-Id", user)
+                .header("X-Project-Id", user)
+                .header("X-Roles", roles)
+                .header("X-Identity-Status", "Confirmed"),
+            _ => build(&token),
+        };
+        let response = request.send().await?;
         if response.status() == reqwest::StatusCode::UNAUTHORIZED {
             if let AgentAuth::Keystone(session) = &self.auth {
                 session.invalidate(&token).await;

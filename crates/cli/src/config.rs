@@ -34,6 +34,10 @@ pub(crate) struct FileConfig {
     pub(crate) keystone_domain: Option<String>,
     /// Seconds a validated token is cached (default 300).
     pub(crate) token_cache_secs: Option<u64>,
+    /// Let noauth2 listen on a non-loopback address.
+    pub(crate) allow_noauth2_on_network: Option<bool>,
+    /// Who may read /metrics and /healthcheck.
+    pub(crate) operational_access: Option<crate::router::OperationalAccess>,
     /// CORS allowed origin.
     pub(crate) cors_allowed_origin: Option<String>,
     /// CORS extra allowed headers (comma separated).

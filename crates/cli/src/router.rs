@@ -23,6 +23,48 @@ pub(crate) struct Services {
     pub(crate) compute: Option<crate::compute_wiring::ComputeServices>,
     /// The Keystone token validator (keystone auth).
     pub(crate) keystone: Option<Arc<berth_identity::Validator>>,
+    /// Who may read `/metrics` and `/healthcheck`.
+    pub(crate) operational_access: OperationalAccess,
+}
+
+/// Who may read `/metrics` and `/healthcheck` (`--operational-access`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum OperationalAccess {
+    /// Callers on a loopback address, and admins from anywhere.
+    #[default]
+    LoopbackOrAdmin,
+    /// Admins only (an admin token in the listener's auth mode).
+    Admin,
+    /// Anyone who can reach the listener (e.g. a load balancer's health
+    /// check on another host).
+    Anyone,
+}
+
+/// May this request read the operational endpoints? `Err` is the answer
+/// (401 without a valid identity, 403 for a non-admin).
+async fn operational_allowed(
+    services: &Services,
+    peer: Option<std::net::SocketAddr>,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), Response<Body>> {
+    let access = services.operational_access;
+    if access == OperationalAccess::Anyone
+        || (access == OperationalAccess::LoopbackOrAdmin && peer.is_some_and(|p| p.ip().is_loopback()))
+    {
+        return Ok(());
+    }
+    let config = &services.server.config;
+    let identified = match (config.auth_mode, &config.validator) {
+        (berth_http::AuthMode::Keystone, Some(v)) => berth_http::auth::authenticate_keystone(v.as_ref(), headers).await,
+        (mode, _) => berth_http::auth::authenticate(mode, headers),
+    };
+    let status = match identified {
+        Ok(auth) if auth.roles.iter().any(|r| r == "admin") => return Ok(()),
+        Ok(_) => StatusCode::FORBIDDEN,
+        Err(err) => err.status,
+    };
+    Err(Response::builder().status(status).body(Body::empty()).unwrap_or_default())
 }
 
 /// Which API a path belongs to, and the path within it.
@@ -123,7 +165,17 @@ pub(crate) fn router(services: Arc<Services>, root: Option<RootApi>) -> axum::Ro
                 };
             }
             match target(&path) {
-                Target::Operational if request.method() == Method::GET => operational(&services, &path),
+                Target::Operational if request.method() == Method::GET => {
+                    let peer = request
+                        .extensions()
+                        .get::<axum::extract::ConnectInfo<crate::transport::Peer>>()
+                        .map(|c| c.0 .0);
+                    let headers = request.headers().clone();
+                    match operational_allowed(&services, peer, &headers).await {
+                        Ok(()) => operational(&services, &path),
+                        Err(refused) => refused,
+                    }
+                }
                 Target::Operational => not_found(),
                 // Keystone itself answers identity requests in keystone mode.
                 Target::Identity(_) if services.keystone.is_some() => not_found(),

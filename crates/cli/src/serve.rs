@@ -68,6 +68,15 @@ pub(crate) struct ServeOpts {
     /// here for at most this long.
     #[arg(long, env = "BERTH_TOKEN_CACHE_SECS")]
     token_cache_secs: Option<u64>,
+    /// Let noauth2 (where the token names the user and `admin` is admin)
+    /// listen on a non-loopback address. Without it berth refuses: noauth2
+    /// is for development and the conformance harnesses.
+    #[arg(long, env = "BERTH_ALLOW_NOAUTH2_ON_NETWORK")]
+    allow_noauth2_on_network: bool,
+    /// Who may read `/metrics` and `/healthcheck`: `loopback-or-admin`
+    /// (default), `admin`, or `anyone`.
+    #[arg(long, env = "BERTH_OPERATIONAL_ACCESS", value_enum)]
+    operational_access: Option<crate::router::OperationalAccess>,
     /// CORS allowed origin; empty disables CORS.
     #[arg(long, env = "BERTH_CORS_ALLOWED_ORIGIN")]
     cors_allowed_origin: Option<String>,
@@ -240,6 +249,8 @@ struct Settings {
     keystone: Option<berth_identity::Credentials>,
     /// The token validator (keystone auth).
     validator: Option<Arc<berth_identity::Validator>>,
+    /// Who may read `/metrics` and `/healthcheck`.
+    operational_access: crate::router::OperationalAccess,
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
@@ -269,6 +280,21 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     )?;
     if auth_mode == AuthMode::Keystone && keystone.is_none() {
         anyhow::bail!("--auth keystone needs --keystone-url, --keystone-user and --keystone-password");
+    }
+    let listen_addrs = [Some(listen.to_string()), opts.compute_listen.clone(), opts.reservation_listen.clone()];
+    if auth_mode == AuthMode::NoAuth2
+        && !(opts.allow_noauth2_on_network || file.allow_noauth2_on_network.unwrap_or(false))
+    {
+        for addr in listen_addrs.iter().flatten() {
+            let loopback = addr.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
+            if !loopback {
+                anyhow::bail!(
+                    "refusing to serve noauth2 on {addr}: in noauth2 the token names the user and `admin` is an \
+                     admin, so anyone who can reach the address is admin. Use --auth keystone, listen on \
+                     127.0.0.1, or pass --allow-noauth2-on-network if you mean it"
+                );
+            }
+        }
     }
     let token_cache = std::time::Duration::from_secs(opts.token_cache_secs.or(file.token_cache_secs).unwrap_or(300));
     let validator = match (&keystone, auth_mode) {
@@ -379,6 +405,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         database,
         keystone,
         validator: validator.clone(),
+        operational_access: opts.operational_access.or(file.operational_access).unwrap_or_default(),
         http: HttpConfig {
             auth_mode,
             validator: validator
@@ -454,6 +481,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             placement_api,
             compute: Some(compute),
             keystone: settings.validator.clone(),
+            operational_access: settings.operational_access,
         });
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
@@ -473,12 +501,19 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             let own = crate::transport::ErrorBodies::new(own, services.clone(), Some(api));
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
-                let _ = axum::serve(own, router)
+                let _ = axum::serve(own, router.into_make_service_with_connect_info::<crate::transport::Peer>())
                     .with_graceful_shutdown(async move {
                         let _ = stop.changed().await;
                     })
                     .await;
             });
+        }
+        if settings.http.auth_mode == AuthMode::NoAuth2 {
+            tracing::warn!(
+                "AUTH IS OFF (noauth2): every X-Auth-Token is believed, `admin` is an admin and X-Roles / \
+                 X-Project-Id are honoured. For development and conformance runs only; deployments use \
+                 --auth keystone"
+            );
         }
         if let Some(validator) = &settings.validator {
             // A misconfigured service user shows at start, not on the first request.
@@ -495,6 +530,12 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                         creds.clone(),
                     )))
                 }
+                // Behind an authenticating proxy the in-process hosts speak
+                // to this process directly, as the proxy would.
+                (_, AuthMode::TrustedHeaders) => berth_agent::AgentAuth::TrustedHeaders {
+                    user: "berth-fake-hosts".to_owned(),
+                    roles: "service".to_owned(),
+                },
                 _ => berth_agent::AgentAuth::Token("admin".to_owned()),
             };
             let config = berth_agent::AgentConfig {
@@ -529,12 +570,15 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         // On a signal the in-process hosts stop first (their long polls
         // end), then the listeners drain.
         let router = crate::router::router(services.clone(), None);
-        axum::serve(crate::transport::ErrorBodies::new(listener, services, None), router)
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                let _ = stop_tx.send(true);
-            })
-            .await?;
+        axum::serve(
+            crate::transport::ErrorBodies::new(listener, services, None),
+            router.into_make_service_with_connect_info::<crate::transport::Peer>(),
+        )
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        })
+        .await?;
         tracing::info!("berth stopped");
         Ok(())
     })

@@ -40,6 +40,16 @@ impl ErrorBodies {
     }
 }
 
+/// The peer of a connection, as `ConnectInfo` (who may read `/metrics`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, ErrorBodies>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, ErrorBodies>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
 impl axum::serve::Listener for ErrorBodies {
     type Io = Connection;
     type Addr = SocketAddr;

@@ -121,6 +121,25 @@ pub fn accepts_json(headers: &HeaderMap) -> bool {
     })
 }
 
+/// Scheme and authority for the links an answer carries, from `Host` and
+/// `X-Forwarded-Proto`, taken only when they are what such headers can
+/// be (a host name or address with an optional port; `http` or `https`):
+/// anything else would be written into every link of the answer.
+fn link_base(headers: &HeaderMap) -> (&'static str, &str) {
+    let host = header_str(headers, "host")
+        .filter(|h| {
+            !h.is_empty()
+                && h.len() <= 261
+                && h.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']' | b'_'))
+        })
+        .unwrap_or("localhost");
+    let scheme = match header_str(headers, "x-forwarded-proto").map(str::trim) {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    };
+    (scheme, host)
+}
+
 /// Serve one request for `api`. `path` is relative to the API's root.
 pub async fn dispatch<C: Send + Sync + 'static>(
     ctx: &Arc<C>,
@@ -190,8 +209,7 @@ pub async fn dispatch<C: Send + Sync + 'static>(
             return Err(ApiError::new(StatusCode::NOT_ACCEPTABLE, "Only application/json is provided"));
         }
         let body = read_body(body, server.config.max_body_bytes).await?;
-        let host = header_str(&headers, "host").unwrap_or("localhost");
-        let scheme = header_str(&headers, "x-forwarded-proto").unwrap_or("http");
+        let (scheme, host) = link_base(&headers);
         let req = Req {
             method: method.clone(),
             path: path.clone(),
@@ -398,4 +416,31 @@ pub fn error_response(err: &ApiError, content_type: &'static str, body: String) 
 /// Escape text for an HTML error page.
 pub fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base(host: Option<&str>, proto: Option<&str>) -> (String, String) {
+        let mut headers = HeaderMap::new();
+        if let Some(h) = host {
+            headers.insert("host", HeaderValue::from_str(h).expect("header"));
+        }
+        if let Some(p) = proto {
+            headers.insert("x-forwarded-proto", HeaderValue::from_str(p).expect("header"));
+        }
+        let (scheme, host) = link_base(&headers);
+        (scheme.to_owned(), host.to_owned())
+    }
+
+    #[test]
+    fn links_take_only_well_formed_host_and_scheme() {
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(base(Some("cloud.example:8778"), None), pair("http", "cloud.example:8778"));
+        assert_eq!(base(Some("[::1]:8778"), Some("HTTPS")), pair("https", "[::1]:8778"));
+        assert_eq!(base(Some("evil.example/\"><script>"), None), pair("http", "localhost"));
+        assert_eq!(base(Some("a@b"), Some("javascript")), pair("http", "localhost"));
+        assert_eq!(base(None, Some("gopher")), pair("http", "localhost"));
+    }
 }

@@ -395,8 +395,10 @@ impl Validator {
                 Some(hit) => Ok(hit),
                 None => self.fetch(token).await.map(|identity| {
                     let identity = Arc::new(identity);
-                    let left = identity.expires_at.saturating_sub(unix_now());
-                    let until = Instant::now() + self.cache_time.min(Duration::from_secs(left));
+                    // To the sub-second: a cached token must not outlive its expiry.
+                    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+                    let left = Duration::from_secs(identity.expires_at).saturating_sub(since_epoch);
+                    let until = Instant::now() + self.cache_time.min(left);
                     let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
                     if cache.len() >= CACHE_SWEEP_AT {
                         let now = Instant::now();
