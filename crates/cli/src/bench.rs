@@ -39,6 +39,9 @@ enum BenchKind {
     /// The server lifecycle under churn and agent crashes (`kill -9`),
     /// then an audit: drift, orphans, over-capacity, the heal's findings.
     Soak(crate::bench_soak::SoakOpts),
+    /// GET /compute/v2.1/servers with Keystone auth vs noauth2, and
+    /// Keystone calls per distinct token.
+    Auth(crate::bench_auth::AuthOpts),
 }
 
 #[derive(Debug, clap::Args)]
@@ -72,6 +75,7 @@ pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
         BenchKind::Boot(b) => runtime.block_on(crate::bench_boot::run(b)),
         BenchKind::Leases(l) => runtime.block_on(crate::bench_leases::run(l)),
         BenchKind::Soak(s) => runtime.block_on(crate::bench_soak::run(s)),
+        BenchKind::Auth(a) => runtime.block_on(crate::bench_auth::run(a)),
     }
 }
 
@@ -139,7 +143,10 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 fn temp_dir(tag: &str) -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("berth-bench-{tag}-{}", std::process::id()));
+    // Several servers of one benchmark each get a directory of their own.
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("berth-bench-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     Ok(dir)

@@ -3,6 +3,7 @@
 
 mod agent;
 mod bench;
+mod bench_auth;
 mod bench_boot;
 mod bench_candidates;
 mod bench_leases;
