@@ -8,16 +8,7 @@
 #   $BERTH_TEST_KEYSTONE_URL + $BERTH_TEST_KEYSTONE_ADMIN_PASSWORD, else a throwaway Keystone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${OSC_VENV:-/tmp/berth-osc-venv}
-if [ ! -x "$VENV/bin/blazar" ] || [ ! -x "$VENV/bin/openstack" ]; then
-  if [ ! -x "$VENV/bin/pip" ]; then
-    if ! python3 -m venv "$VENV"; then
-      [ "$(id -u)" = 0 ] && apt-get install -y -q python3-venv >/dev/null
-      python3 -m venv "$VENV"
-    fi
-  fi
-  "$VENV/bin/pip" install -q python-openstackclient osc-placement python-blazarclient
-fi
+. scripts/osc-venv.sh
 BERTH=${BERTH_BIN:-target/release/berth}
 [ -n "${BERTH_BIN:-}" ] || cargo build --release --locked -q
 DIR=$(mktemp -d /tmp/berth-osc-keystone.XXXXXX)

@@ -621,6 +621,32 @@ async fn instance_reservations_sharing_a_host_start_and_end_on_time() {
     cloud.check_invariants().await;
 }
 
+/// A cloud for the snapshot tests: notifications to a receiver, warnings
+/// 30 minutes before the end, one enrolled host `r0`, a flavor and an image.
+struct SnapshotCloud {
+    cloud: Cloud,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    nova: super::support::Nova,
+    nova_admin: super::support::Nova,
+    flavor: String,
+    image: String,
+    owner: Client,
+}
+
+async fn snapshot_cloud(tag: &str) -> SnapshotCloud {
+    let (url, seen) = receiver().await;
+    let mut cloud = Cloud::start(tag, &["--lease-notification-url", &url, "--lease-minutes-before-end", "30"]).await;
+    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("alice:proj");
+    let nova_admin = cloud.nova("admin");
+    enrol(&admin, "r0", json!({})).await;
+    let flavor = nova_admin.flavor("one", 1, 128, 1).await;
+    let image = nova_admin.image("img", json!({})).await;
+    let owner = rsv(&cloud.server, "alice:proj");
+    SnapshotCloud { cloud, seen, nova, nova_admin, flavor, image, owner }
+}
+
 /// A webhook receiver on loopback: every JSON body POSTed to it.
 async fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -653,17 +679,7 @@ async fn images(base: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn before_end_takes_snapshots_and_every_event_is_notified() {
-    let (url, seen) = receiver().await;
-    let mut cloud =
-        Cloud::start("rsv-notify", &["--lease-notification-url", &url, "--lease-minutes-before-end", "30"]).await;
-    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4"])).await;
-    let admin = rsv(&cloud.server, "admin");
-    let nova = cloud.nova("alice:proj");
-    let nova_admin = cloud.nova("admin");
-    enrol(&admin, "r0", json!({})).await;
-    let flavor = nova_admin.flavor("one", 1, 128, 1).await;
-    let image = nova_admin.image("img", json!({})).await;
-    let owner = rsv(&cloud.server, "alice:proj");
+    let SnapshotCloud { cloud, seen, nova, nova_admin, flavor, image, owner } = snapshot_cloud("rsv-notify").await;
     let body = host_lease("snap", "2040-01-01 01:00", "2040-01-01 02:00", json!({"before_end": "snapshot"}));
     let reply = owner.post("/reservation/v1/leases", &body).await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
@@ -733,17 +749,7 @@ async fn a_prolonged_lease_warns_and_snapshots_again_before_its_new_end() {
     // Blazar 18 (the oracle): a prolong sets a DONE before_end_lease back
     // to UNDONE at the new end minus its old distance to the end (here the
     // 40 minutes of the given before_end_date, not the configured 30).
-    let (url, seen) = receiver().await;
-    let mut cloud =
-        Cloud::start("rsv-rearm", &["--lease-notification-url", &url, "--lease-minutes-before-end", "30"]).await;
-    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4"])).await;
-    let admin = rsv(&cloud.server, "admin");
-    let nova = cloud.nova("alice:proj");
-    let nova_admin = cloud.nova("admin");
-    enrol(&admin, "r0", json!({})).await;
-    let flavor = nova_admin.flavor("one", 1, 128, 1).await;
-    let image = nova_admin.image("img", json!({})).await;
-    let owner = rsv(&cloud.server, "alice:proj");
+    let SnapshotCloud { cloud, seen, nova, flavor, image, owner, .. } = snapshot_cloud("rsv-rearm").await;
     let mut body = host_lease("again", "2040-01-01 01:00", "2040-01-01 02:00", json!({"before_end": "snapshot"}));
     body["before_end_date"] = json!("2040-01-01 01:20");
     let reply = owner.post("/reservation/v1/leases", &body).await;
