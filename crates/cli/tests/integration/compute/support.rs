@@ -223,6 +223,15 @@ impl Cloud {
 impl Drop for Cloud {
     fn drop(&mut self) {
         self.stop_agents();
+        // The cloud owns its data directory (kept across restarts, and
+        // kept for a look when the test failed).
+        if !std::thread::panicking() {
+            self.server.kill9();
+            for sibling in &mut self.siblings {
+                sibling.kill9();
+            }
+            let _ = std::fs::remove_dir_all(&self.server.dir);
+        }
     }
 }
 
