@@ -148,6 +148,9 @@ pub struct AgentConfig {
     pub url: String,
     /// How the agent proves who it is.
     pub auth: AgentAuth,
+    /// Extra trusted root certificates (PEM) for an `https` URL, beside
+    /// the system's.
+    pub ca_file: Option<std::path::PathBuf>,
     /// Agent id (unique per process).
     pub agent_id: String,
     /// Host names are `{prefix}{index}`.
@@ -216,8 +219,15 @@ pub struct Link {
 
 impl Link {
     /// A link to `base` authenticated by `auth`.
-    pub fn new(base: &str, auth: AgentAuth) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    pub fn new(base: &str, auth: AgentAuth, ca_file: Option<&std::path::Path>) -> anyhow::Result<Self> {
+        let mut builder = reqwest::Client::builder().pool_max_idle_per_host(64);
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder.build()?;
         Ok(Link { client, base: base.trim_end_matches('/').to_owned(), auth })
     }
 
@@ -462,7 +472,7 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
 
 /// Run the agent until `shutdown` resolves.
 pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
-    let link = Link::new(&config.url, config.auth.clone())?;
+    let link = Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref())?;
     let hosts = register(&link, &config).await?;
     let mut shape = config.shape.clone();
     let mut layout_updates = config.layout_updates.clone();
@@ -610,6 +620,7 @@ mod tests {
         let config = AgentConfig {
             url: String::new(),
             auth: AgentAuth::Token(String::new()),
+            ca_file: None,
             agent_id: "a".into(),
             prefix: "h".into(),
             count: 1,

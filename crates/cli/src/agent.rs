@@ -18,6 +18,9 @@ pub(crate) struct AgentOpts {
     /// X-Auth-Token (noauth2: `admin`). Ignored with `--keystone-url`.
     #[arg(long, env = "BERTH_AGENT_TOKEN")]
     pub(crate) token: Option<String>,
+    /// Extra trusted root certificates (PEM) for an `https` URL.
+    #[arg(long, env = "BERTH_AGENT_CA_FILE")]
+    pub(crate) ca_file: Option<PathBuf>,
     /// Keystone to authenticate with (a service user's password
     /// credentials); the agent then sends its own Keystone token.
     #[arg(long, env = "BERTH_KEYSTONE_URL")]
@@ -149,6 +152,7 @@ impl AgentOpts {
         Ok(pick!(
             url,
             token,
+            ca_file,
             keystone_url,
             keystone_user,
             keystone_password,
@@ -235,6 +239,7 @@ impl AgentOpts {
         Ok(AgentConfig {
             url: opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned()),
             auth,
+            ca_file: opts.ca_file,
             agent_id: opts
                 .agent_id
                 .unwrap_or_else(|| format!("agent-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())),

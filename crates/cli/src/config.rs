@@ -34,6 +34,10 @@ pub(crate) struct FileConfig {
     pub(crate) keystone_domain: Option<String>,
     /// Seconds a validated token is cached (default 300).
     pub(crate) token_cache_secs: Option<u64>,
+    /// TLS certificate chain (PEM).
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    pub(crate) tls_key: Option<PathBuf>,
     /// Let noauth2 listen on a non-loopback address.
     pub(crate) allow_noauth2_on_network: Option<bool>,
     /// Who may read /metrics and /healthcheck.

@@ -68,6 +68,13 @@ pub(crate) struct ServeOpts {
     /// here for at most this long.
     #[arg(long, env = "BERTH_TOKEN_CACHE_SECS")]
     token_cache_secs: Option<u64>,
+    /// Serve TLS with this certificate chain (PEM; leaf first) on every
+    /// listener. With `--tls-key`.
+    #[arg(long, env = "BERTH_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, env = "BERTH_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Let noauth2 (where the token names the user and `admin` is admin)
     /// listen on a non-loopback address. Without it berth refuses: noauth2
     /// is for development and the conformance harnesses.
@@ -251,6 +258,8 @@ struct Settings {
     validator: Option<Arc<berth_identity::Validator>>,
     /// Who may read `/metrics` and `/healthcheck`.
     operational_access: crate::router::OperationalAccess,
+    /// Certificate chain and key files (TLS on every listener).
+    tls: Option<(PathBuf, PathBuf)>,
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
@@ -406,6 +415,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         keystone,
         validator: validator.clone(),
         operational_access: opts.operational_access.or(file.operational_access).unwrap_or_default(),
+        tls: match (opts.tls_cert.or(file.tls_cert), opts.tls_key.or(file.tls_key)) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => anyhow::bail!("TLS needs both a certificate (--tls-cert) and its key (--tls-key)"),
+        },
         http: HttpConfig {
             auth_mode,
             validator: validator
@@ -483,11 +497,13 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             keystone: settings.validator.clone(),
             operational_access: settings.operational_access,
         });
+        let tls = settings.tls.as_ref().map(|(cert, key)| crate::transport::tls_acceptor(cert, key)).transpose()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
         let local = listener.local_addr()?;
-        tracing::info!(listen = %local, data_dir = %settings.data_dir.display(), "berth serving");
+        tracing::info!(listen = %local, scheme, data_dir = %settings.data_dir.display(), "berth serving");
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let own_listeners = [
             (settings.compute_listen, crate::router::RootApi::Compute, "the compute API at /v2.1"),
@@ -496,9 +512,9 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         for (addr, api, what) in own_listeners {
             let Some(addr) = addr else { continue };
             let own = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-            tracing::info!(listen = %own.local_addr()?, "berth serving {what}");
+            tracing::info!(listen = %own.local_addr()?, scheme, "berth serving {what}");
             let router = crate::router::router(services.clone(), Some(api));
-            let own = crate::transport::ErrorBodies::new(own, services.clone(), Some(api));
+            let own = crate::transport::ErrorBodies::new(own, services.clone(), Some(api), tls.clone())?;
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
                 let _ = axum::serve(own, router.into_make_service_with_connect_info::<crate::transport::Peer>())
@@ -538,8 +554,11 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 },
                 _ => berth_agent::AgentAuth::Token("admin".to_owned()),
             };
+            // Over loopback; with TLS they trust the certificates of
+            // --tls-cert (include the CA in that file).
             let config = berth_agent::AgentConfig {
-                url: format!("http://{local}"),
+                url: format!("{scheme}://127.0.0.1:{}", local.port()),
+                ca_file: settings.tls.as_ref().map(|(cert, _)| cert.clone()),
                 auth,
                 agent_id: format!("fake-hosts-{}", std::process::id()),
                 prefix: "fake-".to_owned(),
@@ -571,7 +590,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         // end), then the listeners drain.
         let router = crate::router::router(services.clone(), None);
         axum::serve(
-            crate::transport::ErrorBodies::new(listener, services, None),
+            crate::transport::ErrorBodies::new(listener, services, None, tls)?,
             router.into_make_service_with_connect_info::<crate::transport::Peer>(),
         )
         .with_graceful_shutdown(async move {

@@ -15,7 +15,7 @@ use axum::body::HttpBody;
 use axum::http::{HeaderMap, StatusCode};
 use berth_http::ApiError;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use crate::router::{RootApi, Services};
 
@@ -28,16 +28,85 @@ const HEAD_KEPT: usize = 512;
 /// A listener whose connections answer hyper's 414 and 431 in the API's
 /// error format.
 pub(crate) struct ErrorBodies {
-    inner: TcpListener,
+    inner: Accepting,
+    local: SocketAddr,
     services: Arc<Services>,
     root: Option<RootApi>,
 }
 
+/// A connection's byte stream: plain TCP, or TLS over TCP.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+/// Where connections come from.
+enum Accepting {
+    /// Straight from the TCP listener.
+    Plain(TcpListener),
+    /// From the task that accepts TCP connections and runs each TLS
+    /// handshake on its own (a slow handshake holds up no other client).
+    Tls(tokio::sync::mpsc::Receiver<(Box<dyn Stream>, SocketAddr)>),
+}
+
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl ErrorBodies {
-    /// Wrap `inner`; `root` as for [`crate::router::router`].
-    pub(crate) fn new(inner: TcpListener, services: Arc<Services>, root: Option<RootApi>) -> Self {
-        ErrorBodies { inner, services, root }
+    /// Wrap `inner`, with TLS when `tls` is given; `root` as for
+    /// [`crate::router::router`].
+    pub(crate) fn new(
+        inner: TcpListener,
+        services: Arc<Services>,
+        root: Option<RootApi>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> io::Result<Self> {
+        let local = inner.local_addr()?;
+        let inner = match tls {
+            None => Accepting::Plain(inner),
+            Some(acceptor) => {
+                let (tx, rx) = tokio::sync::mpsc::channel(1024);
+                let mut inner = inner;
+                tokio::spawn(async move {
+                    loop {
+                        let (tcp, addr) = axum::serve::Listener::accept(&mut inner).await;
+                        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                                Ok(Ok(stream)) => {
+                                    let _ = tx.send((Box::new(stream) as Box<dyn Stream>, addr)).await;
+                                }
+                                Ok(Err(err)) => tracing::debug!(peer = %addr, error = %err, "TLS handshake failed"),
+                                Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
+                            }
+                        });
+                    }
+                });
+                Accepting::Tls(rx)
+            }
+        };
+        Ok(ErrorBodies { inner, local, services, root })
     }
+}
+
+/// The TLS acceptor for a certificate chain and key in PEM files.
+pub(crate) fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use anyhow::Context as _;
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("reading the certificate chain {}", cert.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "no certificate in {}", cert.display());
+    let key =
+        PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading the private key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the certificate and the key do not go together")?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 /// The peer of a connection, as `ConnectInfo` (who may read `/metrics`).
@@ -55,7 +124,16 @@ impl axum::serve::Listener for ErrorBodies {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        let (io, addr): (Box<dyn Stream>, SocketAddr) = match &mut self.inner {
+            Accepting::Plain(listener) => {
+                let (io, addr) = axum::serve::Listener::accept(listener).await;
+                (Box::new(io), addr)
+            }
+            Accepting::Tls(rx) => match rx.recv().await {
+                Some(accepted) => accepted,
+                None => std::future::pending().await,
+            },
+        };
         let conn = Connection {
             io,
             services: self.services.clone(),
@@ -69,13 +147,13 @@ impl axum::serve::Listener for ErrorBodies {
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
+        Ok(self.local)
     }
 }
 
 /// One accepted connection.
 pub(crate) struct Connection {
-    io: TcpStream,
+    io: Box<dyn Stream>,
     services: Arc<Services>,
     root: Option<RootApi>,
     /// The first bytes of the request being read (since the last answer).
