@@ -313,6 +313,8 @@ async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     let now = compute.now();
     let requests: Vec<&[InstanceChoices]> = per_boot.iter().map(|(c, _)| c.as_slice()).collect();
     let claim = write(&*compute.control, |w| plan_claim_boots(w, &requests, now));
+    // Tests hold here: the claim is in the world and still in flight.
+    compute.hooks.pass("after-claim-write").await;
     // Claimed (now in the world) or not: no longer in flight.
     drop(in_flight);
     let outcomes = match claim {
@@ -371,7 +373,13 @@ fn schedule_round<'c>(
     compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
     compute.in_flight.decide(|in_flight| {
         read(&*compute.control, |w| {
-            let request = ScheduleRequest { in_flight, ..ScheduleRequest::new(spec, instances, seed) };
+            // A claim already committed is in this snapshot: count it once.
+            let pending: Vec<berth_model::AllocationMap> = in_flight
+                .iter()
+                .filter(|(instance, _)| w.placement.consumers.get(instance).is_none_or(|c| c.allocations.is_empty()))
+                .map(|(_, allocations)| allocations.clone())
+                .collect();
+            let request = ScheduleRequest { in_flight: &pending, ..ScheduleRequest::new(spec, instances, seed) };
             schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
                 let cells = choices
                     .iter()
@@ -413,6 +421,7 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
             Ok((set, claimed)) => Ok((set, Ok(claimed))),
             Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
         });
+        compute.hooks.pass("after-claim-write").await;
         // Claimed (now in the world) or not: no longer in flight.
         drop(in_flight);
         match claim {

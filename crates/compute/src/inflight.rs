@@ -11,6 +11,11 @@
 //! is counted from the scheduler run that made it until its claim
 //! committed or failed ([`Ticket`] dropped).
 //!
+//! A claim that committed is in the snapshot before its ticket is
+//! dropped: each entry names its instance, and the scheduler run leaves
+//! out entries whose instance already holds allocations there (counting
+//! them twice made a full-looking host refuse the last instance that fit).
+//!
 //! This is only the scheduler's view: the claim
 //! (`berth_compute_model::plan::plan_claim`) still checks capacity on the
 //! caught-up state in the one write that records it, and nothing here is
@@ -20,6 +25,7 @@ use std::sync::Mutex;
 
 use berth_compute_model::plan::InstanceChoices;
 use berth_model::AllocationMap;
+use uuid::Uuid;
 
 /// The selections in flight in this process.
 #[derive(Debug, Default)]
@@ -32,7 +38,8 @@ struct Entries {
     next: u64,
     /// Ticket id of each entry of `allocations` (same order).
     tickets: Vec<u64>,
-    allocations: Vec<AllocationMap>,
+    /// Each selection: its instance and what it takes.
+    allocations: Vec<(Uuid, AllocationMap)>,
 }
 
 /// Selections counted as in flight until dropped.
@@ -52,7 +59,7 @@ impl InFlight {
     /// waits for this one).
     pub fn decide<T, E>(
         &self,
-        decide: impl FnOnce(&[AllocationMap]) -> Result<(Vec<InstanceChoices>, T), E>,
+        decide: impl FnOnce(&[(Uuid, AllocationMap)]) -> Result<(Vec<InstanceChoices>, T), E>,
     ) -> Result<(Vec<InstanceChoices>, T, Ticket<'_>), E> {
         let mut entries = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (choices, extra) = decide(&entries.allocations)?;
@@ -61,7 +68,7 @@ impl InFlight {
         for choice in &choices {
             if let Some(first) = choice.choices.first() {
                 entries.tickets.push(id);
-                entries.allocations.push(first.allocations.clone());
+                entries.allocations.push((choice.instance, first.allocations.clone()));
             }
         }
         Ok((choices, extra, Ticket { owner: self, id }))

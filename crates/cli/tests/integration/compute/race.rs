@@ -114,3 +114,30 @@ async fn concurrent_boots_spread_over_empty_hosts() {
     assert!(per_host.len() >= 90 && most <= 3, "{} hosts used, at most {most} on one: {spread:?}", per_host.len());
     cloud.check_invariants().await;
 }
+
+/// A claim that committed while its decision still counts as in flight
+/// (`compute::inflight`) is counted once: a host with room for exactly two
+/// takes the second boot while the first is held between its claim write
+/// and the end of its in-flight entry. Counted twice, the host looked full
+/// and the second boot ended in ERROR (seen in the reshape test's setup on
+/// PostgreSQL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_committed_claim_still_in_flight_is_counted_once() {
+    let mut cloud = Cloud::start("inflight-once", &[]).await;
+    cloud.add_agent(Hosts::new("two", 1, &["--vcpus", "2", "--cpu-ratio", "1.0"])).await;
+    let nova = cloud.nova("admin");
+    let image = nova.image("img", json!({})).await;
+    let flavor = nova.flavor("half", 1, 256, 1).await;
+    cloud.test_hook("hold", json!({"point": "after-claim-write"})).await;
+    let first = nova.boot_id("first", &flavor, &image).await;
+    cloud.wait_held("after-claim-write", 1).await;
+    let second = nova.boot_id("second", &flavor, &image).await;
+    // The second claim commits too and waits at the same point.
+    cloud.wait_held("after-claim-write", 2).await;
+    cloud.test_hook("release", json!({"point": "after-claim-write"})).await;
+    for id in [&first, &second] {
+        let server = nova.wait_settled(id).await;
+        assert_eq!(server["status"], "ACTIVE", "{server}");
+    }
+    cloud.check_invariants().await;
+}
