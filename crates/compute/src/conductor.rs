@@ -285,6 +285,7 @@ pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
 async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     let now = compute.now();
     let all: Vec<Uuid> = boots.iter().flat_map(|b| b.builds.iter().map(|build| build.instance_uuid)).collect();
+    compute.learn_unknown_hosts().await;
     let Ok((choices, cells, in_flight)) = schedule_round(compute, &boots[0].spec, &all, now) else {
         // Not room for all of them together: each on its own (each gets
         // its own "no valid host" or a host).
@@ -399,6 +400,7 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
     let pending: Vec<Uuid> = builds.iter().map(|b| b.instance_uuid).collect();
     let mut reason = "There are not enough hosts available.".to_owned();
     for round in 0..compute.config.schedule_retries.max(1) {
+        compute.learn_unknown_hosts().await;
         let now = compute.now();
         let (choices, cells, in_flight) = match schedule_round(compute, &spec, &pending, now) {
             Ok(found) => found,

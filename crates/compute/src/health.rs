@@ -133,6 +133,11 @@ impl Health {
         self.update(host, |r| r.failed_builds = 0);
     }
 
+    /// How many hosts have been seen (heartbeat or service row).
+    pub fn known(&self) -> usize {
+        self.hosts.read().unwrap_or_else(|p| p.into_inner()).values().filter(|r| r.last_seen.is_some()).count()
+    }
+
     /// Has `host` ever been seen (heartbeat or service row)?
     pub fn is_known(&self, host: &str) -> bool {
         self.hosts.read().unwrap_or_else(|p| p.into_inner()).get(host).is_some_and(|r| r.last_seen.is_some())

@@ -226,6 +226,9 @@ pub struct Compute {
     pub hub: Hub,
     /// Host health.
     pub health: Health,
+    /// When unknown hosts' health was last read from their cells
+    /// ([`Compute::learn_unknown_hosts`]); held while reading.
+    health_learned: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Settings.
@@ -282,6 +285,7 @@ impl Compute {
             cells,
             hub: Hub::default(),
             health: Health::new(config.service_down_time),
+            health_learned: tokio::sync::Mutex::new(None),
             clock,
             metrics: Metrics::default(),
             hooks: TestHooks::default(),

@@ -12,7 +12,7 @@ use berth_model::{Change, ChangeSet};
 use berth_store::{CellOp, CellOutcome};
 use uuid::Uuid;
 
-use crate::control::write;
+use crate::control::{read, write};
 use crate::servers::ServiceError;
 use crate::Compute;
 
@@ -57,6 +57,36 @@ impl Compute {
     /// ([`node_reported`]).
     pub fn reported_nodes(&self, nodes: impl IntoIterator<Item = Uuid>) -> std::collections::HashSet<Uuid> {
         crate::control::read(&*self.control, |w| nodes.into_iter().filter(|n| node_reported(w, n)).collect())
+    }
+
+    /// Learn from their cells the health of hosts this process has no
+    /// record of although they are mapped: hosts that registered with
+    /// another process sharing the database. Without it, a scheduler here
+    /// took such hosts for down until the next sweep merged their service
+    /// rows, and boots it scheduled meanwhile ended in ERROR. Cheap when
+    /// every mapped host is known (a count), and at most once a second
+    /// otherwise.
+    pub(crate) async fn learn_unknown_hosts(&self) {
+        let mapped = || read(&*self.control, |w| w.compute.host_mappings.len());
+        if self.health.known() >= mapped() {
+            return;
+        }
+        // One reader at a time; the others wait for what it learns.
+        let mut last = self.health_learned.lock().await;
+        if self.health.known() >= mapped() || last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        let cells: std::collections::BTreeSet<Uuid> = read(&*self.control, |w| {
+            w.compute.host_mappings.values().filter(|m| !self.health.is_known(&m.host)).map(|m| m.cell).collect()
+        });
+        for cell in cells {
+            let Some(mapping) = self.cell(&cell) else { continue };
+            let Ok(handle) = self.cells.get(&mapping) else { continue };
+            if let Ok(services) = self.cells.read(&handle, |s| s.services()).await {
+                self.health.merge_services(&services);
+            }
+        }
     }
 
     /// Services and compute nodes of every cell (cells that do not answer

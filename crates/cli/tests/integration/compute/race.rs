@@ -141,3 +141,28 @@ async fn a_committed_claim_still_in_flight_is_counted_once() {
     }
     cloud.check_invariants().await;
 }
+
+/// A host that registered with another process takes this process's boots
+/// at once: the scheduler reads the service rows of mapped hosts it has
+/// not heard of from their cell instead of taking them for down until its
+/// next health sweep (boots scheduled meanwhile ended in ERROR with
+/// "0 after filters", seen under load on PostgreSQL). On SQLite there is
+/// one process and the boots go through it.
+#[tokio::test]
+async fn hosts_registered_with_another_process_take_boots_at_once() {
+    let (mut cloud, clients) = cloud("race-other").await;
+    let flavor = clients[0].flavor("f", 1, 64, 1).await;
+    let image = clients[0].image("img", json!({})).await;
+    // The agent registers with the first process; the last one boots.
+    cloud.add_agent(Hosts::new("late", 4, &["--vcpus", "2", "--cpu-ratio", "1.0"])).await;
+    let other = clients.last().expect("a client");
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        ids.push(other.boot_id(&format!("vm{i}"), &flavor, &image).await);
+    }
+    for id in &ids {
+        let server = other.wait_settled(id).await;
+        assert_eq!(server["status"], "ACTIVE", "{server}");
+    }
+    cloud.check_invariants().await;
+}
