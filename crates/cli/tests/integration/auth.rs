@@ -91,24 +91,25 @@ async fn operational_endpoints_follow_operational_access() {
 async fn trusted_headers_mode_runs_its_fake_hosts() {
     let server = TestServer::start_with_args("trusted-fake", &["--auth", "trusted-headers", "--fake-hosts", "3"]).await;
     let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let list: serde_json::Value = http
-            .get(format!("{}/compute/v2.1/os-hypervisors", server.base))
+    let list = || {
+        http.get(format!("{}/compute/v2.1/os-hypervisors", server.base))
             .header("x-user-id", "op")
             .header("x-project-id", "ops")
             .header("x-roles", "admin")
             .header("x-identity-status", "Confirmed")
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
-        if list["hypervisors"].as_array().map(Vec::len) == Some(3) {
-            break;
+    };
+    wait_hypervisors(list, 3, "fake hosts never registered").await;
+}
+
+/// Wait until the hypervisor list `request` gets has `n` entries.
+async fn wait_hypervisors(request: impl Fn() -> reqwest::RequestBuilder, n: usize, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let list: serde_json::Value = request().send().await.expect("get").json().await.expect("json");
+        if list["hypervisors"].as_array().map(Vec::len) == Some(n) {
+            return;
         }
-        assert!(std::time::Instant::now() < deadline, "fake hosts never registered: {list}");
+        assert!(std::time::Instant::now() < deadline, "{what}: {list}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
@@ -213,23 +214,8 @@ async fn tls_listener_serves_every_api_and_its_own_hosts() {
     let root = https.get(format!("{base}/")).send().await.expect("TLS request");
     assert_eq!(root.status().as_u16(), 200);
     // The in-process hosts reach the control plane over TLS as well.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let list: serde_json::Value = https
-            .get(format!("{base}/compute/v2.1/os-hypervisors"))
-            .header("x-auth-token", "admin")
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
-        if list["hypervisors"].as_array().map(Vec::len) == Some(2) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "in-process hosts never registered over TLS: {list}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let list = || https.get(format!("{base}/compute/v2.1/os-hypervisors")).header("x-auth-token", "admin");
+    wait_hypervisors(list, 2, "in-process hosts never registered over TLS").await;
     // A head too large for hyper: the placement error body, through TLS.
     let resp = https
         .get(format!("{base}/resource_providers"))
