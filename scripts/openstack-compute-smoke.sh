@@ -7,15 +7,7 @@
 #   scripts/openstack-compute-smoke.sh        (builds target/release/berth, or uses $BERTH_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${OSC_VENV:-/tmp/berth-osc-venv}
-if [ ! -x "$VENV/bin/openstack" ]; then
-  if ! python3 -m venv "$VENV"; then
-    # Debian splits venv out of python3.
-    [ "$(id -u)" = 0 ] && apt-get install -y -q python3-venv >/dev/null
-    python3 -m venv "$VENV"
-  fi
-  "$VENV/bin/pip" install -q python-openstackclient osc-placement
-fi
+. scripts/osc-venv.sh
 # BERTH_BIN: an already built binary (CI passes the test build's).
 BERTH=${BERTH_BIN:-target/release/berth}
 [ -n "${BERTH_BIN:-}" ] || cargo build --release --locked -q

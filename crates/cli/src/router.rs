@@ -54,12 +54,7 @@ async fn operational_allowed(
     {
         return Ok(());
     }
-    let config = &services.server.config;
-    let identified = match (config.auth_mode, &config.validator) {
-        (berth_http::AuthMode::Keystone, Some(v)) => berth_http::auth::authenticate_keystone(v.as_ref(), headers).await,
-        (mode, _) => berth_http::auth::authenticate(mode, headers),
-    };
-    let status = match identified {
+    let status = match berth_http::identify(&services.server.config, headers).await {
         Ok(auth) if auth.roles.iter().any(|r| r == "admin") => return Ok(()),
         Ok(_) => StatusCode::FORBIDDEN,
         Err(err) => err.status,

@@ -8,7 +8,7 @@
 //! Time comes from a [`Clock`], which tests can move.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 use berth_compute_model::cell::Service;
@@ -75,12 +75,24 @@ pub struct Health {
     /// `service_down_time`, 60).
     pub service_down_time: i64,
     hosts: RwLock<HashMap<String, HostRecord>>,
+    /// Hosts ever seen (`last_seen` set), kept with the records: the
+    /// scheduler compares it with the mapped hosts on every run.
+    known: AtomicUsize,
+}
+
+impl HostRecord {
+    /// Seen at `at` (the latest time wins); true the first time.
+    fn seen(&mut self, at: Timestamp) -> bool {
+        let first = self.last_seen.is_none();
+        self.last_seen = Some(self.last_seen.map_or(at, |t| t.max(at)));
+        first
+    }
 }
 
 impl Health {
     /// Empty health with `service_down_time`.
     pub fn new(service_down_time: i64) -> Self {
-        Health { service_down_time, hosts: RwLock::new(HashMap::new()) }
+        Health { service_down_time, hosts: RwLock::new(HashMap::new()), known: AtomicUsize::new(0) }
     }
 
     fn update(&self, host: &str, f: impl FnOnce(&mut HostRecord)) {
@@ -90,7 +102,11 @@ impl Health {
 
     /// A heartbeat from `host` at `at`.
     pub fn heartbeat(&self, host: &str, at: Timestamp) {
-        self.update(host, |r| r.last_seen = Some(r.last_seen.map_or(at, |t| t.max(at))));
+        self.update(host, |r| {
+            if r.seen(at) {
+                self.known.fetch_add(1, Ordering::Relaxed);
+            }
+        });
     }
 
     /// Take in what the cell databases say (other processes' heartbeats,
@@ -102,7 +118,9 @@ impl Health {
             record.disabled = service.disabled;
             record.forced_down = service.forced_down;
             if let Some(at) = service.last_seen_up {
-                record.last_seen = Some(record.last_seen.map_or(at, |t| t.max(at)));
+                if record.seen(at) {
+                    self.known.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -135,7 +153,7 @@ impl Health {
 
     /// How many hosts have been seen (heartbeat or service row).
     pub fn known(&self) -> usize {
-        self.hosts.read().unwrap_or_else(|p| p.into_inner()).values().filter(|r| r.last_seen.is_some()).count()
+        self.known.load(Ordering::Relaxed)
     }
 
     /// Has `host` ever been seen (heartbeat or service row)?
@@ -197,5 +215,32 @@ mod tests {
         assert_eq!(health.at(0).failed_builds("h"), 2);
         health.build_succeeded("h");
         assert_eq!(health.at(0).failed_builds("h"), 0);
+    }
+
+    /// `known` counts each host once, from its first heartbeat or service
+    /// row; flags alone do not make a host seen.
+    #[test]
+    fn known_counts_hosts_seen_once() {
+        let health = Health::new(60);
+        health.set_flags("quiet", false, false);
+        assert_eq!(health.known(), 0);
+        health.heartbeat("a", 10);
+        health.heartbeat("a", 20);
+        assert_eq!(health.known(), 1);
+        let service = |host: &str, at: Option<Timestamp>| Service {
+            id: 1,
+            uuid: uuid::Uuid::new_v4(),
+            host: host.to_owned(),
+            binary: "nova-compute".to_owned(),
+            disabled: false,
+            disabled_reason: None,
+            forced_down: false,
+            last_seen_up: at,
+            created_at: 0,
+            updated_at: None,
+        };
+        health.merge_services(&[service("a", Some(30)), service("b", Some(5)), service("quiet", None)]);
+        assert_eq!(health.known(), 2);
+        assert!(health.is_known("b") && !health.is_known("quiet"));
     }
 }

@@ -140,6 +140,15 @@ fn link_base(headers: &HeaderMap) -> (&'static str, &str) {
     (scheme, host)
 }
 
+/// Who is calling, in the listener's auth mode (Keystone through its
+/// validator; headers alone otherwise).
+pub async fn identify(config: &HttpConfig, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+    match (config.auth_mode, &config.validator) {
+        (AuthMode::Keystone, Some(validator)) => auth::authenticate_keystone(validator.as_ref(), headers).await,
+        (mode, _) => auth::authenticate(mode, headers),
+    }
+}
+
 /// Serve one request for `api`. `path` is relative to the API's root.
 pub async fn dispatch<C: Send + Sync + 'static>(
     ctx: &Arc<C>,
@@ -187,10 +196,7 @@ pub async fn dispatch<C: Send + Sync + 'static>(
         };
         route_label = route.pattern;
         let public = route.endpoints.iter().all(|e| e.public);
-        let identified = match (server.config.auth_mode, &server.config.validator) {
-            (AuthMode::Keystone, Some(validator)) => auth::authenticate_keystone(validator.as_ref(), &headers).await,
-            (mode, _) => auth::authenticate(mode, &headers),
-        };
+        let identified = identify(&server.config, &headers).await;
         let mut auth = if public && endpoint.is_some() { identified.unwrap_or_default() } else { identified? };
         (api.adjust_auth)(server.config.auth_mode, &mut auth);
         let Some(endpoint) = endpoint else {
