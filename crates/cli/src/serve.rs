@@ -424,6 +424,8 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             auth_mode,
             validator: validator
                 .map(|v| Arc::new(crate::keystone::KeystoneAuth(v)) as Arc<dyn berth_http::TokenValidator>),
+            // Set once the compute runtime (which holds the credentials) runs.
+            agent_credentials: None,
             cors,
             max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
         },
@@ -488,8 +490,10 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             settings.compute.clone(),
             &settings.policy_overrides,
         )?;
+        let mut http = settings.http.clone();
+        http.agent_credentials = Some(compute.agent_credentials());
         let services = Arc::new(crate::router::Services {
-            server: Server { config: settings.http.clone(), metrics: Default::default() },
+            server: Server { config: http, metrics: Default::default() },
             core: app,
             placement,
             placement_api,
