@@ -168,9 +168,9 @@ pub(crate) struct ServeOpts {
     allow_resize_to_same_host: Option<bool>,
     /// Run the placement/compute heal every N sweep ticks (200 ms each;
     /// default 150, 30 s; 0: only on POST /admin/v1/heal). It deletes the
-    /// allocations of INSTANCE consumers that one of berth's cells holds as
-    /// a deleted or missing server; other clients' consumers are never
-    /// touched.
+    /// allocations left on INSTANCE consumers that are servers of berth's
+    /// own cells and should hold none (deleted rows included); other
+    /// clients' consumers are never touched.
     #[arg(long, env = "BERTH_HEAL_EVERY_TICKS")]
     heal_every_ticks: Option<u64>,
     /// The heal leaves alone what was written less than this many seconds
