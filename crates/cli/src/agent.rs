@@ -69,6 +69,9 @@ pub(crate) struct AgentOpts {
     /// Keystone domain of the user and project (default `Default`).
     #[arg(long, env = "BERTH_KEYSTONE_DOMAIN")]
     pub(crate) keystone_domain: Option<String>,
+    /// Extra trusted root certificates (PEM) for an `https` Keystone.
+    #[arg(long, env = "BERTH_KEYSTONE_CA_FILE")]
+    pub(crate) keystone_ca_file: Option<PathBuf>,
     /// Agent id (default: derived from the process id and a random suffix).
     #[arg(long)]
     pub(crate) agent_id: Option<String>,
@@ -191,6 +194,7 @@ impl AgentOpts {
             keystone_password,
             keystone_project,
             keystone_domain,
+            keystone_ca_file,
             agent_id,
             hosts,
             prefix,
@@ -264,7 +268,7 @@ impl AgentOpts {
             opts.keystone_domain.as_deref(),
         )? {
             Some(creds) => berth_agent::AgentAuth::Keystone(std::sync::Arc::new(berth_identity::Session::new(
-                berth_identity::client(Duration::from_secs(10))?,
+                berth_identity::client(Duration::from_secs(10), opts.keystone_ca_file.as_deref())?,
                 creds,
             ))),
             None => match &opts.credential_file {

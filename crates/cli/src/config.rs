@@ -32,6 +32,8 @@ pub(crate) struct FileConfig {
     pub(crate) keystone_project: Option<String>,
     /// Domain of the user and project (default `Default`).
     pub(crate) keystone_domain: Option<String>,
+    /// Extra trusted roots (PEM) for an `https` Keystone.
+    pub(crate) keystone_ca_file: Option<PathBuf>,
     /// Seconds a validated token is cached (default 300).
     pub(crate) token_cache_secs: Option<u64>,
     /// TLS certificate chain (PEM).

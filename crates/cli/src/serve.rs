@@ -63,6 +63,10 @@ pub(crate) struct ServeOpts {
     /// Domain (name) of the user and project (default `Default`).
     #[arg(long, env = "BERTH_KEYSTONE_DOMAIN")]
     keystone_domain: Option<String>,
+    /// Extra trusted root certificates (PEM) for an `https` Keystone
+    /// (keystonemiddleware's `cafile`; the system's roots are trusted too).
+    #[arg(long, env = "BERTH_KEYSTONE_CA_FILE")]
+    keystone_ca_file: Option<PathBuf>,
     /// Seconds a validated token is cached (keystonemiddleware's
     /// `token_cache_time`, default 300): a revoked token keeps working
     /// here for at most this long.
@@ -255,6 +259,8 @@ struct Settings {
     fake_hosts: usize,
     /// berth's own Keystone credentials (keystone auth; also the fake hosts' identity).
     keystone: Option<berth_identity::Credentials>,
+    /// Extra roots for an `https` Keystone.
+    keystone_ca_file: Option<PathBuf>,
     /// The token validator (keystone auth).
     validator: Option<Arc<berth_identity::Validator>>,
     /// Who may read `/metrics` and `/healthcheck`.
@@ -307,9 +313,10 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         }
     }
     let token_cache = std::time::Duration::from_secs(opts.token_cache_secs.or(file.token_cache_secs).unwrap_or(300));
+    let keystone_ca_file = opts.keystone_ca_file.or(file.keystone_ca_file);
     let validator = match (&keystone, auth_mode) {
         (Some(creds), AuthMode::Keystone) => Some(Arc::new(berth_identity::Validator::new(
-            berth_identity::client(std::time::Duration::from_secs(10))?,
+            berth_identity::client(std::time::Duration::from_secs(10), keystone_ca_file.as_deref())?,
             creds.clone(),
             token_cache,
         ))),
@@ -414,6 +421,7 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         data_dir,
         database,
         keystone,
+        keystone_ca_file,
         validator: validator.clone(),
         operational_access: opts.operational_access.or(file.operational_access).unwrap_or_default(),
         tls: match (opts.tls_cert.or(file.tls_cert), opts.tls_key.or(file.tls_key)) {
@@ -547,7 +555,10 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             let auth = match (&settings.keystone, settings.http.auth_mode) {
                 (Some(creds), AuthMode::Keystone) => {
                     berth_agent::AgentAuth::Keystone(Arc::new(berth_identity::Session::new(
-                        berth_identity::client(std::time::Duration::from_secs(10))?,
+                        berth_identity::client(
+                            std::time::Duration::from_secs(10),
+                            settings.keystone_ca_file.as_deref(),
+                        )?,
                         creds.clone(),
                     )))
                 }

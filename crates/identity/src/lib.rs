@@ -199,13 +199,20 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// A plain HTTP client for Keystone calls.
-pub fn client(timeout: Duration) -> Result<reqwest::Client, Error> {
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| Error::Unavailable(format!("http client: {e}")))
+/// A plain HTTP client for Keystone calls; `ca_file` adds trusted roots
+/// (PEM) for a Keystone whose certificate a private CA signed
+/// (keystonemiddleware's `cafile`); the system's roots are trusted too.
+pub fn client(timeout: Duration, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, Error> {
+    let mut builder = reqwest::Client::builder().timeout(timeout).pool_idle_timeout(Duration::from_secs(30));
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).map_err(|e| Error::Unavailable(format!("reading {}: {e}", path.display())))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| Error::Unavailable(format!("{}: not PEM certificates: {e}", path.display())))?;
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().map_err(|e| Error::Unavailable(format!("http client: {e}")))
 }
 
 #[derive(Debug, Clone)]

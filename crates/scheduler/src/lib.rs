@@ -312,9 +312,7 @@ pub fn schedule(
             .iter()
             .enumerate()
             .filter(|(_, h)| group.is_none_or(|g| filters::group_passes(g, &h.node.host, &members_on)))
-            .filter_map(|(idx, h)| {
-                h.candidates.iter().position(|c| fits(world, c, &extra, &touched)).map(|c| (idx, c))
-            })
+            .filter_map(|(idx, h)| h.candidates.iter().position(|c| fits(world, c, &extra, &touched)).map(|c| (idx, c)))
             .collect();
         if viable.is_empty() {
             return Err(NoValidHost(format!(

@@ -208,6 +208,7 @@ async fn tls_listener_serves_every_api_and_its_own_hosts() {
         }
     }
     let _child = Kill(child);
+    let ca_path = ca.clone();
     let ca = reqwest::Certificate::from_pem(&std::fs::read(&ca).expect("ca")).expect("ca pem");
     let https = reqwest::Client::builder().add_root_certificate(ca).build().expect("client");
     let base = format!("https://{addr}");
@@ -233,6 +234,27 @@ async fn tls_listener_serves_every_api_and_its_own_hosts() {
     assert!(plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()));
     // Without the CA the certificate is not trusted.
     assert!(reqwest::Client::new().get(format!("{base}/")).send().await.is_err());
+
+    // `--keystone-ca-file`: a berth whose "Keystone" is this TLS listener
+    // gets through TLS only with the CA (then the listener, no Keystone,
+    // answers 404 and the start fails on that instead).
+    let keystone_start = |ca_file: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_berth"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--auth", "keystone", "--data-dir"])
+            .arg(dir.join("ks-client"))
+            .args(["--keystone-url", &format!("{base}/identity/v3"), "--keystone-user", "u"])
+            .args(["--keystone-password", "p"]);
+        if let Some(path) = ca_file {
+            cmd.arg("--keystone-ca-file").arg(path);
+        }
+        let out = cmd.output().expect("run berth");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let untrusted = keystone_start(None);
+    let trusted = keystone_start(Some(&ca_path));
+    assert!(!untrusted.contains("404"), "without the CA TLS fails first: {untrusted}");
+    assert!(trusted.contains("404"), "with the CA the request reached the listener: {trusted}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
