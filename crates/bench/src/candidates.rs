@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::bench::{spawn_berth, spawn_real, Spawned};
+use crate::common::{spawn_berth, spawn_real, Binaries, Spawned};
 
 /// Options of `berth bench candidates`.
 #[derive(Debug, clap::Args)]
@@ -478,7 +478,7 @@ async fn measure(
     Ok(f)
 }
 
-pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: CandidatesOpts, binaries: &Binaries) -> anyhow::Result<()> {
     anyhow::ensure!(opts.shape == "flat" || opts.shape == "nested", "--shape must be flat or nested");
     println!("bench candidates: shape {} size {} (HTTP, full responses, microversion 1.39)", opts.shape, opts.size);
     let berth = match &opts.url {
@@ -486,7 +486,7 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
         None => {
             let mut servers: Vec<Spawned> = Vec::new();
             for _ in 0..opts.processes.max(1) {
-                servers.push(spawn_berth(&opts.serve_arg).await?);
+                servers.push(spawn_berth(binaries, &opts.serve_arg).await?);
             }
             let pid = servers[0].child.id();
             let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
