@@ -42,7 +42,7 @@ use berth_compute_model::moves::{
     check_upsize_quota, plan_confirm_move, plan_forget_migration, plan_move_claim, plan_revert_move, MoveClaim,
     MoveClaimed, MIGRATION_CONSUMER_GENERATION,
 };
-use berth_compute_model::plan::HostChoice;
+use berth_compute_model::choice::HostChoice;
 use berth_compute_model::{ComputeError, Flavor, WorldChangeSet};
 use berth_scheduler::{schedule, ScheduleRequest};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
@@ -790,7 +790,7 @@ pub(crate) async fn redrive_moves(compute: &Compute, handle: &Arc<Cell>) {
             w.placement
                 .consumers
                 .contains_key(&m.uuid)
-                .then(|| berth_compute_model::plan::host_of_instance(w, &m.instance_uuid).cloned())
+                .then(|| berth_compute_model::choice::host_of_instance(w, &m.instance_uuid).cloned())
                 .flatten()
         });
         let request_id = compute.move_request_id(handle, &m.instance_uuid).await.unwrap_or_default();

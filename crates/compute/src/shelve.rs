@@ -478,7 +478,7 @@ pub(crate) async fn redrive_unshelves(compute: &Compute, handle: &Arc<Cell>) {
             continue;
         }
         let node = read(&*compute.control, |w| {
-            berth_compute_model::plan::host_of_instance(w, &row.uuid).filter(|n| n.cell == cell).cloned()
+            berth_compute_model::choice::host_of_instance(w, &row.uuid).filter(|n| n.cell == cell).cloned()
         });
         let request_id = compute.action_request_id(handle, &row.uuid, &["unshelve"]).await;
         let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
