@@ -251,4 +251,3 @@ pub(crate) async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
-

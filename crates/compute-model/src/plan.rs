@@ -31,9 +31,9 @@ use uuid::Uuid;
 use crate::choice::{fits, group_allows, group_hosts, host_of_instance, HostChoice};
 use crate::state::ComputeChange as C;
 use crate::{
-    quota, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeError, ComputeNodeRef, Flavor,
-    HostMapping, Image, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet,
-    CELL0_UUID, CONSUMER_TYPE_INSTANCE,
+    quota, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeError, ComputeNodeRef, Flavor, HostMapping, Image,
+    InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID,
+    CONSUMER_TYPE_INSTANCE,
 };
 
 type Result<T> = std::result::Result<T, ComputeError>;

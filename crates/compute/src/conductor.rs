@@ -44,9 +44,9 @@ use uuid::Uuid;
 
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::Task;
 use crate::inflight::Ticket;
-use crate::servers::ServiceError;
 use crate::Compute;
 
 /// The conductor's event of an instance's create action.

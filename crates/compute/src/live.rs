@@ -56,11 +56,12 @@ use berth_compute_model::ComputeError;
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
 use uuid::Uuid;
 
+use crate::action::{conflict, expect_task, invalid, invalid_state, set_task, statuses};
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::{Task, TaskKind};
-use crate::moves::{conflict, expect_task, invalid, invalid_state, set_task, statuses};
-use crate::servers::{Caller, ServerRecord, ServiceError};
+use crate::servers::{Caller, ServerRecord};
 use crate::Compute;
 
 /// The migration type of a live migration.

@@ -33,11 +33,12 @@ use berth_compute_model::rehome::{
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
 
+use crate::action::{conflict, expect_task, invalid, invalid_state};
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::Task;
-use crate::moves::{conflict, expect_task, invalid, invalid_state};
-use crate::servers::{Caller, ServiceError};
+use crate::servers::Caller;
 use crate::Compute;
 
 /// The conductor's event of an unshelve.
