@@ -202,21 +202,31 @@ impl Nova {
     }
 }
 
+/// The `p` quantile (0 to 1) of `sorted`, nearest rank; zero when empty.
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
-    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
 }
 
+/// A duration in milliseconds.
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// The resident memory of process `pid` now, in MiB (0 when unknown).
 pub(crate) fn rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+/// A memory figure of `/proc/PID/status` in MiB: `VmRSS:` (now) or
+/// `VmHWM:` (the peak since the process started); 0 when unknown.
+pub(crate) fn status_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_owned))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
