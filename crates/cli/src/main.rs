@@ -2,12 +2,6 @@
 //! arguments, the environment and files.
 
 mod agent;
-mod bench;
-mod bench_auth;
-mod bench_boot;
-mod bench_candidates;
-mod bench_leases;
-mod bench_soak;
 mod cell_cmd;
 mod compute_wiring;
 mod config;
@@ -35,7 +29,7 @@ enum Command {
     /// Run database migrations and exit.
     Migrate(serve::MigrateOpts),
     /// Run benchmarks against a berth (and optionally the real placement).
-    Bench(bench::BenchOpts),
+    Bench(berth_bench::BenchOpts),
     /// Run fake compute hosts (a hypervisor agent) against a berth.
     Agent(agent::AgentCmd),
     /// Manage cells: create, list, disable/enable, discover hosts.
@@ -80,7 +74,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(opts) => serve::run(opts),
         Command::Migrate(opts) => serve::migrate(opts),
-        Command::Bench(opts) => bench::run(opts),
+        Command::Bench(opts) => bench_binaries().and_then(|binaries| berth_bench::run(opts, &binaries)),
         Command::Agent(cmd) => agent::dispatch(cmd),
         Command::Cell(opts) => cell_cmd::run(opts),
     };
@@ -91,6 +85,18 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(1)
         }
     }
+}
+
+/// The executables `berth bench` starts: this binary plays the agents and
+/// serves, unless `BERTH_BENCH_SERVER=PATH` names another berth to serve
+/// with (before / after comparisons with the same load generator).
+fn bench_binaries() -> anyhow::Result<berth_bench::Binaries> {
+    let this = std::env::current_exe()?;
+    let server = match std::env::var_os("BERTH_BENCH_SERVER") {
+        Some(path) if !path.is_empty() => std::path::PathBuf::from(path),
+        _ => this.clone(),
+    };
+    Ok(berth_bench::Binaries { server, agent: this })
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Tidy checks that keep the architecture honest: the pure crates depend on
-//! nothing that does I/O, only store crates know SQL, and every Rust file
+//! nothing that does I/O, only store crates know SQL, nothing depends on
+//! the binary or (but the binary) on the benchmarks, and every Rust file
 //! starts with a `//!` module doc.
 
 use std::path::{Path, PathBuf};
@@ -124,6 +125,49 @@ fn only_http_crates_depend_on_axum() {
         }
         for dep in dependencies(&entry.path()) {
             assert!(!["axum", "hyper"].contains(&dep.as_str()), "crate {name} depends on {dep}");
+        }
+    }
+}
+
+/// Every dependency a crate declares, in any dependency table
+/// (`[dependencies]`, `[dev-dependencies]`, `[build-dependencies]`, and
+/// their `[target.….dependencies]` forms).
+fn all_dependencies(crate_dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("Cargo.toml");
+    let mut deps = Vec::new();
+    let mut in_deps = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(table) = line.strip_prefix('[') {
+            let table = table.trim_end_matches(']');
+            in_deps = table.ends_with("dependencies");
+            continue;
+        }
+        if in_deps {
+            if let Some((name, _)) = line.split_once('=') {
+                deps.push(name.trim().to_owned());
+            }
+        }
+    }
+    deps
+}
+
+/// The binary is the top of the graph: no crate depends on it, and the
+/// benchmarks (`berth-bench`) are a dependency of the binary alone.
+#[test]
+fn nothing_depends_on_the_binary_or_the_benchmarks() {
+    let binary = ["berth", "berth-cli"];
+    let crates = std::fs::read_dir(workspace_root().join("crates")).expect("crates dir");
+    for entry in crates.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !entry.path().join("Cargo.toml").exists() {
+            continue;
+        }
+        for dep in all_dependencies(&entry.path()) {
+            assert!(!binary.contains(&dep.as_str()), "crate {name} depends on the binary ({dep})");
+            if name != "cli" {
+                assert!(dep != "berth-bench", "crate {name} depends on berth-bench; only cli may");
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use berth_compute::control::WriteError;
-use berth_compute::servers::ServiceError;
+use berth_compute::error::ServiceError;
 use berth_compute::Compute;
 use berth_compute_model::ComputeError;
 use berth_http::policy::Target;

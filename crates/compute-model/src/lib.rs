@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod cell;
+pub mod choice;
 mod error;
 pub mod extra_specs;
 pub mod heal;

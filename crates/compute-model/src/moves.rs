@@ -26,7 +26,7 @@ use berth_model::allocations::{plan_replace_allocations, ConsumerAllocations, Co
 use berth_model::{AllocationMap, Change, ChangeSet};
 use uuid::Uuid;
 
-use crate::plan::{fits, HostChoice};
+use crate::choice::{fits, HostChoice};
 use crate::quota::{effective_limit, usage, user_override};
 use crate::state::ComputeChange as C;
 use crate::{

@@ -24,15 +24,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use berth_model::allocations::{check_allocation, plan_replace_allocations, ConsumerAllocations, ConsumerGeneration};
-use berth_model::{AllocationMap, Change, ChangeSet};
+use berth_model::allocations::{plan_replace_allocations, ConsumerAllocations, ConsumerGeneration};
+use berth_model::{Change, ChangeSet};
 use uuid::Uuid;
 
+use crate::choice::{fits, group_allows, group_hosts, host_of_instance, HostChoice};
 use crate::state::ComputeChange as C;
 use crate::{
     credential_host, credential_identity, quota, AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping,
-    ComputeError, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image, InstanceMapping, InstanceSpec, RequestSpec,
-    ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID, CONSUMER_TYPE_INSTANCE,
+    ComputeError, ComputeNodeRef, Flavor, HostMapping, Image, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup,
+    Timestamp, World, WorldChangeSet, CELL0_UUID, CONSUMER_TYPE_INSTANCE,
 };
 
 type Result<T> = std::result::Result<T, ComputeError>;
@@ -122,16 +123,6 @@ pub fn plan_admit_boot(world: &World, boot: &BootAdmission) -> Result<(WorldChan
 // Claims
 // ---------------------------------------------------------------------------
 
-/// One place an instance could go: a compute node's root provider and the
-/// allocation request placement offered for it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostChoice {
-    /// Root provider (= compute node uuid).
-    pub root: Uuid,
-    /// What to allocate where (providers of the root's tree, or sharing).
-    pub allocations: AllocationMap,
-}
-
 /// The choices for one instance: the scheduler's selection first, then
 /// its alternates.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,59 +149,6 @@ pub enum ClaimFailure {
     /// No choice of this instance fits anymore (capacity taken, or the
     /// group policy now excludes every choice): schedule again.
     NoRoom(Uuid),
-}
-
-/// The host of a placed instance: the compute node of the root of any
-/// provider it has allocations on.
-pub fn host_of_instance<'a>(world: &'a World, instance: &Uuid) -> Option<&'a ComputeNodeRef> {
-    let consumer = world.placement.consumers.get(instance)?;
-    consumer.allocations.keys().find_map(|provider| {
-        let root = world.placement.provider(provider)?.row.root;
-        world.compute.compute_nodes.get(&root)
-    })
-}
-
-/// Every host a placed instance holds allocations on (one, except while
-/// an evacuation holds both source and destination), sorted.
-pub fn hosts_of_instance(world: &World, instance: &Uuid) -> BTreeSet<String> {
-    let Some(consumer) = world.placement.consumers.get(instance) else { return BTreeSet::new() };
-    consumer
-        .allocations
-        .keys()
-        .filter_map(|provider| {
-            let root = world.placement.provider(provider)?.row.root;
-            world.compute.compute_nodes.get(&root).map(|n| n.host.clone())
-        })
-        .collect()
-}
-
-/// Members of `group` (other than `except`) per host name.
-pub fn group_hosts(world: &World, group: &ServerGroup, except: &BTreeSet<Uuid>) -> HashMap<String, i64> {
-    let mut out: HashMap<String, i64> = HashMap::new();
-    for member in &group.members {
-        if except.contains(member) {
-            continue;
-        }
-        // Every host the member holds allocations on: an evacuation holds
-        // source and destination until the source is cleaned up.
-        for host in hosts_of_instance(world, member) {
-            *out.entry(host).or_insert(0) += 1;
-        }
-    }
-    out
-}
-
-/// Does placing one more member on `host` keep the group's hard policy?
-/// `on_host` counts members already there, `hosts` the hosts used.
-pub fn group_allows(group: &ServerGroup, host: &str, hosts: &HashMap<String, i64>) -> bool {
-    match group.policy {
-        GroupPolicy::Affinity => hosts.keys().all(|h| h == host),
-        GroupPolicy::AntiAffinity => {
-            let max = group.max_server_per_host.unwrap_or(1);
-            hosts.get(host).copied().unwrap_or(0) < max
-        }
-        GroupPolicy::SoftAffinity | GroupPolicy::SoftAntiAffinity => true,
-    }
 }
 
 /// Claim placement resources for the instances of one request, all or
@@ -505,22 +443,6 @@ pub fn plan_reschedule(
         set.compute(C::PutRequestSpec(spec));
     }
     Ok((set, outcome))
-}
-
-/// Would `allocations` fit on top of current usage plus `extra` (amounts
-/// already promised in the same write or request, by provider and class)?
-pub fn fits(world: &World, allocations: &AllocationMap, extra: &HashMap<(Uuid, &str), i64>) -> bool {
-    for (provider_uuid, amounts) in allocations {
-        let Some(provider) = world.placement.provider(provider_uuid) else { return false };
-        for (class, amount) in amounts {
-            let Some(inventory) = provider.inventories.get(class) else { return false };
-            let used = provider.used(class) + extra.get(&(*provider_uuid, class.as_str())).copied().unwrap_or(0);
-            if check_allocation(inventory, *amount, *amount, used, None).is_err() {
-                return false;
-            }
-        }
-    }
-    true
 }
 
 /// Bury instances that could not be scheduled in cell0: their mappings
@@ -1218,10 +1140,10 @@ pub fn agent_credential_matches(world: &World, host: &str, digest: &str) -> bool
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use berth_model::{Inventory, ProviderRow};
+    use berth_model::{AllocationMap, Inventory, ProviderRow};
 
     use super::*;
-    use crate::ComputeChange;
+    use crate::{ComputeChange, GroupPolicy};
 
     use crate::world::tests::flavor;
 

@@ -28,8 +28,8 @@ use berth_model::allocations::{plan_replace_allocations, AllocationError, Consum
 use berth_model::{AllocationMap, Change, ChangeSet};
 use uuid::Uuid;
 
+use crate::choice::{fits, group_allows, group_hosts, HostChoice};
 use crate::moves::MoveClaimed;
-use crate::plan::{fits, group_allows, group_hosts, HostChoice};
 use crate::quota::{effective_limit, usage, user_override};
 use crate::state::ComputeChange as C;
 use crate::{ComputeError, Flavor, Timestamp, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};

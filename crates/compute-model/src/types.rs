@@ -406,7 +406,7 @@ pub struct BuildRetry {
     pub failed_hosts: Vec<String>,
     /// Alternates not tried yet, best first: the scheduler's choices after
     /// the one claimed, all in the instance's cell.
-    pub alternates: Vec<crate::plan::HostChoice>,
+    pub alternates: Vec<crate::choice::HostChoice>,
 }
 
 impl BuildRetry {

@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use crate::conductor::EVENT_BUILD;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::{Task, AGENT_TASK_STATES};
-use crate::servers::ServiceError;
 use crate::Compute;
 
 /// A host an agent registers.

@@ -32,9 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_compute_model::cell::{task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction};
+use berth_compute_model::choice::host_of_instance;
 use berth_compute_model::plan::{
-    host_of_instance, plan_bury, plan_claim, plan_claim_boots, plan_forget_instance, plan_reschedule, ClaimFailure,
-    Claimed, InstanceChoices, Rescheduled,
+    plan_bury, plan_claim, plan_claim_boots, plan_forget_instance, plan_reschedule, ClaimFailure, Claimed,
+    InstanceChoices, Rescheduled,
 };
 use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet, CELL0_UUID};
 use berth_scheduler::{schedule, ScheduleRequest};
@@ -43,9 +44,9 @@ use uuid::Uuid;
 
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::Task;
 use crate::inflight::Ticket;
-use crate::servers::ServiceError;
 use crate::Compute;
 
 /// The conductor's event of an instance's create action.

@@ -47,15 +47,14 @@ use berth_compute_model::{ComputeError, World};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
 use uuid::Uuid;
 
+use crate::action::{expect_task, invalid, invalid_state, statuses, MIGRATION_TYPE_EVACUATION};
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::Task;
-use crate::moves::{expect_task, invalid, invalid_state, statuses};
-use crate::servers::{Caller, ServiceError};
+use crate::servers::Caller;
 use crate::Compute;
 
-/// The migration type of an evacuation.
-pub const MIGRATION_TYPE_EVACUATION: &str = "evacuation";
 /// The conductor's event of an evacuate action.
 pub const EVENT_REBUILD_SERVER: &str = "conductor_rebuild_server";
 /// The destination's event of an evacuate action.

@@ -424,7 +424,7 @@ fn act(
 async fn evacuations_awaiting_source(compute: &Arc<Compute>, handle: &Arc<crate::cells::Cell>) -> HashSet<Uuid> {
     let filter = MigrationFilter {
         status: Some(migration_status::DONE.to_owned()),
-        migration_type: Some(crate::evacuate::MIGRATION_TYPE_EVACUATION.to_owned()),
+        migration_type: Some(crate::action::MIGRATION_TYPE_EVACUATION.to_owned()),
         ..Default::default()
     };
     match compute.cells.read(handle, move |s| s.migrations(&filter)).await {

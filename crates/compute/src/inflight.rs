@@ -107,7 +107,7 @@ impl Drop for Ticket<'_> {
 
 #[cfg(test)]
 mod tests {
-    use berth_compute_model::plan::HostChoice;
+    use berth_compute_model::choice::HostChoice;
     use uuid::Uuid;
 
     use super::*;

@@ -13,15 +13,19 @@
 //! - [`servers`]: what the API asks of servers: show, list across cells,
 //!   delete, start/stop/reboot;
 //! - [`agents`]: what agents ask: register, heartbeat, work, events.
+//! - [`error`] and [`action`]: the error every operation returns and the
+//!   pieces the instance actions share; they use no operation module.
 //!
 //! Control-state reads and writes go through [`control::Control`] (the
 //! one write path of `berth-core`); pure decisions are made by
 //! `berth-compute-model`'s plans and `berth-scheduler`.
 
+pub mod action;
 pub mod agents;
 pub mod cells;
 pub mod conductor;
 pub mod control;
+pub mod error;
 pub mod evacuate;
 pub mod heal;
 pub mod health;

@@ -56,11 +56,12 @@ use berth_compute_model::ComputeError;
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
 use uuid::Uuid;
 
+use crate::action::{conflict, expect_task, invalid, invalid_state, set_task, statuses};
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::{Task, TaskKind};
-use crate::moves::{conflict, expect_task, invalid, invalid_state, set_task, statuses};
-use crate::servers::{Caller, ServerRecord, ServiceError};
+use crate::servers::{Caller, ServerRecord};
 use crate::Compute;
 
 /// The migration type of a live migration.
@@ -631,7 +632,7 @@ pub(crate) async fn redrive_live_migrations(compute: &Compute, handle: &Arc<Cell
             // consumer is says which ending it was.
             let dest = m.dest_compute.clone();
             let completed = read(&*compute.control, |w| {
-                berth_compute_model::plan::host_of_instance(w, &m.instance_uuid)
+                berth_compute_model::choice::host_of_instance(w, &m.instance_uuid)
                     .is_some_and(|n| Some(&n.host) == dest.as_ref())
             });
             let outcome = if completed { Outcome::Completed } else { Outcome::Failed };
@@ -645,7 +646,7 @@ pub(crate) async fn redrive_live_migrations(compute: &Compute, handle: &Arc<Cell
         let result = match m.status.as_str() {
             ms::ACCEPTED if stale => {
                 let claimed = read(&*compute.control, |w| {
-                    held.then(|| berth_compute_model::plan::host_of_instance(w, &m.instance_uuid).cloned()).flatten()
+                    held.then(|| berth_compute_model::choice::host_of_instance(w, &m.instance_uuid).cloned()).flatten()
                 });
                 match claimed {
                     Some(node) => {

@@ -9,7 +9,8 @@ use berth_compute_model::cell::ActionEvent;
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
 
-use crate::servers::{Caller, ServiceError};
+use crate::error::ServiceError;
+use crate::servers::Caller;
 use crate::Compute;
 
 impl Compute {

@@ -38,20 +38,22 @@ use std::sync::Arc;
 use berth_compute_model::cell::{
     migration_status as ms, power_state, task_state, vm_state, ActionEvent, Fault, Instance, Migration, MigrationFilter,
 };
+use berth_compute_model::choice::HostChoice;
 use berth_compute_model::moves::{
     check_upsize_quota, plan_confirm_move, plan_forget_migration, plan_move_claim, plan_revert_move, MoveClaim,
     MoveClaimed, MIGRATION_CONSUMER_GENERATION,
 };
-use berth_compute_model::plan::HostChoice;
 use berth_compute_model::{ComputeError, Flavor, WorldChangeSet};
 use berth_scheduler::{schedule, ScheduleRequest};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
 use uuid::Uuid;
 
+use crate::action::{expect_task, invalid, invalid_state, set_task, statuses, MIGRATION_TYPE_EVACUATION};
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::Task;
-use crate::servers::{Caller, ServerRecord, ServiceError};
+use crate::servers::{Caller, ServerRecord};
 use crate::Compute;
 
 /// The conductor's event of a move action.
@@ -87,35 +89,6 @@ impl MoveRequest {
             MoveRequest::Migrate { .. } => "migrate",
         }
     }
-}
-
-pub(crate) fn conflict(message: String) -> ServiceError {
-    ServiceError::Refused(ComputeError::Conflict(message))
-}
-
-pub(crate) fn invalid(message: String) -> ServiceError {
-    ServiceError::Refused(ComputeError::Invalid(message))
-}
-
-pub(crate) fn invalid_state(action: &str, uuid: &Uuid, attr: &str, state: &str) -> ServiceError {
-    conflict(format!("Cannot '{action}' instance {uuid} while it is in {attr} {state}"))
-}
-
-pub(crate) fn expect_task(vm_states: &[&str], task: Option<&str>) -> Expect {
-    Expect {
-        vm_states: vm_states.iter().map(|s| (*s).to_owned()).collect(),
-        task_states: vec![task.map(str::to_owned)],
-        not_deleted: true,
-        ..Expect::default()
-    }
-}
-
-pub(crate) fn set_task(task: Option<&str>, now: i64) -> InstanceUpdate {
-    InstanceUpdate { task_state: Some(task.map(str::to_owned)), updated_at: now, ..InstanceUpdate::default() }
-}
-
-pub(crate) fn statuses(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| (*s).to_owned()).collect()
 }
 
 impl Compute {
@@ -782,7 +755,7 @@ pub(crate) async fn redrive_moves(compute: &Compute, handle: &Arc<Cell>) {
     let Ok(rows) = compute.cells.read(handle, move |s| s.migrations(&filter)).await else { return };
     let now = compute.now();
     // Evacuations have their own re-drive (`evacuate::redrive_evacuations`).
-    for m in rows.into_iter().filter(|m| m.migration_type != crate::evacuate::MIGRATION_TYPE_EVACUATION) {
+    for m in rows.into_iter().filter(|m| m.migration_type != MIGRATION_TYPE_EVACUATION) {
         if m.updated_at.unwrap_or(m.created_at) + 10 > now {
             continue;
         }
@@ -790,7 +763,7 @@ pub(crate) async fn redrive_moves(compute: &Compute, handle: &Arc<Cell>) {
             w.placement
                 .consumers
                 .contains_key(&m.uuid)
-                .then(|| berth_compute_model::plan::host_of_instance(w, &m.instance_uuid).cloned())
+                .then(|| berth_compute_model::choice::host_of_instance(w, &m.instance_uuid).cloned())
                 .flatten()
         });
         let request_id = compute.move_request_id(handle, &m.instance_uuid).await.unwrap_or_default();

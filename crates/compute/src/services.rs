@@ -13,7 +13,7 @@ use berth_store::{CellOp, CellOutcome};
 use uuid::Uuid;
 
 use crate::control::{read, write};
-use crate::servers::ServiceError;
+use crate::error::ServiceError;
 use crate::Compute;
 
 /// One service with where it lives.

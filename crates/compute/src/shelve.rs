@@ -33,11 +33,12 @@ use berth_compute_model::rehome::{
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
 
+use crate::action::{conflict, expect_task, invalid, invalid_state};
 use crate::cells::Cell;
 use crate::control::{read, write};
+use crate::error::ServiceError;
 use crate::hub::Task;
-use crate::moves::{conflict, expect_task, invalid, invalid_state};
-use crate::servers::{Caller, ServiceError};
+use crate::servers::Caller;
 use crate::Compute;
 
 /// The conductor's event of an unshelve.
@@ -478,7 +479,7 @@ pub(crate) async fn redrive_unshelves(compute: &Compute, handle: &Arc<Cell>) {
             continue;
         }
         let node = read(&*compute.control, |w| {
-            berth_compute_model::plan::host_of_instance(w, &row.uuid).filter(|n| n.cell == cell).cloned()
+            berth_compute_model::choice::host_of_instance(w, &row.uuid).filter(|n| n.cell == cell).cloned()
         });
         let request_id = compute.action_request_id(handle, &row.uuid, &["unshelve"]).await;
         let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };

@@ -30,7 +30,8 @@ mod weighers;
 
 use std::collections::HashMap;
 
-use berth_compute_model::plan::{group_hosts, HostChoice, InstanceChoices};
+use berth_compute_model::choice::{group_hosts, HostChoice};
+use berth_compute_model::plan::InstanceChoices;
 use berth_compute_model::{ComputeNodeRef, RequestSpec, ServerGroup, World};
 use berth_model::AllocationMap;
 use uuid::Uuid;

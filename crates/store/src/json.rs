@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use berth_compute_model::plan::HostChoice;
+use berth_compute_model::choice::HostChoice;
 use berth_compute_model::{
     AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor,
     GroupPolicy, HostMapping, Image, ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,

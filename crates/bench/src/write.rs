@@ -1,51 +1,26 @@
-//! `berth bench`: load generators over real HTTP on loopback.
+//! `berth bench write`: creates providers with inventories, traits and
+//! aggregates over the placement API.
 //!
-//! `berth bench write` starts a fresh berth (this binary, `serve` on a
-//! temporary data directory) and, when `--real-placement DIR` is given, the
-//! real Python Placement through the conformance harness's
-//! `real_placement.py`, then drives both with the same client: N providers,
-//! each created with inventories (VCPU, MEMORY_MB, DISK_GB), traits and an
-//! aggregate — four requests per provider — at a fixed concurrency, and
-//! prints requests/s and the ratio.
+//! Starts a fresh berth (`serve` on a temporary data directory) and, when
+//! `--real-placement DIR` is given, the real Python Placement through the
+//! conformance harness's `real_placement.py`, then drives both with the
+//! same client: N providers, each created with inventories (VCPU,
+//! MEMORY_MB, DISK_GB), traits and an aggregate — four requests per
+//! provider — at a fixed concurrency, and prints requests/s and the ratio.
 #![expect(clippy::print_stdout, reason = "benchmarks report their figures on stdout")]
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde_json::json;
 
-/// Options of `berth bench`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct BenchOpts {
-    #[command(subcommand)]
-    which: BenchKind,
-}
+use crate::common::{spawn_berth, spawn_real, Binaries};
 
-#[derive(Debug, clap::Subcommand)]
-enum BenchKind {
-    /// Create providers with inventories, traits and aggregates (4 requests each).
-    Write(WriteOpts),
-    /// GET /allocation_candidates latency, throughput and claims on the
-    /// upstream perfload shapes.
-    Candidates(crate::bench_candidates::CandidatesOpts),
-    /// Boots through the compute API until ACTIVE, with agent processes.
-    Boot(crate::bench_boot::BootOpts),
-    /// Reservations: lease admission, availability queries and lease events.
-    Leases(crate::bench_leases::LeasesOpts),
-    /// The server lifecycle under churn and agent crashes (`kill -9`),
-    /// then an audit: drift, orphans, over-capacity, the heal's findings.
-    Soak(crate::bench_soak::SoakOpts),
-    /// GET /compute/v2.1/servers with Keystone auth vs noauth2, and
-    /// Keystone calls per distinct token.
-    Auth(crate::bench_auth::AuthOpts),
-}
-
+/// Options of `berth bench write`.
 #[derive(Debug, clap::Args)]
-struct WriteOpts {
+pub(crate) struct WriteOpts {
     /// Number of providers to create.
     #[arg(long, default_value_t = 1000)]
     providers: usize,
@@ -65,148 +40,6 @@ struct WriteOpts {
     /// Concurrency for the real Placement (default: same as --concurrency).
     #[arg(long)]
     real_concurrency: Option<usize>,
-}
-
-pub(crate) fn run(opts: BenchOpts) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    match opts.which {
-        BenchKind::Write(w) => runtime.block_on(write_bench(w)),
-        BenchKind::Candidates(c) => runtime.block_on(crate::bench_candidates::run(c)),
-        BenchKind::Boot(b) => runtime.block_on(crate::bench_boot::run(b)),
-        BenchKind::Leases(l) => runtime.block_on(crate::bench_leases::run(l)),
-        BenchKind::Soak(s) => runtime.block_on(crate::bench_soak::run(s)),
-        BenchKind::Auth(a) => runtime.block_on(crate::bench_auth::run(a)),
-    }
-}
-
-/// The processes a benchmark runs: berth servers and their extra
-/// arguments, and the agents' extra arguments (`bench boot`, `bench soak`).
-#[derive(clap::Args, Debug, Clone)]
-pub(crate) struct ProcessArgs {
-    /// Berth processes (more than one needs a shared PostgreSQL database
-    /// given with `--serve-arg`). Each client and each agent sticks to one.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) processes: usize,
-    /// Extra arguments for `berth serve` (e.g. `--database postgres://…`).
-    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-    pub(crate) serve_arg: Vec<String>,
-    /// Extra arguments for every agent (e.g. `--fail-rate 0.01`: 1 % of
-    /// builds fail and are rescheduled onto their alternates).
-    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-    pub(crate) agent_arg: Vec<String>,
-}
-
-/// splitmix64: enough randomness for load shapes, and reproducible.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub(crate) fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-
-    pub(crate) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-}
-
-/// A server process started for a benchmark, killed on drop.
-pub(crate) struct Spawned {
-    pub(crate) child: Child,
-    pub(crate) url: String,
-    dir: PathBuf,
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn temp_dir(tag: &str) -> anyhow::Result<PathBuf> {
-    // Several servers of one benchmark each get a directory of their own.
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("berth-bench-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
-async fn wait_ready(url: &str, child: &mut Child) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("server exited during start-up: {status}");
-        }
-        if client.get(format!("{url}/")).send().await.is_ok_and(|r| r.status().as_u16() < 500) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("server at {url} did not become ready")
-}
-
-pub(crate) async fn spawn_berth(extra_args: &[String]) -> anyhow::Result<Spawned> {
-    let port = free_port()?;
-    let dir = temp_dir("berth")?;
-    // `BERTH_BENCH_SERVER=PATH` serves with another berth binary (before /
-    // after comparisons with the same load generator).
-    let exe = match std::env::var_os("BERTH_BENCH_SERVER") {
-        Some(path) if !path.is_empty() => std::path::PathBuf::from(path),
-        _ => std::env::current_exe()?,
-    };
-    let mut child = Command::new(exe)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--log", "warn", "--data-dir"])
-        .arg(&dir)
-        .args(extra_args)
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting berth")?;
-    let url = format!("http://127.0.0.1:{port}");
-    wait_ready(&url, &mut child).await?;
-    Ok(Spawned { child, url, dir })
-}
-
-pub(crate) async fn spawn_real(harness: &std::path::Path, python: &std::path::Path) -> anyhow::Result<Spawned> {
-    let port = free_port()?;
-    let dir = temp_dir("real")?;
-    let policy = dir.join("policy.yaml");
-    std::fs::write(&policy, "{}\n")?;
-    let mut child = Command::new(python)
-        .arg(harness.join("real_placement.py"))
-        .args(["--port", &port.to_string(), "--workdir"])
-        .arg(&dir)
-        .arg("--policy-file")
-        .arg(&policy)
-        .args(["--cors-origin", "", "--cors-allow-headers", ""])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting real placement")?;
-    let url = format!("http://127.0.0.1:{port}");
-    wait_ready(&url, &mut child).await?;
-    Ok(Spawned { child, url, dir })
 }
 
 /// Result of one write run.
@@ -344,7 +177,7 @@ fn report(name: &str, result: &WriteResult) -> f64 {
     rps
 }
 
-async fn write_bench(opts: WriteOpts) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: WriteOpts, binaries: &Binaries) -> anyhow::Result<()> {
     println!(
         "bench write: {} providers x 4 requests (create, inventories, traits, aggregates), concurrency {}",
         opts.providers, opts.concurrency
@@ -352,7 +185,7 @@ async fn write_bench(opts: WriteOpts) -> anyhow::Result<()> {
     let berth_rps = match &opts.url {
         Some(url) => report("target", &drive_writes(url, opts.providers, opts.concurrency).await?),
         None => {
-            let berth = spawn_berth(&[]).await?;
+            let berth = spawn_berth(binaries, &[]).await?;
             report("berth", &drive_writes(&berth.url, opts.providers, opts.concurrency).await?)
         }
     };

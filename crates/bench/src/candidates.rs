@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::bench::{spawn_berth, spawn_real, Spawned};
+use crate::common::{ms, percentile, spawn_berth, spawn_real, status_mib, Binaries, Spawned};
 
 /// Options of `berth bench candidates`.
 #[derive(Debug, clap::Args)]
@@ -224,18 +224,6 @@ fn query(shape: &str, agg: &str) -> String {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 /// Figures of one target.
 #[derive(Debug, Default, Clone)]
 struct Figures {
@@ -371,17 +359,6 @@ async fn overcommitted(api: &Api) -> anyhow::Result<usize> {
     Ok(bad)
 }
 
-/// A memory figure of `/proc/PID/status` in MiB: `VmRSS` (now) or
-/// `VmHWM` (the peak since the process started).
-fn rss_mib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_owned))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
-
 async fn provider_count(api: &Api) -> usize {
     match api.ok(reqwest::Method::GET, "/resource_providers", None).await {
         Ok(body) => body["resource_providers"].as_array().map(Vec::len).unwrap_or(0),
@@ -466,8 +443,8 @@ async fn measure(
         f.overcommitted = overcommitted(&api).await?;
     }
     if let Some(pid) = pid {
-        f.rss_mib = rss_mib(pid, "VmRSS:");
-        f.peak_rss_mib = rss_mib(pid, "VmHWM:");
+        f.rss_mib = status_mib(pid, "VmRSS:");
+        f.peak_rss_mib = status_mib(pid, "VmHWM:");
     }
     println!(
         "{name:<15} load {:>7.1}s | {:>5} candidates {:>8} B | full median {:>8.2} ms p99 {:>8.2} ms | limit=1 median {:>7.2} ms p99 {:>7.2} ms | limit=1000 median {:>7.2} ms p99 {:>7.2} ms | {:>8.1} req/s @{}{} | claims@{} {:>7.1}/s ({} granted, {} conflicts, {} overcommitted) | RSS {:.0} MiB, peak {:.0} MiB",
@@ -478,7 +455,7 @@ async fn measure(
     Ok(f)
 }
 
-pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: CandidatesOpts, binaries: &Binaries) -> anyhow::Result<()> {
     anyhow::ensure!(opts.shape == "flat" || opts.shape == "nested", "--shape must be flat or nested");
     println!("bench candidates: shape {} size {} (HTTP, full responses, microversion 1.39)", opts.shape, opts.size);
     let berth = match &opts.url {
@@ -486,7 +463,7 @@ pub(crate) async fn run(opts: CandidatesOpts) -> anyhow::Result<()> {
         None => {
             let mut servers: Vec<Spawned> = Vec::new();
             for _ in 0..opts.processes.max(1) {
-                servers.push(spawn_berth(&opts.serve_arg).await?);
+                servers.push(spawn_berth(binaries, &opts.serve_arg).await?);
             }
             let pid = servers[0].child.id();
             let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();

@@ -42,8 +42,9 @@ use anyhow::Context;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::bench::{spawn_berth, Rng};
-use crate::bench_boot::{hosts_ready, metric, ms, percentile, rss_mib, Agent, Nova};
+use crate::common::{
+    hosts_ready, metric, ms, percentile, rss_mib, spawn_berth, Agent, Binaries, Nova, ProcessArgs, Rng,
+};
 
 /// Options of `berth bench soak`.
 #[derive(Debug, clap::Args)]
@@ -97,7 +98,7 @@ pub(crate) struct SoakOpts {
     #[arg(long, default_value_t = 7)]
     seed: u64,
     #[command(flatten)]
-    run: crate::bench::ProcessArgs,
+    run: ProcessArgs,
 }
 
 /// The heal's grace during a soak (s): short, so the final heal can act
@@ -633,7 +634,7 @@ async fn evacuate(shared: &Shared, server: Server) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: SoakOpts, binaries: &Binaries) -> anyhow::Result<()> {
     let mut serve_args: Vec<String> = vec![
         "--service-down-time".into(),
         opts.service_down_time.to_string(),
@@ -645,13 +646,13 @@ pub(crate) async fn run(opts: SoakOpts) -> anyhow::Result<()> {
     serve_args.extend(opts.run.serve_arg.iter().cloned());
     let mut servers = Vec::new();
     for _ in 0..opts.run.processes.max(1) {
-        servers.push(spawn_berth(&serve_args).await?);
+        servers.push(spawn_berth(binaries, &serve_args).await?);
     }
     let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
     let url = urls[0].clone();
     let started = Instant::now();
     let spec = AgentSpec {
-        exe: std::env::current_exe()?,
+        exe: binaries.agent.clone(),
         urls: urls.clone(),
         opts_args: [
             vec![

@@ -30,8 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::bench::{spawn_berth, Rng};
-use crate::bench_boot::{hosts_ready, metric, ms, percentile, rss_mib};
+use crate::common::{hosts_ready, metric, ms, percentile, rss_mib, spawn_berth, Binaries, Rng};
 
 const HOUR: i64 = 3600;
 const DAY: i64 = 86_400;
@@ -207,7 +206,7 @@ fn random_query(rng: &mut Rng, now: i64, days: i64, hosts: usize) -> (&'static s
     }
 }
 
-pub(crate) async fn run(opts: LeasesOpts) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result<()> {
     let mut args: Vec<String> = vec![
         "--fake-hosts".into(),
         opts.hosts.to_string(),
@@ -217,7 +216,7 @@ pub(crate) async fn run(opts: LeasesOpts) -> anyhow::Result<()> {
         "31536000".into(),
     ];
     args.extend(opts.serve_arg.iter().cloned());
-    let berth = spawn_berth(&args).await?;
+    let berth = spawn_berth(binaries, &args).await?;
     let url = berth.url.clone();
     let pool = opts.concurrency * 2;
     let blazar = Blazar { client: reqwest::Client::builder().pool_max_idle_per_host(pool).build()?, url: url.clone() };

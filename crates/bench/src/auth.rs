@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::bench::spawn_berth;
+use crate::common::{spawn_berth, Binaries};
 
 /// Options of `berth bench auth`.
 #[derive(Debug, clap::Args)]
@@ -187,7 +187,7 @@ async fn validations(url: &str) -> anyhow::Result<u64> {
         .context("berth_keystone_token_validations_total missing")
 }
 
-pub(crate) async fn run(opts: AuthOpts) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: AuthOpts, binaries: &Binaries) -> anyhow::Result<()> {
     let admin = Admin {
         http: reqwest::Client::new(),
         url: berth_identity::v3_root(&opts.keystone_url),
@@ -198,7 +198,7 @@ pub(crate) async fn run(opts: AuthOpts) -> anyhow::Result<()> {
     admin.tenant(&service, &["service"]).await?;
     admin.tenant(&member, &["member", "reader"]).await?;
 
-    let noauth = spawn_berth(&[]).await?;
+    let noauth = spawn_berth(binaries, &[]).await?;
     let keystone_args: Vec<String> = [
         "--auth",
         "keystone",
@@ -214,7 +214,7 @@ pub(crate) async fn run(opts: AuthOpts) -> anyhow::Result<()> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let keystone = spawn_berth(&keystone_args).await?;
+    let keystone = spawn_berth(binaries, &keystone_args).await?;
     let token = admin.token(&member, &format!("pw-{member}"), &member).await?;
     let one_keystone = Arc::new(vec![token]);
     let one_noauth = Arc::new(vec![format!("{member}:{member}")]);

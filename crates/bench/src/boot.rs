@@ -12,7 +12,7 @@
 //! `GET /servers?limit=1000` (first page and the 20th, following markers).
 #![expect(clippy::print_stdout, reason = "benchmarks report their figures on stdout")]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::bench::{spawn_berth, Spawned};
+use crate::common::{
+    hosts_ready, metric, ms, percentile, rss_mib, spawn_berth, Agent, Binaries, Nova, ProcessArgs, Spawned,
+};
 
 /// Options of `berth bench boot`.
 #[derive(Debug, clap::Args)]
@@ -41,7 +43,7 @@ pub(crate) struct BootOpts {
     #[arg(long, default_value_t = 1)]
     cells: usize,
     #[command(flatten)]
-    run: crate::bench::ProcessArgs,
+    run: ProcessArgs,
     /// vCPUs per host (allocation ratio 4).
     #[arg(long, default_value_t = 16)]
     host_vcpus: i64,
@@ -55,111 +57,10 @@ pub(crate) struct BootOpts {
     poll_ms: u64,
 }
 
-pub(crate) struct Agent(pub(crate) Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// An admin client of one API at one microversion (compute 2.96 unless
-/// [`Nova::at`] says otherwise).
-#[derive(Clone)]
-pub(crate) struct Nova {
-    client: reqwest::Client,
-    base: String,
-    version: &'static str,
-}
-
-impl Nova {
-    pub(crate) fn new(base: &str, pool: usize) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(pool).build()?;
-        Ok(Nova { client, base: base.to_owned(), version: "compute 2.96" })
-    }
-
-    /// The same connection pool for another API (`base`) and
-    /// `OpenStack-API-Version` (e.g. `placement 1.39`).
-    pub(crate) fn at(&self, base: &str, version: &'static str) -> Self {
-        Nova { client: self.client.clone(), base: base.to_owned(), version }
-    }
-
-    pub(crate) async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<(u16, Value)> {
-        let mut req = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .header("x-auth-token", "admin")
-            .header("openstack-api-version", self.version);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await?;
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await?;
-        Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
-    }
-}
-
-pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
-}
-
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-pub(crate) fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
-
-pub(crate) async fn metric(url: &str, name: &str) -> u64 {
-    let Ok(resp) = reqwest::get(format!("{url}/metrics")).await else { return 0 };
-    let text = resp.text().await.unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .unwrap_or(0)
-}
-
-pub(crate) async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let resp = client
-            .get(format!("{url}/resource_providers?resources=VCPU:1"))
-            .header("x-auth-token", "admin")
-            .header("openstack-api-version", "placement 1.39")
-            .send()
-            .await?;
-        let body: Value = resp.json().await?;
-        let have = body["resource_providers"].as_array().map(Vec::len).unwrap_or(0);
-        if have >= want {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "only {have} of {want} hosts reported inventory");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<()> {
     let mut servers: Vec<Spawned> = Vec::new();
     for _ in 0..opts.run.processes.max(1) {
-        servers.push(spawn_berth(&opts.run.serve_arg).await?);
+        servers.push(spawn_berth(binaries, &opts.run.serve_arg).await?);
     }
     let url = servers[0].url.clone();
     let admin = reqwest::Client::new();
@@ -176,7 +77,6 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
         cell_names.push(name);
     }
     let started = Instant::now();
-    let exe = std::env::current_exe()?;
     let mut agents = Vec::new();
     let per_agent = opts.hosts.div_ceil(opts.agents.max(1));
     for idx in 0..opts.agents.max(1) {
@@ -186,7 +86,7 @@ pub(crate) async fn run(opts: BootOpts) -> anyhow::Result<()> {
         }
         let count = per_agent.min(opts.hosts - first);
         let cell = &cell_names[idx % cell_names.len()];
-        let child = Command::new(&exe)
+        let child = Command::new(&binaries.agent)
             .args(["agent", "--url", &url, "--log", "warn", "--prefix", "bench-", "--cell", cell])
             .args(["--hosts", &count.to_string(), "--first-index", &first.to_string()])
             .args(["--vcpus", &opts.host_vcpus.to_string(), "--memory-mb", "262144", "--disk-gb", "4000"])
