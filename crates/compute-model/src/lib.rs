@@ -24,7 +24,6 @@ mod error;
 pub mod extra_specs;
 pub mod heal;
 pub mod lease;
-pub mod lease_plan;
 pub mod moves;
 pub mod plan;
 pub mod quota;
