@@ -12,7 +12,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, flavors, images, leases, migrations, resources, servers};
+use crate::handlers::{agents, flavors, images, migrations, resources, servers};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -214,46 +214,6 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
-    })
-}
-
-/// The reservation API (Blazar v1, paths relative to `/reservation`).
-/// `.json` suffixes are accepted as Blazar does.
-pub fn reservation_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
-    let routes = vec![
-        r("/", vec![v1s(M::GET, leases::versions).public()]),
-        r("/v1", vec![v1s(M::GET, leases::version_show).public()]),
-        r("/v1/", vec![v1s(M::GET, leases::version_show).public()]),
-        r("/v1/leases", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
-        r("/v1/leases.json", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
-        r(
-            "/v1/leases/{id}",
-            vec![
-                v1s(M::GET, leases::show_lease),
-                v1s(M::PUT, leases::update_lease),
-                v1a(M::DELETE, leases::delete_lease),
-            ],
-        ),
-        r("/v1/os-hosts", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
-        r("/v1/os-hosts.json", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
-        r("/v1/os-hosts/allocations", vec![v1s(M::GET, leases::list_allocations)]),
-        r("/v1/os-hosts/properties", vec![v1s(M::GET, leases::list_properties)]),
-        r("/v1/os-hosts/properties/{name}", vec![v1s(M::PATCH, leases::patch_property)]),
-        r(
-            "/v1/os-hosts/{id}",
-            vec![v1s(M::GET, leases::show_host), v1s(M::PUT, leases::update_host), v1s(M::DELETE, leases::delete_host)],
-        ),
-        r("/v1/os-hosts/{id}/allocation", vec![v1s(M::GET, leases::host_allocation)]),
-        r("/v1/availability", vec![v1s(M::GET, leases::availability)]),
-        r("/v1/availability/hosts", vec![v1s(M::GET, leases::host_capacity)]),
-    ];
-    Ok(Api {
-        name: "reservation",
-        versions: plain(Version(1, 0), "reservation"),
-        routes,
-        policy: Arc::new(Policy::new(leases::RULES, overrides)?),
-        render_error: leases::render_error,
-        adjust_auth: api::adjust_auth,
     })
 }
 

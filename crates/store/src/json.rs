@@ -441,6 +441,8 @@ pub fn to_change(v: &Value) -> Result<ComputeChange> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use berth_compute_model::lease;
 
     use super::*;

@@ -6,7 +6,6 @@
 pub mod agents;
 pub mod flavors;
 pub mod images;
-pub mod leases;
 pub mod migrations;
 pub mod resources;
 pub mod servers;

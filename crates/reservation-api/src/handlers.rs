@@ -12,14 +12,15 @@ use berth_compute_model::lease::{
     HostAllocation, Lease, LeaseEvent, ReservableHost, Reservation, ReservationKind, ResourceProperty,
     RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
 };
-use berth_compute_model::lease_plan::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
+use berth_compute_api::api;
 use berth_compute_model::{ComputeError, World};
+use berth_reservation_model::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
 use berth_http::policy::{RuleTable, Target};
 use berth_http::{error_response, ApiError, ApiResult, Req, Resp, Version};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::api::{self, ComputeCtx};
+use crate::ReservationCtx;
 
 /// Blazar 18.0.0's policy rules and defaults.
 pub const RULES: &RuleTable = &[
@@ -209,7 +210,7 @@ fn str_param(map: &Map<String, Value>, key: &str) -> ApiResult<Option<String>> {
 
 /// Parse Blazar's JSON query text (`""` and `"[]"` mean no requirement).
 pub fn parse_query(text: &str) -> ApiResult<Option<Query>> {
-    berth_compute::lease_query::parse(text).map_err(ApiError::bad_request)
+    berth_reservations::query::parse(text).map_err(ApiError::bad_request)
 }
 
 fn check_keys(world: &World, query: &Option<Query>, hypervisor: bool, text: &str) -> ApiResult<()> {
@@ -435,23 +436,19 @@ fn version_doc(req: &Req, prefix: &str) -> Value {
 }
 
 /// `GET /reservation/`: Blazar's version list.
-pub fn versions(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn versions(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::json(StatusCode::MULTIPLE_CHOICES, json!({"versions": [version_doc(req, mount(ctx))]})))
 }
 
 /// `GET /reservation/v1/`.
-pub fn version_show(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn version_show(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(json!({"version": version_doc(req, mount(ctx))})))
 }
 
 /// Where the API is mounted: `/reservation` on the shared listener, the
 /// root on its own (`--reservation-listen`, Blazar's `/v1`).
-fn mount(ctx: &ComputeCtx) -> &'static str {
-    if ctx.prefix.is_empty() {
-        ""
-    } else {
-        "/reservation"
-    }
+fn mount(ctx: &ReservationCtx) -> &'static str {
+    ctx.prefix
 }
 
 // ---------------------------------------------------------------- leases
@@ -461,7 +458,7 @@ fn lease_id(req: &Req) -> ApiResult<Uuid> {
     Uuid::parse_str(text).map_err(|_| ApiError::not_found(format!("Object with {{'lease_id': '{text}'}} not found")))
 }
 
-fn visible_lease(ctx: &ComputeCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
+fn visible_lease(ctx: &ReservationCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
     let id = lease_id(req)?;
     let lease = ctx
         .core
@@ -480,7 +477,7 @@ fn visible_lease(ctx: &ComputeCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
 }
 
 /// `GET /leases`: the caller's project's leases (admins: all).
-pub fn list_leases(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_leases(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:leases:get", &api::project(req))?;
     let world = ctx.core.read();
     let project = api::project(req);
@@ -498,7 +495,7 @@ pub fn list_leases(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /leases/{id}`.
-pub fn show_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn show_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let lease = visible_lease(ctx, req, "blazar:leases:get")?;
     Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
 }
@@ -525,10 +522,10 @@ fn blockers(world: &World, requests: &[ReservationRequest], start: i64, end: i64
 }
 
 /// `POST /leases`: validate, then admit in one planned write.
-pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn create_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:leases:post", &api::project(req))?;
     let map = body(req)?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     for key in ["name", "start_date", "end_date"] {
         if !map.contains_key(key) {
             return Err(missing(key));
@@ -611,23 +608,23 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         let mut ids = Uuid::new_v4;
         plan::plan_create_lease(w, &request, &mut ids, now).map_err(refused)
     })?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     Ok(Resp::json(StatusCode::CREATED, json!({"lease": lease_view(&lease)})))
 }
 
 /// The `before_end_date` of a lease that gives none: Blazar's
 /// `minutes_before_end_lease` before the end (`--lease-minutes-before-end`),
 /// not before the start.
-fn default_before_end(ctx: &ComputeCtx, start: i64, end: i64) -> i64 {
-    (end - ctx.compute.config.lease_minutes_before_end * 60).max(start)
+fn default_before_end(ctx: &ReservationCtx, start: i64, end: i64) -> i64 {
+    (end - ctx.reservations.config.minutes_before_end * 60).max(start)
 }
 
 /// `PUT /leases/{id}`: name, dates, `before_end_date`, and per
 /// reservation `min`/`max`/`amount`/properties; admitted like a create.
-pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn update_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let lease = visible_lease(ctx, req, "blazar:leases:put")?;
     let map = body(req)?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let mut update = LeaseUpdate { name: str_param(&map, "name")?, ..Default::default() };
     if let Some(name) = &update.name {
         check_name(name)?;
@@ -698,18 +695,18 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let lease = ctx
         .core
         .write(|w| plan::plan_update_lease(w, lease.id, &update, &parse, &mut Uuid::new_v4, now).map_err(refused))?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
 }
 
 /// `DELETE /leases/{id}`: an active lease is ended first (its servers
 /// deleted), then the row goes.
-pub fn delete_lease(ctx: std::sync::Arc<ComputeCtx>, req: Req) -> berth_http::HandlerFuture {
+pub fn delete_lease(ctx: std::sync::Arc<ReservationCtx>, req: Req) -> berth_http::HandlerFuture {
     Box::pin(async move {
         let lease = visible_lease(&ctx, &req, "blazar:leases:delete")?;
-        ctx.compute.end_lease_now(lease.id).await.map_err(api::service)?;
+        ctx.reservations.end_lease_now(lease.id).await.map_err(api::service)?;
         ctx.core.write(|w| Ok::<_, ApiError>((plan::plan_delete_lease(w, lease.id).map_err(refused)?, ())))?;
-        ctx.compute.leases_changed();
+        ctx.reservations.leases_changed();
         Ok(Resp::no_content())
     })
 }
@@ -722,7 +719,7 @@ fn host_id(req: &Req) -> ApiResult<i64> {
 }
 
 /// `GET /os-hosts`.
-pub fn list_hosts(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_hosts(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get", &api::project(req))?;
     let world = ctx.core.read();
     let admin = is_admin(req);
@@ -731,7 +728,7 @@ pub fn list_hosts(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /os-hosts/{id}`.
-pub fn show_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn show_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get", &api::project(req))?;
     let id = host_id(req)?;
     let world = ctx.core.read();
@@ -766,17 +763,17 @@ fn extra_capabilities(map: &Map<String, Value>, skip: &[&str]) -> ApiResult<BTre
 
 /// `POST /os-hosts {"name": ..., <extra capabilities>}`: enrol a compute
 /// host that has no servers.
-pub fn create_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn create_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:post", &api::project(req))?;
     let map = body(req)?;
     let name = str_param(&map, "name")?.ok_or_else(|| missing("name"))?;
     let extra = extra_capabilities(&map, &["name"])?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let host = ctx.core.write(|w| {
         let enrolment = enrolment_of(w, &name, extra.clone())?;
         plan::plan_enrol_host(w, enrolment, now).map_err(refused)
     })?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     let world = ctx.core.read();
     Ok(Resp::json(StatusCode::CREATED, json!({"host": host_view(&world, &host, true)})))
 }
@@ -825,7 +822,7 @@ fn enrolment_of(world: &World, name: &str, extra: BTreeMap<String, String>) -> A
 
 /// `PUT /os-hosts/{id}`: set extra capabilities (`{"values": {...}}` is
 /// also accepted).
-pub fn update_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn update_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:put", &api::project(req))?;
     let id = host_id(req)?;
     let mut map = body(req)?;
@@ -838,18 +835,18 @@ pub fn update_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         return Err(ApiError::bad_request("No data to update"));
     }
     let extra = extra_capabilities(&map, &[])?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let host = ctx.core.write(|w| plan::plan_update_host(w, id, &extra, now).map_err(refused))?;
     let world = ctx.core.read();
     Ok(Resp::ok(json!({"host": host_view(&world, &host, true)})))
 }
 
 /// `DELETE /os-hosts/{id}`: refused while a lease holds the host.
-pub fn delete_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn delete_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:delete", &api::project(req))?;
     let id = host_id(req)?;
     ctx.core.write(|w| Ok::<_, ApiError>((plan::plan_delete_host(w, id).map_err(refused)?, ())))?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     Ok(Resp::no_content())
 }
 
@@ -878,7 +875,7 @@ fn uuid_query(req: &Req, key: &str) -> ApiResult<Option<Uuid>> {
 /// `GET /os-hosts/allocations[?lease_id=&reservation_id=]`: per host, the
 /// reservations holding it (hosts held by none are listed empty unless a
 /// filter is given).
-pub fn list_allocations(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_allocations(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get_allocations", &api::project(req))?;
     let lease = uuid_query(req, "lease_id")?;
     let reservation = uuid_query(req, "reservation_id")?;
@@ -896,7 +893,7 @@ pub fn list_allocations(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /os-hosts/{id}/allocation`.
-pub fn host_allocation(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn host_allocation(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get_allocations", &api::project(req))?;
     let id = host_id(req)?;
     let lease = uuid_query(req, "lease_id")?;
@@ -909,7 +906,7 @@ pub fn host_allocation(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /os-hosts/properties[?detail=True&all=True]`.
-pub fn list_properties(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_properties(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get_resource_properties", &api::project(req))?;
     let detail = req.query_one("detail").and_then(api::parse_bool).unwrap_or(false);
     let all = req.query_one("all").and_then(api::parse_bool).unwrap_or(false);
@@ -934,7 +931,7 @@ pub fn list_properties(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `PATCH /os-hosts/properties/{name} {"private": bool}`.
-pub fn patch_property(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn patch_property(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:update_resource_properties", &api::project(req))?;
     let name = req.param(0).to_owned();
     let map = body(req)?;
@@ -944,7 +941,7 @@ pub fn patch_property(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         None => return Err(missing("private")),
         Some(_) => return Err(malformed("private")),
     };
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let prop = ctx
         .core
         .write(|w| plan::plan_set_property_private(w, RESOURCE_PHYSICAL_HOST, &name, private, now).map_err(refused))?;
@@ -957,9 +954,9 @@ pub fn patch_property(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// [&horizon=DATE]` plus the reservation's parameters (`min`, `max`,
 /// `amount`, `vcpus`, ...): the earliest window of that length in which the
 /// request would be admitted, and the hosts it would get.
-pub fn availability(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn availability(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:leases:get", &api::project(req))?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let mut map = Map::new();
     for (k, v) in &req.query {
         map.insert(k.clone(), json!(v));
@@ -990,9 +987,9 @@ pub fn availability(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// `GET /availability/hosts?start_date=DATE&end_date=DATE[&hosts=ID,ID]`
 /// (berth's extension, admin like the hosts API): free capacity over time
 /// per enrolled host, as steps of constant booked usage.
-pub fn host_capacity(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn host_capacity(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get", &api::project(req))?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let param = |key: &str| req.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     let start = parse_date(param("start_date").ok_or_else(|| missing("start_date"))?, now)?;
     let end = parse_date(param("end_date").ok_or_else(|| missing("end_date"))?, now)?;
