@@ -20,6 +20,7 @@ use berth_compute_api::ComputeCtx;
 use berth_compute_model::plan::plan_put_cell;
 use berth_compute_model::{CellMapping, CELL0_UUID};
 use berth_http::{Api, Server};
+use berth_image_api::ImageCtx;
 use berth_reservation_api::ReservationCtx;
 use berth_reservations::{ReservationConfig, Reservations};
 use berth_store::{CellStore, StoreError};
@@ -36,7 +37,9 @@ pub(crate) struct ComputeServices {
     /// Context for `--compute-listen` (compute API at the root).
     root_ctx: Arc<ComputeCtx>,
     compute_api: Api<ComputeCtx>,
-    image_api: Api<ComputeCtx>,
+    /// Context of the image API (the control state only).
+    image_ctx: Arc<ImageCtx>,
+    image_api: Api<ImageCtx>,
     agent_api: Api<ComputeCtx>,
     admin_api: Api<ComputeCtx>,
     identity_api: Api<ComputeCtx>,
@@ -145,7 +148,8 @@ impl ComputeServices {
             root_ctx: ctx(""),
             compute: compute.clone(),
             compute_api: berth_compute_api::routes::compute_api(overrides)?,
-            image_api: berth_compute_api::routes::image_api(overrides)?,
+            image_ctx: Arc::new(ImageCtx { core: core.clone() }),
+            image_api: berth_image_api::image_api(overrides)?,
             agent_api: berth_compute_api::routes::agent_api(overrides)?,
             admin_api: berth_compute_api::routes::admin_api(overrides)?,
             identity_api: berth_compute_api::routes::identity_api(overrides)?,
@@ -162,7 +166,10 @@ impl ComputeServices {
     ) -> Response<Body> {
         let (api, rest) = match target {
             Target::Compute(rest) => (&self.compute_api, strip_project(rest)),
-            Target::Image(rest) => (&self.image_api, rest.to_owned()),
+            Target::Image(rest) => {
+                let rest = if rest.is_empty() { "/" } else { rest };
+                return berth_http::dispatch(&self.image_ctx, &self.image_api, server, rest, request).await;
+            }
             Target::Agent(rest) => (&self.agent_api, rest.to_owned()),
             Target::Admin(rest) => (&self.admin_api, rest.to_owned()),
             Target::Identity(rest) => (&self.identity_api, rest.to_owned()),
@@ -182,7 +189,7 @@ impl ComputeServices {
     pub(crate) fn error_renderer(&self, target: &Target<'_>) -> Option<berth_http::ErrorRenderer> {
         let api = match target {
             Target::Compute(_) => &self.compute_api,
-            Target::Image(_) => &self.image_api,
+            Target::Image(_) => return Some(self.image_api.render_error),
             Target::Agent(_) => &self.agent_api,
             Target::Admin(_) => &self.admin_api,
             Target::Identity(_) => &self.identity_api,

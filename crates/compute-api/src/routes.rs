@@ -1,7 +1,7 @@
 //! The route tables of the compute-side APIs: compute (Nova 2.1–2.104,
-//! paths relative to `/compute`), image (Glance v2 subset, relative to
-//! `/image`), agent (`/agent/v1`), admin (`/admin/v1`) and identity
-//! (`/identity`). One list per API; each endpoint names the microversion
+//! paths relative to `/compute`), agent (`/agent/v1`), admin (`/admin/v1`)
+//! and identity (`/identity`). The image and reservation APIs have crates
+//! of their own (`berth-image-api`, `berth-reservation-api`). One list per API; each endpoint names the microversion
 //! it appears at and, when Nova removed it, the last one serving it.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, flavors, images, migrations, resources, servers};
+use crate::handlers::{agents, flavors, migrations, resources, servers};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -140,31 +140,6 @@ fn plain(version: Version, service: &'static str) -> VersionSpec {
         invalid: berth_http::microversion::placement_invalid,
         unacceptable: berth_http::microversion::placement_unacceptable,
     }
-}
-
-fn g(method: M, handler: Sync) -> Endpoint<ComputeCtx> {
-    Endpoint::sync(method, Version(2, 0), handler)
-}
-
-/// The image (Glance v2 subset) API.
-pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
-    let routes = vec![
-        r("/", vec![g(M::GET, images::versions).public()]),
-        r("/versions", vec![g(M::GET, images::versions).public()]),
-        r("/v2/images", vec![g(M::GET, images::index), g(M::POST, images::create)]),
-        r("/v2/images/{id}", vec![g(M::GET, images::show), g(M::DELETE, images::delete)]),
-        r("/v2/images/{id}/file", vec![g(M::PUT, images::upload)]),
-        r("/v2/schemas/image", vec![g(M::GET, images::image_schema)]),
-        r("/v2/schemas/images", vec![g(M::GET, images::images_schema)]),
-    ];
-    Ok(Api {
-        name: "image",
-        versions: plain(Version(2, 0), "image"),
-        routes,
-        policy: Arc::new(Policy::new(crate::policy_rules::RULES, overrides)?),
-        render_error: api::render_image_error,
-        adjust_auth: api::adjust_auth,
-    })
 }
 
 fn v1s(method: M, handler: Sync) -> Endpoint<ComputeCtx> {

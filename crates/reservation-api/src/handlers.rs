@@ -8,15 +8,15 @@ use std::collections::BTreeMap;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
+use berth_compute_api::api;
 use berth_compute_model::lease::{
     HostAllocation, Lease, LeaseEvent, ReservableHost, Reservation, ReservationKind, ResourceProperty,
     RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
 };
-use berth_compute_api::api;
 use berth_compute_model::{ComputeError, World};
-use berth_reservation_model::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
 use berth_http::policy::{RuleTable, Target};
 use berth_http::{error_response, ApiError, ApiResult, Req, Resp, Version};
+use berth_reservation_model::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 

@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
-use berth_reservation_model::host_allows;
 use berth_compute_model::plan::{group_allows, host_of_instance};
 use berth_compute_model::{RequestSpec, ServerGroup, World, CELL0_UUID};
+use berth_reservation_model::host_allows;
 
 use crate::{HostHealth, HostState};
 

@@ -15,8 +15,8 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::json_fields::{
-    b, bad, f, field, get_hints, get_str_map, hints, i, opt_i, opt_s, opt_uuid, s, str_map, strings, uuid, uuid_list, uuids,
-    Result,
+    b, bad, f, field, get_hints, get_str_map, hints, i, opt_i, opt_s, opt_uuid, s, str_map, strings, uuid, uuid_list,
+    uuids, Result,
 };
 
 /// A flavor.
