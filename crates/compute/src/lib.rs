@@ -17,6 +17,10 @@
 //! Control-state reads and writes go through [`control::Control`] (the
 //! one write path of `berth-core`); pure decisions are made by
 //! `berth-compute-model`'s plans and `berth-scheduler`.
+//!
+//! Leases are not this crate's: the lease runtime (`berth-reservations`)
+//! takes an `Arc<Compute>` and the process wiring starts it, so nothing
+//! here calls into lease code.
 
 pub mod agents;
 pub mod cells;
