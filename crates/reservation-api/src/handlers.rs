@@ -10,8 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use berth_compute_api::api;
 use berth_compute_model::lease::{
-    HostAllocation, Lease, LeaseEvent, ReservableHost, Reservation, ReservationKind, ResourceProperty,
-    RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
+    HostAllocation, Lease, ReservationKind, RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
 };
 use berth_compute_model::{ComputeError, World};
 use berth_http::policy::{RuleTable, Target};
@@ -20,6 +19,8 @@ use berth_reservation_model::{self as plan, LeaseRequest, LeaseUpdate, Query, Re
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
+use crate::dates::{before_end_date, iso, parse_date};
+use crate::views::{host_view, lease_view, property_view};
 use crate::ReservationCtx;
 
 /// Blazar 18.0.0's policy rules and defaults.
@@ -67,99 +68,6 @@ fn policy(req: &Req, rule: &str, project_id: &str) -> ApiResult<()> {
 
 fn is_admin(req: &Req) -> bool {
     api::is_admin(req)
-}
-
-// ---------------------------------------------------------------- dates
-
-const MONTH_DAYS: [i64; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// `YYYY-MM-DD HH:MM` (Blazar's input format, strict like `strptime`).
-fn parse_blazar_date(text: &str) -> Option<i64> {
-    let (date, time) = text.split_once(' ')?;
-    let mut d = date.split('-');
-    let (y, m, day) = (d.next()?, d.next()?, d.next()?);
-    if d.next().is_some() || y.len() != 4 || m.is_empty() || m.len() > 2 || day.is_empty() || day.len() > 2 {
-        return None;
-    }
-    let (hh, mm) = time.split_once(':')?;
-    if hh.is_empty() || hh.len() > 2 || mm.is_empty() || mm.len() > 2 {
-        return None;
-    }
-    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if ![y, m, day, hh, mm].iter().all(|s| all_digits(s)) {
-        return None;
-    }
-    let (y, m, day, hh, mm): (i64, i64, i64, i64, i64) =
-        (y.parse().ok()?, m.parse().ok()?, day.parse().ok()?, hh.parse().ok()?, mm.parse().ok()?);
-    if !(1..=12).contains(&m) || hh > 23 || mm > 59 || day < 1 {
-        return None;
-    }
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let max_day = if m == 2 && leap { 29 } else { MONTH_DAYS[(m - 1) as usize] };
-    if day > max_day {
-        return None;
-    }
-    Some(api::days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60)
-}
-
-/// A lease date: `now` (truncated to the minute, as Blazar does), Blazar's
-/// format, or RFC 3339 (extension). 400 with Blazar's message otherwise.
-fn parse_date(text: &str, now: i64) -> ApiResult<i64> {
-    if text == "now" {
-        return Ok(now - now.rem_euclid(60));
-    }
-    parse_blazar_date(text)
-        .or_else(|| if text.contains('T') { api::parse_time(text) } else { None })
-        .ok_or_else(|| ApiError::bad_request(format!("{text} is an invalid date. Required format: %Y-%m-%d %H:%M")))
-}
-
-/// An explicit `before_end_date`: a date as Blazar parses it (`now` is not
-/// one), strictly inside the lease (403 "Datetime is out of lease limits",
-/// Blazar's `NotAuthorized`).
-fn before_end_date(text: &str, start: i64, end: i64, now: i64) -> ApiResult<i64> {
-    if text == "now" {
-        return Err(ApiError::bad_request("now is an invalid date. Required format: %Y-%m-%d %H:%M"));
-    }
-    let t = parse_date(text, now)?;
-    if !(start < t && t < end) {
-        return Err(ApiError::forbidden("Datetime is out of lease limits"));
-    }
-    Ok(t)
-}
-
-fn split(ts: i64) -> ((i64, i64, i64), (i64, i64, i64)) {
-    let days = ts.div_euclid(86_400);
-    let secs = ts.rem_euclid(86_400);
-    (civil_from_days(days), (secs / 3600, secs % 3600 / 60, secs % 60))
-}
-
-/// `2050-01-01T10:00:00.000000` (lease dates, event times).
-pub fn iso(ts: i64) -> String {
-    let ((y, m, d), (hh, mm, ss)) = split(ts);
-    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.000000")
-}
-
-/// `2026-11-23 10:58:47.000000` (`created_at`, `updated_at`).
-pub fn stamp(ts: i64) -> String {
-    let ((y, m, d), (hh, mm, ss)) = split(ts);
-    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02}.000000")
-}
-
-fn opt_stamp(ts: Option<i64>) -> Value {
-    ts.map_or(Value::Null, |t| json!(stamp(t)))
 }
 
 // ---------------------------------------------------------------- bodies
@@ -332,100 +240,6 @@ fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<Res
         }
         other => Err(ApiError::bad_request(format!("The {other} resource type is not supported"))),
     }
-}
-
-// ---------------------------------------------------------------- views
-
-fn reservation_view(lease: &Lease, r: &Reservation) -> Value {
-    let mut out = json!({
-        "id": r.id.to_string(), "lease_id": lease.id.to_string(), "resource_id": r.resource_id.to_string(),
-        "resource_type": r.resource_type(), "status": r.status.as_str(),
-        "missing_resources": r.missing_resources, "resources_changed": r.resources_changed,
-        "created_at": stamp(r.created_at), "updated_at": opt_stamp(r.updated_at),
-    });
-    let map = out.as_object_mut().expect("object");
-    match &r.kind {
-        ReservationKind::Host { min, max, hypervisor_properties, resource_properties, before_end } => {
-            map.insert("hypervisor_properties".into(), json!(hypervisor_properties));
-            map.insert("resource_properties".into(), json!(resource_properties));
-            map.insert("before_end".into(), json!(before_end));
-            map.insert("min".into(), json!(min));
-            map.insert("max".into(), json!(max));
-        }
-        ReservationKind::Instance {
-            vcpus,
-            memory_mb,
-            disk_gb,
-            amount,
-            affinity,
-            resource_properties,
-            source_flavor,
-        } => {
-            map.insert("vcpus".into(), json!(vcpus));
-            map.insert("memory_mb".into(), json!(memory_mb));
-            map.insert("disk_gb".into(), json!(disk_gb));
-            map.insert("amount".into(), json!(amount));
-            map.insert("affinity".into(), json!(affinity));
-            map.insert("resource_properties".into(), json!(resource_properties));
-            map.insert("flavor_id".into(), json!(source_flavor.clone().unwrap_or_else(|| r.id.to_string())));
-            // Blazar makes a Nova aggregate per instance reservation and a
-            // server group when `affinity` is set; berth makes neither (it
-            // places slots itself), so both are null.
-            map.insert("aggregate_id".into(), Value::Null);
-            map.insert("server_group_id".into(), Value::Null);
-        }
-    }
-    out
-}
-
-fn event_view(lease: &Lease, e: &LeaseEvent) -> Value {
-    json!({
-        "id": e.id.to_string(), "lease_id": lease.id.to_string(), "event_type": e.event_type.as_str(),
-        "time": iso(e.time), "status": e.status.as_str(),
-        "created_at": stamp(e.created_at), "updated_at": opt_stamp(e.updated_at),
-    })
-}
-
-/// A lease as Blazar shows it.
-pub fn lease_view(lease: &Lease) -> Value {
-    json!({
-        "id": lease.id.to_string(), "name": lease.name, "user_id": lease.user_id,
-        "project_id": lease.project_id, "start_date": iso(lease.start), "end_date": iso(lease.end),
-        "trust_id": lease.trust_id, "status": lease.status.as_str(), "degraded": lease.degraded,
-        "created_at": stamp(lease.created_at), "updated_at": opt_stamp(lease.updated_at),
-        "reservations": lease.reservations.iter().map(|r| reservation_view(lease, r)).collect::<Vec<_>>(),
-        "events": lease.events.iter().map(|e| event_view(lease, e)).collect::<Vec<_>>(),
-    })
-}
-
-fn host_view(world: &World, host: &ReservableHost, admin: bool) -> Value {
-    // Capacity as admission reads it: the node's inventory now.
-    let capacity = plan::capacity::host_capacity(world, host);
-    let mut out = json!({
-        "id": host.id.to_string(), "vcpus": capacity.vcpus, "cpu_info": host.cpu_info,
-        "hypervisor_type": host.hypervisor_type, "hypervisor_version": host.hypervisor_version,
-        "hypervisor_hostname": host.hypervisor_hostname, "service_name": host.service_name,
-        "memory_mb": capacity.memory_mb, "local_gb": capacity.local_gb, "status": Value::Null,
-        "availability_zone": host.availability_zone, "trust_id": host.trust_id, "reservable": host.reservable,
-        "created_at": stamp(host.created_at), "updated_at": opt_stamp(host.updated_at),
-    });
-    let map = out.as_object_mut().expect("object");
-    let props = &world.compute.leases.properties;
-    for (k, v) in &host.extra {
-        let private = props.get(&(RESOURCE_PHYSICAL_HOST.to_string(), k.clone())).is_some_and(|p| p.private);
-        if admin || !private {
-            map.insert(k.clone(), json!(v));
-        }
-    }
-    out
-}
-
-fn property_view(p: &ResourceProperty) -> Value {
-    json!({
-        "id": p.id.to_string(), "resource_type": p.resource_type, "property_name": p.name,
-        "private": p.private, "created_at": iso(p.created_at),
-        "updated_at": p.updated_at.map(iso),
-    })
 }
 
 // ---------------------------------------------------------------- versions
@@ -1034,28 +848,4 @@ pub fn host_capacity(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
         })
         .collect();
     Ok(Resp::ok(json!({"hosts": hosts})))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates_round_trip_in_blazar_formats() {
-        let t = parse_blazar_date("2050-01-01 10:00").unwrap();
-        assert_eq!(iso(t), "2050-01-01T10:00:00.000000");
-        assert_eq!(stamp(t + 5), "2050-01-01 10:00:05.000000");
-        assert_eq!(parse_blazar_date("2024-02-29 23:59").map(iso).as_deref(), Some("2024-02-29T23:59:00.000000"));
-        for bad in
-            ["Bogus-date 13:13", "2050-02-30 10:00", "2050-01-01 24:00", "2050-01-01T10:00", "2050-01-01 10:00:00"]
-        {
-            assert_eq!(parse_blazar_date(bad), None, "{bad}");
-        }
-        assert_eq!(parse_date("2050-01-01T10:00:00Z", 0).unwrap(), t, "RFC 3339 extension");
-        assert_eq!(parse_date("now", 125).unwrap(), 120);
-        assert_eq!(
-            parse_date("Bogus-date 13:13", 0).unwrap_err().detail,
-            "Bogus-date 13:13 is an invalid date. Required format: %Y-%m-%d %H:%M"
-        );
-    }
 }

@@ -3,10 +3,10 @@
 //! allocations, and berth's extensions (`/availability`, `?dry_run=true`).
 //!
 //! Owns: Blazar's wire format (request parsing, response bodies, dates,
-//! error body, policy rules) and the route table ([`routes`]). Handlers
-//! ([`handlers`]) extract and validate, call `berth-reservation-model`'s
-//! plans through the control write path, and wake the lease runner of
-//! `berth-reservations`.
+//! error body, policy rules; [`dates`], [`views`]) and the route table
+//! ([`routes`]). Handlers ([`handlers`]) extract and validate, call
+//! `berth-reservation-model`'s plans through the control write path, and
+//! wake the lease runner of `berth-reservations`.
 //!
 //! Must not: talk to a store crate directly (the tidy test checks it),
 //! hold lease logic (admission and events are `berth-reservation-model`'s
@@ -19,15 +19,18 @@
 //! on the same oslo stack); that is a dependency on a sibling on the same
 //! floor, never on a crate above.
 
+pub mod dates;
 pub mod handlers;
 pub mod routes;
+pub mod views;
 
 use std::sync::Arc;
 
 use berth_reservations::Reservations;
 
-pub use handlers::{lease_view, RULES};
+pub use handlers::RULES;
 pub use routes::reservation_api;
+pub use views::lease_view;
 
 /// What reservation handlers reach.
 pub struct ReservationCtx {
