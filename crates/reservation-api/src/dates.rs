@@ -1,6 +1,7 @@
 //! Blazar's dates: `YYYY-MM-DD HH:MM` in requests (or `now`, or RFC 3339
-//! as berth's extension), `…T…​.000000` for lease dates and event times and
-//! `… ….000000` for `created_at`/`updated_at` in responses.
+//! as berth's extension); `2050-01-01T10:00:00.000000` for lease dates and
+//! event times and `2050-01-01 10:00:00.000000` for `created_at` and
+//! `updated_at` in responses.
 
 use berth_compute_api::api;
 use berth_http::{ApiError, ApiResult};
