@@ -8,6 +8,32 @@ use std::time::Duration;
 use anyhow::Context;
 use berth_agent::{AgentConfig, HostShape, VgpuLayout};
 
+/// `berth agent`: run hosts, or (`berth agent credential …`) manage
+/// their credentials.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct AgentCmd {
+    #[command(subcommand)]
+    action: Option<AgentAction>,
+    #[command(flatten)]
+    opts: AgentOpts,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum AgentAction {
+    /// Issue, list and revoke per-host agent credentials (embedded
+    /// identity, without Keystone).
+    Credential(crate::credential_cmd::CredentialOpts),
+}
+
+/// Run `berth agent …`.
+pub(crate) fn dispatch(cmd: AgentCmd) -> anyhow::Result<()> {
+    match cmd.action {
+        Some(AgentAction::Credential(opts)) => crate::credential_cmd::run(opts),
+        None => run(cmd.opts),
+    }
+}
+
 /// Options of `berth agent`.
 #[derive(Debug, Clone, Default, clap::Args, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -18,6 +44,12 @@ pub(crate) struct AgentOpts {
     /// X-Auth-Token (noauth2: `admin`). Ignored with `--keystone-url`.
     #[arg(long, env = "BERTH_AGENT_TOKEN")]
     pub(crate) token: Option<String>,
+    /// File holding this host's agent credential (`berth agent credential
+    /// create HOST --output FILE`): the agent authenticates with it
+    /// instead of `--token`. Without Keystone, the way an agent has an
+    /// identity of its own.
+    #[arg(long, env = "BERTH_AGENT_CREDENTIAL_FILE")]
+    pub(crate) credential_file: Option<PathBuf>,
     /// Extra trusted root certificates (PEM) for an `https` URL.
     #[arg(long, env = "BERTH_AGENT_CA_FILE")]
     pub(crate) ca_file: Option<PathBuf>,
@@ -152,6 +184,7 @@ impl AgentOpts {
         Ok(pick!(
             url,
             token,
+            credential_file,
             ca_file,
             keystone_url,
             keystone_user,
@@ -234,7 +267,10 @@ impl AgentOpts {
                 berth_identity::client(Duration::from_secs(10))?,
                 creds,
             ))),
-            None => berth_agent::AgentAuth::Token(opts.token.unwrap_or_else(|| "admin".to_owned())),
+            None => match &opts.credential_file {
+                Some(path) => berth_agent::AgentAuth::Token(read_credential(path)?),
+                None => berth_agent::AgentAuth::Token(opts.token.unwrap_or_else(|| "admin".to_owned())),
+            },
         };
         Ok(AgentConfig {
             url: opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned()),
@@ -277,6 +313,18 @@ fn read_layout(path: &std::path::Path) -> anyhow::Result<VgpuLayout> {
 
 /// Run `berth agent` until SIGINT/SIGTERM; SIGHUP re-reads
 /// `--vgpu-layout-file` and hands a changed layout to the agent.
+/// The credential in `path` (its first line).
+fn read_credential(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let token = text.lines().next().unwrap_or_default().trim().to_owned();
+    anyhow::ensure!(
+        token.starts_with("berth-agent:"),
+        "{} holds no agent credential (expected a line berth-agent:HOST:SECRET)",
+        path.display()
+    );
+    Ok(token)
+}
+
 pub(crate) fn run(opts: AgentOpts) -> anyhow::Result<()> {
     let log = opts.log.clone().unwrap_or_else(|| "info".to_owned());
     crate::logging::init(&log, false, opts.log_color.unwrap_or_default());

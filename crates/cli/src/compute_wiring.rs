@@ -109,6 +109,11 @@ pub(crate) struct ComputeSettings {
 }
 
 impl ComputeServices {
+    /// The validator of the per-host agent credentials berth issues.
+    pub(crate) fn agent_credentials(&self) -> Arc<dyn berth_http::TokenValidator> {
+        Arc::new(berth_compute_api::handlers::credentials::AgentCredentials::new(self.ctx.core.clone()))
+    }
+
     /// Build the compute side on `core` (inside the tokio runtime): make
     /// sure cell0 and cell1 exist, open the cells, start the runtime.
     pub(crate) fn start(

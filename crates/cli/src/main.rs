@@ -11,6 +11,7 @@ mod bench_soak;
 mod cell_cmd;
 mod compute_wiring;
 mod config;
+mod credential_cmd;
 mod keystone;
 mod logging;
 mod router;
@@ -36,7 +37,7 @@ enum Command {
     /// Run benchmarks against a berth (and optionally the real placement).
     Bench(bench::BenchOpts),
     /// Run fake compute hosts (a hypervisor agent) against a berth.
-    Agent(agent::AgentOpts),
+    Agent(agent::AgentCmd),
     /// Manage cells: create, list, disable/enable, discover hosts.
     Cell(cell_cmd::CellOpts),
 }
@@ -80,7 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(opts) => serve::run(opts),
         Command::Migrate(opts) => serve::migrate(opts),
         Command::Bench(opts) => bench::run(opts),
-        Command::Agent(opts) => agent::run(opts),
+        Command::Agent(cmd) => agent::dispatch(cmd),
         Command::Cell(opts) => cell_cmd::run(opts),
     };
     match result {

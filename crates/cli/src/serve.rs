@@ -168,8 +168,9 @@ pub(crate) struct ServeOpts {
     allow_resize_to_same_host: Option<bool>,
     /// Run the placement/compute heal every N sweep ticks (200 ms each;
     /// default 150, 30 s; 0: only on POST /admin/v1/heal). It deletes the
-    /// allocations of INSTANCE consumers that are no server: a deployment
-    /// where other clients write INSTANCE consumers must set 0.
+    /// allocations left on INSTANCE consumers that are servers of berth's
+    /// own cells and should hold none (deleted rows included); other
+    /// clients' consumers are never touched.
     #[arg(long, env = "BERTH_HEAL_EVERY_TICKS")]
     heal_every_ticks: Option<u64>,
     /// The heal leaves alone what was written less than this many seconds
@@ -427,6 +428,8 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             auth_mode,
             validator: validator
                 .map(|v| Arc::new(crate::keystone::KeystoneAuth(v)) as Arc<dyn berth_http::TokenValidator>),
+            // Set once the compute runtime (which holds the credentials) runs.
+            agent_credentials: None,
             cors,
             max_body_bytes: opts.max_body_bytes.or(file.max_body_bytes).unwrap_or(DEFAULT_MAX_BODY_BYTES),
         },
@@ -491,8 +494,10 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             settings.compute.clone(),
             &settings.policy_overrides,
         )?;
+        let mut http = settings.http.clone();
+        http.agent_credentials = Some(compute.agent_credentials());
         let services = Arc::new(crate::router::Services {
-            server: Server { config: settings.http.clone(), metrics: Default::default() },
+            server: Server { config: http, metrics: Default::default() },
             core: app,
             placement,
             placement_api,

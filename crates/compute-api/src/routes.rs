@@ -12,7 +12,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, flavors, migrations, resources, servers};
+use crate::handlers::{agents, credentials, flavors, migrations, resources, servers};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -176,6 +176,8 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         r("/cells/{name}/enable", vec![v1s(M::POST, agents::enable_cell)]),
         r("/discover-hosts", vec![v1a(M::POST, agents::discover_hosts)]),
         r("/hosts/{host}/binding", vec![v1s(M::DELETE, agents::unbind_host)]),
+        r("/agent-credentials", vec![v1s(M::GET, credentials::list), v1s(M::POST, credentials::issue)]),
+        r("/agent-credentials/{host}", vec![v1s(M::DELETE, credentials::revoke)]),
         r("/heal", vec![v1a(M::POST, agents::heal)]),
         r("/test/hold", vec![v1s(M::POST, agents::hold)]),
         r("/test/release", vec![v1s(M::POST, agents::release)]),

@@ -30,9 +30,9 @@ use uuid::Uuid;
 
 use crate::state::ComputeChange as C;
 use crate::{
-    quota, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeError, ComputeNodeRef, Flavor, GroupPolicy,
-    HostMapping, Image, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup, Timestamp, World, WorldChangeSet,
-    CELL0_UUID, CONSUMER_TYPE_INSTANCE,
+    credential_host, credential_identity, quota, AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping,
+    ComputeError, ComputeNodeRef, Flavor, GroupPolicy, HostMapping, Image, InstanceMapping, InstanceSpec, RequestSpec,
+    ServerGroup, Timestamp, World, WorldChangeSet, CELL0_UUID, CONSUMER_TYPE_INSTANCE,
 };
 
 type Result<T> = std::result::Result<T, ComputeError>;
@@ -1103,15 +1103,10 @@ pub fn plan_bind_hosts(world: &World, hosts: &[String], cell: Uuid, owner: &str)
     if !world.compute.cells.contains_key(&cell) {
         return Err(ComputeError::NotFound(format!("Cell {cell} could not be found.")));
     }
+    check_host_owner(world, owner, hosts.iter().map(String::as_str))?;
     let mut set = WorldChangeSet::new();
     for host in hosts {
-        let existing = world.compute.host_mappings.get(host);
-        if let Some(m) = existing {
-            if m.owner.as_deref().is_some_and(|o| o != owner) {
-                return Err(ComputeError::Forbidden(format!(
-                    "Host {host} is bound to another agent identity; an admin must unbind it first."
-                )));
-            }
+        if let Some(m) = world.compute.host_mappings.get(host) {
             if m.cell != cell {
                 return Err(ComputeError::Conflict(format!("Host {host} is already mapped to another cell.")));
             }
@@ -1140,16 +1135,85 @@ pub fn plan_unbind_host(world: &World, host: &str) -> Result<WorldChangeSet> {
 }
 
 /// Refuse (403) when any of `hosts` is bound to an identity other than
-/// `caller`. Unknown and unbound hosts pass.
+/// `caller`: the identity of its mapping, or its agent credential's once
+/// one was issued (even before the host registered). A credential's
+/// identity speaks only for its own host. Unknown and unbound hosts pass.
 pub fn check_host_owner<'a>(world: &World, caller: &str, hosts: impl IntoIterator<Item = &'a str>) -> Result<()> {
     for host in hosts {
-        if let Some(owner) = world.compute.host_mappings.get(host).and_then(|m| m.owner.as_deref()) {
-            if owner != caller {
-                return Err(ComputeError::Forbidden(format!("Host {host} is bound to another agent identity.")));
+        if let Some(own) = credential_host(caller) {
+            if own != host {
+                return Err(ComputeError::Forbidden(format!(
+                    "The agent credential of host {own} cannot speak for host {host}."
+                )));
             }
+        }
+        let bound = if world.compute.agent_credentials.contains_key(host) {
+            Some(credential_identity(host))
+        } else {
+            world.compute.host_mappings.get(host).and_then(|m| m.owner.clone())
+        };
+        if bound.is_some_and(|owner| owner != caller) {
+            return Err(ComputeError::Forbidden(format!("Host {host} is bound to another agent identity.")));
         }
     }
     Ok(())
+}
+
+/// The longest host name an agent credential is issued for (Nova's
+/// `services.host` column).
+const MAX_HOST_NAME: usize = 255;
+
+/// Issue (or rotate) `host`'s agent credential: only the digest of its
+/// secret is kept. A mapped host is bound to the credential's identity at
+/// once, so from this write on only the credential speaks for it.
+pub fn plan_issue_agent_credential(world: &World, host: &str, digest: &str, now: i64) -> Result<WorldChangeSet> {
+    if host.is_empty()
+        || host.len() > MAX_HOST_NAME
+        || host.contains(':')
+        || host.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(ComputeError::Invalid(format!(
+            "Invalid host name: 1 to {MAX_HOST_NAME} characters, no ':', spaces or control characters."
+        )));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutAgentCredential(AgentCredential {
+        host: host.to_owned(),
+        digest: digest.to_owned(),
+        created_at: now,
+    }));
+    if let Some(mapping) = world.compute.host_mappings.get(host) {
+        let identity = credential_identity(host);
+        if mapping.owner.as_deref() != Some(identity.as_str()) {
+            set.compute(C::PutHostMapping(HostMapping { owner: Some(identity), ..mapping.clone() }));
+        }
+    }
+    Ok(set)
+}
+
+/// Revoke `host`'s agent credential; a host bound to it is unbound (the
+/// next registration binds it to whoever registers it).
+pub fn plan_revoke_agent_credential(world: &World, host: &str) -> Result<WorldChangeSet> {
+    if !world.compute.agent_credentials.contains_key(host) {
+        return Err(ComputeError::NotFound(format!("Host {host} has no agent credential.")));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::DeleteAgentCredential(host.to_owned()));
+    if let Some(mapping) = world.compute.host_mappings.get(host) {
+        if mapping.owner.as_deref() == Some(credential_identity(host).as_str()) {
+            set.compute(C::PutHostMapping(HostMapping { owner: None, ..mapping.clone() }));
+        }
+    }
+    Ok(set)
+}
+
+/// Whether `digest` (of a presented secret) is `host`'s credential.
+/// Compared in constant time.
+pub fn agent_credential_matches(world: &World, host: &str, digest: &str) -> bool {
+    world.compute.agent_credentials.get(host).is_some_and(|c| {
+        c.digest.len() == digest.len()
+            && c.digest.bytes().zip(digest.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    })
 }
 
 #[cfg(test)]
@@ -1561,5 +1625,39 @@ pub(crate) mod tests {
         assert_eq!(consumer.allocations, wanted);
         assert_eq!(consumer.row.consumer_type.as_deref(), Some(CONSUMER_TYPE_INSTANCE));
         assert_eq!(world.compute.counted("p", None).cores, 3, "counted again for quota");
+    }
+
+    #[test]
+    fn an_agent_credential_binds_its_host_and_speaks_only_for_it() {
+        let (mut world, _) = world_with_hosts(2);
+        let cell = *world.compute.cells.keys().next().expect("cell");
+        // A mapped host bound to a noauth2 identity moves to the credential.
+        world.apply(&plan_bind_hosts(&world, &["h0".into()], cell, "admin").expect("bind"));
+        world.apply(&plan_issue_agent_credential(&world, "h0", "abcd", 7).expect("issue"));
+        assert_eq!(world.compute.host_mappings["h0"].owner.as_deref(), Some("berth-agent:h0"));
+        assert!(check_host_owner(&world, "admin", ["h0"]).is_err(), "the old identity lost the host");
+        assert!(check_host_owner(&world, "berth-agent:h0", ["h0"]).is_ok());
+        assert!(agent_credential_matches(&world, "h0", "abcd"));
+        assert!(!agent_credential_matches(&world, "h0", "abce"));
+        assert!(!agent_credential_matches(&world, "h1", "abcd"));
+        // A credential never speaks for another host, bound or not.
+        assert!(matches!(check_host_owner(&world, "berth-agent:h0", ["h1"]), Err(ComputeError::Forbidden(_))));
+        assert!(plan_bind_hosts(&world, &["new".into()], cell, "berth-agent:h0").is_err());
+        // A host not yet registered is bound to its credential already.
+        world.apply(&plan_issue_agent_credential(&world, "later", "ffff", 8).expect("issue"));
+        assert!(matches!(plan_bind_hosts(&world, &["later".into()], cell, "admin"), Err(ComputeError::Forbidden(_))));
+        assert!(plan_bind_hosts(&world, &["later".into()], cell, "berth-agent:later").is_ok());
+        // Bad host names are refused.
+        for bad in ["", "a:b", "a b", &"x".repeat(256)] {
+            assert!(
+                matches!(plan_issue_agent_credential(&world, bad, "00", 1), Err(ComputeError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+        // Revoking unbinds the host; anyone may register it again.
+        world.apply(&plan_revoke_agent_credential(&world, "h0").expect("revoke"));
+        assert_eq!(world.compute.host_mappings["h0"].owner, None);
+        assert!(check_host_owner(&world, "admin", ["h0"]).is_ok());
+        assert!(matches!(plan_revoke_agent_credential(&world, "h0"), Err(ComputeError::NotFound(_))));
     }
 }

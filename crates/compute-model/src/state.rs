@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::lease::{Lease, LeaseTables, ReservableHost, ResourceProperty};
 use crate::{
-    Aggregate, BuildRequest, CellMapping, ComputeNodeRef, Flavor, HostMapping, Image, InstanceMapping, RequestSpec,
-    ServerGroup,
+    AgentCredential, Aggregate, BuildRequest, CellMapping, ComputeNodeRef, Flavor, HostMapping, Image, InstanceMapping,
+    RequestSpec, ServerGroup,
 };
 
 /// One row-level change to the compute control tables.
@@ -39,6 +39,10 @@ pub enum ComputeChange {
     PutHostMapping(HostMapping),
     /// Delete a host mapping.
     DeleteHostMapping(String),
+    /// Insert or replace a host's agent credential.
+    PutAgentCredential(AgentCredential),
+    /// Delete a host's agent credential.
+    DeleteAgentCredential(String),
     /// Insert or replace a compute-node reference.
     PutComputeNode(ComputeNodeRef),
     /// Delete a compute-node reference.
@@ -116,6 +120,8 @@ pub enum RowKey {
     Cell(Uuid),
     /// A host mapping.
     HostMapping(String),
+    /// A host's agent credential.
+    AgentCredential(String),
     /// A compute-node reference.
     ComputeNode(Uuid),
     /// An instance mapping.
@@ -153,6 +159,8 @@ impl ComputeChange {
             C::DeleteCell(id) => RowKey::Cell(*id),
             C::PutHostMapping(h) => RowKey::HostMapping(h.host.clone()),
             C::DeleteHostMapping(h) => RowKey::HostMapping(h.clone()),
+            C::PutAgentCredential(c) => RowKey::AgentCredential(c.host.clone()),
+            C::DeleteAgentCredential(h) => RowKey::AgentCredential(h.clone()),
             C::PutComputeNode(n) => RowKey::ComputeNode(n.uuid),
             C::DeleteComputeNode(id) => RowKey::ComputeNode(*id),
             C::PutInstanceMapping(m) => RowKey::InstanceMapping(m.instance_uuid),
@@ -206,6 +214,8 @@ pub struct ComputeState {
     pub cells: BTreeMap<Uuid, CellMapping>,
     /// Host mappings by host.
     pub host_mappings: BTreeMap<String, HostMapping>,
+    /// Agent credentials by host.
+    pub agent_credentials: BTreeMap<String, AgentCredential>,
     /// Compute-node references by node uuid (= root provider uuid).
     pub compute_nodes: HashMap<Uuid, ComputeNodeRef>,
     /// Instance mappings by instance.
@@ -327,6 +337,7 @@ impl ComputeState {
             RowKey::ServerGroup(id) => self.server_groups.get(id).cloned().map(C::PutServerGroup),
             RowKey::Cell(id) => self.cells.get(id).cloned().map(C::PutCell),
             RowKey::HostMapping(h) => self.host_mappings.get(h).cloned().map(C::PutHostMapping),
+            RowKey::AgentCredential(h) => self.agent_credentials.get(h).cloned().map(C::PutAgentCredential),
             RowKey::ComputeNode(id) => self.compute_nodes.get(id).cloned().map(C::PutComputeNode),
             RowKey::InstanceMapping(id) => self.instance_mappings.get(id).cloned().map(C::PutInstanceMapping),
             RowKey::BuildRequest(id) => self.build_requests.get(id).cloned().map(C::PutBuildRequest),
@@ -360,6 +371,7 @@ impl ComputeState {
             RowKey::ServerGroup(id) => C::DeleteServerGroup(id),
             RowKey::Cell(id) => C::DeleteCell(id),
             RowKey::HostMapping(h) => C::DeleteHostMapping(h),
+            RowKey::AgentCredential(h) => C::DeleteAgentCredential(h),
             RowKey::ComputeNode(id) => C::DeleteComputeNode(id),
             RowKey::InstanceMapping(id) => C::DeleteInstanceMapping(id),
             RowKey::BuildRequest(id) => C::DeleteBuildRequest(id),
@@ -414,6 +426,12 @@ impl ComputeState {
             }
             C::DeleteHostMapping(h) => {
                 self.host_mappings.remove(h);
+            }
+            C::PutAgentCredential(c) => {
+                self.agent_credentials.insert(c.host.clone(), c.clone());
+            }
+            C::DeleteAgentCredential(h) => {
+                self.agent_credentials.remove(h);
             }
             C::PutComputeNode(n) => {
                 self.remove_node(&n.uuid);

@@ -208,6 +208,34 @@ pub struct HostMapping {
     pub owner: Option<String>,
 }
 
+/// A per-host agent credential berth issued (embedded identity, without
+/// Keystone): the agent of `host` authenticates with
+/// `X-Auth-Token: berth-agent:HOST:SECRET`. Only the SHA-256 of the secret
+/// is kept; the secret is shown once, when issued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentCredential {
+    /// The host the credential speaks for (and only for).
+    pub host: String,
+    /// Lower-case hex SHA-256 of the secret.
+    pub digest: String,
+    /// When it was issued (seconds since the epoch).
+    pub created_at: i64,
+}
+
+/// The token prefix of an agent credential.
+pub const AGENT_CREDENTIAL_PREFIX: &str = "berth-agent:";
+
+/// The agent identity (user id) of `host`'s credential: what the host is
+/// bound to once its credential exists.
+pub fn credential_identity(host: &str) -> String {
+    format!("{AGENT_CREDENTIAL_PREFIX}{host}")
+}
+
+/// The host an agent identity speaks for, when it is a credential's.
+pub fn credential_host(identity: &str) -> Option<&str> {
+    identity.strip_prefix(AGENT_CREDENTIAL_PREFIX)
+}
+
 /// Which host, node and cell a compute node resource provider belongs to.
 /// The scheduler maps placement's root providers back to hosts with it.
 #[derive(Debug, Clone, PartialEq)]

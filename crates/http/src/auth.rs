@@ -102,6 +102,32 @@ pub async fn authenticate_keystone(
     Ok(ctx)
 }
 
+/// The token prefix of a per-host agent credential berth issued.
+pub const AGENT_CREDENTIAL_PREFIX: &str = "berth-agent:";
+
+/// The `X-Auth-Token` when it is an agent credential.
+pub fn agent_credential_token(headers: &HeaderMap) -> Option<&str> {
+    header(headers, "x-auth-token").filter(|t| t.starts_with(AGENT_CREDENTIAL_PREFIX))
+}
+
+/// Identify an agent by its credential: a wrong or revoked secret is a
+/// 401, never a fallback to the other modes.
+pub async fn authenticate_agent_credential(
+    credentials: &dyn TokenValidator,
+    token: &str,
+) -> Result<AuthContext, ApiError> {
+    credentials.validate(token).await.map_err(|e| match e {
+        TokenError::Invalid => {
+            let mut err = unauthorized();
+            err.headers.push(("www-authenticate", credentials.www_authenticate()));
+            err
+        }
+        TokenError::Unavailable => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "The agent credential could not be checked.")
+        }
+    })
+}
+
 /// Identify the caller from headers alone (noauth2, trusted headers).
 /// Fails with 401 when no identity is present, and always in keystone
 /// mode (see [`authenticate_keystone`]).

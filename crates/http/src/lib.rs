@@ -52,6 +52,9 @@ pub struct HttpConfig {
     /// Validates tokens in [`AuthMode::Keystone`] (without one, keystone
     /// mode lets nobody in).
     pub validator: Option<Arc<dyn TokenValidator>>,
+    /// Validates the per-host agent credentials berth issued
+    /// (`X-Auth-Token: berth-agent:HOST:SECRET`), in every auth mode.
+    pub agent_credentials: Option<Arc<dyn TokenValidator>>,
     /// CORS, when enabled.
     pub cors: Option<CorsConfig>,
     /// Largest accepted request body in bytes.
@@ -143,6 +146,11 @@ fn link_base(headers: &HeaderMap) -> (&'static str, &str) {
 /// Who is calling, in the listener's auth mode (Keystone through its
 /// validator; headers alone otherwise).
 pub async fn identify(config: &HttpConfig, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+    if let Some(credentials) = &config.agent_credentials {
+        if let Some(token) = auth::agent_credential_token(headers) {
+            return auth::authenticate_agent_credential(credentials.as_ref(), token).await;
+        }
+    }
     match (config.auth_mode, &config.validator) {
         (AuthMode::Keystone, Some(validator)) => auth::authenticate_keystone(validator.as_ref(), headers).await,
         (mode, _) => auth::authenticate(mode, headers),

@@ -178,6 +178,7 @@ impl Harness {
                 config: HttpConfig {
                     auth_mode: AuthMode::NoAuth2,
                     validator: None,
+                    agent_credentials: None,
                     cors: None,
                     max_body_bytes: 10 * 1024 * 1024,
                 },

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 
 use berth_compute_model::plan::HostChoice;
 use berth_compute_model::{
-    Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor, GroupPolicy, HostMapping,
-    Image, ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
+    AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor,
+    GroupPolicy, HostMapping, Image, ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
 };
 use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};
@@ -283,6 +283,7 @@ pub fn row_key(key: &RowKey) -> (&'static str, String) {
         RowKey::ServerGroup(id) => ("server_group", id.to_string()),
         RowKey::Cell(id) => ("cell", id.to_string()),
         RowKey::HostMapping(h) => ("host_mapping", h.clone()),
+        RowKey::AgentCredential(host) => ("agent_credential", host.clone()),
         RowKey::ComputeNode(id) => ("compute_node", id.to_string()),
         RowKey::InstanceMapping(id) => ("instance_mapping", id.to_string()),
         RowKey::BuildRequest(id) => ("build_request", id.to_string()),
@@ -310,6 +311,7 @@ pub fn change_row(change: &ComputeChange) -> (&'static str, String, Option<Value
             Some(owner) => json!({"host": h.host, "cell": h.cell.to_string(), "owner": owner}),
             None => json!({"host": h.host, "cell": h.cell.to_string()}),
         }),
+        C::PutAgentCredential(c) => Some(json!({"host": c.host, "digest": c.digest, "created_at": c.created_at})),
         C::PutComputeNode(n) => {
             Some(json!({"uuid": n.uuid.to_string(), "host": n.host, "node": n.node, "cell": n.cell.to_string()}))
         }
@@ -352,6 +354,7 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
             "server_group" => C::DeleteServerGroup(parse_uuid(key)?),
             "cell" => C::DeleteCell(parse_uuid(key)?),
             "host_mapping" => C::DeleteHostMapping(key.to_owned()),
+            "agent_credential" => C::DeleteAgentCredential(key.to_owned()),
             "compute_node" => C::DeleteComputeNode(parse_uuid(key)?),
             "instance_mapping" => C::DeleteInstanceMapping(parse_uuid(key)?),
             "build_request" => C::DeleteBuildRequest(parse_uuid(key)?),
@@ -379,6 +382,11 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
             host: s(v, "host")?,
             cell: uuid(v, "cell")?,
             owner: v.get("owner").and_then(Value::as_str).map(str::to_owned),
+        }),
+        "agent_credential" => C::PutAgentCredential(AgentCredential {
+            host: s(v, "host")?,
+            digest: s(v, "digest")?,
+            created_at: i(v, "created_at")?,
         }),
         "compute_node" => C::PutComputeNode(ComputeNodeRef {
             uuid: uuid(v, "uuid")?,
@@ -537,6 +545,8 @@ mod tests {
             C::PutHostMapping(HostMapping { host: "h".into(), cell: id, owner: None }),
             C::PutHostMapping(HostMapping { host: "h2".into(), cell: id, owner: Some("agent-user".into()) }),
             C::DeleteHostMapping("h".into()),
+            C::PutAgentCredential(AgentCredential { host: "h".into(), digest: "ab01".into(), created_at: 9 }),
+            C::DeleteAgentCredential("h".into()),
             C::PutComputeNode(ComputeNodeRef { uuid: id, host: "h".into(), node: "n".into(), cell: id }),
             C::DeleteComputeNode(id),
             C::PutInstanceMapping(InstanceMapping {

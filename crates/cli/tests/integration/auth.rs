@@ -235,3 +235,128 @@ async fn tls_listener_serves_every_api_and_its_own_hosts() {
     assert!(reqwest::Client::new().get(format!("{base}/")).send().await.is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `POST`/`GET` on the agent API with `token`: status and body.
+async fn agent_call(base: &str, token: &str, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/agent/v1{path}"))
+        .header("x-auth-token", token)
+        .json(&body)
+        .send()
+        .await
+        .expect("agent call");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// `berth agent credential …` with `args`; its stdout.
+fn credential_cmd(base: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["agent", "credential"])
+        .args(args)
+        .args(["--url", base])
+        .output()
+        .expect("run berth agent credential");
+    assert!(out.status.success(), "berth agent credential {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Without Keystone, berth issues each host a credential: the agent that
+/// holds it is the host's only voice (even before it registers), the
+/// credential speaks for no other host, and once revoked it opens nothing.
+/// On PostgreSQL a second process accepts a credential the first issued
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_credential_gives_a_host_its_own_identity() {
+    use serde_json::json;
+    let server = TestServer::start("agent-cred").await;
+    let base = server.base.clone();
+    let host = "credhost-0";
+    let file = server.dir.join("credhost.cred");
+    let printed = credential_cmd(&base, &["create", host, "--output", file.to_str().expect("path")]);
+    assert!(printed.contains("written to"), "{printed}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).expect("credential file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the credential file is its owner's alone");
+    }
+    let token = std::fs::read_to_string(&file).expect("read credential").trim().to_owned();
+    assert!(token.starts_with(&format!("berth-agent:{host}:")), "{token}");
+
+    // Bound before it ever registered: the noauth2 admin cannot take it.
+    let registration =
+        |h: &str| json!({"agent": "thief", "hosts": [{"host": h, "vcpus": 8, "memory_mb": 1, "local_gb": 1}]});
+    let (code, body) = agent_call(&base, "admin", "/register", registration(host)).await;
+    assert_eq!(code, 403, "{body}");
+
+    // A real agent with the credential registers and reports inventory
+    // (placement accepts its service identity).
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["agent", "--url", &base, "--hosts", "1", "--prefix", "credhost-", "--log", "warn"])
+        .arg("--credential-file")
+        .arg(&file)
+        .spawn()
+        .expect("spawn berth agent");
+    let http = reqwest::Client::new();
+    let list = || http.get(format!("{base}/compute/v2.1/os-hypervisors")).header("x-auth-token", "admin");
+    wait_hypervisors(list, 1, "the agent with a credential never registered").await;
+    assert!(agent.try_wait().expect("agent").is_none(), "the agent exited");
+
+    // Nobody else registers, heartbeats or reports for the host.
+    let (code, body) = agent_call(&base, "admin", "/register", registration(host)).await;
+    assert_eq!(code, 403, "{body}");
+    let (code, _) = agent_call(&base, "admin", "/heartbeat", json!({"agent": "thief", "hosts": [host]})).await;
+    assert_eq!(code, 403);
+    let event = json!({"events": [{"instance": uuid::Uuid::new_v4().to_string(), "host": host, "kind": "deleted"}]});
+    assert_eq!(agent_call(&base, "admin", "/events", event).await.0, 403);
+    // The credential speaks for its host alone.
+    let (code, body) = agent_call(&base, &token, "/register", registration("elsewhere-0")).await;
+    assert_eq!(code, 403, "{body}");
+    // A wrong secret is a 401 with WWW-Authenticate, never a noauth2 user.
+    let forged = format!("berth-agent:{host}:{}", "0".repeat(64));
+    let resp = http
+        .post(format!("{base}/agent/v1/heartbeat"))
+        .header("x-auth-token", &forged)
+        .json(&json!({"agent": "x", "hosts": [host]}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status().as_u16(), 401);
+    assert!(resp.headers().contains_key("www-authenticate"));
+    // It is an agent's identity, not a tenant's or an admin's.
+    let servers = http.get(format!("{base}/compute/v2.1/servers")).header("x-auth-token", &token).send().await;
+    assert_eq!(servers.expect("send").status().as_u16(), 403);
+    let admin_route =
+        http.get(format!("{base}/admin/v1/agent-credentials")).header("x-auth-token", &token).send().await;
+    assert_eq!(admin_route.expect("send").status().as_u16(), 403);
+    let listed = credential_cmd(&base, &["list"]);
+    assert!(listed.contains(host) && listed.contains("registered=true") && !listed.contains(&token[20..]), "{listed}");
+
+    // Another process on the same database accepts a fresh credential
+    // at once (PostgreSQL; SQLite has one process).
+    if server.database.is_some() {
+        let sibling = server.start_sibling().await;
+        let issued: serde_json::Value = http
+            .post(format!("{base}/admin/v1/agent-credentials"))
+            .header("x-auth-token", "admin")
+            .json(&json!({"host": "credhost-9"}))
+            .send()
+            .await
+            .expect("issue")
+            .json()
+            .await
+            .expect("json");
+        let fresh = issued["credential"]["token"].as_str().expect("token").to_owned();
+        let (code, body) = agent_call(&sibling.base, &fresh, "/register", registration("credhost-9")).await;
+        assert_eq!(code, 200, "the sibling knows the credential: {body}");
+    }
+
+    // Revoked: the credential opens nothing and the host is unbound.
+    credential_cmd(&base, &["delete", host]);
+    let (code, _) = agent_call(&base, &token, "/heartbeat", json!({"agent": "x", "hosts": [host]})).await;
+    assert_eq!(code, 401);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let (code, body) = agent_call(&base, "admin", "/register", registration(host)).await;
+    assert_eq!(code, 200, "{body}");
+}

@@ -1,9 +1,10 @@
 //! Handlers of the compute-side APIs, one module per area: `servers`,
-//! `flavors`, `resources` (server groups, quotas,
-//! limits, hypervisors, services, aggregates, zones, versions) and `agents`
-//! (agent, admin and identity APIs).
+//! `flavors`, `resources` (server groups, quotas, limits, hypervisors,
+//! services, aggregates, zones, versions), `agents` (agent, admin and
+//! identity APIs) and `credentials` (per-host agent credentials).
 
 pub mod agents;
+pub mod credentials;
 pub mod flavors;
 pub mod migrations;
 pub mod resources;
