@@ -77,7 +77,7 @@ fn random_duration(rng: &mut Rng) -> i64 {
 
 /// Blazar's date format (`%Y-%m-%d %H:%M`).
 fn blazar_date(ts: i64) -> String {
-    let iso = berth_compute_api::handlers::leases::iso(ts);
+    let iso = berth_reservation_api::dates::iso(ts);
     iso[..16].replace('T', " ")
 }
 
@@ -288,7 +288,7 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
         anyhow::ensure!(status == 200, "availability?{query}: {status} {body}");
         match body["availability"]["start_date"].as_str() {
             None => none += 1,
-            Some(start) if start == berth_compute_api::handlers::leases::iso(from) => at_from += 1,
+            Some(start) if start == berth_reservation_api::dates::iso(from) => at_from += 1,
             Some(_) => later += 1,
         }
         all.push(took);

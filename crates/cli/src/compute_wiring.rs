@@ -1,7 +1,9 @@
 //! The compute side of `berth serve`: cells (cell0 and cell1 created on
-//! first start), the compute runtime (conductor, sweep, health), its APIs
-//! (compute, image, agent, admin, identity) and their dispatch, and the
-//! in-process fake hosts of `--fake-hosts`.
+//! first start), the compute runtime (conductor, sweep, health), the lease
+//! runtime beside it (`berth-reservations`: built on the compute runtime
+//! and started here, since `berth-compute` knows nothing of leases), their
+//! APIs (compute, image, agent, admin, identity, reservation) and their
+//! dispatch, and the in-process fake hosts of `--fake-hosts`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,6 +20,9 @@ use berth_compute_api::ComputeCtx;
 use berth_compute_model::plan::plan_put_cell;
 use berth_compute_model::{CellMapping, CELL0_UUID};
 use berth_http::{Api, Server};
+use berth_image_api::ImageCtx;
+use berth_reservation_api::ReservationCtx;
+use berth_reservations::{ReservationConfig, Reservations};
 use berth_store::{CellStore, StoreError};
 use uuid::Uuid;
 
@@ -32,11 +37,20 @@ pub(crate) struct ComputeServices {
     /// Context for `--compute-listen` (compute API at the root).
     root_ctx: Arc<ComputeCtx>,
     compute_api: Api<ComputeCtx>,
-    image_api: Api<ComputeCtx>,
+    /// Context of the image API (the control state only).
+    image_ctx: Arc<ImageCtx>,
+    image_api: Api<ImageCtx>,
     agent_api: Api<ComputeCtx>,
     admin_api: Api<ComputeCtx>,
     identity_api: Api<ComputeCtx>,
-    reservation_api: Api<ComputeCtx>,
+    /// The lease runtime.
+    pub(crate) reservations: Arc<Reservations>,
+    /// Context of the reservation API on the shared listener
+    /// (`/reservation/...`).
+    reservation_ctx: Arc<ReservationCtx>,
+    /// Context for `--reservation-listen` (reservation API at the root).
+    reservation_root_ctx: Arc<ReservationCtx>,
+    reservation_api: Api<ReservationCtx>,
 }
 
 /// Open a cell's store from its mapping.
@@ -86,6 +100,8 @@ pub(crate) fn cell_database_template(control: Option<&str>, data_dir: &Path) -> 
 #[derive(Debug, Clone)]
 pub(crate) struct ComputeSettings {
     pub(crate) config: ComputeConfig,
+    /// Settings of the lease runtime.
+    pub(crate) reservations: ReservationConfig,
     pub(crate) cell_timeout: Duration,
     pub(crate) test_hooks: bool,
     /// Where the test clock keeps its offset (with test hooks).
@@ -112,8 +128,10 @@ impl ComputeServices {
             None => SystemClock::default(),
         });
         let compute = Compute::new(core.clone(), cells, clock, settings.config.clone());
-        let _ = compute.lease_payload.set(berth_compute_api::handlers::leases::lease_view);
         compute.start();
+        let reservations =
+            Reservations::new(compute.clone(), settings.reservations.clone(), Some(berth_reservation_api::lease_view));
+        reservations.start();
         let max_limit = settings.config.max_limit;
         let ctx = |prefix: &'static str| {
             Arc::new(ComputeCtx {
@@ -124,16 +142,23 @@ impl ComputeServices {
                 test_hooks: settings.test_hooks,
             })
         };
+        let reservation_ctx = |prefix: &'static str| {
+            Arc::new(ReservationCtx { reservations: reservations.clone(), core: core.clone(), prefix })
+        };
         Ok(ComputeServices {
+            reservation_ctx: reservation_ctx("/reservation"),
+            reservation_root_ctx: reservation_ctx(""),
+            reservations: reservations.clone(),
             ctx: ctx("/compute"),
             root_ctx: ctx(""),
             compute: compute.clone(),
             compute_api: berth_compute_api::routes::compute_api(overrides)?,
-            image_api: berth_compute_api::routes::image_api(overrides)?,
+            image_ctx: Arc::new(ImageCtx { core: core.clone() }),
+            image_api: berth_image_api::image_api(overrides)?,
             agent_api: berth_compute_api::routes::agent_api(overrides)?,
             admin_api: berth_compute_api::routes::admin_api(overrides)?,
             identity_api: berth_compute_api::routes::identity_api(overrides)?,
-            reservation_api: berth_compute_api::routes::reservation_api(overrides)?,
+            reservation_api: berth_reservation_api::reservation_api(overrides)?,
         })
     }
 
@@ -146,11 +171,17 @@ impl ComputeServices {
     ) -> Response<Body> {
         let (api, rest) = match target {
             Target::Compute(rest) => (&self.compute_api, strip_project(rest)),
-            Target::Image(rest) => (&self.image_api, rest.to_owned()),
+            Target::Image(rest) => {
+                let rest = if rest.is_empty() { "/" } else { rest };
+                return berth_http::dispatch(&self.image_ctx, &self.image_api, server, rest, request).await;
+            }
             Target::Agent(rest) => (&self.agent_api, rest.to_owned()),
             Target::Admin(rest) => (&self.admin_api, rest.to_owned()),
             Target::Identity(rest) => (&self.identity_api, rest.to_owned()),
-            Target::Reservation(rest) => (&self.reservation_api, rest.to_owned()),
+            Target::Reservation(rest) => {
+                let rest = if rest.is_empty() { "/" } else { rest };
+                return berth_http::dispatch(&self.reservation_ctx, &self.reservation_api, server, rest, request).await;
+            }
             Target::Operational | Target::Placement(_) => {
                 return Response::builder().status(404).body(Body::empty()).unwrap_or_default()
             }
@@ -163,11 +194,11 @@ impl ComputeServices {
     pub(crate) fn error_renderer(&self, target: &Target<'_>) -> Option<berth_http::ErrorRenderer> {
         let api = match target {
             Target::Compute(_) => &self.compute_api,
-            Target::Image(_) => &self.image_api,
+            Target::Image(_) => return Some(self.image_api.render_error),
             Target::Agent(_) => &self.agent_api,
             Target::Admin(_) => &self.admin_api,
             Target::Identity(_) => &self.identity_api,
-            Target::Reservation(_) => &self.reservation_api,
+            Target::Reservation(_) => return Some(self.reservation_api.render_error),
             Target::Operational | Target::Placement(_) => return None,
         };
         Some(api.render_error)
@@ -190,12 +221,17 @@ impl ComputeServices {
         path: &str,
         request: axum::extract::Request,
     ) -> Response<Body> {
-        let (api, rest) = match api {
-            crate::router::RootApi::Compute => (&self.compute_api, strip_project(path)),
-            crate::router::RootApi::Reservation => (&self.reservation_api, path.to_owned()),
-        };
-        let rest = if rest.is_empty() { "/".to_owned() } else { rest };
-        berth_http::dispatch(&self.root_ctx, api, server, &rest, request).await
+        match api {
+            crate::router::RootApi::Compute => {
+                let rest = strip_project(path);
+                let rest = if rest.is_empty() { "/" } else { &rest };
+                berth_http::dispatch(&self.root_ctx, &self.compute_api, server, rest, request).await
+            }
+            crate::router::RootApi::Reservation => {
+                let rest = if path.is_empty() { "/" } else { path };
+                berth_http::dispatch(&self.reservation_root_ctx, &self.reservation_api, server, rest, request).await
+            }
+        }
     }
 
     /// Counters for `/metrics`.
@@ -225,22 +261,22 @@ impl ComputeServices {
             (
                 "berth_lease_events_done_total",
                 "Lease events (start, before end, end) finished by this process.",
-                self.compute.lease_metrics.events_done.load(Relaxed),
+                self.reservations.metrics.events_done.load(Relaxed),
             ),
             (
                 "berth_lease_hosts_healed_total",
                 "Leases healed because a host they held went down.",
-                self.compute.lease_metrics.hosts_healed.load(Relaxed),
+                self.reservations.metrics.hosts_healed.load(Relaxed),
             ),
             (
                 "berth_lease_notifications_sent_total",
                 "Lease event notifications delivered to --lease-notification-url.",
-                self.compute.lease_metrics.notifications_sent.load(Relaxed),
+                self.reservations.metrics.notifications_sent.load(Relaxed),
             ),
             (
                 "berth_lease_notifications_failed_total",
                 "Lease event notifications given up after five failed attempts.",
-                self.compute.lease_metrics.notifications_failed.load(Relaxed),
+                self.reservations.metrics.notifications_failed.load(Relaxed),
             ),
             (
                 "berth_compute_reschedules_total",

@@ -396,9 +396,6 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         shelved_offload_time: opts.shelved_offload_time.or(file.shelved_offload_time).unwrap_or(0).max(-1),
         resize_confirm_window: opts.resize_confirm_window.or(file.resize_confirm_window).unwrap_or(0).max(0),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
-        lease_notification_url: opts.lease_notification_url.or(file.lease_notification_url),
-        lease_minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),
-        lease_tick: std::time::Duration::from_millis(opts.lease_tick_ms.or(file.lease_tick_ms).unwrap_or(1000).max(1)),
         ..berth_compute::ComputeConfig::default()
     };
     let address = |text: Option<String>, flag: &str| -> anyhow::Result<Option<SocketAddr>> {
@@ -406,8 +403,14 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     };
     let compute_listen = address(opts.compute_listen.or(file.compute_listen), "compute-listen")?;
     let reservation_listen = address(opts.reservation_listen.or(file.reservation_listen), "reservation-listen")?;
+    let reservations = berth_reservations::ReservationConfig {
+        notification_url: opts.lease_notification_url.or(file.lease_notification_url),
+        minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),
+        lease_tick: std::time::Duration::from_millis(opts.lease_tick_ms.or(file.lease_tick_ms).unwrap_or(1000).max(1)),
+    };
     let compute = crate::compute_wiring::ComputeSettings {
         config: compute_config,
+        reservations,
         cell_timeout: std::time::Duration::from_millis(opts.cell_timeout_ms.or(file.cell_timeout_ms).unwrap_or(2000)),
         test_hooks: opts.test_hooks,
         clock_file: opts.test_hooks.then(|| data_dir.join("test-clock-offset")),

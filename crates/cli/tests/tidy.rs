@@ -1,7 +1,8 @@
 //! Tidy checks that keep the architecture honest: the pure crates depend on
-//! nothing that does I/O, only store crates know SQL, nothing depends on
-//! the binary or (but the binary) on the benchmarks, and every Rust file
-//! starts with a `//!` module doc.
+//! nothing that does I/O, only store crates know SQL, the API crates reach
+//! storage only through the runtime, no crate depends on a crate on a floor
+//! above its own, nothing depends on the binary or (but the binary) on the
+//! benchmarks, and every Rust file starts with a `//!` module doc.
 
 use std::path::{Path, PathBuf};
 
@@ -29,8 +30,11 @@ fn dependencies(crate_dir: &Path) -> Vec<String> {
 }
 
 /// The pure crates: the placement model, the candidate engine, the compute
-/// model and the scheduler pipeline.
-const PURE: [&str; 4] = ["model", "candidates", "compute-model", "scheduler"];
+/// model, the scheduler pipeline and lease planning.
+const PURE: [&str; 5] = ["model", "candidates", "compute-model", "scheduler", "reservation-model"];
+
+/// The API crates (wire formats and route tables over the runtimes).
+const API: [&str; 4] = ["placement-api", "compute-api", "reservation-api", "image-api"];
 
 /// The pure crates never get I/O, async, HTTP, SQL or serialisation
 /// dependencies.
@@ -116,7 +120,7 @@ fn every_file_has_module_docs() {
 /// stores do not.
 #[test]
 fn only_http_crates_depend_on_axum() {
-    let http = ["http", "placement-api", "compute-api", "cli"];
+    let http = ["http", "placement-api", "compute-api", "reservation-api", "image-api", "cli"];
     let crates = std::fs::read_dir(workspace_root().join("crates")).expect("crates dir");
     for entry in crates.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -125,6 +129,73 @@ fn only_http_crates_depend_on_axum() {
         }
         for dep in dependencies(&entry.path()) {
             assert!(!["axum", "hyper"].contains(&dep.as_str()), "crate {name} depends on {dep}");
+        }
+    }
+}
+
+/// The API crates never depend on a store crate (`berth-store*`) directly:
+/// they reach storage through `berth-core` (the control state's one write
+/// path) and the runtimes. Only `[dependencies]` count; a test may still
+/// build a real store (`placement-api`'s fuzz test has `berth-store-sqlite`
+/// as a dev-dependency). No exceptions today.
+#[test]
+fn api_crates_do_not_depend_on_stores() {
+    for name in API {
+        let dir = workspace_root().join("crates").join(name);
+        assert!(dir.exists(), "API crate {name} is missing");
+        for dep in dependencies(&dir) {
+            assert!(!dep.starts_with("berth-store"), "API crate {name} depends on {dep} directly");
+        }
+    }
+}
+
+/// Each crate's floor, bottom to top. A crate may depend on crates on its
+/// own floor or below, never above (cargo already forbids cycles). A new
+/// crate must be given a floor here.
+const FLOORS: &[(&str, u8)] = &[
+    // Pure: domain models, then the engines and plans over them.
+    ("model", 0),
+    ("identity", 0),
+    ("candidates", 1),
+    ("compute-model", 1),
+    ("scheduler", 2),
+    ("reservation-model", 2),
+    // Storage: the store trait, then the backends and the one write path.
+    ("store", 3),
+    ("store-sqlite", 4),
+    ("store-postgres", 4),
+    ("core", 4),
+    // Runtimes.
+    ("compute", 5),
+    ("reservations", 5),
+    ("agent", 5),
+    // HTTP: the foundation, then the APIs.
+    ("http", 6),
+    ("placement-api", 7),
+    ("compute-api", 7),
+    ("reservation-api", 7),
+    ("image-api", 7),
+    // The benchmarks (they drive the binary's servers and agents).
+    ("bench", 8),
+    // The binary.
+    ("cli", 9),
+];
+
+/// No crate depends on a crate on a higher floor.
+#[test]
+fn no_crate_depends_upwards() {
+    let floor_of = |name: &str| FLOORS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f);
+    let crates = std::fs::read_dir(workspace_root().join("crates")).expect("crates dir");
+    for entry in crates.flatten() {
+        if !entry.path().join("Cargo.toml").exists() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(own) = floor_of(&name) else { panic!("crate {name} has no floor in tidy.rs FLOORS") };
+        for dep in dependencies(&entry.path()) {
+            let Some(dep_crate) = dep.strip_prefix("berth-") else { continue };
+            let dep_floor = floor_of(dep_crate).unwrap_or_else(|| panic!("{name} depends on unknown crate {dep}"));
+            assert!(dep_floor <= own, "crate {name} (floor {own}) depends on {dep} (floor {dep_floor}), a floor above");
         }
     }
 }

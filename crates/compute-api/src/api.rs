@@ -98,13 +98,6 @@ pub fn render_error(err: &ApiError, _: Option<Version>, _: &str, _: &HeaderMap) 
     error_response(err, "application/json", body.to_string())
 }
 
-/// Glance's error body: `{"code": ..., "title": ..., "message": ...}`
-/// (openstackclient prints `message`).
-pub fn render_image_error(err: &ApiError, _: Option<Version>, _: &str, _: &HeaderMap) -> Response<Body> {
-    let body = json!({"code": err.status.as_u16(), "title": err.title(), "message": err.detail});
-    error_response(err, "application/json", body.to_string())
-}
-
 /// berth's own APIs' error body: `{"error": {"code": ..., "message": ...}}`.
 pub fn render_plain_error(err: &ApiError, _: Option<Version>, request_id: &str, _: &HeaderMap) -> Response<Body> {
     let body = json!({"error": {"code": err.status.as_u16(), "message": err.detail, "request_id": request_id}});

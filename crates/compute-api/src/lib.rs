@@ -1,5 +1,9 @@
 //! The wire layer of berth's Nova-compatible compute API (OpenStack Nova 34,
-//! microversions 2.1 to 2.104) and of the Glance v2 image subset it serves:
+//! microversions 2.1 to 2.104), and berth's agent, admin and identity
+//! endpoints. The Glance image subset and the Blazar reservation API have
+//! crates of their own (`berth-image-api`, `berth-reservation-api`); they
+//! borrow [`api`]'s helpers and [`views::isotime`]/[`views::form_encode`].
+//!
 //!
 //! - [`views`]: domain values (`berth-compute-model` types, which are not
 //!   `Serialize`) to response bodies, per microversion;

@@ -1,7 +1,7 @@
 //! The route tables of the compute-side APIs: compute (Nova 2.1–2.104,
-//! paths relative to `/compute`), image (Glance v2 subset, relative to
-//! `/image`), agent (`/agent/v1`), admin (`/admin/v1`) and identity
-//! (`/identity`). One list per API; each endpoint names the microversion
+//! paths relative to `/compute`), agent (`/agent/v1`), admin (`/admin/v1`)
+//! and identity (`/identity`). The image and reservation APIs have crates
+//! of their own (`berth-image-api`, `berth-reservation-api`). One list per API; each endpoint names the microversion
 //! it appears at and, when Nova removed it, the last one serving it.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, credentials, flavors, images, leases, migrations, resources, servers};
+use crate::handlers::{agents, credentials, flavors, migrations, resources, servers};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -142,31 +142,6 @@ fn plain(version: Version, service: &'static str) -> VersionSpec {
     }
 }
 
-fn g(method: M, handler: Sync) -> Endpoint<ComputeCtx> {
-    Endpoint::sync(method, Version(2, 0), handler)
-}
-
-/// The image (Glance v2 subset) API.
-pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
-    let routes = vec![
-        r("/", vec![g(M::GET, images::versions).public()]),
-        r("/versions", vec![g(M::GET, images::versions).public()]),
-        r("/v2/images", vec![g(M::GET, images::index), g(M::POST, images::create)]),
-        r("/v2/images/{id}", vec![g(M::GET, images::show), g(M::DELETE, images::delete)]),
-        r("/v2/images/{id}/file", vec![g(M::PUT, images::upload)]),
-        r("/v2/schemas/image", vec![g(M::GET, images::image_schema)]),
-        r("/v2/schemas/images", vec![g(M::GET, images::images_schema)]),
-    ];
-    Ok(Api {
-        name: "image",
-        versions: plain(Version(2, 0), "image"),
-        routes,
-        policy: Arc::new(Policy::new(crate::policy_rules::RULES, overrides)?),
-        render_error: api::render_image_error,
-        adjust_auth: api::adjust_auth,
-    })
-}
-
 fn v1s(method: M, handler: Sync) -> Endpoint<ComputeCtx> {
     Endpoint::sync(method, Version(1, 0), handler)
 }
@@ -216,46 +191,6 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
-    })
-}
-
-/// The reservation API (Blazar v1, paths relative to `/reservation`).
-/// `.json` suffixes are accepted as Blazar does.
-pub fn reservation_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
-    let routes = vec![
-        r("/", vec![v1s(M::GET, leases::versions).public()]),
-        r("/v1", vec![v1s(M::GET, leases::version_show).public()]),
-        r("/v1/", vec![v1s(M::GET, leases::version_show).public()]),
-        r("/v1/leases", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
-        r("/v1/leases.json", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
-        r(
-            "/v1/leases/{id}",
-            vec![
-                v1s(M::GET, leases::show_lease),
-                v1s(M::PUT, leases::update_lease),
-                v1a(M::DELETE, leases::delete_lease),
-            ],
-        ),
-        r("/v1/os-hosts", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
-        r("/v1/os-hosts.json", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
-        r("/v1/os-hosts/allocations", vec![v1s(M::GET, leases::list_allocations)]),
-        r("/v1/os-hosts/properties", vec![v1s(M::GET, leases::list_properties)]),
-        r("/v1/os-hosts/properties/{name}", vec![v1s(M::PATCH, leases::patch_property)]),
-        r(
-            "/v1/os-hosts/{id}",
-            vec![v1s(M::GET, leases::show_host), v1s(M::PUT, leases::update_host), v1s(M::DELETE, leases::delete_host)],
-        ),
-        r("/v1/os-hosts/{id}/allocation", vec![v1s(M::GET, leases::host_allocation)]),
-        r("/v1/availability", vec![v1s(M::GET, leases::availability)]),
-        r("/v1/availability/hosts", vec![v1s(M::GET, leases::host_capacity)]),
-    ];
-    Ok(Api {
-        name: "reservation",
-        versions: plain(Version(1, 0), "reservation"),
-        routes,
-        policy: Arc::new(Policy::new(leases::RULES, overrides)?),
-        render_error: leases::render_error,
-        adjust_auth: api::adjust_auth,
     })
 }
 

@@ -5,8 +5,9 @@
 //! A lease is one control row: its reservations, the hosts (or slots on
 //! hosts) each one holds and its events travel together, so admitting,
 //! updating or advancing a lease is one `PutLease` in one planned write
-//! ([`crate::plan::lease`]). Capacity over time is the *peak* concurrent
-//! usage inside a window, computed from [`LeaseTables::bookings`].
+//! (the plans are `berth-reservation-model`'s, one floor up). Capacity
+//! over time is the *peak* concurrent usage inside a window, computed from
+//! [`LeaseTables::bookings`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

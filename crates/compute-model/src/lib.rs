@@ -16,6 +16,10 @@
 //!   actions and faults. It lives in each cell's own database and is read
 //!   with queries, not kept in memory.
 //!
+//! The reservation tables ([`lease`]) are control data too, so their types
+//! live here, where `World` and [`ComputeChange`] need them; the plans over
+//! them are `berth-reservation-model`'s, one floor up.
+//!
 //! No I/O, no clock (timestamps are arguments), no serde.
 #![deny(missing_docs)]
 
@@ -25,7 +29,6 @@ mod error;
 pub mod extra_specs;
 pub mod heal;
 pub mod lease;
-pub mod lease_plan;
 pub mod moves;
 pub mod plan;
 pub mod quota;

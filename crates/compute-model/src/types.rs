@@ -101,6 +101,14 @@ impl Image {
     pub fn required_traits(&self) -> Vec<String> {
         image_required_traits(&self.properties)
     }
+
+    /// Glance's visibility rule: admins see every image, anyone a public
+    /// or community one, a project its own (shared images have no members
+    /// here). Booting takes only images the caller can see, so the image
+    /// API and the compute API both ask this.
+    pub fn visible_to(&self, project_id: Option<&str>, admin: bool) -> bool {
+        admin || matches!(self.visibility.as_str(), "public" | "community") || self.owner.as_deref() == project_id
+    }
 }
 
 /// Traits required by image properties (`trait:NAME=required`).

@@ -19,6 +19,10 @@
 //! Control-state reads and writes go through [`control::Control`] (the
 //! one write path of `berth-core`); pure decisions are made by
 //! `berth-compute-model`'s plans and `berth-scheduler`.
+//!
+//! Leases are not this crate's: the lease runtime (`berth-reservations`)
+//! takes an `Arc<Compute>` and the process wiring starts it, so nothing
+//! here calls into lease code.
 
 pub mod action;
 pub mod agents;
@@ -31,8 +35,6 @@ pub mod heal;
 pub mod health;
 pub mod hub;
 pub mod inflight;
-pub mod lease_query;
-pub mod leases;
 pub mod live;
 pub mod lock;
 pub mod moves;
@@ -40,7 +42,6 @@ pub mod servers;
 pub mod services;
 pub mod shelve;
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -72,19 +73,10 @@ pub struct ComputeConfig {
     /// Where a new cell's database goes when none is given: `{name}` is
     /// replaced by the cell's name.
     pub cell_database_template: String,
-    /// How often the lease runner looks for due events and down hosts.
-    pub lease_tick: Duration,
     /// Disable a host's compute service after this many consecutive failed
     /// builds (Nova's `[compute] consecutive_build_service_disable_threshold`;
     /// 0: never, berth's default).
     pub auto_disable_after_failed_builds: i64,
-    /// Lease event notifications are POSTed here (Blazar's
-    /// `lease.event.*` notifications, as a webhook); none when unset.
-    pub lease_notification_url: Option<String>,
-    /// Blazar's `minutes_before_end_lease`: the default `before_end_date`
-    /// is this long before the end (the grace between the warning, with
-    /// its notification or snapshots, and the end).
-    pub lease_minutes_before_end: i64,
     /// Let a resize pick the instance's own host (Nova's
     /// `allow_resize_to_same_host`, default false). Migrations never do.
     pub allow_resize_to_same_host: bool,
@@ -112,13 +104,10 @@ impl Default for ComputeConfig {
             schedule_retries: 3,
             conductor_workers: 4,
             sweep_interval: Duration::from_millis(200),
-            lease_tick: Duration::from_secs(1),
             service_down_time: 60,
             max_limit: 1000,
             cell_database_template: "sqlite://berth-data/{name}.sqlite".to_owned(),
             auto_disable_after_failed_builds: 0,
-            lease_notification_url: None,
-            lease_minutes_before_end: 60,
             allow_resize_to_same_host: false,
             heal_every_ticks: 150,
             heal_grace_secs: 300,
@@ -243,22 +232,11 @@ pub struct Compute {
     pub hooks: TestHooks,
     /// Scheduling decisions whose claims are in flight.
     pub in_flight: inflight::InFlight,
-    /// Counters of the lease runner.
-    pub lease_metrics: leases::LeaseMetrics,
     /// When this process started (its clock): hosts get `service_down_time`
     /// to report before lease healing may judge them down.
     pub started_at: Timestamp,
-    /// Renders a lease for notifications (the API's view, set by the
-    /// wiring; a bare id without it).
-    pub lease_payload: std::sync::OnceLock<fn(&berth_compute_model::lease::Lease) -> serde_json::Value>,
-    /// Failed deliveries per event (given up after a few ticks).
-    notify_failures: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, u32>>,
-    lease_wake: tokio::sync::Notify,
     /// A periodic heal is running (the sweep does not start another).
     heal_running: std::sync::atomic::AtomicBool,
-    /// Enrolled hosts seen down at the last healing pass (not yet made
-    /// unreservable).
-    lease_suspects: Mutex<BTreeSet<i64>>,
     seed: AtomicU64,
     /// The request id of each build handed to an agent (the create
     /// action's), so its `spawned`/`build_failed` report needs no cell
@@ -283,8 +261,6 @@ impl Compute {
         let started_at = clock.now();
         Arc::new(Compute {
             started_at,
-            lease_payload: std::sync::OnceLock::new(),
-            notify_failures: std::sync::Mutex::new(std::collections::HashMap::new()),
             control,
             cells,
             hub: Hub::default(),
@@ -294,10 +270,7 @@ impl Compute {
             metrics: Metrics::default(),
             hooks: TestHooks::default(),
             in_flight: inflight::InFlight::default(),
-            lease_metrics: leases::LeaseMetrics::default(),
-            lease_wake: tokio::sync::Notify::new(),
             heal_running: std::sync::atomic::AtomicBool::new(false),
-            lease_suspects: Mutex::default(),
             seed: AtomicU64::new(seed),
             build_request_ids: Mutex::new(std::collections::HashMap::new()),
             jobs,
@@ -315,7 +288,6 @@ impl Compute {
             conductor::spawn_workers(self.clone(), rx);
         }
         agents::spawn_sweep(self.clone());
-        leases::spawn_lease_runner(self.clone());
         conductor::resume_pending(self);
     }
 

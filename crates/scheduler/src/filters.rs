@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 
 use berth_compute_model::choice::{group_allows, host_of_instance};
-use berth_compute_model::lease_plan::host_allows;
 use berth_compute_model::{RequestSpec, ServerGroup, World, CELL0_UUID};
+use berth_reservation_model::host_allows;
 
 use crate::{HostHealth, HostState};
 

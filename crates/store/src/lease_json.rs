@@ -9,7 +9,7 @@ use berth_compute_model::lease::{
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::json::{b, bad, get_str_map, i, opt_i, opt_s, s, str_map, uuid, Result};
+use crate::json_fields::{b, bad, get_str_map, i, opt_i, opt_s, s, str_map, uuid, Result};
 
 /// An enrolled host.
 pub fn host(h: &ReservableHost) -> Value {

@@ -1,14 +1,11 @@
 //! Handlers of the compute-side APIs, one module per area: `servers`,
-//! `flavors`, `images` (Glance), `resources` (server groups, quotas,
-//! limits, hypervisors, services, aggregates, zones, versions), `agents`
-//! (agent, admin and identity APIs) and `credentials` (per-host agent
-//! credentials).
+//! `flavors`, `resources` (server groups, quotas, limits, hypervisors,
+//! services, aggregates, zones, versions), `agents` (agent, admin and
+//! identity APIs) and `credentials` (per-host agent credentials).
 
 pub mod agents;
 pub mod credentials;
 pub mod flavors;
-pub mod images;
-pub mod leases;
 pub mod migrations;
 pub mod resources;
 pub mod servers;

@@ -249,7 +249,7 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
                 compute
                     .images
                     .get(&id)
-                    .filter(|i| super::images::can_see(req, i))
+                    .filter(|i| i.visible_to(req.auth.project_id.as_deref(), is_admin(req)))
                     .cloned()
                     .ok_or_else(|| ApiError::bad_request("Can not find requested image"))?,
             )

@@ -1,6 +1,6 @@
 //! Request-body JSON schemas, per microversion, mirroring Nova 34's
-//! `api/openstack/compute/schemas/*.py` (and Glance's image schema for
-//! `POST /image/v2/images`).
+//! `api/openstack/compute/schemas/*.py` (Glance's image schema lives in
+//! `berth-image-api`).
 //!
 //! They are written for berth's validator (`berth_http::schema`: draft-4
 //! keywords plus `format: uuid`, patterns in Rust `regex` syntax). Where
@@ -38,7 +38,6 @@ use serde_json::{json, Value};
 
 pub mod aggregates;
 pub mod flavors;
-pub mod images;
 pub mod quotas;
 pub mod server_groups;
 pub mod servers;

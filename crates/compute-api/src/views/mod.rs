@@ -24,7 +24,6 @@ pub mod aggregates;
 pub mod availability_zones;
 pub mod flavors;
 pub mod hypervisors;
-pub mod images;
 pub mod instance_actions;
 pub mod limits;
 pub mod quotas;
@@ -138,7 +137,7 @@ pub fn page_is_full(n_items: usize, limit: Option<usize>, max_limit: usize) -> b
 
 /// `application/x-www-form-urlencoded` encoding of one name or value, as
 /// Python's `urlencode` (`quote_plus`) does it.
-fn form_encode(text: &str) -> String {
+pub fn form_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         match byte {

@@ -9,8 +9,8 @@ use berth_compute_model::cell::{
     power_state, vm_state, ActionEvent, ComputeNode, Fault, Instance, InstanceAction, Service,
 };
 use berth_compute_model::{
-    Aggregate, BuildRequest, Flavor, GroupPolicy, Image, ImageRef, InstanceMapping, InstanceSpec, RequestSpec,
-    ServerGroup, Timestamp,
+    Aggregate, BuildRequest, Flavor, GroupPolicy, ImageRef, InstanceMapping, InstanceSpec, RequestSpec, ServerGroup,
+    Timestamp,
 };
 
 use crate::support::PROJECT;
@@ -228,28 +228,5 @@ pub(crate) fn action(with_events: bool) -> InstanceAction {
         } else {
             vec![]
         },
-    }
-}
-
-pub(crate) fn glance_image() -> Image {
-    Image {
-        id: image_id(),
-        name: Some("cirros".into()),
-        status: "active".into(),
-        visibility: "public".into(),
-        protected: false,
-        owner: Some("admin".into()),
-        disk_format: Some("qcow2".into()),
-        container_format: Some("bare".into()),
-        min_disk: 0,
-        min_ram: 0,
-        size: Some(21_430_272),
-        tags: vec!["boot".into()],
-        properties: [("hw_disk_bus", "scsi"), ("os_hidden", "false"), ("status", "spoofed")]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
-        created_at: T0,
-        updated_at: T0 + 1,
     }
 }

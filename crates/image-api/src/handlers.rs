@@ -11,23 +11,20 @@ use berth_http::{ApiError, ApiResult, Req, Resp};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::api::{self, is_admin, ComputeCtx};
-use crate::schemas;
-use crate::views::images as view;
+use berth_compute_api::api::{self, is_admin};
+
+use crate::views as view;
+use crate::{schemas, ImageCtx};
 
 /// Glance's `image_property_quota` default: extra properties per image.
 const IMAGE_PROPERTY_QUOTA: usize = 128;
 
-/// Glance's visibility rule: admins see every image, anyone a public or
-/// community one, a project its own (shared images have no members
-/// here). Booting takes only images the caller can see.
-pub(crate) fn can_see(req: &Req, image: &Image) -> bool {
-    is_admin(req)
-        || matches!(image.visibility.as_str(), "public" | "community")
-        || image.owner.as_deref() == req.auth.project_id.as_deref()
+/// Glance's visibility rule ([`Image::visible_to`]) for the caller.
+fn can_see(req: &Req, image: &Image) -> bool {
+    image.visible_to(req.auth.project_id.as_deref(), is_admin(req))
 }
 
-fn find(ctx: &ComputeCtx, req: &Req) -> ApiResult<Image> {
+fn find(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
     let text = req.param(0);
     let missing = || ApiError::not_found(format!("No image found with ID {text}"));
     let id = Uuid::parse_str(text).map_err(|_| missing())?;
@@ -39,7 +36,7 @@ fn find(ctx: &ComputeCtx, req: &Req) -> ApiResult<Image> {
 }
 
 /// `GET /image/` and `/image/versions`: Glance's version document.
-pub fn versions(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn versions(_: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let href = format!("{}/image/v2/", req.base_url);
     Ok(Resp::ok(json!({"versions": [
         {"id": "v2.16", "status": "CURRENT", "links": [{"rel": "self", "href": href}]},
@@ -47,7 +44,7 @@ pub fn versions(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /image/v2/images`.
-pub fn index(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn index(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let limit: usize = match req.query_one("limit") {
         None => 25,
         Some(text) => text.parse().map_err(|_| ApiError::bad_request("limit param must be an integer"))?,
@@ -84,7 +81,7 @@ pub fn index(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /image/v2/images/{id}`.
-pub fn show(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn show(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(view::image(&find(ctx, req)?)))
 }
 
@@ -96,14 +93,14 @@ fn text(v: &Value) -> String {
 }
 
 /// `POST /image/v2/images`.
-pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    let body = api::body(req, &schemas::images::create())?;
+pub fn create(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
+    let body = api::body(req, &schemas::create())?;
     let obj = body.as_object().ok_or_else(|| ApiError::bad_request("Malformed request body"))?;
     for key in obj.keys() {
-        if schemas::images::READ_ONLY_ATTRIBUTES.contains(&key.as_str()) {
+        if schemas::READ_ONLY_ATTRIBUTES.contains(&key.as_str()) {
             return Err(ApiError::forbidden(format!("Attribute '{key}' is read-only.")));
         }
-        if schemas::images::RESERVED_ATTRIBUTES.contains(&key.as_str()) {
+        if schemas::RESERVED_ATTRIBUTES.contains(&key.as_str()) {
             return Err(ApiError::forbidden(format!("Attribute '{key}' is reserved.")));
         }
     }
@@ -175,7 +172,7 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 
 /// `PUT /image/v2/images/{id}/file`: the data is not kept; the image
 /// records its size and is `active`.
-pub fn upload(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn upload(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     // Glance takes image data only as `application/octet-stream`.
     let content_type = req
         .headers
@@ -200,7 +197,7 @@ pub fn upload(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `DELETE /image/v2/images/{id}`.
-pub fn delete(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn delete(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let image = find(ctx, req)?;
     if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() {
         return Err(ApiError::forbidden("You are not permitted to delete this image."));
@@ -210,11 +207,11 @@ pub fn delete(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /image/v2/schemas/image`.
-pub fn image_schema(_: &ComputeCtx, _: &Req) -> ApiResult<Resp> {
+pub fn image_schema(_: &ImageCtx, _: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(view::image_schema()))
 }
 
 /// `GET /image/v2/schemas/images`.
-pub fn images_schema(_: &ComputeCtx, _: &Req) -> ApiResult<Resp> {
+pub fn images_schema(_: &ImageCtx, _: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(view::images_schema()))
 }

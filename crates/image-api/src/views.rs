@@ -10,12 +10,12 @@ use serde_json::{json, Map, Value};
 
 use berth_compute_model::Image;
 
-use super::{form_encode, isotime};
+use berth_compute_api::views::{form_encode, isotime};
 
 /// Base attributes of an image: a property with one of these names is not
 /// shown as an extra property (the base attribute wins), and Glance refuses
 /// to create or update the read-only ones (see
-/// [`crate::schemas::images::READ_ONLY_ATTRIBUTES`]).
+/// [`crate::schemas::READ_ONLY_ATTRIBUTES`]).
 pub const BASE_ATTRIBUTES: &[&str] = &[
     "id",
     "name",
@@ -120,7 +120,7 @@ fn nullable_enum(values: &[&str]) -> Value {
 }
 
 /// The `properties` of Glance's image schema (shared by the document and
-/// [`crate::schemas::images::create`]).
+/// [`crate::schemas::create`]).
 pub(crate) fn image_schema_properties() -> Map<String, Value> {
     let properties = json!({
         "id": {"type": "string", "pattern": UUID_PATTERN, "description": "An identifier for the image"},

@@ -32,10 +32,10 @@ use berth_model::inventories::inventory_with_defaults;
 use berth_model::{Change, ChangeSet, Inventory, ProviderRow, Uuid};
 
 use super::Result;
-use crate::lease::{Lease, LeaseStatus, Reservation, ReservationKind, ReservationStatus};
-use crate::state::ComputeChange as C;
-use crate::types::Flavor;
-use crate::{ComputeError, Timestamp, World, WorldChangeSet};
+use berth_compute_model::lease::{Lease, LeaseStatus, Reservation, ReservationKind, ReservationStatus};
+use berth_compute_model::ComputeChange as C;
+use berth_compute_model::Flavor;
+use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet};
 
 /// The flavor extra spec naming the reservation (Blazar's).
 pub const RESERVATION_SPEC: &str = "aggregate_instance_extra_specs:reservation";

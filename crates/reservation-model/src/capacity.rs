@@ -3,8 +3,8 @@
 //! set of enrolled hosts and a window, the steps of their booked and free
 //! vCPUs, RAM and disk, as admission sees them.
 
-use crate::lease::{Demand, ReservableHost};
-use crate::{Timestamp, World};
+use berth_compute_model::lease::{Demand, ReservableHost};
+use berth_compute_model::{Timestamp, World};
 
 /// What a host offers to instance reservations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -25,7 +25,7 @@ pub struct Capacity {
 /// a lease. Only a host whose node has no provider keeps the figures
 /// copied at enrolment.
 pub fn host_capacity(world: &World, host: &ReservableHost) -> Capacity {
-    let node = super::resources::node_of(world, &host.service_name, &host.hypervisor_hostname);
+    let node = crate::resources::node_of(world, &host.service_name, &host.hypervisor_hostname);
     let Some(provider) = node.and_then(|n| world.placement.provider(&n)) else {
         return Capacity { vcpus: host.vcpus, memory_mb: host.memory_mb, local_gb: host.local_gb };
     };

@@ -410,7 +410,7 @@ fn bare_node(world: &mut World, i: usize) -> Uuid {
         berth_model::providers::plan_create_provider(&world.placement, node, &format!("h{i}"), None, 0).unwrap();
     world.apply_placement_set(&set);
     let mut set = WorldChangeSet::new();
-    set.compute(C::PutComputeNode(crate::types::ComputeNodeRef {
+    set.compute(C::PutComputeNode(berth_compute_model::ComputeNodeRef {
         uuid: node,
         host: format!("h{i}"),
         node: format!("h{i}"),
@@ -614,7 +614,7 @@ mod against_brute_force {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::lease::HostBookings;
+    use berth_compute_model::lease::HostBookings;
 
     /// `(start, length, whole host, vcpus, slots)`.
     type Spec = (i64, i64, bool, i64, i64);

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::views::images::image_schema_properties;
+use crate::views::image_schema_properties;
 
 /// Attributes Glance refuses in a create or update request (`403 Attribute
 /// 'x' is read-only`); [`create`] lets them through as extra string

@@ -8,18 +8,20 @@ use std::collections::BTreeMap;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
+use berth_compute_api::api;
 use berth_compute_model::lease::{
-    HostAllocation, Lease, LeaseEvent, ReservableHost, Reservation, ReservationKind, ResourceProperty,
-    RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
+    HostAllocation, Lease, ReservationKind, RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
 };
-use berth_compute_model::lease_plan::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
 use berth_compute_model::{ComputeError, World};
 use berth_http::policy::{RuleTable, Target};
 use berth_http::{error_response, ApiError, ApiResult, Req, Resp, Version};
+use berth_reservation_model::{self as plan, LeaseRequest, LeaseUpdate, Query, ReservationRequest};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::api::{self, ComputeCtx};
+use crate::dates::{before_end_date, iso, parse_date};
+use crate::views::{host_view, lease_view, property_view};
+use crate::ReservationCtx;
 
 /// Blazar 18.0.0's policy rules and defaults.
 pub const RULES: &RuleTable = &[
@@ -66,99 +68,6 @@ fn policy(req: &Req, rule: &str, project_id: &str) -> ApiResult<()> {
 
 fn is_admin(req: &Req) -> bool {
     api::is_admin(req)
-}
-
-// ---------------------------------------------------------------- dates
-
-const MONTH_DAYS: [i64; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// `YYYY-MM-DD HH:MM` (Blazar's input format, strict like `strptime`).
-fn parse_blazar_date(text: &str) -> Option<i64> {
-    let (date, time) = text.split_once(' ')?;
-    let mut d = date.split('-');
-    let (y, m, day) = (d.next()?, d.next()?, d.next()?);
-    if d.next().is_some() || y.len() != 4 || m.is_empty() || m.len() > 2 || day.is_empty() || day.len() > 2 {
-        return None;
-    }
-    let (hh, mm) = time.split_once(':')?;
-    if hh.is_empty() || hh.len() > 2 || mm.is_empty() || mm.len() > 2 {
-        return None;
-    }
-    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if ![y, m, day, hh, mm].iter().all(|s| all_digits(s)) {
-        return None;
-    }
-    let (y, m, day, hh, mm): (i64, i64, i64, i64, i64) =
-        (y.parse().ok()?, m.parse().ok()?, day.parse().ok()?, hh.parse().ok()?, mm.parse().ok()?);
-    if !(1..=12).contains(&m) || hh > 23 || mm > 59 || day < 1 {
-        return None;
-    }
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let max_day = if m == 2 && leap { 29 } else { MONTH_DAYS[(m - 1) as usize] };
-    if day > max_day {
-        return None;
-    }
-    Some(api::days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60)
-}
-
-/// A lease date: `now` (truncated to the minute, as Blazar does), Blazar's
-/// format, or RFC 3339 (extension). 400 with Blazar's message otherwise.
-fn parse_date(text: &str, now: i64) -> ApiResult<i64> {
-    if text == "now" {
-        return Ok(now - now.rem_euclid(60));
-    }
-    parse_blazar_date(text)
-        .or_else(|| if text.contains('T') { api::parse_time(text) } else { None })
-        .ok_or_else(|| ApiError::bad_request(format!("{text} is an invalid date. Required format: %Y-%m-%d %H:%M")))
-}
-
-/// An explicit `before_end_date`: a date as Blazar parses it (`now` is not
-/// one), strictly inside the lease (403 "Datetime is out of lease limits",
-/// Blazar's `NotAuthorized`).
-fn before_end_date(text: &str, start: i64, end: i64, now: i64) -> ApiResult<i64> {
-    if text == "now" {
-        return Err(ApiError::bad_request("now is an invalid date. Required format: %Y-%m-%d %H:%M"));
-    }
-    let t = parse_date(text, now)?;
-    if !(start < t && t < end) {
-        return Err(ApiError::forbidden("Datetime is out of lease limits"));
-    }
-    Ok(t)
-}
-
-fn split(ts: i64) -> ((i64, i64, i64), (i64, i64, i64)) {
-    let days = ts.div_euclid(86_400);
-    let secs = ts.rem_euclid(86_400);
-    (civil_from_days(days), (secs / 3600, secs % 3600 / 60, secs % 60))
-}
-
-/// `2050-01-01T10:00:00.000000` (lease dates, event times).
-pub fn iso(ts: i64) -> String {
-    let ((y, m, d), (hh, mm, ss)) = split(ts);
-    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.000000")
-}
-
-/// `2026-11-23 10:58:47.000000` (`created_at`, `updated_at`).
-pub fn stamp(ts: i64) -> String {
-    let ((y, m, d), (hh, mm, ss)) = split(ts);
-    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02}.000000")
-}
-
-fn opt_stamp(ts: Option<i64>) -> Value {
-    ts.map_or(Value::Null, |t| json!(stamp(t)))
 }
 
 // ---------------------------------------------------------------- bodies
@@ -209,7 +118,7 @@ fn str_param(map: &Map<String, Value>, key: &str) -> ApiResult<Option<String>> {
 
 /// Parse Blazar's JSON query text (`""` and `"[]"` mean no requirement).
 pub fn parse_query(text: &str) -> ApiResult<Option<Query>> {
-    berth_compute::lease_query::parse(text).map_err(ApiError::bad_request)
+    berth_reservations::query::parse(text).map_err(ApiError::bad_request)
 }
 
 fn check_keys(world: &World, query: &Option<Query>, hypervisor: bool, text: &str) -> ApiResult<()> {
@@ -333,100 +242,6 @@ fn reservation_request(world: &World, map: &Map<String, Value>) -> ApiResult<Res
     }
 }
 
-// ---------------------------------------------------------------- views
-
-fn reservation_view(lease: &Lease, r: &Reservation) -> Value {
-    let mut out = json!({
-        "id": r.id.to_string(), "lease_id": lease.id.to_string(), "resource_id": r.resource_id.to_string(),
-        "resource_type": r.resource_type(), "status": r.status.as_str(),
-        "missing_resources": r.missing_resources, "resources_changed": r.resources_changed,
-        "created_at": stamp(r.created_at), "updated_at": opt_stamp(r.updated_at),
-    });
-    let map = out.as_object_mut().expect("object");
-    match &r.kind {
-        ReservationKind::Host { min, max, hypervisor_properties, resource_properties, before_end } => {
-            map.insert("hypervisor_properties".into(), json!(hypervisor_properties));
-            map.insert("resource_properties".into(), json!(resource_properties));
-            map.insert("before_end".into(), json!(before_end));
-            map.insert("min".into(), json!(min));
-            map.insert("max".into(), json!(max));
-        }
-        ReservationKind::Instance {
-            vcpus,
-            memory_mb,
-            disk_gb,
-            amount,
-            affinity,
-            resource_properties,
-            source_flavor,
-        } => {
-            map.insert("vcpus".into(), json!(vcpus));
-            map.insert("memory_mb".into(), json!(memory_mb));
-            map.insert("disk_gb".into(), json!(disk_gb));
-            map.insert("amount".into(), json!(amount));
-            map.insert("affinity".into(), json!(affinity));
-            map.insert("resource_properties".into(), json!(resource_properties));
-            map.insert("flavor_id".into(), json!(source_flavor.clone().unwrap_or_else(|| r.id.to_string())));
-            // Blazar makes a Nova aggregate per instance reservation and a
-            // server group when `affinity` is set; berth makes neither (it
-            // places slots itself), so both are null.
-            map.insert("aggregate_id".into(), Value::Null);
-            map.insert("server_group_id".into(), Value::Null);
-        }
-    }
-    out
-}
-
-fn event_view(lease: &Lease, e: &LeaseEvent) -> Value {
-    json!({
-        "id": e.id.to_string(), "lease_id": lease.id.to_string(), "event_type": e.event_type.as_str(),
-        "time": iso(e.time), "status": e.status.as_str(),
-        "created_at": stamp(e.created_at), "updated_at": opt_stamp(e.updated_at),
-    })
-}
-
-/// A lease as Blazar shows it.
-pub fn lease_view(lease: &Lease) -> Value {
-    json!({
-        "id": lease.id.to_string(), "name": lease.name, "user_id": lease.user_id,
-        "project_id": lease.project_id, "start_date": iso(lease.start), "end_date": iso(lease.end),
-        "trust_id": lease.trust_id, "status": lease.status.as_str(), "degraded": lease.degraded,
-        "created_at": stamp(lease.created_at), "updated_at": opt_stamp(lease.updated_at),
-        "reservations": lease.reservations.iter().map(|r| reservation_view(lease, r)).collect::<Vec<_>>(),
-        "events": lease.events.iter().map(|e| event_view(lease, e)).collect::<Vec<_>>(),
-    })
-}
-
-fn host_view(world: &World, host: &ReservableHost, admin: bool) -> Value {
-    // Capacity as admission reads it: the node's inventory now.
-    let capacity = plan::capacity::host_capacity(world, host);
-    let mut out = json!({
-        "id": host.id.to_string(), "vcpus": capacity.vcpus, "cpu_info": host.cpu_info,
-        "hypervisor_type": host.hypervisor_type, "hypervisor_version": host.hypervisor_version,
-        "hypervisor_hostname": host.hypervisor_hostname, "service_name": host.service_name,
-        "memory_mb": capacity.memory_mb, "local_gb": capacity.local_gb, "status": Value::Null,
-        "availability_zone": host.availability_zone, "trust_id": host.trust_id, "reservable": host.reservable,
-        "created_at": stamp(host.created_at), "updated_at": opt_stamp(host.updated_at),
-    });
-    let map = out.as_object_mut().expect("object");
-    let props = &world.compute.leases.properties;
-    for (k, v) in &host.extra {
-        let private = props.get(&(RESOURCE_PHYSICAL_HOST.to_string(), k.clone())).is_some_and(|p| p.private);
-        if admin || !private {
-            map.insert(k.clone(), json!(v));
-        }
-    }
-    out
-}
-
-fn property_view(p: &ResourceProperty) -> Value {
-    json!({
-        "id": p.id.to_string(), "resource_type": p.resource_type, "property_name": p.name,
-        "private": p.private, "created_at": iso(p.created_at),
-        "updated_at": p.updated_at.map(iso),
-    })
-}
-
 // ---------------------------------------------------------------- versions
 
 fn version_doc(req: &Req, prefix: &str) -> Value {
@@ -435,23 +250,19 @@ fn version_doc(req: &Req, prefix: &str) -> Value {
 }
 
 /// `GET /reservation/`: Blazar's version list.
-pub fn versions(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn versions(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::json(StatusCode::MULTIPLE_CHOICES, json!({"versions": [version_doc(req, mount(ctx))]})))
 }
 
 /// `GET /reservation/v1/`.
-pub fn version_show(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn version_show(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(json!({"version": version_doc(req, mount(ctx))})))
 }
 
 /// Where the API is mounted: `/reservation` on the shared listener, the
 /// root on its own (`--reservation-listen`, Blazar's `/v1`).
-fn mount(ctx: &ComputeCtx) -> &'static str {
-    if ctx.prefix.is_empty() {
-        ""
-    } else {
-        "/reservation"
-    }
+fn mount(ctx: &ReservationCtx) -> &'static str {
+    ctx.prefix
 }
 
 // ---------------------------------------------------------------- leases
@@ -461,7 +272,7 @@ fn lease_id(req: &Req) -> ApiResult<Uuid> {
     Uuid::parse_str(text).map_err(|_| ApiError::not_found(format!("Object with {{'lease_id': '{text}'}} not found")))
 }
 
-fn visible_lease(ctx: &ComputeCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
+fn visible_lease(ctx: &ReservationCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
     let id = lease_id(req)?;
     let lease = ctx
         .core
@@ -480,7 +291,7 @@ fn visible_lease(ctx: &ComputeCtx, req: &Req, rule: &str) -> ApiResult<Lease> {
 }
 
 /// `GET /leases`: the caller's project's leases (admins: all).
-pub fn list_leases(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_leases(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:leases:get", &api::project(req))?;
     let world = ctx.core.read();
     let project = api::project(req);
@@ -498,7 +309,7 @@ pub fn list_leases(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /leases/{id}`.
-pub fn show_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn show_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let lease = visible_lease(ctx, req, "blazar:leases:get")?;
     Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
 }
@@ -525,10 +336,10 @@ fn blockers(world: &World, requests: &[ReservationRequest], start: i64, end: i64
 }
 
 /// `POST /leases`: validate, then admit in one planned write.
-pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn create_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:leases:post", &api::project(req))?;
     let map = body(req)?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     for key in ["name", "start_date", "end_date"] {
         if !map.contains_key(key) {
             return Err(missing(key));
@@ -611,23 +422,23 @@ pub fn create_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         let mut ids = Uuid::new_v4;
         plan::plan_create_lease(w, &request, &mut ids, now).map_err(refused)
     })?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     Ok(Resp::json(StatusCode::CREATED, json!({"lease": lease_view(&lease)})))
 }
 
 /// The `before_end_date` of a lease that gives none: Blazar's
 /// `minutes_before_end_lease` before the end (`--lease-minutes-before-end`),
 /// not before the start.
-fn default_before_end(ctx: &ComputeCtx, start: i64, end: i64) -> i64 {
-    (end - ctx.compute.config.lease_minutes_before_end * 60).max(start)
+fn default_before_end(ctx: &ReservationCtx, start: i64, end: i64) -> i64 {
+    (end - ctx.reservations.config.minutes_before_end * 60).max(start)
 }
 
 /// `PUT /leases/{id}`: name, dates, `before_end_date`, and per
 /// reservation `min`/`max`/`amount`/properties; admitted like a create.
-pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn update_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let lease = visible_lease(ctx, req, "blazar:leases:put")?;
     let map = body(req)?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let mut update = LeaseUpdate { name: str_param(&map, "name")?, ..Default::default() };
     if let Some(name) = &update.name {
         check_name(name)?;
@@ -698,18 +509,18 @@ pub fn update_lease(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let lease = ctx
         .core
         .write(|w| plan::plan_update_lease(w, lease.id, &update, &parse, &mut Uuid::new_v4, now).map_err(refused))?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
 }
 
 /// `DELETE /leases/{id}`: an active lease is ended first (its servers
 /// deleted), then the row goes.
-pub fn delete_lease(ctx: std::sync::Arc<ComputeCtx>, req: Req) -> berth_http::HandlerFuture {
+pub fn delete_lease(ctx: std::sync::Arc<ReservationCtx>, req: Req) -> berth_http::HandlerFuture {
     Box::pin(async move {
         let lease = visible_lease(&ctx, &req, "blazar:leases:delete")?;
-        ctx.compute.end_lease_now(lease.id).await.map_err(api::service)?;
+        ctx.reservations.end_lease_now(lease.id).await.map_err(api::service)?;
         ctx.core.write(|w| Ok::<_, ApiError>((plan::plan_delete_lease(w, lease.id).map_err(refused)?, ())))?;
-        ctx.compute.leases_changed();
+        ctx.reservations.leases_changed();
         Ok(Resp::no_content())
     })
 }
@@ -722,7 +533,7 @@ fn host_id(req: &Req) -> ApiResult<i64> {
 }
 
 /// `GET /os-hosts`.
-pub fn list_hosts(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_hosts(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get", &api::project(req))?;
     let world = ctx.core.read();
     let admin = is_admin(req);
@@ -731,7 +542,7 @@ pub fn list_hosts(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /os-hosts/{id}`.
-pub fn show_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn show_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get", &api::project(req))?;
     let id = host_id(req)?;
     let world = ctx.core.read();
@@ -766,17 +577,17 @@ fn extra_capabilities(map: &Map<String, Value>, skip: &[&str]) -> ApiResult<BTre
 
 /// `POST /os-hosts {"name": ..., <extra capabilities>}`: enrol a compute
 /// host that has no servers.
-pub fn create_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn create_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:post", &api::project(req))?;
     let map = body(req)?;
     let name = str_param(&map, "name")?.ok_or_else(|| missing("name"))?;
     let extra = extra_capabilities(&map, &["name"])?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let host = ctx.core.write(|w| {
         let enrolment = enrolment_of(w, &name, extra.clone())?;
         plan::plan_enrol_host(w, enrolment, now).map_err(refused)
     })?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     let world = ctx.core.read();
     Ok(Resp::json(StatusCode::CREATED, json!({"host": host_view(&world, &host, true)})))
 }
@@ -825,7 +636,7 @@ fn enrolment_of(world: &World, name: &str, extra: BTreeMap<String, String>) -> A
 
 /// `PUT /os-hosts/{id}`: set extra capabilities (`{"values": {...}}` is
 /// also accepted).
-pub fn update_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn update_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:put", &api::project(req))?;
     let id = host_id(req)?;
     let mut map = body(req)?;
@@ -838,18 +649,18 @@ pub fn update_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         return Err(ApiError::bad_request("No data to update"));
     }
     let extra = extra_capabilities(&map, &[])?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let host = ctx.core.write(|w| plan::plan_update_host(w, id, &extra, now).map_err(refused))?;
     let world = ctx.core.read();
     Ok(Resp::ok(json!({"host": host_view(&world, &host, true)})))
 }
 
 /// `DELETE /os-hosts/{id}`: refused while a lease holds the host.
-pub fn delete_host(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn delete_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:delete", &api::project(req))?;
     let id = host_id(req)?;
     ctx.core.write(|w| Ok::<_, ApiError>((plan::plan_delete_host(w, id).map_err(refused)?, ())))?;
-    ctx.compute.leases_changed();
+    ctx.reservations.leases_changed();
     Ok(Resp::no_content())
 }
 
@@ -878,7 +689,7 @@ fn uuid_query(req: &Req, key: &str) -> ApiResult<Option<Uuid>> {
 /// `GET /os-hosts/allocations[?lease_id=&reservation_id=]`: per host, the
 /// reservations holding it (hosts held by none are listed empty unless a
 /// filter is given).
-pub fn list_allocations(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_allocations(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get_allocations", &api::project(req))?;
     let lease = uuid_query(req, "lease_id")?;
     let reservation = uuid_query(req, "reservation_id")?;
@@ -896,7 +707,7 @@ pub fn list_allocations(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /os-hosts/{id}/allocation`.
-pub fn host_allocation(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn host_allocation(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get_allocations", &api::project(req))?;
     let id = host_id(req)?;
     let lease = uuid_query(req, "lease_id")?;
@@ -909,7 +720,7 @@ pub fn host_allocation(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `GET /os-hosts/properties[?detail=True&all=True]`.
-pub fn list_properties(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn list_properties(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get_resource_properties", &api::project(req))?;
     let detail = req.query_one("detail").and_then(api::parse_bool).unwrap_or(false);
     let all = req.query_one("all").and_then(api::parse_bool).unwrap_or(false);
@@ -934,7 +745,7 @@ pub fn list_properties(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 }
 
 /// `PATCH /os-hosts/properties/{name} {"private": bool}`.
-pub fn patch_property(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn patch_property(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:update_resource_properties", &api::project(req))?;
     let name = req.param(0).to_owned();
     let map = body(req)?;
@@ -944,7 +755,7 @@ pub fn patch_property(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         None => return Err(missing("private")),
         Some(_) => return Err(malformed("private")),
     };
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let prop = ctx
         .core
         .write(|w| plan::plan_set_property_private(w, RESOURCE_PHYSICAL_HOST, &name, private, now).map_err(refused))?;
@@ -957,9 +768,9 @@ pub fn patch_property(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// [&horizon=DATE]` plus the reservation's parameters (`min`, `max`,
 /// `amount`, `vcpus`, ...): the earliest window of that length in which the
 /// request would be admitted, and the hosts it would get.
-pub fn availability(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn availability(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:leases:get", &api::project(req))?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let mut map = Map::new();
     for (k, v) in &req.query {
         map.insert(k.clone(), json!(v));
@@ -990,9 +801,9 @@ pub fn availability(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// `GET /availability/hosts?start_date=DATE&end_date=DATE[&hosts=ID,ID]`
 /// (berth's extension, admin like the hosts API): free capacity over time
 /// per enrolled host, as steps of constant booked usage.
-pub fn host_capacity(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+pub fn host_capacity(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get", &api::project(req))?;
-    let now = ctx.compute.now();
+    let now = ctx.reservations.compute.now();
     let param = |key: &str| req.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     let start = parse_date(param("start_date").ok_or_else(|| missing("start_date"))?, now)?;
     let end = parse_date(param("end_date").ok_or_else(|| missing("end_date"))?, now)?;
@@ -1037,28 +848,4 @@ pub fn host_capacity(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         })
         .collect();
     Ok(Resp::ok(json!({"hosts": hosts})))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates_round_trip_in_blazar_formats() {
-        let t = parse_blazar_date("2050-01-01 10:00").unwrap();
-        assert_eq!(iso(t), "2050-01-01T10:00:00.000000");
-        assert_eq!(stamp(t + 5), "2050-01-01 10:00:05.000000");
-        assert_eq!(parse_blazar_date("2024-02-29 23:59").map(iso).as_deref(), Some("2024-02-29T23:59:00.000000"));
-        for bad in
-            ["Bogus-date 13:13", "2050-02-30 10:00", "2050-01-01 24:00", "2050-01-01T10:00", "2050-01-01 10:00:00"]
-        {
-            assert_eq!(parse_blazar_date(bad), None, "{bad}");
-        }
-        assert_eq!(parse_date("2050-01-01T10:00:00Z", 0).unwrap(), t, "RFC 3339 extension");
-        assert_eq!(parse_date("now", 125).unwrap(), 120);
-        assert_eq!(
-            parse_date("Bogus-date 13:13", 0).unwrap_err().detail,
-            "Bogus-date 13:13 is an invalid date. Required format: %Y-%m-%d %H:%M"
-        );
-    }
 }

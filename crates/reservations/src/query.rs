@@ -7,7 +7,7 @@
 //! `or`, `and`/`or` in any case, and JSON number literals, which compare
 //! numerically (`["<", "$level", 9]`).
 
-use berth_compute_model::lease_plan::{Op, Query};
+use berth_reservation_model::{Op, Query};
 use serde_json::Value;
 
 fn malformed(text: &str) -> String {
@@ -95,7 +95,7 @@ pub fn parse(text: &str) -> Result<Option<Query>, String> {
 
 #[cfg(test)]
 mod tests {
-    use berth_compute_model::lease_plan::Prop;
+    use berth_reservation_model::Prop;
 
     use super::*;
 

@@ -1,4 +1,18 @@
-//! Reservation planning: enrolment, lease admission and updates, events.
+//! Pure lease planning (Blazar's manager decisions, berth's rules):
+//! host enrolment, lease admission and updates, events, healing, and the
+//! capacity queries of the reservation API.
+//!
+//! Owns: every plan that takes the control `World` and returns a
+//! `WorldChangeSet` for a lease or a reservable host, and the Blazar query
+//! language (`Query`). The lease *types* (`Lease`, `ReservableHost`,
+//! `LeaseTables`, ...) stay in `berth_compute_model::lease`, because the
+//! control `World` holds them and `ComputeChange` carries them; this crate
+//! sits one floor up, beside `berth-scheduler`, and depends on
+//! `berth-compute-model` (never the other way round).
+//!
+//! Must not: do I/O, read the clock (times are arguments), use serde, or
+//! depend on a runtime, store or API crate (the tidy test in
+//! `crates/cli/tests/tidy.rs` checks the pure list).
 //!
 //! Admission is a plan like any other control write: it reads the current
 //! bookings, chooses hosts (or slots on hosts) and returns one `PutLease`.
@@ -10,17 +24,18 @@
 //! of that host in an overlapping window; instance slots on a host fit when
 //! the *peak* concurrent usage of the host inside the requested window plus
 //! the new slots stays within the host's vCPUs, RAM and disk.
+#![deny(missing_docs)]
 
 use std::collections::HashMap;
 
 use berth_model::Uuid;
 
-use crate::lease::{
+use berth_compute_model::lease::{
     Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables,
     ReservableHost, Reservation, ReservationKind, ReservationStatus, ResourceProperty,
 };
-use crate::state::ComputeChange as C;
-use crate::{ComputeError, Timestamp, World, WorldChangeSet};
+use berth_compute_model::ComputeChange as C;
+use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet};
 
 type Result<T> = std::result::Result<T, ComputeError>;
 
@@ -989,7 +1004,7 @@ fn put_new_properties<'a>(
 ) {
     let props = &world.compute.leases.properties;
     for (n, key) in keys.enumerate() {
-        let id = (crate::lease::RESOURCE_PHYSICAL_HOST.to_string(), key.clone());
+        let id = (berth_compute_model::lease::RESOURCE_PHYSICAL_HOST.to_string(), key.clone());
         if props.contains_key(&id) {
             continue;
         }

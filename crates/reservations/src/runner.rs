@@ -1,7 +1,7 @@
 //! The lease event runner (Blazar's manager loop, berth's rules).
 //!
 //! Every `lease_tick` (and at once when a lease changes) the runner takes
-//! the due events from the `World` (`lease_plan::due_events`: by time, at
+//! the due events from the `World` (`berth_reservation_model::due_events`: by time, at
 //! one instant ends before starts, including events a crash left
 //! `IN_PROGRESS`) and runs each one in three steps:
 //!
@@ -11,7 +11,7 @@
 //!    it held and waits (event stays `IN_PROGRESS`, retried next tick) until
 //!    they are gone, then removes the instance reservations' inventory,
 //!    flavors and classes; a start creates that inventory
-//!    (`lease_plan::resources`). Before 1, an event waits while its own
+//!    (`berth_reservation_model::resources`). Before 1, an event waits while its own
 //!    lease's earlier events are not done and a start waits until every
 //!    lease whose window on its hosts ended by the start has ended
 //!    (`event_blocked_by`);
@@ -30,16 +30,15 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
+use berth_compute::control::{read, write};
+use berth_compute::servers::{Caller, ServiceError};
 use berth_compute_model::lease::{EventType, LeaseStatus, ReservationKind};
-use berth_compute_model::lease_plan::{self as plan, Query};
 use berth_compute_model::{ComputeError, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};
+use berth_reservation_model::{self as plan, Query};
 use uuid::Uuid;
 
-use crate::control::{read, write};
-use crate::servers::{Caller, ServiceError};
-use crate::Compute;
+use crate::Reservations;
 
 /// Servers to delete for a lease that ends: every `INSTANCE` consumer on
 /// the hosts its host reservations hold, and for instance reservations the
@@ -93,20 +92,20 @@ fn caller() -> Caller {
 }
 
 fn parse_stored(text: &str) -> Result<Option<Query>, ComputeError> {
-    crate::lease_query::parse(text).map_err(ComputeError::Invalid)
+    crate::query::parse(text).map_err(ComputeError::Invalid)
 }
 
-impl Compute {
+impl Reservations {
     /// Wake the lease runner (a lease or host changed).
     pub fn leases_changed(&self) {
-        self.lease_wake.notify_one();
+        self.wake.notify_one();
     }
 
     /// Delete the servers a lease's reservations hold and wait until they
     /// are gone (bounded; an error if they are not). Used by the end event
     /// and by deleting a lease that started.
     pub async fn end_lease_now(&self, lease_id: Uuid) -> Result<(), ServiceError> {
-        let started = read(&*self.control, |w| {
+        let started = read(&*self.compute.control, |w| {
             w.compute.leases.leases.get(&lease_id).is_some_and(|l| {
                 matches!(l.status, LeaseStatus::Active | LeaseStatus::Terminating | LeaseStatus::Starting)
             })
@@ -125,12 +124,12 @@ impl Compute {
 
     /// Ask for the deletion of the lease's servers; true when none is left.
     async fn delete_lease_servers(&self, lease_id: Uuid) -> Result<bool, ServiceError> {
-        let servers = read(&*self.control, |w| servers_of_lease(w, lease_id));
+        let servers = read(&*self.compute.control, |w| servers_of_lease(w, lease_id));
         if servers.is_empty() {
             return Ok(true);
         }
         for server in &servers {
-            match self.delete_server(server, &caller()).await {
+            match self.compute.delete_server(server, &caller()).await {
                 Ok(()) | Err(ServiceError::Refused(ComputeError::NotFound(_))) => {}
                 Err(e) => tracing::warn!(%server, error = %e, "lease end: server delete failed; retrying"),
             }
@@ -143,7 +142,7 @@ impl Compute {
     /// flavor access; `TERMINATING`: all gone). True when done; a conflict
     /// (servers still holding the inventory) is retried next tick.
     fn sync_lease_resources(&self, lease_id: Uuid, now: i64) -> bool {
-        let has_slots = read(&*self.control, |w| {
+        let has_slots = read(&*self.compute.control, |w| {
             w.compute
                 .leases
                 .leases
@@ -153,7 +152,7 @@ impl Compute {
         if !has_slots {
             return true;
         }
-        match write(&*self.control, |w| {
+        match write(&*self.compute.control, |w| {
             Ok((
                 plan::resources::plan_sync_lease_resources(w, lease_id, &mut Uuid::new_v4, now)?.unwrap_or_default(),
                 (),
@@ -174,7 +173,7 @@ impl Compute {
     /// write; an image already taken for this event is not taken again,
     /// so a redone event takes none twice.
     fn snapshot_before_end(&self, lease_id: Uuid, event_id: Uuid, now: i64) -> bool {
-        let wants = read(&*self.control, |w| {
+        let wants = read(&*self.compute.control, |w| {
             w.compute.leases.leases.get(&lease_id).is_some_and(|l| {
                 l.reservations
                     .iter()
@@ -184,7 +183,7 @@ impl Compute {
         if !wants {
             return true;
         }
-        let result = write(&*self.control, |w| {
+        let result = write(&*self.compute.control, |w| {
             let event = event_id.to_string();
             let mut set = berth_compute_model::WorldChangeSet::new();
             for server in servers_of_lease(w, lease_id) {
@@ -239,10 +238,10 @@ impl Compute {
     /// URL is set, or after five failed ticks (logged and counted: a dead
     /// receiver does not hold leases up).
     async fn notify(&self, lease_id: Uuid, event_id: Uuid, kind: EventType) -> bool {
-        let Some(url) = self.config.lease_notification_url.as_deref() else { return true };
-        let lease = read(&*self.control, |w| w.compute.leases.leases.get(&lease_id).cloned());
+        let Some(url) = self.config.notification_url.as_deref() else { return true };
+        let lease = read(&*self.compute.control, |w| w.compute.leases.leases.get(&lease_id).cloned());
         let Some(lease) = lease else { return true };
-        let payload = match self.lease_payload.get() {
+        let payload = match self.payload {
             Some(render) => render(&lease),
             None => serde_json::json!({"id": lease_id.to_string()}),
         };
@@ -261,7 +260,7 @@ impl Compute {
         match sent {
             Ok(resp) if resp.status().is_success() => {
                 failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&event_id);
-                self.lease_metrics.notifications_sent.fetch_add(1, Ordering::Relaxed);
+                self.metrics.notifications_sent.fetch_add(1, Ordering::Relaxed);
                 true
             }
             other => {
@@ -274,7 +273,7 @@ impl Compute {
                 *n += 1;
                 if *n >= 5 {
                     failures.remove(&event_id);
-                    self.lease_metrics.notifications_failed.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.notifications_failed.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(%lease_id, event = kind.as_str(), %why, "lease notification given up");
                     return true;
                 }
@@ -295,14 +294,14 @@ impl Compute {
     /// write). A thousand leases starting in the same minute cost four
     /// commits, not two thousand.
     pub async fn run_lease_events(&self) -> usize {
-        let now = self.now();
+        let now = self.compute.now();
         self.heal_leases(now);
         self.run_due_events(now).await
     }
 
-    /// The due events of [`Compute::run_lease_events`], without healing.
-    async fn run_due_events(&self, now: i64) -> usize {
-        let due = read(&*self.control, |w| plan::due_events(w, now));
+    /// The due events of [`Reservations::run_lease_events`], without healing.
+    pub(crate) async fn run_due_events(&self, now: i64) -> usize {
+        let due = read(&*self.compute.control, |w| plan::due_events(w, now));
         let mut finished = 0;
         for group in due.chunk_by(|a, b| (a.3, a.2) == (b.3, b.2)) {
             for chunk in group.chunks(EVENTS_PER_WRITE) {
@@ -315,7 +314,7 @@ impl Compute {
     /// Begin, act on and finish events of one kind due at one instant.
     async fn run_event_group(&self, group: &[(Uuid, Uuid, EventType, i64)], now: i64) -> usize {
         let Some(&(_, _, kind, _)) = group.first() else { return 0 };
-        let ready: Vec<(Uuid, Uuid)> = read(&*self.control, |w| {
+        let ready: Vec<(Uuid, Uuid)> = read(&*self.compute.control, |w| {
             group
                 .iter()
                 .filter(|(lease_id, ..)| {
@@ -332,7 +331,7 @@ impl Compute {
         if ready.is_empty() {
             return 0;
         }
-        if let Err(e) = write(&*self.control, |w| {
+        if let Err(e) = write(&*self.compute.control, |w| {
             let mut set = WorldChangeSet::new();
             for (lease_id, event_id) in &ready {
                 set.extend(plan::plan_event_begin(w, *lease_id, *event_id, now)?.unwrap_or_default());
@@ -342,7 +341,7 @@ impl Compute {
             tracing::warn!(event = kind.as_str(), n_events = ready.len(), error = %e, "lease events could not start");
             return 0;
         }
-        self.hooks.pass("lease-event").await;
+        self.compute.hooks.pass("lease-event").await;
         let mut done: Vec<(Uuid, Uuid)> = Vec::with_capacity(ready.len());
         for (lease_id, event_id) in ready {
             let acted = match kind {
@@ -367,7 +366,7 @@ impl Compute {
         if done.is_empty() {
             return 0;
         }
-        match write(&*self.control, |w| {
+        match write(&*self.compute.control, |w| {
             let mut set = WorldChangeSet::new();
             for (lease_id, event_id) in &done {
                 set.extend(plan::plan_event_finish(w, *lease_id, *event_id, false, now)?.unwrap_or_default());
@@ -375,7 +374,7 @@ impl Compute {
             Ok((set, ()))
         }) {
             Ok(()) => {
-                self.lease_metrics.events_done.fetch_add(done.len() as u64, Ordering::Relaxed);
+                self.metrics.events_done.fetch_add(done.len() as u64, Ordering::Relaxed);
                 for (lease_id, _) in &done {
                     tracing::info!(%lease_id, event = kind.as_str(), "lease event done");
                 }
@@ -392,15 +391,15 @@ impl Compute {
     /// unreservable (and come back when it is up); every lease still
     /// holding an unreservable host is healed, one write per lease, so a
     /// pass interrupted half-way is finished by the next one.
-    fn heal_leases(&self, now: i64) {
-        let health = &self.health;
+    pub(crate) fn heal_leases(&self, now: i64) {
+        let health = &self.compute.health;
         // Right after a start (an outage of the control plane, say) every
         // host's last report is old: give them `service_down_time` to report
         // before taking any for down.
-        if now - self.started_at <= health.service_down_time {
+        if now - self.compute.started_at <= health.service_down_time {
             return;
         }
-        let flips: Vec<(i64, bool)> = read(&*self.control, |w| {
+        let flips: Vec<(i64, bool)> = read(&*self.compute.control, |w| {
             w.compute
                 .leases
                 .hosts
@@ -416,21 +415,21 @@ impl Compute {
         // jumping past every host's last heartbeat, does not take hosts
         // away from leases.
         let flips: Vec<(i64, bool)> = {
-            let mut suspects = self.lease_suspects.lock().unwrap_or_else(|p| p.into_inner());
+            let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
             let down: BTreeSet<i64> = flips.iter().filter(|(_, up)| !up).map(|(host, _)| *host).collect();
             let confirmed = flips.into_iter().filter(|(host, up)| *up || suspects.contains(host)).collect();
             *suspects = down;
             confirmed
         };
         for (host, up) in flips {
-            match write(&*self.control, |w| {
+            match write(&*self.compute.control, |w| {
                 Ok((plan::plan_set_host_reservable(w, host, up, now).unwrap_or_default(), ()))
             }) {
                 Ok(()) => tracing::warn!(host, up, "reservable host changed health"),
                 Err(e) => tracing::warn!(host, error = %e, "could not mark host health"),
             }
         }
-        let lost: Vec<(i64, Uuid)> = read(&*self.control, |w| {
+        let lost: Vec<(i64, Uuid)> = read(&*self.compute.control, |w| {
             let tables = &w.compute.leases;
             let mut out: BTreeSet<(i64, Uuid)> = BTreeSet::new();
             for host in tables.hosts.values().filter(|h| !h.reservable) {
@@ -441,54 +440,18 @@ impl Compute {
             out.into_iter().collect()
         });
         for (host, lease) in lost {
-            match write(&*self.control, |w| {
+            match write(&*self.compute.control, |w| {
                 Ok((
                     plan::plan_heal_host(w, lease, host, &parse_stored, &mut Uuid::new_v4, now)?.unwrap_or_default(),
                     (),
                 ))
             }) {
                 Ok(()) => {
-                    self.lease_metrics.hosts_healed.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.hosts_healed.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(host, %lease, "lease healed: a held host is down");
                 }
                 Err(e) => tracing::warn!(host, %lease, error = %e, "healing failed"),
             }
         }
     }
-}
-
-/// Counters of the lease runner.
-#[derive(Debug, Default)]
-pub struct LeaseMetrics {
-    /// Events finished.
-    pub events_done: std::sync::atomic::AtomicU64,
-    /// Host health changes handled.
-    pub hosts_healed: std::sync::atomic::AtomicU64,
-    /// Event notifications delivered.
-    pub notifications_sent: std::sync::atomic::AtomicU64,
-    /// Event notifications given up.
-    pub notifications_failed: std::sync::atomic::AtomicU64,
-}
-
-/// Run the lease loop on the current runtime.
-pub fn spawn_lease_runner(compute: Arc<Compute>) {
-    tokio::spawn(async move {
-        let mut healed_at: Option<tokio::time::Instant> = None;
-        loop {
-            // Host health moves with time and heartbeats, not with leases:
-            // healing looks at every enrolled host, so it runs once per
-            // tick however often leases change (a thousand creates a
-            // second each wake the runner). Not at once when the test
-            // clock jumps either: hosts look down until their next
-            // heartbeat.
-            let tick = compute.config.lease_tick;
-            let now = compute.now();
-            if healed_at.is_none_or(|at| at.elapsed() >= tick) {
-                compute.heal_leases(now);
-                healed_at = Some(tokio::time::Instant::now());
-            }
-            compute.run_due_events(now).await;
-            let _ = tokio::time::timeout(tick, compute.lease_wake.notified()).await;
-        }
-    });
 }

@@ -1,0 +1,64 @@
+//! The image API's route table (Glance v2 subset, paths relative to
+//! `/image`) and Glance's error body.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method as M, Response};
+use berth_http::routes::{Endpoint, Route};
+use berth_http::{error_response, Api, ApiError, ApiResult, Policy, Req, Resp, Version, VersionSpec};
+use serde_json::json;
+
+use crate::{handlers, ImageCtx};
+
+type Sync = fn(&ImageCtx, &Req) -> ApiResult<Resp>;
+
+fn r(pattern: &'static str, endpoints: Vec<Endpoint<ImageCtx>>) -> Route<ImageCtx> {
+    Route { pattern, endpoints }
+}
+
+/// One version, no microversions (parsed and refused like placement's).
+fn plain(version: Version, service: &'static str) -> VersionSpec {
+    VersionSpec {
+        service,
+        min: version,
+        max: version,
+        legacy_header: None,
+        parse: berth_http::microversion::placement_parse,
+        invalid: berth_http::microversion::placement_invalid,
+        unacceptable: berth_http::microversion::placement_unacceptable,
+    }
+}
+
+/// Glance's error body: `{"code": ..., "title": ..., "message": ...}`
+/// (openstackclient prints `message`).
+pub fn render_image_error(err: &ApiError, _: Option<Version>, _: &str, _: &HeaderMap) -> Response<Body> {
+    let body = json!({"code": err.status.as_u16(), "title": err.title(), "message": err.detail});
+    error_response(err, "application/json", body.to_string())
+}
+
+fn g(method: M, handler: Sync) -> Endpoint<ImageCtx> {
+    Endpoint::sync(method, Version(2, 0), handler)
+}
+
+/// The image (Glance v2 subset) API.
+pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ImageCtx>> {
+    let routes = vec![
+        r("/", vec![g(M::GET, handlers::versions).public()]),
+        r("/versions", vec![g(M::GET, handlers::versions).public()]),
+        r("/v2/images", vec![g(M::GET, handlers::index), g(M::POST, handlers::create)]),
+        r("/v2/images/{id}", vec![g(M::GET, handlers::show), g(M::DELETE, handlers::delete)]),
+        r("/v2/images/{id}/file", vec![g(M::PUT, handlers::upload)]),
+        r("/v2/schemas/image", vec![g(M::GET, handlers::image_schema)]),
+        r("/v2/schemas/images", vec![g(M::GET, handlers::images_schema)]),
+    ];
+    Ok(Api {
+        name: "image",
+        versions: plain(Version(2, 0), "image"),
+        routes,
+        policy: Arc::new(Policy::new(berth_compute_api::RULES, overrides)?),
+        render_error: render_image_error,
+        adjust_auth: berth_compute_api::api::adjust_auth,
+    })
+}
