@@ -242,3 +242,34 @@ fn nothing_depends_on_the_binary_or_the_benchmarks() {
         }
     }
 }
+
+/// ARCHITECTURE.md's crate graph (between the `crate-graph` markers) is
+/// the graph the manifests declare: each crate's floor as `FLOORS` gives
+/// it and the `berth-*` crates its `[dependencies]` name, no more, no less.
+#[test]
+fn the_architecture_crate_graph_is_current() {
+    let doc = std::fs::read_to_string(workspace_root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let start = doc.find("<!-- crate-graph").expect("crate-graph start marker");
+    let end = doc.find("<!-- /crate-graph -->").expect("crate-graph end marker");
+    let mut documented = std::collections::BTreeMap::new();
+    for line in doc[start..end].lines().filter(|l| l.starts_with("| ") && !l.starts_with("| floor")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let [floor, name, uses] = cells[..] else { panic!("bad crate-graph row: {line}") };
+        let uses: Vec<String> =
+            if uses == "—" { Vec::new() } else { uses.split(", ").map(str::to_owned).collect() };
+        documented.insert(name.trim_matches('`').to_owned(), (floor.parse::<u8>().expect("floor"), uses));
+    }
+    let mut actual = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(workspace_root().join("crates")).expect("crates dir").flatten() {
+        if !entry.path().join("Cargo.toml").exists() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let floor = FLOORS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f).expect("floor");
+        let mut uses: Vec<String> =
+            dependencies(&entry.path()).iter().filter_map(|d| d.strip_prefix("berth-")).map(str::to_owned).collect();
+        uses.sort();
+        actual.insert(name, (floor, uses));
+    }
+    assert_eq!(documented, actual, "ARCHITECTURE.md's crate graph is out of date");
+}
