@@ -6,7 +6,11 @@
 //! Then `--concurrency` clients each boot a server and poll it until it
 //! leaves BUILD, `--boots` in all. Reports boots/s to ACTIVE,
 //! time-to-ACTIVE p50/p99, ERROR count, the conductor's claim retries and
-//! scheduler runs, and server RSS.
+//! scheduler runs, and server RSS. After the boots it counts the
+//! resource providers whose usage exceeds their capacity (through the
+//! Placement API: 0 in a correct run) and prints the CPU milliseconds per
+//! ACTIVE boot of the servers, agents, PostgreSQL and the benchmark
+//! itself over the boot phase; `--json FILE` writes these figures.
 //!
 //! `--listing N` then fills the cells to N servers in all and measures
 //! `GET /servers?limit=1000` (first page and the 20th, following markers).
@@ -21,7 +25,8 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::common::{
-    hosts_ready, metric, ms, percentile, rss_mib, spawn_berth, Agent, Binaries, Nova, ProcessArgs, Spawned,
+    cpu_ticks, cpu_ticks_named, hosts_ready, metric, ms, percentile, rss_mib, self_cpu_ticks, spawn_berth, ticks_ms,
+    Agent, Binaries, Nova, ProcessArgs, Spawned,
 };
 
 /// Options of `berth bench boot`.
@@ -55,6 +60,40 @@ pub(crate) struct BootOpts {
     /// time-to-ACTIVE. Polling much faster mostly measures the polling.
     #[arg(long, default_value_t = 50)]
     poll_ms: u64,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// The CPU time (clock ticks) of the processes a boot run involves, read
+/// at the start and at the end of the boot phase.
+struct CpuReading {
+    servers: u64,
+    agents: u64,
+    database: u64,
+    bench: u64,
+}
+
+impl CpuReading {
+    /// `postgres`: whether the servers use PostgreSQL (its processes are
+    /// then read; with SQLite the database runs inside the servers).
+    fn now(servers: &[Spawned], agents: &[Agent], postgres: bool) -> Self {
+        CpuReading {
+            servers: servers.iter().map(|server| cpu_ticks(server.child.id())).sum(),
+            agents: agents.iter().map(|agent| cpu_ticks(agent.0.id())).sum(),
+            database: if postgres { cpu_ticks_named("postgres") } else { 0 },
+            bench: self_cpu_ticks(),
+        }
+    }
+}
+
+/// Whether `berth serve` runs on PostgreSQL with these extra arguments
+/// (`--database postgres://…` or `--database=postgres://…`).
+fn uses_postgres(serve_args: &[String]) -> bool {
+    serve_args.iter().any(|arg| {
+        let url = arg.strip_prefix("--database=").unwrap_or(arg);
+        url.starts_with("postgres://") || url.starts_with("postgresql://")
+    })
 }
 
 pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<()> {
@@ -141,6 +180,8 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     let failed_before = metric(&url, "berth_compute_builds_failed_total").await;
     let resched_before = metric(&url, "berth_compute_reschedules_total").await;
     let exhausted_before = metric(&url, "berth_compute_reschedules_exhausted_total").await;
+    let postgres = uses_postgres(&opts.run.serve_arg);
+    let cpu_before = CpuReading::now(&servers, &agents, postgres);
     let t0 = Instant::now();
     let mut workers = Vec::new();
     for w in 0..opts.concurrency.max(1) {
@@ -184,6 +225,7 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
         worker.await??;
     }
     let elapsed = t0.elapsed();
+    let cpu_after = CpuReading::now(&servers, &agents, postgres);
     let mut times = times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
     times.sort();
     let active = times.len();
@@ -191,33 +233,59 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
         "boot: {} hosts, {} boots, {} clients, {} process(es), {} cell(s)",
         opts.hosts, opts.boots, opts.concurrency, opts.run.processes, opts.cells
     );
+    let (n_errors, n_refused) = (errors.load(Ordering::SeqCst), refused.load(Ordering::SeqCst));
+    let boots_per_s = active as f64 / elapsed.as_secs_f64();
     println!(
-        "  {active} ACTIVE, {} ERROR, {} refused in {:.2} s: {:.0} boots/s to ACTIVE",
-        errors.load(Ordering::SeqCst),
-        refused.load(Ordering::SeqCst),
+        "  {active} ACTIVE, {n_errors} ERROR, {n_refused} refused in {:.2} s: {boots_per_s:.0} boots/s to ACTIVE",
         elapsed.as_secs_f64(),
-        active as f64 / elapsed.as_secs_f64()
     );
+    let (p50_ms, p90_ms, p99_ms) =
+        (ms(percentile(&times, 0.5)), ms(percentile(&times, 0.9)), ms(percentile(&times, 0.99)));
+    let max_ms = ms(times.last().copied().unwrap_or_default());
+    println!("  time to ACTIVE: p50 {p50_ms:.1} ms, p90 {p90_ms:.1} ms, p99 {p99_ms:.1} ms, max {max_ms:.1} ms");
+    let scheduler_runs = metric(&url, "berth_compute_scheduler_runs_total").await - runs_before;
+    let claim_retries = metric(&url, "berth_compute_claim_retries_total").await - retries_before;
+    println!("  scheduler runs {scheduler_runs}, claim retries (placement conflicts) {claim_retries}");
+    let builds_failed = metric(&url, "berth_compute_builds_failed_total").await - failed_before;
+    let rescheduled = metric(&url, "berth_compute_reschedules_total").await - resched_before;
+    let out_of_alternates = metric(&url, "berth_compute_reschedules_exhausted_total").await - exhausted_before;
     println!(
-        "  time to ACTIVE: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-        ms(percentile(&times, 0.5)),
-        ms(percentile(&times, 0.9)),
-        ms(percentile(&times, 0.99)),
-        ms(times.last().copied().unwrap_or_default())
+        "  builds failed {builds_failed}, rescheduled onto an alternate {rescheduled}, out of alternates {out_of_alternates}"
     );
-    println!(
-        "  scheduler runs {}, claim retries (placement conflicts) {}",
-        metric(&url, "berth_compute_scheduler_runs_total").await - runs_before,
-        metric(&url, "berth_compute_claim_retries_total").await - retries_before
-    );
-    println!(
-        "  builds failed {}, rescheduled onto an alternate {}, out of alternates {}",
-        metric(&url, "berth_compute_builds_failed_total").await - failed_before,
-        metric(&url, "berth_compute_reschedules_total").await - resched_before,
-        metric(&url, "berth_compute_reschedules_exhausted_total").await - exhausted_before
-    );
+    let mut rss = Vec::new();
     for (idx, server) in servers.iter().enumerate() {
-        println!("  server {idx} RSS {:.0} MiB", rss_mib(server.child.id()));
+        rss.push(rss_mib(server.child.id()));
+        println!("  server {idx} RSS {:.0} MiB", rss[idx]);
+    }
+    // Per ACTIVE boot: the work of refused and failed boots is charged
+    // to the ones that got through.
+    let per_boot = |before: u64, after: u64| ticks_ms(after.saturating_sub(before)) / active.max(1) as f64;
+    let server_cpu = per_boot(cpu_before.servers, cpu_after.servers);
+    let agents_cpu = per_boot(cpu_before.agents, cpu_after.agents);
+    // With SQLite the database runs inside the servers: its CPU is in
+    // theirs, and this is 0.
+    let db_cpu = per_boot(cpu_before.database, cpu_after.database);
+    let bench_cpu = per_boot(cpu_before.bench, cpu_after.bench);
+    println!(
+        "  CPU per ACTIVE boot: server {server_cpu:.2} ms, agents {agents_cpu:.2} ms, database {db_cpu:.2} ms ({}), bench {bench_cpu:.2} ms",
+        if postgres { "postgres processes" } else { "SQLite, inside the server" }
+    );
+    let overcommitted = count_overcommitted(&nova.at(&url, "placement 1.39")).await?;
+    println!("  overcommitted resource providers (usage above capacity) {overcommitted}");
+    if let Some(path) = &opts.json {
+        let body = json!({
+            "hosts": opts.hosts, "boots": opts.boots, "concurrency": opts.concurrency,
+            "processes": opts.run.processes, "agents": opts.agents, "cells": opts.cells,
+            "database": if postgres { "postgres" } else { "sqlite" },
+            "active": active, "error": n_errors, "refused": n_refused, "elapsed_s": elapsed.as_secs_f64(),
+            "boots_per_s": boots_per_s, "p50_ms": p50_ms, "p90_ms": p90_ms, "p99_ms": p99_ms, "max_ms": max_ms,
+            "scheduler_runs": scheduler_runs, "claim_retries": claim_retries, "builds_failed": builds_failed,
+            "rescheduled": rescheduled, "out_of_alternates": out_of_alternates,
+            "overcommitted": overcommitted, "server_rss_mib": rss,
+            "server_cpu_ms_per_boot": server_cpu, "agents_cpu_ms_per_boot": agents_cpu,
+            "db_cpu_ms_per_boot": db_cpu, "bench_cpu_ms_per_boot": bench_cpu,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&body)?)?;
     }
 
     if opts.listing > 0 {
@@ -225,6 +293,45 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     }
     drop(agents);
     Ok(())
+}
+
+/// The resource providers whose usage exceeds their capacity for some
+/// resource class, read through the Placement API (`placement` is at the
+/// server's root).
+async fn count_overcommitted(placement: &Nova) -> anyhow::Result<usize> {
+    let (status, body) = placement.call(reqwest::Method::GET, "/resource_providers", None).await?;
+    anyhow::ensure!(status == 200, "listing resource providers: {status}");
+    let mut n_overcommitted = 0;
+    for provider in body["resource_providers"].as_array().into_iter().flatten() {
+        let uuid = provider["uuid"].as_str().unwrap_or_default();
+        let (status, inventories) =
+            placement.call(reqwest::Method::GET, &format!("/resource_providers/{uuid}/inventories"), None).await?;
+        anyhow::ensure!(status == 200, "inventories of {uuid}: {status}");
+        let (status, usages) =
+            placement.call(reqwest::Method::GET, &format!("/resource_providers/{uuid}/usages"), None).await?;
+        anyhow::ensure!(status == 200, "usages of {uuid}: {status}");
+        if overcommitted(&inventories["inventories"], &usages["usages"]) {
+            n_overcommitted += 1;
+        }
+    }
+    Ok(n_overcommitted)
+}
+
+/// Whether some class's usage exceeds its capacity, `(total − reserved) ×
+/// allocation_ratio` rounded down as Placement does, given the
+/// `inventories` and `usages` objects of one provider's Placement
+/// responses. Usage of a class without inventory is over a capacity of 0.
+fn overcommitted(inventories: &Value, usages: &Value) -> bool {
+    let Some(usages) = usages.as_object() else { return false };
+    usages.iter().any(|(class, used)| {
+        let used = used.as_i64().unwrap_or(0);
+        let inventory = &inventories[class];
+        let total = inventory["total"].as_i64().unwrap_or(0);
+        let reserved = inventory["reserved"].as_i64().unwrap_or(0);
+        let ratio = inventory["allocation_ratio"].as_f64().unwrap_or(1.0);
+        let capacity = ((total - reserved) as f64 * ratio).floor() as i64;
+        used > capacity
+    })
 }
 
 /// Fill to `total` servers, then time the first and the 20th page of
@@ -317,5 +424,39 @@ async fn count(nova: &Nova) -> anyhow::Result<usize> {
         }
         n += servers.len();
         marker = servers.last().and_then(|s| s["id"].as_str()).map(str::to_owned);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overcommitted_compares_usage_with_capacity() {
+        let inventories = json!({
+            "VCPU": {"total": 16, "reserved": 2, "allocation_ratio": 1.5},
+            "MEMORY_MB": {"total": 1024, "reserved": 0, "allocation_ratio": 1.0},
+        });
+        // VCPU capacity (16 - 2) × 1.5 = 21.
+        assert!(!overcommitted(&inventories, &json!({"VCPU": 21, "MEMORY_MB": 1024})));
+        assert!(overcommitted(&inventories, &json!({"VCPU": 22, "MEMORY_MB": 0})));
+        assert!(overcommitted(&inventories, &json!({"VCPU": 0, "MEMORY_MB": 1025})));
+        // Usage of a class without inventory; none at all.
+        assert!(overcommitted(&inventories, &json!({"DISK_GB": 1})));
+        assert!(!overcommitted(&inventories, &json!({"DISK_GB": 0})));
+        assert!(!overcommitted(&json!({}), &json!({})));
+        // (10 - 0) × 1.05 = 10.5: Placement rounds the capacity down.
+        let fractional = json!({"VCPU": {"total": 10, "reserved": 0, "allocation_ratio": 1.05}});
+        assert!(!overcommitted(&fractional, &json!({"VCPU": 10})));
+        assert!(overcommitted(&fractional, &json!({"VCPU": 11})));
+    }
+
+    #[test]
+    fn uses_postgres_reads_the_database_argument() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert!(uses_postgres(&args(&["--database", "postgres://postgres@127.0.0.1/p?schema=b"])));
+        assert!(uses_postgres(&args(&["--database=postgresql://h/p"])));
+        assert!(!uses_postgres(&args(&["--scheduler-max-placement-results", "100"])));
+        assert!(!uses_postgres(&[]));
     }
 }

@@ -1,6 +1,7 @@
 //! What the benchmarks share: the executables and processes they start,
 //! the admin client, seeded random numbers, percentiles, and the
-//! server's metrics and host count.
+//! server's metrics and host count, and the CPU time of processes read
+//! from `/proc`.
 //!
 //! This module uses no benchmark module; they all use it.
 
@@ -232,6 +233,63 @@ pub(crate) fn status_mib(pid: u32, field: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Clock ticks per second of the CPU times in `/proc/PID/stat`
+/// (`getconf CLK_TCK`). This crate does not depend on `libc` for
+/// `sysconf(_SC_CLK_TCK)`, so it assumes 100, the value on every Linux
+/// architecture berth runs on (the kernel's `USER_HZ`).
+const CLK_TCK: u64 = 100;
+
+/// The CPU time of one `/proc/PID/stat` line in clock ticks: its own
+/// user and system time (fields 14 and 15) plus, with `children`, that of
+/// its reaped children (fields 16 and 17). `None` when the line is not
+/// one.
+///
+/// The second field, the command name in parentheses, may itself hold
+/// spaces and parentheses, so the fields are counted from the last `)`.
+pub(crate) fn stat_cpu_ticks(line: &str, children: bool) -> Option<u64> {
+    let after_comm = &line[line.rfind(')')? + 1..];
+    // `after_comm` starts at field 3 (state): field N is at index N - 3.
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    let own = field(14)? + field(15)?;
+    if children {
+        Some(own + field(16)? + field(17)?)
+    } else {
+        Some(own)
+    }
+}
+
+/// The CPU time process `pid` has used so far (all its threads), in
+/// clock ticks; 0 when it is gone.
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|line| stat_cpu_ticks(&line, false)).unwrap_or(0)
+}
+
+/// The CPU time of this process (the benchmark's clients), in clock ticks.
+pub(crate) fn self_cpu_ticks() -> u64 {
+    std::fs::read_to_string("/proc/self/stat").ok().and_then(|line| stat_cpu_ticks(&line, false)).unwrap_or(0)
+}
+
+/// The CPU time of every process named `comm` (e.g. `postgres`), in clock
+/// ticks, including the children they have reaped: PostgreSQL backends
+/// that exit between two readings are then still counted, in the
+/// postmaster's figure.
+pub(crate) fn cpu_ticks_named(comm: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|entry| std::fs::read_to_string(entry.path().join("comm")).is_ok_and(|name| name.trim_end() == comm))
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
+        .filter_map(|line| stat_cpu_ticks(&line, true))
+        .sum()
+}
+
+/// Clock ticks in milliseconds.
+pub(crate) fn ticks_ms(ticks: u64) -> f64 {
+    ticks as f64 * 1000.0 / CLK_TCK as f64
+}
+
 pub(crate) async fn metric(url: &str, name: &str) -> u64 {
     let Ok(resp) = reqwest::get(format!("{url}/metrics")).await else { return 0 };
     let text = resp.text().await.unwrap_or_default();
@@ -259,5 +317,28 @@ pub(crate) async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {
         }
         anyhow::ensure!(Instant::now() < deadline, "only {have} of {want} hosts reported inventory");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_cpu_ticks_counts_fields_after_the_last_parenthesis() {
+        // utime 7, stime 3, cutime 20, cstime 5; the command name holds a
+        // space and a `)`.
+        let line = "4242 (tokio) rt w) S 1 4242 4242 0 -1 4194560 500 0 0 0 7 3 20 5 20 0 9 0 100 1000 50";
+        assert_eq!(stat_cpu_ticks(line, false), Some(10));
+        assert_eq!(stat_cpu_ticks(line, true), Some(35));
+        assert_eq!(stat_cpu_ticks("4242 (postgres) S 1 2", false), None);
+        assert_eq!(stat_cpu_ticks("no parenthesis", false), None);
+        assert_eq!(ticks_ms(250), 2500.0);
+    }
+
+    #[test]
+    fn stat_cpu_ticks_reads_this_process() {
+        let line = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        assert!(stat_cpu_ticks(&line, true).is_some(), "{line}");
     }
 }
