@@ -270,8 +270,8 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
         "  CPU per ACTIVE boot: server {server_cpu:.2} ms, agents {agents_cpu:.2} ms, database {db_cpu:.2} ms ({}), bench {bench_cpu:.2} ms",
         if postgres { "postgres processes" } else { "SQLite, inside the server" }
     );
-    let overcommitted = count_overcommitted(&nova.at(&url, "placement 1.39")).await?;
-    println!("  overcommitted resource providers (usage above capacity) {overcommitted}");
+    let (overcommitted, n_providers) = count_overcommitted(&nova.at(&url, "placement 1.39")).await?;
+    println!("  overcommitted resource providers (usage above capacity) {overcommitted} of {n_providers}");
     if let Some(path) = &opts.json {
         let body = json!({
             "hosts": opts.hosts, "boots": opts.boots, "concurrency": opts.concurrency,
@@ -281,7 +281,7 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
             "boots_per_s": boots_per_s, "p50_ms": p50_ms, "p90_ms": p90_ms, "p99_ms": p99_ms, "max_ms": max_ms,
             "scheduler_runs": scheduler_runs, "claim_retries": claim_retries, "builds_failed": builds_failed,
             "rescheduled": rescheduled, "out_of_alternates": out_of_alternates,
-            "overcommitted": overcommitted, "server_rss_mib": rss,
+            "overcommitted": overcommitted, "providers_checked": n_providers, "server_rss_mib": rss,
             "server_cpu_ms_per_boot": server_cpu, "agents_cpu_ms_per_boot": agents_cpu,
             "db_cpu_ms_per_boot": db_cpu, "bench_cpu_ms_per_boot": bench_cpu,
         });
@@ -296,13 +296,14 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
 }
 
 /// The resource providers whose usage exceeds their capacity for some
-/// resource class, read through the Placement API (`placement` is at the
-/// server's root).
-async fn count_overcommitted(placement: &Nova) -> anyhow::Result<usize> {
+/// resource class, and the providers checked, read through the Placement
+/// API (`placement` is at the server's root).
+async fn count_overcommitted(placement: &Nova) -> anyhow::Result<(usize, usize)> {
     let (status, body) = placement.call(reqwest::Method::GET, "/resource_providers", None).await?;
     anyhow::ensure!(status == 200, "listing resource providers: {status}");
+    let providers = body["resource_providers"].as_array().cloned().unwrap_or_default();
     let mut n_overcommitted = 0;
-    for provider in body["resource_providers"].as_array().into_iter().flatten() {
+    for provider in &providers {
         let uuid = provider["uuid"].as_str().unwrap_or_default();
         let (status, inventories) =
             placement.call(reqwest::Method::GET, &format!("/resource_providers/{uuid}/inventories"), None).await?;
@@ -314,7 +315,7 @@ async fn count_overcommitted(placement: &Nova) -> anyhow::Result<usize> {
             n_overcommitted += 1;
         }
     }
-    Ok(n_overcommitted)
+    Ok((n_overcommitted, providers.len()))
 }
 
 /// Whether some class's usage exceeds its capacity, `(total − reserved) ×
