@@ -255,8 +255,7 @@ fn the_architecture_crate_graph_is_current() {
     for line in doc[start..end].lines().filter(|l| l.starts_with("| ") && !l.starts_with("| floor")) {
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
         let [floor, name, uses] = cells[..] else { panic!("bad crate-graph row: {line}") };
-        let uses: Vec<String> =
-            if uses == "—" { Vec::new() } else { uses.split(", ").map(str::to_owned).collect() };
+        let uses: Vec<String> = if uses == "—" { Vec::new() } else { uses.split(", ").map(str::to_owned).collect() };
         documented.insert(name.trim_matches('`').to_owned(), (floor.parse::<u8>().expect("floor"), uses));
     }
     let mut actual = std::collections::BTreeMap::new();
