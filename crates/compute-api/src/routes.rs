@@ -30,51 +30,47 @@ fn since(minor: u16, mut endpoint: Endpoint<ComputeCtx>) -> Endpoint<ComputeCtx>
     endpoint
 }
 
-fn r(pattern: &'static str, endpoints: Vec<Endpoint<ComputeCtx>>) -> Route<ComputeCtx> {
-    Route { pattern, endpoints }
-}
-
 /// The compute API's routes.
 pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
     vec![
-        r("/", vec![s(M::GET, resources::versions).public()]),
-        r("/v2.1", vec![s(M::GET, resources::version_show).public()]),
-        r("/v2.1/", vec![s(M::GET, resources::version_show).public()]),
-        r("/v2.1/servers", vec![a(M::GET, servers::index), s(M::POST, servers::create)]),
-        r("/v2.1/servers/detail", vec![a(M::GET, servers::detail)]),
-        r(
+        Route::new("/", vec![s(M::GET, resources::versions).public()]),
+        Route::new("/v2.1", vec![s(M::GET, resources::version_show).public()]),
+        Route::new("/v2.1/", vec![s(M::GET, resources::version_show).public()]),
+        Route::new("/v2.1/servers", vec![a(M::GET, servers::index), s(M::POST, servers::create)]),
+        Route::new("/v2.1/servers/detail", vec![a(M::GET, servers::detail)]),
+        Route::new(
             "/v2.1/servers/{id}",
             vec![a(M::GET, servers::show), a(M::PUT, servers::update), a(M::DELETE, servers::delete)],
         ),
-        r("/v2.1/servers/{id}/action", vec![a(M::POST, servers::action)]),
-        r("/v2.1/servers/{id}/os-instance-actions", vec![a(M::GET, servers::list_actions)]),
-        r("/v2.1/servers/{id}/migrations", vec![since(23, a(M::GET, migrations::list_server_migrations))]),
-        r(
+        Route::new("/v2.1/servers/{id}/action", vec![a(M::POST, servers::action)]),
+        Route::new("/v2.1/servers/{id}/os-instance-actions", vec![a(M::GET, servers::list_actions)]),
+        Route::new("/v2.1/servers/{id}/migrations", vec![since(23, a(M::GET, migrations::list_server_migrations))]),
+        Route::new(
             "/v2.1/servers/{id}/migrations/{mid}",
             vec![
                 since(23, a(M::GET, migrations::show_server_migration)),
                 since(24, a(M::DELETE, migrations::delete_server_migration)),
             ],
         ),
-        r(
+        Route::new(
             "/v2.1/servers/{id}/migrations/{mid}/action",
             vec![since(22, a(M::POST, migrations::server_migration_action))],
         ),
-        r("/v2.1/os-migrations", vec![a(M::GET, migrations::list_migrations)]),
-        r("/v2.1/servers/{id}/os-instance-actions/{request_id}", vec![a(M::GET, servers::show_action)]),
-        r("/v2.1/flavors", vec![s(M::GET, flavors::index), s(M::POST, flavors::create)]),
-        r("/v2.1/flavors/detail", vec![s(M::GET, flavors::detail)]),
-        r(
+        Route::new("/v2.1/os-migrations", vec![a(M::GET, migrations::list_migrations)]),
+        Route::new("/v2.1/servers/{id}/os-instance-actions/{request_id}", vec![a(M::GET, servers::show_action)]),
+        Route::new("/v2.1/flavors", vec![s(M::GET, flavors::index), s(M::POST, flavors::create)]),
+        Route::new("/v2.1/flavors/detail", vec![s(M::GET, flavors::detail)]),
+        Route::new(
             "/v2.1/flavors/{id}",
             vec![s(M::GET, flavors::show), since(55, s(M::PUT, flavors::update)), s(M::DELETE, flavors::delete)],
         ),
-        r("/v2.1/flavors/{id}/action", vec![s(M::POST, flavors::action)]),
-        r("/v2.1/flavors/{id}/os-flavor-access", vec![s(M::GET, flavors::list_access)]),
-        r(
+        Route::new("/v2.1/flavors/{id}/action", vec![s(M::POST, flavors::action)]),
+        Route::new("/v2.1/flavors/{id}/os-flavor-access", vec![s(M::GET, flavors::list_access)]),
+        Route::new(
             "/v2.1/flavors/{id}/os-extra_specs",
             vec![s(M::GET, flavors::list_extra_specs), s(M::POST, flavors::create_extra_specs)],
         ),
-        r(
+        Route::new(
             "/v2.1/flavors/{id}/os-extra_specs/{key}",
             vec![
                 s(M::GET, flavors::show_extra_spec),
@@ -82,9 +78,15 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
                 s(M::DELETE, flavors::delete_extra_spec),
             ],
         ),
-        r("/v2.1/os-server-groups", vec![s(M::GET, resources::list_groups), s(M::POST, resources::create_group)]),
-        r("/v2.1/os-server-groups/{id}", vec![s(M::GET, resources::show_group), s(M::DELETE, resources::delete_group)]),
-        r(
+        Route::new(
+            "/v2.1/os-server-groups",
+            vec![s(M::GET, resources::list_groups), s(M::POST, resources::create_group)],
+        ),
+        Route::new(
+            "/v2.1/os-server-groups/{id}",
+            vec![s(M::GET, resources::show_group), s(M::DELETE, resources::delete_group)],
+        ),
+        Route::new(
             "/v2.1/os-quota-sets/{project}",
             vec![
                 s(M::GET, resources::show_quota),
@@ -92,19 +94,22 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
                 s(M::DELETE, resources::delete_quota),
             ],
         ),
-        r("/v2.1/os-quota-sets/{project}/defaults", vec![s(M::GET, resources::quota_defaults)]),
-        r("/v2.1/os-quota-sets/{project}/detail", vec![s(M::GET, resources::quota_detail)]),
-        r("/v2.1/limits", vec![s(M::GET, resources::limits)]),
-        r("/v2.1/os-hypervisors", vec![a(M::GET, resources::list_hypervisors)]),
-        r("/v2.1/os-hypervisors/detail", vec![a(M::GET, resources::detail_hypervisors)]),
-        r("/v2.1/os-hypervisors/{id}", vec![a(M::GET, resources::show_hypervisor)]),
-        r("/v2.1/os-services", vec![a(M::GET, resources::list_services)]),
-        r(
+        Route::new("/v2.1/os-quota-sets/{project}/defaults", vec![s(M::GET, resources::quota_defaults)]),
+        Route::new("/v2.1/os-quota-sets/{project}/detail", vec![s(M::GET, resources::quota_detail)]),
+        Route::new("/v2.1/limits", vec![s(M::GET, resources::limits)]),
+        Route::new("/v2.1/os-hypervisors", vec![a(M::GET, resources::list_hypervisors)]),
+        Route::new("/v2.1/os-hypervisors/detail", vec![a(M::GET, resources::detail_hypervisors)]),
+        Route::new("/v2.1/os-hypervisors/{id}", vec![a(M::GET, resources::show_hypervisor)]),
+        Route::new("/v2.1/os-services", vec![a(M::GET, resources::list_services)]),
+        Route::new(
             "/v2.1/os-services/{id}",
             vec![a(M::PUT, resources::update_service), a(M::DELETE, resources::delete_service)],
         ),
-        r("/v2.1/os-aggregates", vec![s(M::GET, resources::list_aggregates), s(M::POST, resources::create_aggregate)]),
-        r(
+        Route::new(
+            "/v2.1/os-aggregates",
+            vec![s(M::GET, resources::list_aggregates), s(M::POST, resources::create_aggregate)],
+        ),
+        Route::new(
             "/v2.1/os-aggregates/{id}",
             vec![
                 s(M::GET, resources::show_aggregate),
@@ -112,9 +117,9 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
                 s(M::DELETE, resources::delete_aggregate),
             ],
         ),
-        r("/v2.1/os-aggregates/{id}/action", vec![s(M::POST, resources::aggregate_action)]),
-        r("/v2.1/os-availability-zone", vec![a(M::GET, resources::list_zones)]),
-        r("/v2.1/os-availability-zone/detail", vec![a(M::GET, resources::detail_zones)]),
+        Route::new("/v2.1/os-aggregates/{id}/action", vec![s(M::POST, resources::aggregate_action)]),
+        Route::new("/v2.1/os-availability-zone", vec![a(M::GET, resources::list_zones)]),
+        Route::new("/v2.1/os-availability-zone/detail", vec![a(M::GET, resources::detail_zones)]),
     ]
 }
 
@@ -130,18 +135,6 @@ pub fn compute_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<C
     })
 }
 
-fn plain(version: Version, service: &'static str) -> VersionSpec {
-    VersionSpec {
-        service,
-        min: version,
-        max: version,
-        legacy_header: None,
-        parse: berth_http::microversion::placement_parse,
-        invalid: berth_http::microversion::placement_invalid,
-        unacceptable: berth_http::microversion::placement_unacceptable,
-    }
-}
-
 fn v1s(method: M, handler: Sync) -> Endpoint<ComputeCtx> {
     Endpoint::sync(method, Version(1, 0), handler)
 }
@@ -153,14 +146,14 @@ fn v1a(method: M, handler: Async) -> Endpoint<ComputeCtx> {
 /// The agent API (`/agent/v1`).
 pub fn agent_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
     let routes = vec![
-        r("/register", vec![v1a(M::POST, agents::register)]),
-        r("/heartbeat", vec![v1a(M::POST, agents::heartbeat)]),
-        r("/work", vec![v1a(M::GET, agents::work)]),
-        r("/events", vec![v1a(M::POST, agents::events)]),
+        Route::new("/register", vec![v1a(M::POST, agents::register)]),
+        Route::new("/heartbeat", vec![v1a(M::POST, agents::heartbeat)]),
+        Route::new("/work", vec![v1a(M::GET, agents::work)]),
+        Route::new("/events", vec![v1a(M::POST, agents::events)]),
     ];
     Ok(Api {
         name: "agent",
-        versions: plain(Version(1, 0), "agent"),
+        versions: VersionSpec::single(Version(1, 0), "agent"),
         routes,
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
@@ -171,22 +164,22 @@ pub fn agent_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
 /// berth's admin API (`/admin/v1`).
 pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
     let routes = vec![
-        r("/cells", vec![v1s(M::GET, agents::list_cells), v1s(M::POST, agents::create_cell)]),
-        r("/cells/{name}/disable", vec![v1s(M::POST, agents::disable_cell)]),
-        r("/cells/{name}/enable", vec![v1s(M::POST, agents::enable_cell)]),
-        r("/discover-hosts", vec![v1a(M::POST, agents::discover_hosts)]),
-        r("/hosts/{host}/binding", vec![v1s(M::DELETE, agents::unbind_host)]),
-        r("/agent-credentials", vec![v1s(M::GET, credentials::list), v1s(M::POST, credentials::issue)]),
-        r("/agent-credentials/{host}", vec![v1s(M::DELETE, credentials::revoke)]),
-        r("/heal", vec![v1a(M::POST, agents::heal)]),
-        r("/test/hold", vec![v1s(M::POST, agents::hold)]),
-        r("/test/release", vec![v1s(M::POST, agents::release)]),
-        r("/test/waiting", vec![v1s(M::POST, agents::waiting)]),
-        r("/test/clock", vec![v1s(M::POST, agents::advance_clock)]),
+        Route::new("/cells", vec![v1s(M::GET, agents::list_cells), v1s(M::POST, agents::create_cell)]),
+        Route::new("/cells/{name}/disable", vec![v1s(M::POST, agents::disable_cell)]),
+        Route::new("/cells/{name}/enable", vec![v1s(M::POST, agents::enable_cell)]),
+        Route::new("/discover-hosts", vec![v1a(M::POST, agents::discover_hosts)]),
+        Route::new("/hosts/{host}/binding", vec![v1s(M::DELETE, agents::unbind_host)]),
+        Route::new("/agent-credentials", vec![v1s(M::GET, credentials::list), v1s(M::POST, credentials::issue)]),
+        Route::new("/agent-credentials/{host}", vec![v1s(M::DELETE, credentials::revoke)]),
+        Route::new("/heal", vec![v1a(M::POST, agents::heal)]),
+        Route::new("/test/hold", vec![v1s(M::POST, agents::hold)]),
+        Route::new("/test/release", vec![v1s(M::POST, agents::release)]),
+        Route::new("/test/waiting", vec![v1s(M::POST, agents::waiting)]),
+        Route::new("/test/clock", vec![v1s(M::POST, agents::advance_clock)]),
     ];
     Ok(Api {
         name: "admin",
-        versions: plain(Version(1, 0), "admin"),
+        versions: VersionSpec::single(Version(1, 0), "admin"),
         routes,
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
@@ -197,14 +190,14 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
 /// The identity endpoints openstackclient needs without Keystone.
 pub fn identity_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
     let routes = vec![
-        r("/", vec![v1s(M::GET, agents::identity_versions).public()]),
-        r("/v3", vec![v1s(M::GET, agents::identity_version).public()]),
-        r("/v3/projects", vec![v1s(M::GET, agents::list_projects).public()]),
-        r("/v3/projects/{id}", vec![v1s(M::GET, agents::show_project).public()]),
+        Route::new("/", vec![v1s(M::GET, agents::identity_versions).public()]),
+        Route::new("/v3", vec![v1s(M::GET, agents::identity_version).public()]),
+        Route::new("/v3/projects", vec![v1s(M::GET, agents::list_projects).public()]),
+        Route::new("/v3/projects/{id}", vec![v1s(M::GET, agents::show_project).public()]),
     ];
     Ok(Api {
         name: "identity",
-        versions: plain(Version(1, 0), "identity"),
+        versions: VersionSpec::single(Version(1, 0), "identity"),
         routes,
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,

@@ -43,6 +43,22 @@ pub struct VersionSpec {
     pub unacceptable: fn(&VersionSpec, &str) -> ApiError,
 }
 
+impl VersionSpec {
+    /// An API with one version and no microversions; a version header
+    /// naming it is parsed and refused as placement does.
+    pub fn single(version: Version, service: &'static str) -> Self {
+        VersionSpec {
+            service,
+            min: version,
+            max: version,
+            legacy_header: None,
+            parse: placement_parse,
+            invalid: placement_invalid,
+            unacceptable: placement_unacceptable,
+        }
+    }
+}
+
 /// Placement's answers (microversion-parse's middleware): 400 `Invalid
 /// microversion: invalid version string: X; <why int() refused it>`, 406
 /// `Invalid microversion: Unacceptable version header: X`.

@@ -85,6 +85,13 @@ pub struct Route<C> {
     pub endpoints: Vec<Endpoint<C>>,
 }
 
+impl<C> Route<C> {
+    /// The route of `pattern` with its `endpoints`.
+    pub fn new(pattern: &'static str, endpoints: Vec<Endpoint<C>>) -> Self {
+        Route { pattern, endpoints }
+    }
+}
+
 /// Result of matching a path.
 #[derive(Debug)]
 pub enum Match<'a, C> {

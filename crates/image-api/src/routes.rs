@@ -14,23 +14,6 @@ use crate::{handlers, ImageCtx};
 
 type Sync = fn(&ImageCtx, &Req) -> ApiResult<Resp>;
 
-fn r(pattern: &'static str, endpoints: Vec<Endpoint<ImageCtx>>) -> Route<ImageCtx> {
-    Route { pattern, endpoints }
-}
-
-/// One version, no microversions (parsed and refused like placement's).
-fn plain(version: Version, service: &'static str) -> VersionSpec {
-    VersionSpec {
-        service,
-        min: version,
-        max: version,
-        legacy_header: None,
-        parse: berth_http::microversion::placement_parse,
-        invalid: berth_http::microversion::placement_invalid,
-        unacceptable: berth_http::microversion::placement_unacceptable,
-    }
-}
-
 /// Glance's error body: `{"code": ..., "title": ..., "message": ...}`
 /// (openstackclient prints `message`).
 pub fn render_image_error(err: &ApiError, _: Option<Version>, _: &str, _: &HeaderMap) -> Response<Body> {
@@ -45,17 +28,17 @@ fn g(method: M, handler: Sync) -> Endpoint<ImageCtx> {
 /// The image (Glance v2 subset) API.
 pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ImageCtx>> {
     let routes = vec![
-        r("/", vec![g(M::GET, handlers::versions).public()]),
-        r("/versions", vec![g(M::GET, handlers::versions).public()]),
-        r("/v2/images", vec![g(M::GET, handlers::index), g(M::POST, handlers::create)]),
-        r("/v2/images/{id}", vec![g(M::GET, handlers::show), g(M::DELETE, handlers::delete)]),
-        r("/v2/images/{id}/file", vec![g(M::PUT, handlers::upload)]),
-        r("/v2/schemas/image", vec![g(M::GET, handlers::image_schema)]),
-        r("/v2/schemas/images", vec![g(M::GET, handlers::images_schema)]),
+        Route::new("/", vec![g(M::GET, handlers::versions).public()]),
+        Route::new("/versions", vec![g(M::GET, handlers::versions).public()]),
+        Route::new("/v2/images", vec![g(M::GET, handlers::index), g(M::POST, handlers::create)]),
+        Route::new("/v2/images/{id}", vec![g(M::GET, handlers::show), g(M::DELETE, handlers::delete)]),
+        Route::new("/v2/images/{id}/file", vec![g(M::PUT, handlers::upload)]),
+        Route::new("/v2/schemas/image", vec![g(M::GET, handlers::image_schema)]),
+        Route::new("/v2/schemas/images", vec![g(M::GET, handlers::images_schema)]),
     ];
     Ok(Api {
         name: "image",
-        versions: plain(Version(2, 0), "image"),
+        versions: VersionSpec::single(Version(2, 0), "image"),
         routes,
         policy: Arc::new(Policy::new(berth_compute_api::RULES, overrides)?),
         render_error: render_image_error,

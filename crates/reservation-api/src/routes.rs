@@ -14,10 +14,6 @@ use crate::ReservationCtx;
 type Sync = fn(&ReservationCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ReservationCtx>, Req) -> HandlerFuture;
 
-fn r(pattern: &'static str, endpoints: Vec<Endpoint<ReservationCtx>>) -> Route<ReservationCtx> {
-    Route { pattern, endpoints }
-}
-
 fn v1s(method: M, handler: Sync) -> Endpoint<ReservationCtx> {
     Endpoint::sync(method, Version(1, 0), handler)
 }
@@ -26,28 +22,15 @@ fn v1a(method: M, handler: Async) -> Endpoint<ReservationCtx> {
     Endpoint::async_(method, Version(1, 0), handler)
 }
 
-/// One version, no microversions (parsed and refused like placement's).
-fn plain(version: Version, service: &'static str) -> VersionSpec {
-    VersionSpec {
-        service,
-        min: version,
-        max: version,
-        legacy_header: None,
-        parse: berth_http::microversion::placement_parse,
-        invalid: berth_http::microversion::placement_invalid,
-        unacceptable: berth_http::microversion::placement_unacceptable,
-    }
-}
-
 /// The reservation API with the policy file's `overrides`.
 pub fn reservation_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ReservationCtx>> {
     let routes = vec![
-        r("/", vec![v1s(M::GET, leases::versions).public()]),
-        r("/v1", vec![v1s(M::GET, leases::version_show).public()]),
-        r("/v1/", vec![v1s(M::GET, leases::version_show).public()]),
-        r("/v1/leases", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
-        r("/v1/leases.json", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
-        r(
+        Route::new("/", vec![v1s(M::GET, leases::versions).public()]),
+        Route::new("/v1", vec![v1s(M::GET, leases::version_show).public()]),
+        Route::new("/v1/", vec![v1s(M::GET, leases::version_show).public()]),
+        Route::new("/v1/leases", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
+        Route::new("/v1/leases.json", vec![v1s(M::GET, leases::list_leases), v1s(M::POST, leases::create_lease)]),
+        Route::new(
             "/v1/leases/{id}",
             vec![
                 v1s(M::GET, leases::show_lease),
@@ -55,22 +38,22 @@ pub fn reservation_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<A
                 v1a(M::DELETE, leases::delete_lease),
             ],
         ),
-        r("/v1/os-hosts", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
-        r("/v1/os-hosts.json", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
-        r("/v1/os-hosts/allocations", vec![v1s(M::GET, leases::list_allocations)]),
-        r("/v1/os-hosts/properties", vec![v1s(M::GET, leases::list_properties)]),
-        r("/v1/os-hosts/properties/{name}", vec![v1s(M::PATCH, leases::patch_property)]),
-        r(
+        Route::new("/v1/os-hosts", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
+        Route::new("/v1/os-hosts.json", vec![v1s(M::GET, leases::list_hosts), v1s(M::POST, leases::create_host)]),
+        Route::new("/v1/os-hosts/allocations", vec![v1s(M::GET, leases::list_allocations)]),
+        Route::new("/v1/os-hosts/properties", vec![v1s(M::GET, leases::list_properties)]),
+        Route::new("/v1/os-hosts/properties/{name}", vec![v1s(M::PATCH, leases::patch_property)]),
+        Route::new(
             "/v1/os-hosts/{id}",
             vec![v1s(M::GET, leases::show_host), v1s(M::PUT, leases::update_host), v1s(M::DELETE, leases::delete_host)],
         ),
-        r("/v1/os-hosts/{id}/allocation", vec![v1s(M::GET, leases::host_allocation)]),
-        r("/v1/availability", vec![v1s(M::GET, leases::availability)]),
-        r("/v1/availability/hosts", vec![v1s(M::GET, leases::host_capacity)]),
+        Route::new("/v1/os-hosts/{id}/allocation", vec![v1s(M::GET, leases::host_allocation)]),
+        Route::new("/v1/availability", vec![v1s(M::GET, leases::availability)]),
+        Route::new("/v1/availability/hosts", vec![v1s(M::GET, leases::host_capacity)]),
     ];
     Ok(Api {
         name: "reservation",
-        versions: plain(Version(1, 0), "reservation"),
+        versions: VersionSpec::single(Version(1, 0), "reservation"),
         routes,
         policy: Arc::new(Policy::new(leases::RULES, overrides)?),
         render_error: leases::render_error,
