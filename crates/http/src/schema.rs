@@ -128,6 +128,27 @@ enum Formats {
     JsonSchema,
 }
 
+/// Add to `found` every regular expression `schema` uses (`pattern`
+/// values and `patternProperties` keys), at any depth. The validator skips
+/// a pattern it cannot compile, so tests check each one with this.
+pub fn collect_patterns(schema: &Value, found: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            for (key, sub) in map {
+                if key == "pattern" {
+                    found.extend(sub.as_str().map(str::to_owned));
+                }
+                if key == "patternProperties" {
+                    found.extend(sub.as_object().into_iter().flat_map(|m| m.keys().cloned()));
+                }
+                collect_patterns(sub, found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| collect_patterns(i, found)),
+        _ => {}
+    }
+}
+
 /// Validate `instance` against `schema`; on failure return the error
 /// jsonschema's `best_match` would pick (the shallowest, first found).
 pub fn validate(schema: &Value, instance: &Value) -> Result<(), SchemaError> {

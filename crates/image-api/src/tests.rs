@@ -36,31 +36,13 @@ fn valid(schema: &Value, body: &Value) -> bool {
     berth_http::schema::validate(schema, body).is_ok()
 }
 
-fn walk_patterns(value: &Value, found: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, sub) in map {
-                if key == "pattern" {
-                    found.extend(sub.as_str().map(str::to_owned));
-                }
-                if key == "patternProperties" {
-                    found.extend(sub.as_object().into_iter().flat_map(|m| m.keys().cloned()));
-                }
-                walk_patterns(sub, found);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|i| walk_patterns(i, found)),
-        _ => {}
-    }
-}
-
 /// berth's validator skips a pattern it cannot compile, so every pattern
 /// must compile with the same `regex` features the validator has.
 #[test]
 fn every_pattern_compiles() {
     let mut found = Vec::new();
-    walk_patterns(&images_schemas::create(), &mut found);
-    walk_patterns(&images::image_schema(), &mut found);
+    berth_http::schema::collect_patterns(&images_schemas::create(), &mut found);
+    berth_http::schema::collect_patterns(&images::image_schema(), &mut found);
     found.sort();
     found.dedup();
     for pattern in found {

@@ -150,24 +150,6 @@ fn request_schemas_equal_novas_after_the_documented_rewrites() {
     assert!(compared > 1500, "only {compared} comparisons");
 }
 
-fn walk_patterns(value: &Value, found: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, sub) in map {
-                if key == "pattern" {
-                    found.extend(sub.as_str().map(str::to_owned));
-                }
-                if key == "patternProperties" {
-                    found.extend(sub.as_object().into_iter().flat_map(|m| m.keys().cloned()));
-                }
-                walk_patterns(sub, found);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|i| walk_patterns(i, found)),
-        _ => {}
-    }
-}
-
 /// berth's validator skips a pattern it cannot compile, so every pattern
 /// must compile with the same `regex` features the validator has.
 #[test]
@@ -175,7 +157,7 @@ fn every_pattern_compiles() {
     let mut found = Vec::new();
     for version in all_versions() {
         for key in KEYS {
-            walk_patterns(&ours(key, version), &mut found);
+            berth_http::schema::collect_patterns(&ours(key, version), &mut found);
         }
     }
     found.sort();
