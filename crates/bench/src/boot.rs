@@ -324,15 +324,7 @@ async fn count_overcommitted(placement: &Nova) -> anyhow::Result<(usize, usize)>
 /// responses. Usage of a class without inventory is over a capacity of 0.
 fn overcommitted(inventories: &Value, usages: &Value) -> bool {
     let Some(usages) = usages.as_object() else { return false };
-    usages.iter().any(|(class, used)| {
-        let used = used.as_i64().unwrap_or(0);
-        let inventory = &inventories[class];
-        let total = inventory["total"].as_i64().unwrap_or(0);
-        let reserved = inventory["reserved"].as_i64().unwrap_or(0);
-        let ratio = inventory["allocation_ratio"].as_f64().unwrap_or(1.0);
-        let capacity = ((total - reserved) as f64 * ratio).floor() as i64;
-        used > capacity
-    })
+    usages.iter().any(|(class, used)| used.as_i64().unwrap_or(0) > crate::common::capacity(&inventories[class]))
 }
 
 /// Fill to `total` servers, then time the first and the 20th page of

@@ -346,12 +346,10 @@ async fn overcommitted(api: &Api) -> anyhow::Result<usize> {
         let inv = api.ok(reqwest::Method::GET, &format!("/resource_providers/{uuid}/inventories"), None).await?;
         let usages = api.ok(reqwest::Method::GET, &format!("/resource_providers/{uuid}/usages"), None).await?;
         for (class, record) in inv["inventories"].as_object().cloned().unwrap_or_default() {
-            let total = record["total"].as_f64().unwrap_or(0.0);
-            let reserved = record["reserved"].as_f64().unwrap_or(0.0);
-            let ratio = record["allocation_ratio"].as_f64().unwrap_or(1.0);
-            let used = usages["usages"][&class].as_f64().unwrap_or(0.0);
-            if used > ((total - reserved) * ratio).floor() {
-                eprintln!("OVERCOMMIT {uuid} {class}: used {used} > ({total} - {reserved}) * {ratio}");
+            let capacity = crate::common::capacity(&record);
+            let used = usages["usages"][&class].as_i64().unwrap_or(0);
+            if used > capacity {
+                eprintln!("OVERCOMMIT {uuid} {class}: used {used} > capacity {capacity}");
                 bad += 1;
             }
         }

@@ -320,6 +320,16 @@ pub(crate) async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {
     }
 }
 
+/// A Placement inventory record's capacity: `(total − reserved) ×
+/// allocation_ratio`, rounded down as Placement does (0 for a missing
+/// record).
+pub(crate) fn capacity(inventory: &Value) -> i64 {
+    let total = inventory["total"].as_i64().unwrap_or(0);
+    let reserved = inventory["reserved"].as_i64().unwrap_or(0);
+    let ratio = inventory["allocation_ratio"].as_f64().unwrap_or(1.0);
+    ((total - reserved) as f64 * ratio).floor() as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1049,10 +1049,7 @@ async fn audit(nova: &Nova, url: &str) -> anyhow::Result<Audit> {
             consumers.entry(consumer.clone()).or_default().insert(uuid.clone(), usage);
         }
         for (class, inv) in inventories["inventories"].as_object().into_iter().flatten() {
-            let total = inv["total"].as_i64().unwrap_or(0);
-            let reserved = inv["reserved"].as_i64().unwrap_or(0);
-            let ratio = inv["allocation_ratio"].as_f64().unwrap_or(1.0);
-            let capacity = ((total - reserved) as f64 * ratio).floor() as i64;
+            let capacity = crate::common::capacity(inv);
             let use_ = used.get(class).copied().unwrap_or(0);
             if use_ > capacity {
                 audit.over_capacity.push(format!("{name} {class}: {use_} used of {capacity}"));
