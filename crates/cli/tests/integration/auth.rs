@@ -315,6 +315,7 @@ async fn an_agent_credential_gives_a_host_its_own_identity() {
     // (placement accepts its service identity).
     let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
         .args(["agent", "--url", &base, "--hosts", "1", "--prefix", "credhost-", "--log", "warn"])
+        .args(["--agent-id", "credagent"])
         .arg("--credential-file")
         .arg(&file)
         .spawn()
@@ -331,6 +332,8 @@ async fn an_agent_credential_gives_a_host_its_own_identity() {
     assert_eq!(code, 403);
     let event = json!({"events": [{"instance": uuid::Uuid::new_v4().to_string(), "host": host, "kind": "deleted"}]});
     assert_eq!(agent_call(&base, "admin", "/events", event).await.0, 403);
+    let work = http.get(format!("{base}/agent/v1/work?agent=credagent&wait=0")).header("x-auth-token", "admin").send();
+    assert_eq!(work.await.expect("work").status().as_u16(), 403, "nobody else takes the agent's work");
     // The credential speaks for its host alone.
     let (code, body) = agent_call(&base, &token, "/register", registration("elsewhere-0")).await;
     assert_eq!(code, 403, "{body}");
