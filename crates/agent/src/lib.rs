@@ -28,6 +28,9 @@
 //!    `live_migrated`, `live_migration_failed`), batched.
 //!
 //! No message broker: the kubelet model.
+//!
+//! It must not reach the control plane other than over its HTTP APIs (no
+//! store, no compute runtime): it is what a real nova-compute would be.
 
 pub mod placement;
 pub mod reshape;

@@ -1,5 +1,7 @@
 //! The `berth` binary: one subcommand per module. Only this crate reads
-//! arguments, the environment and files.
+//! arguments, the environment and files. It composes the other crates and
+//! must not hold domain logic of its own (plans, policies, wire formats
+//! belong to the crates below it).
 
 mod agent;
 mod cell_cmd;

@@ -23,6 +23,11 @@
 //! Leases are not this crate's: the lease runtime (`berth-reservations`)
 //! takes an `Arc<Compute>` and the process wiring starts it, so nothing
 //! here calls into lease code.
+//!
+//! It owns the compute runtime's state and background loops; it must not
+//! serve HTTP (the API crates do), speak SQL (the stores do) or know leases
+//! (`berth-reservations` drives it), and every control decision it makes
+//! goes through one planned write.
 
 pub mod action;
 pub mod agents;

@@ -9,6 +9,9 @@
 //! 500), and renders errors in the API's own format. Handlers are plain
 //! functions `fn(&C, &Req) -> ApiResult<Resp>` (or async ones), where `C`
 //! is the API's context: extract, call the core, convert.
+//!
+//! It owns request handling common to every API; it must not know any API's
+//! resources, plans or stores beyond mapping their errors.
 
 pub mod auth;
 pub mod error;

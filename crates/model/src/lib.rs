@@ -8,6 +8,9 @@
 //! inside its transaction) and only then is it applied to the in-memory
 //! `State` with [`State::apply`]. No function here does I/O or reads the
 //! clock: timestamps are passed in.
+//!
+//! It must not depend on anything that does I/O, async or serialisation (the
+//! tidy test checks).
 #![deny(missing_docs)]
 
 mod change;

@@ -5,6 +5,9 @@
 //! defaults. Handlers are `fn(&Placement, &Req) -> ApiResult<Resp>`:
 //! extract, call the model through the core's [`berth_core::App`],
 //! convert.
+//!
+//! It must not plan or store anything itself: plans are `berth-model`'s, the
+//! write path is `berth-core`'s, and it never uses a store crate directly.
 
 pub mod handlers;
 mod policy_rules;

@@ -20,6 +20,9 @@
 //! their read snapshots fresh. Connection loss maps to
 //! [`StoreError::Unavailable`] (a 503 at the API). The next call
 //! reconnects, so service recovers without a restart.
+//!
+//! It must not decide anything: plans come from the pure crates; it only
+//! reads, writes and serialises them.
 #![deny(missing_docs)]
 
 mod cell;

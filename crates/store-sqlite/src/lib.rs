@@ -7,6 +7,9 @@
 //! loss. An exclusive lock file in the data directory keeps a second berth
 //! process from opening the same database (the in-memory snapshot of each
 //! process would otherwise go stale; use PostgreSQL for several processes).
+//!
+//! It must not decide anything: plans come from the pure crates; it only
+//! reads, writes and serialises them.
 #![deny(missing_docs)]
 
 mod cell;

@@ -22,6 +22,9 @@
 //!
 //! A successful `write` means the transaction is durable (fsync'd by the
 //! database).
+//!
+//! It must not decide anything (plans are the pure crates') and knows no SQL
+//! driver (only the backends do).
 #![deny(missing_docs)]
 
 use berth_compute_model::{World, WorldChangeSet};
