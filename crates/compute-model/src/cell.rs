@@ -677,4 +677,10 @@ pub struct InstanceQuery {
     pub marker: Option<Marker>,
     /// At most this many rows.
     pub limit: usize,
+    /// Rows for an index listing (`GET /servers`): the spec holds only the
+    /// fields its row duplicates in columns (name, description, hostname,
+    /// image, key name, reservation id, launch index, config drive, access
+    /// IPs, the flavor's id), which is every sort key, the name filter and
+    /// the index view, and is not parsed from its JSON.
+    pub brief: bool,
 }

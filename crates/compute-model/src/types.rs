@@ -13,7 +13,7 @@ pub const CELL0_UUID: Uuid = Uuid::nil();
 /// A flavor (Nova's `flavors` table with its extra specs and access list).
 /// Instances and request specs carry a copy, so a later change to the
 /// flavor does not change existing servers.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Flavor {
     /// Internal id (creation order; Nova's `flavors.id`).
     pub id: i64,
@@ -298,7 +298,7 @@ pub struct InstanceMapping {
 
 /// What a user asked for one instance: everything a server shows before it
 /// exists in a cell, and what its cell row is built from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct InstanceSpec {
     /// `name`.
     pub display_name: String,

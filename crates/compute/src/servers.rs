@@ -133,6 +133,9 @@ pub struct ListRequest {
     pub marker: Option<Uuid>,
     /// Show servers of unreachable cells as stubs (2.69, no filters/sort).
     pub down_cell_stubs: bool,
+    /// For the index view (`GET /servers`): rows carry only the spec
+    /// fields it and the sort order need ([`InstanceQuery::brief`]).
+    pub brief: bool,
 }
 
 /// One listed server.
@@ -375,6 +378,7 @@ impl Compute {
                 sort: sort.clone(),
                 marker: cell_marker.clone(),
                 limit: first_read,
+                brief: request.brief,
             };
             fetches.push(async move {
                 let result = self.cells.read(&handle, move |s| s.list_instances(&query)).await;
@@ -405,7 +409,7 @@ impl Compute {
         while placed.len() < remaining {
             for stream in streams.iter_mut() {
                 if stream.buffer.is_empty() && !stream.exhausted {
-                    self.refill(stream, &request.filter, &sort, remaining - placed.len() + 8).await;
+                    self.refill(stream, &request.filter, &sort, remaining - placed.len() + 8, request.brief).await;
                 }
             }
             let best = streams
@@ -481,9 +485,14 @@ impl Compute {
         Ok(merged)
     }
 
-    async fn refill(&self, stream: &mut Stream, filter: &InstanceFilter, sort: &[SortKey], limit: usize) {
-        let query =
-            InstanceQuery { filter: filter.clone(), sort: sort.to_vec(), marker: stream.next_marker.clone(), limit };
+    async fn refill(&self, stream: &mut Stream, filter: &InstanceFilter, sort: &[SortKey], limit: usize, brief: bool) {
+        let query = InstanceQuery {
+            filter: filter.clone(),
+            sort: sort.to_vec(),
+            marker: stream.next_marker.clone(),
+            limit,
+            brief,
+        };
         match self.cells.read(&stream.cell, move |s| s.list_instances(&query)).await {
             Ok(rows) => {
                 stream.exhausted = rows.len() < limit;

@@ -429,6 +429,7 @@ pub(crate) async fn offload_due(compute: &Compute, handle: &Arc<Cell>) {
         sort: Vec::new(),
         marker: None,
         limit: 1000,
+        brief: false,
     };
     let Ok(rows) = compute.cells.read(handle, move |s| s.list_instances(&query)).await else { return };
     let now = compute.now();

@@ -31,6 +31,7 @@ use berth_compute_model::cell::{
     ActionEvent, ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Marker, Migration, MigrationFilter,
     Service, SortValue, SORT_KEYS,
 };
+use berth_compute_model::InstanceSpec;
 use uuid::Uuid;
 
 use crate::cell::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
@@ -272,6 +273,13 @@ pub fn instance_values(i: &Instance) -> Vec<Value> {
 /// Decode a row of [`INSTANCE_COLUMNS`]. Spec fields come from the spec
 /// JSON (the columns duplicating them are for filtering and sorting).
 pub fn instance_from_row(row: &[Value]) -> Result<Instance> {
+    decode_instance(row, false)
+}
+
+/// Decode a row of [`INSTANCE_COLUMNS`]; with `brief` the spec is built
+/// from the columns that duplicate it and its JSON is not parsed
+/// ([`InstanceQuery::brief`]).
+fn decode_instance(row: &[Value], brief: bool) -> Result<Instance> {
     let mut c = Cols::new(row, "instances");
     let uuid = c.uuid()?;
     let project_id = c.text()?;
@@ -287,19 +295,42 @@ pub fn instance_from_row(row: &[Value]) -> Result<Instance> {
     let locked_reason = c.opt_text()?;
     let progress = c.int()?;
     // display_name … instance_type_id duplicate the spec.
-    for _ in 0..11 {
-        c.values.next();
-    }
+    let columns = if brief {
+        Some(InstanceSpec {
+            display_name: c.text()?,
+            display_description: c.opt_text()?,
+            hostname: c.text()?,
+            image_ref: c.opt_text()?.and_then(|i| Uuid::parse_str(&i).ok()),
+            key_name: c.opt_text()?,
+            reservation_id: c.text()?,
+            launch_index: c.int()?,
+            config_drive: c.text()?,
+            access_ip_v4: c.opt_text()?,
+            access_ip_v6: c.opt_text()?,
+            flavor: berth_compute_model::Flavor { id: c.int()?, ..Default::default() },
+            ..InstanceSpec::default()
+        })
+    } else {
+        for _ in 0..11 {
+            c.values.next();
+        }
+        None
+    };
     let created_at = c.int()?;
     let updated_at = c.opt_int()?;
     let launched_at = c.opt_int()?;
     let terminated_at = c.opt_int()?;
     let deleted = c.boolean()?;
     let deleted_at = c.opt_int()?;
-    let spec_text = c.text()?;
-    let spec_json: serde_json::Value = serde_json::from_str(&spec_text)
-        .map_err(|e| StoreError::Internal(format!("bad instance spec JSON of {uuid}: {e}")))?;
-    let spec = crate::json::to_instance_spec(&spec_json)?;
+    let spec = match columns {
+        Some(spec) => spec,
+        None => {
+            let spec_text = c.text()?;
+            let spec_json: serde_json::Value = serde_json::from_str(&spec_text)
+                .map_err(|e| StoreError::Internal(format!("bad instance spec JSON of {uuid}: {e}")))?;
+            crate::json::to_instance_spec(&spec_json)?
+        }
+    };
     Ok(Instance {
         uuid,
         project_id,
@@ -691,7 +722,7 @@ pub fn list_instances(conn: &mut dyn CellConn, query: &InstanceQuery) -> Result<
     let Some(pattern) = &query.filter.name_regex else {
         let sql = list_sql(dialect, query, query.marker.as_ref(), limit)?;
         let rows = conn.query(&sql.text, &sql.params, &kinds)?;
-        return rows.iter().map(|r| instance_from_row(r)).collect();
+        return rows.iter().map(|r| decode_instance(r, query.brief)).collect();
     };
     let Ok(regex) = regex::Regex::new(pattern) else { return Ok(Vec::new()) };
     let chunk = query.limit.clamp(50, REGEX_CHUNK);
@@ -703,7 +734,7 @@ pub fn list_instances(conn: &mut dyn CellConn, query: &InstanceQuery) -> Result<
         let fetched = rows.len();
         let mut last = None;
         for row in &rows {
-            let instance = instance_from_row(row)?;
+            let instance = decode_instance(row, query.brief)?;
             if regex.is_match(&instance.spec.display_name) {
                 out.push(instance.clone());
                 if out.len() == query.limit {
@@ -1557,6 +1588,7 @@ mod tests {
             ],
             marker: None,
             limit: 7,
+            brief: false,
         };
         let marker = Marker { values: vec![SortValue::Int(5), SortValue::Text("h".into())], uuid: Uuid::nil() };
         let sql = list_sql(Dialect::Postgres, &query, Some(&marker), 7).unwrap();
@@ -1579,7 +1611,7 @@ mod tests {
     fn unknown_exact_column_is_an_error() {
         let mut filter = InstanceFilter::default();
         filter.exact.insert("spec".into(), "x".into());
-        let query = InstanceQuery { filter, sort: vec![], marker: None, limit: 1 };
+        let query = InstanceQuery { filter, sort: vec![], marker: None, limit: 1, brief: false };
         assert!(matches!(list_sql(Dialect::Sqlite, &query, None, 1), Err(StoreError::Internal(_))));
     }
 }

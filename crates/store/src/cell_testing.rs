@@ -161,7 +161,7 @@ fn get(store: &dyn CellStore, uuid: Uuid) -> Option<Instance> {
 }
 
 fn list(store: &dyn CellStore, filter: InstanceFilter, sort: Vec<SortKey>) -> Vec<Instance> {
-    let query = InstanceQuery { filter, sort, marker: None, limit: usize::MAX };
+    let query = InstanceQuery { filter, sort, marker: None, limit: usize::MAX, brief: false };
     store.list_instances(&query).unwrap_or_else(|e| panic!("list {query:?}: {e}"))
 }
 
@@ -538,12 +538,25 @@ fn expected(rows: &[Instance], filter: &InstanceFilter, sort: &[SortKey]) -> Vec
 
 /// Every page of `limit` rows, each started after the previous page's
 /// last row, concatenated.
+/// Each page is read twice, full and brief: the brief rows are the same
+/// rows with the same sort values and names.
 fn paged(store: &dyn CellStore, filter: &InstanceFilter, sort: &[SortKey], limit: usize) -> Vec<Uuid> {
     let mut out = Vec::new();
     let mut marker: Option<Marker> = None;
     loop {
-        let query = InstanceQuery { filter: filter.clone(), sort: sort.to_vec(), marker: marker.clone(), limit };
+        let query =
+            InstanceQuery { filter: filter.clone(), sort: sort.to_vec(), marker: marker.clone(), limit, brief: false };
         let page = store.list_instances(&query).unwrap_or_else(|e| panic!("page {query:?}: {e}"));
+        let brief = store
+            .list_instances(&InstanceQuery { brief: true, ..query.clone() })
+            .unwrap_or_else(|e| panic!("brief page {query:?}: {e}"));
+        assert_eq!(uuids(&brief), uuids(&page), "a brief page lists the same rows");
+        for (b, f) in brief.iter().zip(&page) {
+            assert_eq!(b.spec.display_name, f.spec.display_name);
+            for k in SORT_KEYS {
+                assert_eq!(b.sort_value(k), f.sort_value(k), "sort key {k} of a brief row");
+            }
+        }
         assert!(page.len() <= limit, "a page holds at most `limit` rows");
         out.extend(uuids(&page));
         match page.last() {
@@ -636,7 +649,7 @@ fn listings(store: &dyn CellStore) {
     }
 
     // limit 0 returns nothing.
-    let zero = InstanceQuery { filter: InstanceFilter::default(), sort: vec![], marker: None, limit: 0 };
+    let zero = InstanceQuery { filter: InstanceFilter::default(), sort: vec![], marker: None, limit: 0, brief: false };
     assert!(store.list_instances(&zero).expect("limit 0").is_empty());
 
     // Every sort key, both directions, over all rows (deleted ones too,
@@ -678,7 +691,7 @@ fn listings(store: &dyn CellStore) {
         // Limits apply after filtering (also when a regex is applied in chunks).
         let sort = vec![key("created_at", false)];
         let want = expected(&rows, &filter, &sort);
-        let query = InstanceQuery { filter: filter.clone(), sort, marker: None, limit: 5 };
+        let query = InstanceQuery { filter: filter.clone(), sort, marker: None, limit: 5, brief: false };
         let got = uuids(&store.list_instances(&query).expect("limited"));
         assert_eq!(got, want.iter().take(5).copied().collect::<Vec<_>>(), "limit 5 with {filter:?}");
     }
@@ -714,8 +727,13 @@ fn listings(store: &dyn CellStore) {
     let pos = full.len() / 2;
     let at = rows.iter().find(|r| r.uuid == full[pos]).expect("row");
     let marker = Marker { values: vec![at.sort_value("created_at")], uuid: at.uuid };
-    let query =
-        InstanceQuery { filter: InstanceFilter::default(), sort: sort.clone(), marker: Some(marker), limit: 1000 };
+    let query = InstanceQuery {
+        filter: InstanceFilter::default(),
+        sort: sort.clone(),
+        marker: Some(marker),
+        limit: 1000,
+        brief: false,
+    };
     write(store, vec![CellOp::PurgeInstance(at.uuid)]);
     assert_eq!(uuids(&store.list_instances(&query).expect("after gone marker")), full[pos + 1..].to_vec());
     write(store, vec![CellOp::PutInstance(at.clone())]);
@@ -723,7 +741,7 @@ fn listings(store: &dyn CellStore) {
     // A bad exact column is an error.
     let mut bad = InstanceFilter::default();
     bad.exact.insert("spec".into(), "x".into());
-    let query = InstanceQuery { filter: bad, sort: vec![], marker: None, limit: 10 };
+    let query = InstanceQuery { filter: bad, sort: vec![], marker: None, limit: 10, brief: false };
     assert!(store.list_instances(&query).is_err(), "unknown exact column");
 
     purge_all(store, &uuids(&rows));

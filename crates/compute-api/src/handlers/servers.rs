@@ -661,7 +661,8 @@ fn parse_list(ctx: &ComputeCtx, req: &Req, detail: bool) -> ApiResult<Parsed> {
         Some(m) => Some(Uuid::parse_str(&m).map_err(|_| ApiError::bad_request(format!("marker [{m}] not found")))?),
     };
     let down_cell_stubs = v.at_least(69) && !has_filters && sort.is_empty();
-    let request = ListRequest { filter, sort, limit: limit.unwrap_or(ctx.max_limit), marker, down_cell_stubs };
+    let request =
+        ListRequest { filter, sort, limit: limit.unwrap_or(ctx.max_limit), marker, down_cell_stubs, brief: !detail };
     Ok(Parsed { request, query: req.query.clone(), limit, empty })
 }
 
