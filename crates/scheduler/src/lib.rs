@@ -177,26 +177,24 @@ pub(crate) struct HostState<'w> {
     pub(crate) free: weighers::Free,
 }
 
+/// What claims in flight and this request's earlier instances take, per
+/// provider and class.
+type Extra<'a> = HashMap<Uuid, HashMap<&'a str, i64>>;
+
 /// Does `candidate` still fit, with `extra` already taken by claims in
 /// flight and this request's earlier instances? The candidate engine
 /// checked it against this same snapshot, so only a candidate that shares
-/// a provider with `extra` (`touched`) needs checking again: most hosts
-/// are untouched, and the check (a provider lookup, an inventory lookup
-/// by class name and a usage sum per amount) was half of a scheduler run
-/// at 1,000 hosts.
-fn fits(
-    world: &World,
-    candidate: &Candidate<'_>,
-    extra: &HashMap<(Uuid, &str), i64>,
-    touched: &std::collections::HashSet<Uuid>,
-) -> bool {
-    if !candidate.iter().any(|(uuid, _, _)| touched.contains(uuid)) {
+/// a provider with `extra` needs checking again: most hosts are untouched,
+/// and the check (a provider lookup, an inventory lookup by class name and
+/// a usage sum per amount) was half of a scheduler run at 1,000 hosts.
+fn fits(world: &World, candidate: &Candidate<'_>, extra: &Extra<'_>) -> bool {
+    if !candidate.iter().any(|(uuid, _, _)| extra.contains_key(uuid)) {
         return true;
     }
     candidate.iter().all(|(uuid, class, amount)| {
         let Some(provider) = world.placement.provider(uuid) else { return false };
         let Some(inventory) = provider.inventories.get(*class) else { return false };
-        let used = provider.used(class) + extra.get(&(*uuid, *class)).copied().unwrap_or(0);
+        let used = provider.used(class) + extra.get(uuid).and_then(|e| e.get(class)).copied().unwrap_or(0);
         berth_model::allocations::check_allocation(inventory, *amount, *amount, used, None).is_ok()
     })
 }
@@ -266,15 +264,13 @@ pub fn schedule(
     let group: Option<&ServerGroup> = spec.group.and_then(|g| world.compute.server_groups.get(&g));
     // What other decisions' claims in flight take, per provider and per
     // host (their hosts' free amounts as the weighers see them).
-    let mut extra: HashMap<(Uuid, &str), i64> = HashMap::new();
-    let mut touched: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
+    let mut extra: Extra<'_> = HashMap::new();
     let mut in_flight_on: HashMap<Uuid, Vec<Candidate<'_>>> = HashMap::new();
     for allocations in request.in_flight {
         let mut flat: Candidate<'_> = Vec::new();
         for (provider, amounts) in allocations {
-            touched.insert(*provider);
             for (class, amount) in amounts {
-                *extra.entry((*provider, class.as_str())).or_insert(0) += amount;
+                *extra.entry(*provider).or_default().entry(class.as_str()).or_insert(0) += amount;
                 flat.push((*provider, class.as_str(), *amount));
             }
         }
@@ -313,7 +309,7 @@ pub fn schedule(
             .iter()
             .enumerate()
             .filter(|(_, h)| group.is_none_or(|g| filters::group_passes(g, &h.node.host, &members_on)))
-            .filter_map(|(idx, h)| h.candidates.iter().position(|c| fits(world, c, &extra, &touched)).map(|c| (idx, c)))
+            .filter_map(|(idx, h)| h.candidates.iter().position(|c| fits(world, c, &extra)).map(|c| (idx, c)))
             .collect();
         if viable.is_empty() {
             return Err(NoValidHost(format!(
@@ -344,8 +340,7 @@ pub fn schedule(
         }
         let taken = selected.candidates[cand_idx].clone();
         for (provider, class, amount) in &taken {
-            touched.insert(*provider);
-            *extra.entry((*provider, *class)).or_insert(0) += amount;
+            *extra.entry(*provider).or_default().entry(*class).or_insert(0) += amount;
         }
         let selected_host = selected.node.host.clone();
         hosts[host_idx].free.take(&taken);
