@@ -40,6 +40,11 @@ pub trait TokenValidator: Send + Sync + std::fmt::Debug {
     fn validate<'a>(&'a self, token: &'a str) -> ValidateFuture<'a>;
     /// The `WWW-Authenticate` value of a 401 (`Keystone uri="…"`).
     fn www_authenticate(&self) -> String;
+    /// Whether `token` is of this validator's kind (a validator consulted
+    /// before the listener's auth mode takes only its own tokens).
+    fn recognizes(&self, _token: &str) -> bool {
+        true
+    }
 }
 
 /// The caller's identity as policy sees it.
@@ -102,12 +107,9 @@ pub async fn authenticate_keystone(
     Ok(ctx)
 }
 
-/// The token prefix of a per-host agent credential berth issued.
-pub const AGENT_CREDENTIAL_PREFIX: &str = "berth-agent:";
-
-/// The `X-Auth-Token` when it is an agent credential.
-pub fn agent_credential_token(headers: &HeaderMap) -> Option<&str> {
-    header(headers, "x-auth-token").filter(|t| t.starts_with(AGENT_CREDENTIAL_PREFIX))
+/// The `X-Auth-Token` when `credentials` recognizes it as one of its own.
+pub fn agent_credential_token<'h>(credentials: &dyn TokenValidator, headers: &'h HeaderMap) -> Option<&'h str> {
+    header(headers, "x-auth-token").filter(|t| credentials.recognizes(t))
 }
 
 /// Identify an agent by its credential: a wrong or revoked secret is a

@@ -146,11 +146,11 @@ fn link_base(headers: &HeaderMap) -> (&'static str, &str) {
     (scheme, host)
 }
 
-/// Who is calling, in the listener's auth mode (Keystone through its
-/// validator; headers alone otherwise).
+/// Who is calling: an agent credential in any mode, else in the listener's
+/// auth mode (Keystone through its validator; headers alone otherwise).
 pub async fn identify(config: &HttpConfig, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
     if let Some(credentials) = &config.agent_credentials {
-        if let Some(token) = auth::agent_credential_token(headers) {
+        if let Some(token) = auth::agent_credential_token(credentials.as_ref(), headers) {
             return auth::authenticate_agent_credential(credentials.as_ref(), token).await;
         }
     }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::api::{ComputeCtx, NovaResult};
 
-fn json_body(req: &Req) -> ApiResult<Value> {
+pub(crate) fn json_body(req: &Req) -> ApiResult<Value> {
     let value: Value =
         serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
     match berth_http::request::find_nul(&value) {
@@ -26,7 +26,7 @@ fn json_body(req: &Req) -> ApiResult<Value> {
     }
 }
 
-fn admin_only(req: &Req, rule: &str) -> ApiResult<()> {
+pub(crate) fn admin_only(req: &Req, rule: &str) -> ApiResult<()> {
     if req.allowed(rule, &berth_http::policy::Target::for_caller(&req.auth)) {
         Ok(())
     } else {

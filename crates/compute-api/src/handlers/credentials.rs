@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::api::{ComputeCtx, NovaResult};
+use crate::handlers::agents::{admin_only, json_body};
 
 /// Lower-case hex SHA-256 of a secret.
 fn digest(secret: &str) -> String {
@@ -90,13 +91,9 @@ impl TokenValidator for AgentCredentials {
     fn www_authenticate(&self) -> String {
         "Berth-Agent-Credential realm=\"berth\"".to_owned()
     }
-}
 
-fn admin_only(req: &Req) -> ApiResult<()> {
-    if req.allowed("admin:manage", &berth_http::policy::Target::for_caller(&req.auth)) {
-        Ok(())
-    } else {
-        Err(ApiError::forbidden("Policy does not allow admin:manage to be performed."))
+    fn recognizes(&self, token: &str) -> bool {
+        token.starts_with(AGENT_CREDENTIAL_PREFIX)
     }
 }
 
@@ -104,9 +101,8 @@ fn admin_only(req: &Req) -> ApiResult<()> {
 /// credential of host H; the old one stops working. 201 with the token,
 /// which is never shown again.
 pub fn issue(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    admin_only(req)?;
-    let body: Value =
-        serde_json::from_slice(&req.body).map_err(|e| ApiError::bad_request(format!("Malformed JSON: {e}")))?;
+    admin_only(req, "admin:manage")?;
+    let body = json_body(req)?;
     let host = body
         .get("host")
         .and_then(Value::as_str)
@@ -131,7 +127,7 @@ pub fn issue(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// `GET /admin/v1/agent-credentials`: the hosts with a credential (never
 /// the secrets).
 pub fn list(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    admin_only(req)?;
+    admin_only(req, "admin:manage")?;
     let credentials: Vec<Value> = read(&*ctx.compute.control, |w| {
         w.compute
             .agent_credentials
@@ -148,7 +144,7 @@ pub fn list(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// `DELETE /admin/v1/agent-credentials/{host}`: revoke; the host is
 /// unbound (204).
 pub fn revoke(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    admin_only(req)?;
+    admin_only(req, "admin:manage")?;
     let host = req.param(0).to_owned();
     write(&*ctx.compute.control, |w| Ok((plan_revoke_agent_credential(w, &host)?, ()))).nova()?;
     Ok(Resp::no_content())
