@@ -223,14 +223,8 @@ pub struct Link {
 impl Link {
     /// A link to `base` authenticated by `auth`.
     pub fn new(base: &str, auth: AgentAuth, ca_file: Option<&std::path::Path>) -> anyhow::Result<Self> {
-        let mut builder = reqwest::Client::builder().pool_max_idle_per_host(64);
-        if let Some(path) = ca_file {
-            let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)? {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder.build()?;
+        let builder = reqwest::Client::builder().pool_max_idle_per_host(64);
+        let client = berth_identity::add_trusted_roots(builder, ca_file)?.build()?;
         Ok(Link { client, base: base.trim_end_matches('/').to_owned(), auth })
     }
 

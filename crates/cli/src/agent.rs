@@ -322,7 +322,7 @@ fn read_credential(path: &std::path::Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let token = text.lines().next().unwrap_or_default().trim().to_owned();
     anyhow::ensure!(
-        token.starts_with("berth-agent:"),
+        token.starts_with(berth_compute_model::AGENT_CREDENTIAL_PREFIX),
         "{} holds no agent credential (expected a line berth-agent:HOST:SECRET)",
         path.display()
     );

@@ -53,14 +53,8 @@ enum CredentialAction {
 pub(crate) fn run(opts: CredentialOpts) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
-        let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
-        if let Some(path) = &opts.ca_file {
-            let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)? {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder.build()?;
+        let builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
+        let client = berth_identity::add_trusted_roots(builder, opts.ca_file.as_deref())?.build()?;
         let base = format!("{}/admin/v1/agent-credentials", opts.url.trim_end_matches('/'));
         let request = match &opts.action {
             CredentialAction::Create { host, .. } => client.post(&base).json(&json!({"host": host})),

@@ -199,11 +199,14 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// A plain HTTP client for Keystone calls; `ca_file` adds trusted roots
-/// (PEM) for a Keystone whose certificate a private CA signed
-/// (keystonemiddleware's `cafile`); the system's roots are trusted too.
-pub fn client(timeout: Duration, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, Error> {
-    let mut builder = reqwest::Client::builder().timeout(timeout).pool_idle_timeout(Duration::from_secs(30));
+/// `builder` trusting, besides the system's roots, the certificates (PEM)
+/// in `ca_file`: for a server whose certificate a private CA signed. Every
+/// berth HTTP client that takes a CA file (Keystone's, the agent's, the
+/// admin commands') loads it here.
+pub fn add_trusted_roots(
+    mut builder: reqwest::ClientBuilder,
+    ca_file: Option<&std::path::Path>,
+) -> Result<reqwest::ClientBuilder, Error> {
     if let Some(path) = ca_file {
         let pem = std::fs::read(path).map_err(|e| Error::Unavailable(format!("reading {}: {e}", path.display())))?;
         let certs = reqwest::Certificate::from_pem_bundle(&pem)
@@ -212,7 +215,14 @@ pub fn client(timeout: Duration, ca_file: Option<&std::path::Path>) -> Result<re
             builder = builder.add_root_certificate(cert);
         }
     }
-    builder.build().map_err(|e| Error::Unavailable(format!("http client: {e}")))
+    Ok(builder)
+}
+
+/// A plain HTTP client for Keystone calls; `ca_file` adds trusted roots
+/// (keystonemiddleware's `cafile`).
+pub fn client(timeout: Duration, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, Error> {
+    let builder = reqwest::Client::builder().timeout(timeout).pool_idle_timeout(Duration::from_secs(30));
+    add_trusted_roots(builder, ca_file)?.build().map_err(|e| Error::Unavailable(format!("http client: {e}")))
 }
 
 #[derive(Debug, Clone)]
