@@ -78,18 +78,21 @@ pub fn group_allows(group: &ServerGroup, host: &str, hosts: &HashMap<String, i64
     }
 }
 
+/// Would `amount` of `class` fit on `provider` on top of its current usage
+/// plus `extra` (already promised in the same write or request)?
+pub fn amount_fits(world: &World, provider: &Uuid, class: &str, amount: i64, extra: i64) -> bool {
+    let Some(p) = world.placement.provider(provider) else { return false };
+    let Some(inventory) = p.inventories.get(class) else { return false };
+    check_allocation(inventory, amount, amount, p.used(class) + extra, None).is_ok()
+}
+
 /// Would `allocations` fit on top of current usage plus `extra` (amounts
 /// already promised in the same write or request, by provider and class)?
 pub fn fits(world: &World, allocations: &AllocationMap, extra: &HashMap<(Uuid, &str), i64>) -> bool {
-    for (provider_uuid, amounts) in allocations {
-        let Some(provider) = world.placement.provider(provider_uuid) else { return false };
-        for (class, amount) in amounts {
-            let Some(inventory) = provider.inventories.get(class) else { return false };
-            let used = provider.used(class) + extra.get(&(*provider_uuid, class.as_str())).copied().unwrap_or(0);
-            if check_allocation(inventory, *amount, *amount, used, None).is_err() {
-                return false;
-            }
-        }
-    }
-    true
+    allocations.iter().all(|(provider, amounts)| {
+        amounts.iter().all(|(class, amount)| {
+            let promised = extra.get(&(*provider, class.as_str())).copied().unwrap_or(0);
+            amount_fits(world, provider, class, *amount, promised)
+        })
+    })
 }

@@ -192,10 +192,8 @@ fn fits(world: &World, candidate: &Candidate<'_>, extra: &Extra<'_>) -> bool {
         return true;
     }
     candidate.iter().all(|(uuid, class, amount)| {
-        let Some(provider) = world.placement.provider(uuid) else { return false };
-        let Some(inventory) = provider.inventories.get(*class) else { return false };
-        let used = provider.used(class) + extra.get(uuid).and_then(|e| e.get(class)).copied().unwrap_or(0);
-        berth_model::allocations::check_allocation(inventory, *amount, *amount, used, None).is_ok()
+        let promised = extra.get(uuid).and_then(|e| e.get(class)).copied().unwrap_or(0);
+        berth_compute_model::choice::amount_fits(world, uuid, class, *amount, promised)
     })
 }
 
