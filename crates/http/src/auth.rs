@@ -77,6 +77,19 @@ fn unauthorized() -> ApiError {
     )
 }
 
+/// The answer to a token `validator` did not accept: 401 with its
+/// `WWW-Authenticate`, or 503 saying `unavailable` when it could not ask.
+fn refusal(validator: &dyn TokenValidator, e: TokenError, unavailable: &str) -> ApiError {
+    match e {
+        TokenError::Invalid => {
+            let mut err = unauthorized();
+            err.headers.push(("www-authenticate", validator.www_authenticate()));
+            err
+        }
+        TokenError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, unavailable),
+    }
+}
+
 /// Identify the caller in keystone mode, as keystonemiddleware does: the
 /// user token must be valid; an `X-Service-Token`, when sent, must be
 /// valid and carry the `service` role. 401 carries `WWW-Authenticate`;
@@ -85,17 +98,8 @@ pub async fn authenticate_keystone(
     validator: &dyn TokenValidator,
     headers: &HeaderMap,
 ) -> Result<AuthContext, ApiError> {
-    let refuse = |e: TokenError| match e {
-        TokenError::Invalid => {
-            let mut err = unauthorized();
-            err.headers.push(("www-authenticate", validator.www_authenticate()));
-            err
-        }
-        TokenError::Unavailable => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The identity service is unavailable; the token could not be validated.",
-        ),
-    };
+    let refuse =
+        |e: TokenError| refusal(validator, e, "The identity service is unavailable; the token could not be validated.");
     let token = header(headers, "x-auth-token").ok_or_else(|| refuse(TokenError::Invalid))?;
     let ctx = validator.validate(token).await.map_err(refuse)?;
     if let Some(service) = header(headers, "x-service-token") {
@@ -118,16 +122,7 @@ pub async fn authenticate_agent_credential(
     credentials: &dyn TokenValidator,
     token: &str,
 ) -> Result<AuthContext, ApiError> {
-    credentials.validate(token).await.map_err(|e| match e {
-        TokenError::Invalid => {
-            let mut err = unauthorized();
-            err.headers.push(("www-authenticate", credentials.www_authenticate()));
-            err
-        }
-        TokenError::Unavailable => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "The agent credential could not be checked.")
-        }
-    })
+    credentials.validate(token).await.map_err(|e| refusal(credentials, e, "The agent credential could not be checked."))
 }
 
 /// Identify the caller from headers alone (noauth2, trusted headers).
