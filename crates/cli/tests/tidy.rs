@@ -10,14 +10,16 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
 }
 
-fn dependencies(crate_dir: &Path) -> Vec<String> {
+/// The names a crate's `Cargo.toml` lists in the tables `table` accepts
+/// (given each table's name without brackets).
+fn dependencies_in(crate_dir: &Path, table: impl Fn(&str) -> bool) -> Vec<String> {
     let text = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("Cargo.toml");
     let mut deps = Vec::new();
     let mut in_deps = false;
     for line in text.lines() {
         let line = line.trim();
-        if line.starts_with('[') {
-            in_deps = line == "[dependencies]";
+        if let Some(name) = line.strip_prefix('[') {
+            in_deps = table(name.trim_end_matches(']'));
             continue;
         }
         if in_deps {
@@ -27,6 +29,11 @@ fn dependencies(crate_dir: &Path) -> Vec<String> {
         }
     }
     deps
+}
+
+/// What a crate's `[dependencies]` lists.
+fn dependencies(crate_dir: &Path) -> Vec<String> {
+    dependencies_in(crate_dir, |t| t == "dependencies")
 }
 
 /// The pure crates: the placement model, the candidate engine, the compute
@@ -204,23 +211,7 @@ fn no_crate_depends_upwards() {
 /// (`[dependencies]`, `[dev-dependencies]`, `[build-dependencies]`, and
 /// their `[target.….dependencies]` forms).
 fn all_dependencies(crate_dir: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("Cargo.toml");
-    let mut deps = Vec::new();
-    let mut in_deps = false;
-    for line in text.lines() {
-        let line = line.trim();
-        if let Some(table) = line.strip_prefix('[') {
-            let table = table.trim_end_matches(']');
-            in_deps = table.ends_with("dependencies");
-            continue;
-        }
-        if in_deps {
-            if let Some((name, _)) = line.split_once('=') {
-                deps.push(name.trim().to_owned());
-            }
-        }
-    }
-    deps
+    dependencies_in(crate_dir, |t| t.ends_with("dependencies"))
 }
 
 /// The binary is the top of the graph: no crate depends on it, and the
