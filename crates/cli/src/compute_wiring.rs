@@ -279,6 +279,21 @@ impl ComputeServices {
                 self.reservations.metrics.notifications_failed.load(Relaxed),
             ),
             (
+                "berth_lease_pool_hosts_released_total",
+                "Pool hosts handed to general scheduling by release lease ends.",
+                self.reservations.metrics.hosts_released.load(Relaxed),
+            ),
+            (
+                "berth_lease_pool_refills_total",
+                "General hosts enrolled to refill the pool after release lease ends.",
+                self.reservations.metrics.pool_refills.load(Relaxed),
+            ),
+            (
+                "berth_lease_moved_off_ended_hosts_total",
+                "Leases moved off a host a recycle or release end kept busy.",
+                self.reservations.metrics.leases_moved_off_ended_hosts.load(Relaxed),
+            ),
+            (
                 "berth_compute_reschedules_total",
                 "Failed builds moved to an alternate host without scheduling again.",
                 m.reschedules.load(Relaxed),
@@ -329,6 +344,11 @@ impl ComputeServices {
             (w.compute.build_requests.len() as f64, w.compute.instance_mappings.len() as f64)
         });
         vec![
+            (
+                "berth_lease_pool_hosts_recycling",
+                "Pool hosts kept out of the pool by an ended recycle lease whose servers still run.",
+                self.reservations.recycling_hosts() as f64,
+            ),
             ("berth_compute_build_requests", "Boots accepted and not yet scheduled.", pending),
             ("berth_compute_instance_mappings", "Instance mappings (servers) in the control database.", mappings),
         ]

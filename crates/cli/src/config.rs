@@ -83,6 +83,8 @@ pub(crate) struct FileConfig {
     pub(crate) lease_notification_url: Option<String>,
     /// Default minutes between `before_end_lease` and the end.
     pub(crate) lease_minutes_before_end: Option<i64>,
+    /// Default end policy of leases (`delete`, `recycle`, `release`).
+    pub(crate) lease_on_end: Option<String>,
     /// Resizes may choose the server's own host.
     pub(crate) allow_resize_to_same_host: Option<bool>,
     /// Heal every N sweep ticks (0: only when asked).

@@ -165,6 +165,13 @@ pub(crate) struct ServeOpts {
     /// `minutes_before_end_lease`, 60): when `before_end_lease` runs.
     #[arg(long, env = "BERTH_LEASE_MINUTES_BEFORE_END")]
     lease_minutes_before_end: Option<i64>,
+    /// What happens at the end of a lease whose body gives no `on_end`:
+    /// `delete` (Blazar's: the servers are deleted; default), `recycle`
+    /// (they stay; their hosts rejoin the pool when empty) or `release`
+    /// (they stay; their hosts go to general scheduling, the pool is
+    /// refilled).
+    #[arg(long, env = "BERTH_LEASE_ON_END")]
+    lease_on_end: Option<String>,
     /// Let a resize choose the server's own host (Nova's
     /// `allow_resize_to_same_host`). Default false; migrations never do.
     #[arg(long, env = "BERTH_ALLOW_RESIZE_TO_SAME_HOST", num_args = 0..=1, default_missing_value = "true",
@@ -406,6 +413,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
     let reservations = berth_reservations::ReservationConfig {
         notification_url: opts.lease_notification_url.or(file.lease_notification_url),
         minutes_before_end: opts.lease_minutes_before_end.or(file.lease_minutes_before_end).unwrap_or(60).max(0),
+        on_end: match opts.lease_on_end.or(file.lease_on_end) {
+            None => berth_compute_model::lease::EndPolicy::Delete,
+            Some(text) => berth_compute_model::lease::EndPolicy::parse(&text)
+                .with_context(|| format!("invalid --lease-on-end {text:?} (one of delete, recycle, release)"))?,
+        },
         lease_tick: std::time::Duration::from_millis(opts.lease_tick_ms.or(file.lease_tick_ms).unwrap_or(1000).max(1)),
     };
     let compute = crate::compute_wiring::ComputeSettings {

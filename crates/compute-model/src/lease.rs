@@ -173,6 +173,44 @@ pub enum ReservationKind {
     },
 }
 
+/// What happens to a lease's hosts and servers at its end (berth's
+/// extension `on_end`, from the Climate proposal's three choices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EndPolicy {
+    /// The servers are deleted, the hosts return to the pool (Blazar).
+    #[default]
+    Delete,
+    /// The servers stay; each held host carrying servers stays out of the
+    /// pool (*recycling*) until its last server is gone, or until the
+    /// grace ends (then its servers are deleted).
+    Recycle,
+    /// The servers stay; each held host carrying servers leaves the pool
+    /// for general scheduling, and free matching general hosts join the
+    /// pool in its place.
+    Release,
+}
+
+impl EndPolicy {
+    /// The API's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndPolicy::Delete => "delete",
+            EndPolicy::Recycle => "recycle",
+            EndPolicy::Release => "release",
+        }
+    }
+
+    /// From the API's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "delete" => EndPolicy::Delete,
+            "recycle" => EndPolicy::Recycle,
+            "release" => EndPolicy::Release,
+            _ => return None,
+        })
+    }
+}
+
 /// Slots of one reservation on one host (1 for a whole host).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostAllocation {
@@ -199,6 +237,14 @@ pub struct Reservation {
     pub kind: ReservationKind,
     /// Where, in host-id order.
     pub allocations: Vec<HostAllocation>,
+    /// After a `recycle` end: the held hosts still carrying servers, out of
+    /// the pool (each booked from the lease's end to `recycle_until`), in
+    /// id order. Empty otherwise.
+    pub recycling: Vec<i64>,
+    /// When the recycling hosts' grace ends (their servers are then
+    /// deleted); `None`: no grace (a host rejoins when its last server is
+    /// gone).
+    pub recycle_until: Option<Timestamp>,
     /// Created.
     pub created_at: Timestamp,
     /// Updated.
@@ -348,6 +394,10 @@ pub struct Lease {
     pub status: LeaseStatus,
     /// A reservation lost resources.
     pub degraded: bool,
+    /// What happens at the end (`on_end`).
+    pub on_end: EndPolicy,
+    /// `grace` seconds of a `recycle` end (`None`: until the servers go).
+    pub grace: Option<i64>,
     /// Reservations.
     pub reservations: Vec<Reservation>,
     /// Events.
@@ -534,6 +584,17 @@ impl LeaseTables {
         self.delete_lease(lease.id);
         for reservation in &lease.reservations {
             self.lease_of_reservation.insert(reservation.id, lease.id);
+            // Recycling hosts stay booked, whole, past the end.
+            for host_id in &reservation.recycling {
+                self.bookings.entry(*host_id).or_default().insert(Booking {
+                    lease: lease.id,
+                    reservation: reservation.id,
+                    start: lease.end,
+                    end: reservation.recycle_until.unwrap_or(Timestamp::MAX),
+                    demand: Demand::WholeHost,
+                    slots: 1,
+                });
+            }
             if lease.is_over() || reservation.status == ReservationStatus::Deleted {
                 continue;
             }
@@ -564,11 +625,12 @@ impl LeaseTables {
         }
         for reservation in &old.reservations {
             self.lease_of_reservation.remove(&reservation.id);
-            for a in &reservation.allocations {
-                if let Some(list) = self.bookings.get_mut(&a.host_id) {
+            let hosts = reservation.allocations.iter().map(|a| a.host_id).chain(reservation.recycling.iter().copied());
+            for host_id in hosts {
+                if let Some(list) = self.bookings.get_mut(&host_id) {
                     list.remove_lease(id);
                     if list.is_empty() {
-                        self.bookings.remove(&a.host_id);
+                        self.bookings.remove(&host_id);
                     }
                 }
             }

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use berth_compute_api::api;
 use berth_compute_model::lease::{
-    HostAllocation, Lease, ReservationKind, RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST, RESOURCE_VIRTUAL_INSTANCE,
+    EndPolicy, HostAllocation, Lease, ReservationKind, RESOURCE_FLAVOR_INSTANCE, RESOURCE_PHYSICAL_HOST,
+    RESOURCE_VIRTUAL_INSTANCE,
 };
 use berth_compute_model::{ComputeError, World};
 use berth_http::policy::{RuleTable, Target};
@@ -114,6 +115,32 @@ fn str_param(map: &Map<String, Value>, key: &str) -> ApiResult<Option<String>> {
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(malformed(key)),
     }
+}
+
+/// `on_end` and `grace` (berth's extension fields of the lease body):
+/// `None` when the body gives neither. `on_end` must be one of `delete`,
+/// `recycle`, `release` (a string); `grace` an integer number of seconds
+/// (a JSON integer or a string holding one), `>= 0`. Without `on_end`,
+/// `default` applies (the lease's current policy on update, the server's
+/// `--lease-on-end` on create).
+fn end_choice_param(map: &Map<String, Value>, default: EndPolicy) -> ApiResult<Option<plan::end_policy::EndChoice>> {
+    let on_end = match map.get("on_end") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(EndPolicy::parse(s).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "Malformed parameter on_end: '{s}' is not one of 'delete', 'recycle', 'release'"
+            ))
+        })?),
+        Some(_) => return Err(ApiError::bad_request("Malformed parameter on_end: a string is expected")),
+    };
+    let grace = match map.get("grace") {
+        Some(Value::Bool(_)) => return Err(malformed("grace")),
+        _ => int_param(map, "grace")?,
+    };
+    if on_end.is_none() && grace.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(plan::end_policy::EndChoice { on_end: on_end.unwrap_or(default), grace }))
 }
 
 /// Parse Blazar's JSON query text (`""` and `"[]"` mean no requirement).
@@ -406,10 +433,14 @@ pub fn create_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
         before_end,
         reservations: requests,
     };
+    let default_on_end = ctx.reservations.config.on_end;
+    let choice = end_choice_param(&map, default_on_end)?
+        .unwrap_or(plan::end_policy::EndChoice { on_end: default_on_end, grace: None });
+    plan::end_policy::check_choice_for(request.reservations.iter().map(|r| &r.kind), choice).map_err(refused)?;
     if dry_run(req)? {
         let world = ctx.core.read();
         let mut ids = Uuid::new_v4;
-        return Ok(match plan::plan_create_lease(&world, &request, &mut ids, now) {
+        return Ok(match plan::plan_create_lease_ending(&world, &request, choice, &mut ids, now) {
             Ok((_, lease)) => Resp::ok(json!({"admitted": true, "lease": lease_view(&lease)})),
             Err(ComputeError::Conflict(m)) => Resp::ok(json!({
                 "admitted": false, "reason": m,
@@ -420,7 +451,7 @@ pub fn create_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     }
     let lease = ctx.core.write(|w| {
         let mut ids = Uuid::new_v4;
-        plan::plan_create_lease(w, &request, &mut ids, now).map_err(refused)
+        plan::plan_create_lease_ending(w, &request, choice, &mut ids, now).map_err(refused)
     })?;
     ctx.reservations.leases_changed();
     Ok(Resp::json(StatusCode::CREATED, json!({"lease": lease_view(&lease)})))
@@ -439,7 +470,11 @@ pub fn update_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let lease = visible_lease(ctx, req, "blazar:leases:put")?;
     let map = body(req)?;
     let now = ctx.reservations.compute.now();
-    let mut update = LeaseUpdate { name: str_param(&map, "name")?, ..Default::default() };
+    let mut update = LeaseUpdate {
+        name: str_param(&map, "name")?,
+        end_choice: end_choice_param(&map, lease.on_end)?,
+        ..Default::default()
+    };
     if let Some(name) = &update.name {
         check_name(name)?;
     }
@@ -537,7 +572,8 @@ pub fn list_hosts(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     policy(req, "blazar:oshosts:get", &api::project(req))?;
     let world = ctx.core.read();
     let admin = is_admin(req);
-    let hosts: Vec<Value> = world.compute.leases.hosts.values().map(|h| host_view(&world, h, admin)).collect();
+    let now = ctx.reservations.compute.now();
+    let hosts: Vec<Value> = world.compute.leases.hosts.values().map(|h| host_view(&world, h, admin, now)).collect();
     Ok(Resp::ok(json!({"hosts": hosts})))
 }
 
@@ -552,7 +588,7 @@ pub fn show_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
         .hosts
         .get(&id)
         .ok_or_else(|| ApiError::not_found(format!("Object with {{'host_id': '{id}'}} not found")))?;
-    Ok(Resp::ok(json!({"host": host_view(&world, host, is_admin(req))})))
+    Ok(Resp::ok(json!({"host": host_view(&world, host, is_admin(req), ctx.reservations.compute.now())})))
 }
 
 fn extra_capabilities(map: &Map<String, Value>, skip: &[&str]) -> ApiResult<BTreeMap<String, String>> {
@@ -589,49 +625,11 @@ pub fn create_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     })?;
     ctx.reservations.leases_changed();
     let world = ctx.core.read();
-    Ok(Resp::json(StatusCode::CREATED, json!({"host": host_view(&world, &host, true)})))
+    Ok(Resp::json(StatusCode::CREATED, json!({"host": host_view(&world, &host, true, now)})))
 }
 
 fn enrolment_of(world: &World, name: &str, extra: BTreeMap<String, String>) -> ApiResult<plan::HostEnrolment> {
-    let node = world
-        .compute
-        .compute_nodes
-        .values()
-        .filter(|n| n.node == name || n.host == name)
-        .min_by_key(|n| (n.node != name, n.uuid))
-        .ok_or_else(|| ApiError::not_found(format!("Host '{name}' not found!")))?;
-    let state = &world.placement;
-    let root = state.provider(&node.uuid).ok_or_else(|| ApiError::not_found(format!("Host '{name}' not found!")))?;
-    // The whole tree: a host with servers anywhere in it is not free.
-    let mut stack = vec![root];
-    let mut servers: Vec<String> = Vec::new();
-    while let Some(p) = stack.pop() {
-        servers.extend(p.consumers.iter().map(Uuid::to_string));
-        stack.extend(p.children.iter().filter_map(|c| state.provider(c)));
-    }
-    if !servers.is_empty() {
-        servers.sort();
-        servers.dedup();
-        return Err(ApiError::conflict(format!("Servers [{}] found for host {name}", servers.join(", "))));
-    }
-    let total = |class: &str| root.inventories.get(class).map_or(0, |i| i.total - i.reserved);
-    let zone = world
-        .compute
-        .aggregates
-        .values()
-        .find(|a| a.hosts.contains(&node.host) && a.availability_zone().is_some())
-        .and_then(|a| a.availability_zone().map(str::to_owned))
-        .unwrap_or_default();
-    Ok(plan::HostEnrolment {
-        service_name: node.host.clone(),
-        hypervisor_hostname: node.node.clone(),
-        vcpus: total("VCPU") + total("PCPU"),
-        memory_mb: total("MEMORY_MB"),
-        local_gb: total("DISK_GB"),
-        availability_zone: zone,
-        extra,
-        trust_id: Uuid::new_v4().simple().to_string(),
-    })
+    plan::end_policy::node_enrolment(world, name, extra, Uuid::new_v4().simple().to_string()).map_err(refused)
 }
 
 /// `PUT /os-hosts/{id}`: set extra capabilities (`{"values": {...}}` is
@@ -652,7 +650,7 @@ pub fn update_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let now = ctx.reservations.compute.now();
     let host = ctx.core.write(|w| plan::plan_update_host(w, id, &extra, now).map_err(refused))?;
     let world = ctx.core.read();
-    Ok(Resp::ok(json!({"host": host_view(&world, &host, true)})))
+    Ok(Resp::ok(json!({"host": host_view(&world, &host, true, now)})))
 }
 
 /// `DELETE /os-hosts/{id}`: refused while a lease holds the host.

@@ -19,6 +19,12 @@ pub(crate) fn reservation_view(lease: &Lease, r: &Reservation) -> Value {
         "created_at": stamp(r.created_at), "updated_at": opt_stamp(r.updated_at),
     });
     let map = out.as_object_mut().expect("object");
+    if matches!(r.kind, ReservationKind::Host { .. }) {
+        // berth's extension (end policies): the held hosts an ended
+        // `recycle` lease keeps out of the pool, and until when.
+        map.insert("recycling_hosts".into(), json!(r.recycling.iter().map(i64::to_string).collect::<Vec<_>>()));
+        map.insert("recycle_until".into(), json!(r.recycle_until.map(iso)));
+    }
     match &r.kind {
         ReservationKind::Host { min, max, hypervisor_properties, resource_properties, before_end } => {
             map.insert("hypervisor_properties".into(), json!(hypervisor_properties));
@@ -67,13 +73,14 @@ pub fn lease_view(lease: &Lease) -> Value {
         "id": lease.id.to_string(), "name": lease.name, "user_id": lease.user_id,
         "project_id": lease.project_id, "start_date": iso(lease.start), "end_date": iso(lease.end),
         "trust_id": lease.trust_id, "status": lease.status.as_str(), "degraded": lease.degraded,
+        "on_end": lease.on_end.as_str(), "grace": lease.grace,
         "created_at": stamp(lease.created_at), "updated_at": opt_stamp(lease.updated_at),
         "reservations": lease.reservations.iter().map(|r| reservation_view(lease, r)).collect::<Vec<_>>(),
         "events": lease.events.iter().map(|e| event_view(lease, e)).collect::<Vec<_>>(),
     })
 }
 
-pub(crate) fn host_view(world: &World, host: &ReservableHost, admin: bool) -> Value {
+pub(crate) fn host_view(world: &World, host: &ReservableHost, admin: bool, now: i64) -> Value {
     // Capacity as admission reads it: the node's inventory now.
     let capacity = plan::capacity::host_capacity(world, host);
     let mut out = json!({
@@ -92,6 +99,10 @@ pub(crate) fn host_view(world: &World, host: &ReservableHost, admin: bool) -> Va
             map.insert(k.clone(), json!(v));
         }
     }
+    // berth's extension, after the extra capabilities so none hides it:
+    // `free`, `reserved` (a lease's window holds it) or `recycling` (an
+    // ended `recycle` lease's servers still run on it).
+    map.insert("pool_state".into(), json!(plan::end_policy::pool_state(world, host.id, now).as_str()));
     out
 }
 

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use berth_model::Uuid;
 
 use berth_compute_model::lease::{
-    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables,
+    Booking, Demand, EndPolicy, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables,
     ReservableHost, Reservation, ReservationKind, ReservationStatus, ResourceProperty,
 };
 use berth_compute_model::ComputeChange as C;
@@ -244,8 +244,11 @@ struct Admission<'a> {
     start: Timestamp,
     end: Timestamp,
     overlay: Overlay,
-    /// A host that may not be chosen (healing: the lost one).
-    exclude: Option<i64>,
+    /// Hosts that may not be chosen (healing: the lost ones).
+    exclude: &'a [i64],
+    /// Hosts enrolled in the same plan (a `release` end's refill), not in
+    /// the world's tables yet.
+    added: &'a [ReservableHost],
 }
 
 impl<'a> Admission<'a> {
@@ -261,7 +264,8 @@ impl<'a> Admission<'a> {
         tables
             .hosts
             .values()
-            .filter(|h| h.reservable && Some(h.id) != self.exclude)
+            .chain(self.added.iter())
+            .filter(|h| h.reservable && !self.exclude.contains(&h.id))
             .filter(|h| {
                 request.hypervisor_query.as_ref().is_none_or(|q| q.matches(&|k| hypervisor_field_now(self.world, h, k)))
             })
@@ -473,6 +477,19 @@ pub fn plan_create_lease(
     ids: &mut dyn FnMut() -> Uuid,
     now: Timestamp,
 ) -> Result<(WorldChangeSet, Lease)> {
+    plan_create_lease_ending(world, request, end_policy::EndChoice::default(), ids, now)
+}
+
+/// [`plan_create_lease`] with an end policy (`on_end`, `grace`), checked
+/// first ([`end_policy::check_end_choice`]).
+pub fn plan_create_lease_ending(
+    world: &World,
+    request: &LeaseRequest,
+    choice: end_policy::EndChoice,
+    ids: &mut dyn FnMut() -> Uuid,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Lease)> {
+    end_policy::check_choice_for(request.reservations.iter().map(|r| &r.kind), choice)?;
     check_window(request.start, request.end)?;
     check_before_end(request.start, request.end, request.before_end)?;
     let id = ids();
@@ -482,7 +499,8 @@ pub fn plan_create_lease(
         start: request.start,
         end: request.end,
         overlay: Overlay::default(),
-        exclude: None,
+        exclude: &[],
+        added: &[],
     };
     let mut reservations = Vec::new();
     for r in &request.reservations {
@@ -496,6 +514,8 @@ pub fn plan_create_lease(
             resources_changed: false,
             kind: r.kind.clone(),
             allocations,
+            recycling: Vec::new(),
+            recycle_until: None,
             created_at: now,
             // Blazar writes the lease and its reservations again at once
             // (status, flavor), so both show an `updated_at` from creation.
@@ -538,6 +558,8 @@ pub fn plan_create_lease(
         trust_id: ids().simple().to_string(),
         status: LeaseStatus::Pending,
         degraded: false,
+        on_end: choice.on_end,
+        grace: choice.grace,
         reservations,
         events,
         created_at: now,
@@ -599,6 +621,9 @@ pub struct LeaseUpdate {
     pub before_end: Option<Timestamp>,
     /// Reservation changes.
     pub reservations: Vec<ReservationUpdate>,
+    /// New end policy (`on_end`, `grace`), checked by
+    /// [`end_policy::check_end_choice`].
+    pub end_choice: Option<end_policy::EndChoice>,
 }
 
 /// The stored query texts of a reservation, parsed by the caller.
@@ -626,6 +651,14 @@ pub fn plan_update_lease(
     let mut lease = old.clone();
     if let Some(name) = &update.name {
         lease.name = name.clone();
+    }
+    if let Some(choice) = update.end_choice {
+        if old.is_over() || matches!(old.status, LeaseStatus::Terminating) {
+            return Err(ComputeError::Invalid("The end policy of an ended lease cannot change".into()));
+        }
+        end_policy::check_end_choice(&lease, choice)?;
+        lease.on_end = choice.on_end;
+        lease.grace = choice.grace;
     }
     let only_name =
         update.start.is_none() && update.end.is_none() && update.before_end.is_none() && update.reservations.is_empty();
@@ -668,7 +701,8 @@ pub fn plan_update_lease(
     }
     lease.start = start;
     lease.end = end;
-    let mut admission = Admission { world, lease: lease_id, start, end, overlay: Overlay::default(), exclude: None };
+    let mut admission =
+        Admission { world, lease: lease_id, start, end, overlay: Overlay::default(), exclude: &[], added: &[] };
     for reservation in &mut lease.reservations {
         let change = update.reservations.iter().find(|u| u.id == reservation.id);
         let (mut hyp_text, mut res_text) = (String::new(), String::new());
@@ -842,7 +876,10 @@ pub fn start_blocked_by(world: &World, lease: &Lease) -> Option<Uuid> {
                 }
                 let other = tables.leases.get(&b.lease)?;
                 let ended = other.event(EventType::EndLease).is_some_and(|e| e.status == EventStatus::Done);
-                if !ended && !other.is_over() {
+                // A recycling host whose grace is over waits for its
+                // servers to be deleted (the runner's recycle pass).
+                let recycling = other.reservations.iter().any(|r| r.recycling.contains(&a.host_id));
+                if (!ended && !other.is_over()) || recycling {
                     return Some(other.id);
                 }
             }
@@ -888,11 +925,27 @@ pub fn plan_event_finish(
     failed: bool,
     now: Timestamp,
 ) -> Result<Option<WorldChangeSet>> {
-    let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
+    let Some(lease) = finish_lease(world, lease_id, event_id, failed, now) else { return Ok(None) };
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutLease(lease));
+    Ok(Some(set))
+}
+
+/// [`plan_event_finish`]'s new lease row (`None`: nothing to do). A
+/// `recycle` end records the held hosts still carrying servers
+/// ([`end_policy::recycle_at_end`]).
+pub(crate) fn finish_lease(
+    world: &World,
+    lease_id: Uuid,
+    event_id: Uuid,
+    failed: bool,
+    now: Timestamp,
+) -> Option<Lease> {
+    let old = world.compute.leases.leases.get(&lease_id)?;
     let mut lease = old.clone();
-    let Some(event) = lease.events.iter_mut().find(|e| e.id == event_id) else { return Ok(None) };
+    let event = lease.events.iter_mut().find(|e| e.id == event_id)?;
     if matches!(event.status, EventStatus::Done | EventStatus::Error) {
-        return Ok(None);
+        return None;
     }
     event.status = if failed { EventStatus::Error } else { EventStatus::Done };
     event.updated_at = Some(now);
@@ -921,14 +974,15 @@ pub fn plan_event_finish(
                         e.updated_at = Some(now);
                     }
                 }
+                if lease.on_end == EndPolicy::Recycle {
+                    end_policy::recycle_at_end(world, &mut lease);
+                }
             }
             EventType::BeforeEndLease => {}
         }
     }
     lease.updated_at = Some(now);
-    let mut set = WorldChangeSet::new();
-    set.compute(C::PutLease(lease));
-    Ok(Some(set))
+    Some(lease)
 }
 
 /// Host fields to enrol, read from the compute node by the caller.
@@ -1098,6 +1152,29 @@ pub fn plan_heal_host(
     now: Timestamp,
 ) -> Result<Option<WorldChangeSet>> {
     let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
+    let Some(lease) = heal_lease(world, old, lost_host, &[lost_host], &[], &[], parse, now)? else { return Ok(None) };
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutLease(lease.clone()));
+    resources::sync(world, Some(old), Some(&lease), ids, now, &mut set)?;
+    Ok(Some(set))
+}
+
+/// [`plan_heal_host`]'s decision: `old` without `lost_host`, replaced by
+/// a free matching host (never one of `exclude`; `added`: hosts enrolled
+/// in the same plan; `extra`: bookings made earlier in the same plan, by
+/// host), or degraded. `None`: nothing to heal.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn heal_lease(
+    world: &World,
+    old: &Lease,
+    lost_host: i64,
+    exclude: &[i64],
+    added: &[ReservableHost],
+    extra: &[(i64, Booking)],
+    parse: ParseQuery<'_>,
+    now: Timestamp,
+) -> Result<Option<Lease>> {
+    let lease_id = old.id;
     // A lease whose end is due keeps its hosts: its end deletes the
     // servers on them (a time jump, or an outage, can make every host
     // look down at once).
@@ -1111,8 +1188,12 @@ pub fn plan_heal_host(
         start: lease.start,
         end: lease.end,
         overlay: Overlay::default(),
-        exclude: Some(lost_host),
+        exclude,
+        added,
     };
+    for (host, booking) in extra {
+        admission.overlay.0.entry(*host).or_default().push(*booking);
+    }
     // The lease's other holdings stay booked.
     for reservation in &lease.reservations {
         for a in reservation.allocations.iter().filter(|a| a.host_id != lost_host) {
@@ -1169,10 +1250,7 @@ pub fn plan_heal_host(
         return Ok(None);
     }
     lease.updated_at = Some(now);
-    let mut set = WorldChangeSet::new();
-    set.compute(C::PutLease(lease.clone()));
-    resources::sync(world, Some(old), Some(&lease), ids, now, &mut set)?;
-    Ok(Some(set))
+    Ok(Some(lease))
 }
 
 /// Set a host reservable or not (healing marks a down host unreservable).
@@ -1238,7 +1316,8 @@ pub fn earliest_window(
         start,
         end: start + duration,
         overlay: Overlay::default(),
-        exclude: None,
+        exclude: &[],
+        added: &[],
     };
     let hosts = probe(from).matching_hosts(request);
     let try_at = |start: Timestamp| {
@@ -1373,7 +1452,8 @@ impl SlotTally {
 /// Leases whose bookings overlap `[start, end)` on hosts `request` could
 /// use: what blocks an admission (dry run).
 pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Timestamp, end: Timestamp) -> Vec<Uuid> {
-    let admission = Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: None };
+    let admission =
+        Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: &[], added: &[] };
     let mut out: Vec<Uuid> = Vec::new();
     for h in admission.matching_hosts(request) {
         for b in admission.bookings(h.id) {
@@ -1386,6 +1466,7 @@ pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Times
 }
 
 pub mod capacity;
+pub mod end_policy;
 pub mod resources;
 
 #[cfg(test)]

@@ -650,7 +650,7 @@ mod against_brute_force {
     }
 
     fn probe(world: &World, start: i64, end: i64) -> Admission<'_> {
-        Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: None }
+        Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: &[], added: &[] }
     }
 
     /// Free slots by looking at every instant of the window.

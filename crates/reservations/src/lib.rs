@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_compute::Compute;
-use berth_compute_model::lease::Lease;
+use berth_compute_model::lease::{EndPolicy, Lease};
 
 /// Renders a lease for notifications (the API's view).
 pub type LeasePayload = fn(&Lease) -> serde_json::Value;
@@ -50,11 +50,19 @@ pub struct ReservationConfig {
     /// is this long before the end (the grace between the warning, with
     /// its notification or snapshots, and the end).
     pub minutes_before_end: i64,
+    /// The end policy of a lease whose body gives no `on_end`
+    /// (`--lease-on-end`; default `delete`, Blazar's behaviour).
+    pub on_end: EndPolicy,
 }
 
 impl Default for ReservationConfig {
     fn default() -> Self {
-        ReservationConfig { lease_tick: Duration::from_secs(1), notification_url: None, minutes_before_end: 60 }
+        ReservationConfig {
+            lease_tick: Duration::from_secs(1),
+            notification_url: None,
+            minutes_before_end: 60,
+            on_end: EndPolicy::Delete,
+        }
     }
 }
 
@@ -97,6 +105,12 @@ impl Reservations {
         })
     }
 
+    /// Pool hosts recycling now (kept out of the pool by an ended
+    /// `recycle` lease whose servers still run on them).
+    pub fn recycling_hosts(&self) -> usize {
+        berth_compute::control::read(&*self.compute.control, berth_reservation_model::end_policy::recycling_host_count)
+    }
+
     /// Start the lease loop on the current tokio runtime.
     pub fn start(self: &Arc<Self>) {
         spawn_lease_runner(self.clone());
@@ -114,6 +128,12 @@ pub struct LeaseMetrics {
     pub notifications_sent: std::sync::atomic::AtomicU64,
     /// Event notifications given up.
     pub notifications_failed: std::sync::atomic::AtomicU64,
+    /// Pool hosts handed to general scheduling by `release` ends.
+    pub hosts_released: std::sync::atomic::AtomicU64,
+    /// General hosts enrolled to refill the pool after a `release` end.
+    pub pool_refills: std::sync::atomic::AtomicU64,
+    /// Leases moved off a host a `recycle` or `release` end kept busy.
+    pub leases_moved_off_ended_hosts: std::sync::atomic::AtomicU64,
 }
 
 /// Run the lease loop on the current runtime.
@@ -133,6 +153,7 @@ fn spawn_lease_runner(reservations: Arc<Reservations>) {
                 reservations.heal_leases(now);
                 healed_at = Some(tokio::time::Instant::now());
             }
+            reservations.recycle_pass(now).await;
             reservations.run_due_events(now).await;
             let _ = tokio::time::timeout(tick, reservations.wake.notified()).await;
         }

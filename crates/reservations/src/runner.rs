@@ -33,7 +33,7 @@ use std::sync::atomic::Ordering;
 
 use berth_compute::control::{read, write};
 use berth_compute::servers::{Caller, ServiceError};
-use berth_compute_model::lease::{EventType, LeaseStatus, ReservationKind};
+use berth_compute_model::lease::{EndPolicy, EventType, LeaseStatus, ReservationKind};
 use berth_compute_model::{ComputeError, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};
 use berth_reservation_model::{self as plan, Query};
 use uuid::Uuid;
@@ -283,6 +283,80 @@ impl Reservations {
         }
     }
 
+    /// True when the lease's end keeps its servers (`on_end` `recycle` or
+    /// `release`).
+    fn keeps_servers(&self, lease_id: Uuid) -> bool {
+        read(&*self.compute.control, |w| {
+            w.compute.leases.leases.get(&lease_id).is_some_and(|l| l.on_end != EndPolicy::Delete)
+        })
+    }
+
+    /// Finish a `recycle` or `release` end in its own write
+    /// (`plan_end_policy`); true when it finished.
+    fn finish_end_policy(&self, lease_id: Uuid, event_id: Uuid, now: i64) -> bool {
+        let health = &self.compute.health;
+        let up = |host: &str| health.is_known(host) && health.is_up_at(host, now);
+        let result = write(&*self.compute.control, |w| {
+            let releases = w.compute.leases.leases.get(&lease_id).is_some_and(|l| l.on_end == EndPolicy::Release);
+            let candidates = if releases {
+                plan::end_policy::refill_candidates(w, &up, &mut || Uuid::new_v4().simple().to_string())
+            } else {
+                Vec::new()
+            };
+            let planned = plan::end_policy::plan_end_policy(
+                w,
+                lease_id,
+                event_id,
+                &candidates,
+                &parse_stored,
+                &mut Uuid::new_v4,
+                now,
+            )?;
+            Ok(planned.unwrap_or_default())
+        });
+        match result {
+            Ok(outcome) => {
+                let m = &self.metrics;
+                m.events_done.fetch_add(1, Ordering::Relaxed);
+                m.hosts_released.fetch_add(outcome.released.len() as u64, Ordering::Relaxed);
+                m.pool_refills.fetch_add(outcome.refilled.len() as u64, Ordering::Relaxed);
+                m.leases_moved_off_ended_hosts.fetch_add(outcome.healed.len() as u64, Ordering::Relaxed);
+                tracing::info!(
+                    %lease_id, recycling = ?outcome.recycling, released = ?outcome.released,
+                    refilled = ?outcome.refilled, healed = ?outcome.healed, "lease event done (end policy)"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(%lease_id, error = %e, "lease end (end policy) could not finish");
+                false
+            }
+        }
+    }
+
+    /// Recycling hosts: each one that carries no server any more rejoins
+    /// the pool (one write per lease); on those whose grace is over, the
+    /// servers are deleted (the host rejoins at a later pass, once they
+    /// are gone).
+    pub(crate) async fn recycle_pass(&self, now: i64) {
+        let leases = read(&*self.compute.control, plan::end_policy::recycling_leases);
+        for lease_id in leases {
+            match write(&*self.compute.control, |w| {
+                Ok((plan::end_policy::plan_drop_recycled(w, lease_id, now).unwrap_or_default(), ()))
+            }) {
+                Ok(()) => {}
+                Err(e) => tracing::warn!(%lease_id, error = %e, "recycling hosts not updated"),
+            }
+            let servers = read(&*self.compute.control, |w| plan::end_policy::grace_over_servers(w, lease_id, now));
+            for server in &servers {
+                match self.compute.delete_server(server, &caller()).await {
+                    Ok(()) | Err(ServiceError::Refused(ComputeError::NotFound(_))) => {}
+                    Err(e) => tracing::warn!(%server, error = %e, "recycling grace over: server delete failed"),
+                }
+            }
+        }
+    }
+
     /// One pass over due events and host health. Returns how many events
     /// finished.
     ///
@@ -296,6 +370,7 @@ impl Reservations {
     pub async fn run_lease_events(&self) -> usize {
         let now = self.compute.now();
         self.heal_leases(now);
+        self.recycle_pass(now).await;
         self.run_due_events(now).await
     }
 
@@ -345,6 +420,7 @@ impl Reservations {
         let mut done: Vec<(Uuid, Uuid)> = Vec::with_capacity(ready.len());
         for (lease_id, event_id) in ready {
             let acted = match kind {
+                EventType::EndLease if self.keeps_servers(lease_id) => true,
                 EventType::EndLease => match self.delete_lease_servers(lease_id).await {
                     Ok(true) => self.sync_lease_resources(lease_id, now),
                     Ok(false) => false,
@@ -366,6 +442,23 @@ impl Reservations {
         if done.is_empty() {
             return 0;
         }
+        // Ends under `recycle` or `release` finish one lease a write: each
+        // may heal other leases or enrol hosts, planned on the state the
+        // previous one left.
+        let (kept, done): (Vec<(Uuid, Uuid)>, Vec<(Uuid, Uuid)>) = if kind == EventType::EndLease {
+            done.into_iter().partition(|(lease_id, _)| self.keeps_servers(*lease_id))
+        } else {
+            (Vec::new(), done)
+        };
+        let mut finished = 0;
+        for (lease_id, event_id) in kept {
+            if self.finish_end_policy(lease_id, event_id, now) {
+                finished += 1;
+            }
+        }
+        if done.is_empty() {
+            return finished;
+        }
         match write(&*self.compute.control, |w| {
             let mut set = WorldChangeSet::new();
             for (lease_id, event_id) in &done {
@@ -378,11 +471,11 @@ impl Reservations {
                 for (lease_id, _) in &done {
                     tracing::info!(%lease_id, event = kind.as_str(), "lease event done");
                 }
-                done.len()
+                finished + done.len()
             }
             Err(e) => {
                 tracing::warn!(event = kind.as_str(), n_events = done.len(), error = %e, "lease events could not finish");
-                0
+                finished
             }
         }
     }

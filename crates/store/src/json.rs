@@ -637,6 +637,8 @@ mod tests {
                 trust_id: "t".into(),
                 status: lease::LeaseStatus::Active,
                 degraded: true,
+                on_end: lease::EndPolicy::Recycle,
+                grace: Some(600),
                 reservations: vec![
                     lease::Reservation {
                         id,
@@ -652,6 +654,8 @@ mod tests {
                             before_end: "default".into(),
                         },
                         allocations: vec![lease::HostAllocation { host_id: 4, slots: 1 }],
+                        recycling: vec![4],
+                        recycle_until: Some(620),
                         created_at: 1,
                         updated_at: Some(2),
                     },
@@ -671,6 +675,8 @@ mod tests {
                             source_flavor: Some("f".into()),
                         },
                         allocations: vec![],
+                        recycling: vec![],
+                        recycle_until: None,
                         created_at: 1,
                         updated_at: None,
                     },

@@ -3,7 +3,7 @@
 //! other compute rows.
 
 use berth_compute_model::lease::{
-    EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, ReservableHost, Reservation,
+    EndPolicy, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, ReservableHost, Reservation,
     ReservationKind, ReservationStatus, ResourceProperty,
 };
 use serde_json::{json, Value};
@@ -93,6 +93,7 @@ fn reservation(r: &Reservation) -> Value {
         "missing_resources": r.missing_resources, "resources_changed": r.resources_changed,
         "kind": kind(&r.kind),
         "allocations": r.allocations.iter().map(|a| json!([a.host_id, a.slots])).collect::<Vec<_>>(),
+        "recycling": r.recycling, "recycle_until": r.recycle_until,
         "created_at": r.created_at, "updated_at": r.updated_at,
     })
 }
@@ -116,6 +117,15 @@ fn to_reservation(v: &Value) -> Result<Reservation> {
         resources_changed: b(v, "resources_changed")?,
         kind: to_kind(v.get("kind").ok_or_else(|| bad("kind"))?)?,
         allocations,
+        // Rows written before end policies have neither.
+        recycling: match v.get("recycling") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(list)) => {
+                list.iter().map(|h| h.as_i64().ok_or_else(|| bad("recycling"))).collect::<Result<Vec<_>>>()?
+            }
+            Some(_) => return Err(bad("recycling")),
+        },
+        recycle_until: opt_i(v, "recycle_until")?,
         created_at: i(v, "created_at")?,
         updated_at: opt_i(v, "updated_at")?,
     })
@@ -144,7 +154,7 @@ pub fn lease(l: &Lease) -> Value {
     json!({
         "id": l.id.to_string(), "name": l.name, "user_id": l.user_id, "project_id": l.project_id,
         "start": l.start, "end": l.end, "trust_id": l.trust_id, "status": l.status.as_str(),
-        "degraded": l.degraded,
+        "degraded": l.degraded, "on_end": l.on_end.as_str(), "grace": l.grace,
         "reservations": l.reservations.iter().map(reservation).collect::<Vec<_>>(),
         "events": l.events.iter().map(event).collect::<Vec<_>>(),
         "created_at": l.created_at, "updated_at": l.updated_at,
@@ -167,6 +177,12 @@ pub fn to_lease(v: &Value) -> Result<Lease> {
         trust_id: s(v, "trust_id")?,
         status: LeaseStatus::parse(&s(v, "status")?).ok_or_else(|| bad("lease status"))?,
         degraded: b(v, "degraded")?,
+        // Rows written before end policies have none: `delete`.
+        on_end: match opt_s(v, "on_end")? {
+            None => EndPolicy::Delete,
+            Some(text) => EndPolicy::parse(&text).ok_or_else(|| bad("on_end"))?,
+        },
+        grace: opt_i(v, "grace")?,
         reservations: list(v, "reservations", to_reservation)?,
         events: list(v, "events", to_event)?,
         created_at: i(v, "created_at")?,
