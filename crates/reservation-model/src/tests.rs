@@ -787,3 +787,236 @@ fn the_pending_event_index_follows_every_change() {
     check(&world);
     assert!(due_events(&world, 10 * H).iter().all(|(lease, ..)| *lease == b.id));
 }
+
+// ---------------------------------------------------------------- end policies
+
+use berth_compute_model::lease::EndPolicy;
+use end_policy::{EndChoice, PoolState};
+
+fn recycle(grace: Option<i64>) -> EndChoice {
+    EndChoice { on_end: EndPolicy::Recycle, grace }
+}
+
+fn admit_ending(world: &mut World, request: &LeaseRequest, choice: EndChoice) -> Result<Lease> {
+    let mut next = ids();
+    let (set, lease) = plan_create_lease_ending(world, request, choice, &mut next, 0)?;
+    world.apply(&set);
+    Ok(lease)
+}
+
+/// An INSTANCE consumer (a server) on a node.
+fn put_server(world: &mut World, node: Uuid, server: Uuid) {
+    let mut allocations = berth_model::AllocationMap::new();
+    allocations.insert(node, [("VCPU".to_string(), 1)].into_iter().collect());
+    world.apply_placement_set(&berth_model::ChangeSet {
+        changes: vec![berth_model::Change::PutConsumer {
+            row: berth_model::ConsumerRow {
+                uuid: server,
+                project_id: "p".into(),
+                user_id: "u".into(),
+                generation: 0,
+                consumer_type: Some(berth_compute_model::CONSUMER_TYPE_INSTANCE.into()),
+                created_at: 0,
+                updated_at: 0,
+            },
+            expected_generation: None,
+            allocations,
+        }],
+    });
+}
+
+fn delete_server(world: &mut World, server: Uuid) {
+    world.apply_placement_set(&berth_model::ChangeSet {
+        changes: vec![berth_model::Change::DeleteConsumer { uuid: server, expected_generation: 0 }],
+    });
+}
+
+/// Run a lease's end under its policy at `now` (begin, then
+/// `plan_end_policy` with `candidates`).
+fn end_with_policy(world: &mut World, lease: Uuid, candidates: &[HostEnrolment], now: i64) -> end_policy::EndOutcome {
+    let event = world.compute.leases.leases[&lease].event(EventType::EndLease).unwrap().id;
+    world.apply(&plan_event_begin(world, lease, event, now).unwrap().unwrap());
+    let mut next = ids();
+    let (set, outcome) =
+        end_policy::plan_end_policy(world, lease, event, candidates, &no_parse, &mut next, now).unwrap().unwrap();
+    world.apply(&set);
+    assert!(
+        end_policy::plan_end_policy(world, lease, event, candidates, &no_parse, &mut next, now).unwrap().is_none(),
+        "finishing twice writes nothing"
+    );
+    outcome
+}
+
+fn held_host(lease: &Lease) -> i64 {
+    lease.reservations[0].allocations[0].host_id
+}
+
+fn node_of_host(world: &World, host_id: i64) -> Uuid {
+    let name = &world.compute.leases.hosts[&host_id].service_name;
+    world.compute.nodes_by_host[name][0]
+}
+
+#[test]
+fn end_choices_are_checked_and_stored() {
+    let mut world = world_with_hosts(2, 8);
+    let bad = [
+        EndChoice { on_end: EndPolicy::Delete, grace: Some(60) },
+        EndChoice { on_end: EndPolicy::Release, grace: Some(60) },
+        recycle(Some(-1)),
+    ];
+    for choice in bad {
+        let err = admit_ending(&mut world, &lease(0, H, vec![hosts(1, 1)]), choice).unwrap_err();
+        assert!(matches!(err, ComputeError::Invalid(_)), "{choice:?}: {err:?}");
+    }
+    let err = admit_ending(&mut world, &lease(0, H, vec![slots(1, 1, None)]), recycle(None)).unwrap_err();
+    assert_eq!(err, ComputeError::Invalid(end_policy::HOSTS_ONLY.into()));
+    assert!(world.compute.leases.leases.is_empty(), "nothing written");
+    let a = admit_ending(&mut world, &lease(0, H, vec![hosts(1, 1)]), recycle(Some(600))).unwrap();
+    assert_eq!((a.on_end, a.grace), (EndPolicy::Recycle, Some(600)));
+    // An update sets both; a grace with another policy is refused.
+    let parse = |_: &str| Ok(None);
+    let to_release =
+        LeaseUpdate { end_choice: Some(EndChoice { on_end: EndPolicy::Release, grace: None }), ..Default::default() };
+    let (set, updated) = plan_update_lease(&world, a.id, &to_release, &parse, &mut ids(), 0).unwrap();
+    world.apply(&set);
+    assert_eq!((updated.on_end, updated.grace), (EndPolicy::Release, None));
+    let bad =
+        LeaseUpdate { end_choice: Some(EndChoice { on_end: EndPolicy::Delete, grace: Some(1) }), ..Default::default() };
+    assert!(matches!(plan_update_lease(&world, a.id, &bad, &parse, &mut ids(), 0), Err(ComputeError::Invalid(_))));
+}
+
+#[test]
+fn recycle_keeps_a_busy_host_out_of_the_pool_until_its_grace_or_its_last_server() {
+    let mut world = world_with_hosts(2, 8);
+    with_node(&mut world, 0);
+    with_node(&mut world, 1);
+    let a = admit_ending(&mut world, &lease(0, H, vec![hosts(2, 2)]), recycle(Some(600))).unwrap();
+    run_event(&mut world, a.id, EventType::StartLease);
+    let (busy, idle) = (1, 2);
+    let server = Uuid::from_u128(0x5E);
+    {
+        let node = node_of_host(&world, busy);
+        put_server(&mut world, node, server);
+    }
+    run_event(&mut world, a.id, EventType::BeforeEndLease);
+    let outcome = end_with_policy(&mut world, a.id, &[], H);
+    assert_eq!(outcome.recycling, vec![busy]);
+    let ended = &world.compute.leases.leases[&a.id];
+    assert_eq!(ended.status, LeaseStatus::Terminated);
+    assert_eq!(
+        (ended.reservations[0].recycling.clone(), ended.reservations[0].recycle_until),
+        (vec![busy], Some(H + 600))
+    );
+    assert_eq!(end_policy::pool_state(&world, busy, H), PoolState::Recycling);
+    assert_eq!(end_policy::pool_state(&world, idle, H), PoolState::Free);
+    assert_eq!(end_policy::recycling_host_count(&world), 1);
+    // During the grace, only the idle host can be leased.
+    assert!(admit(&mut world, &lease(H, H + 300, vec![hosts(2, 2)])).is_err());
+    let b = admit(&mut world, &lease(H, H + 300, vec![hosts(1, 1)])).unwrap();
+    assert_eq!(held_host(&b), idle);
+    // The grace ends in a delete of the servers still there.
+    assert!(end_policy::grace_over_servers(&world, a.id, H + 599).is_empty());
+    assert_eq!(end_policy::grace_over_servers(&world, a.id, H + 600), vec![server]);
+    // A lease starting after the grace on that host waits for them to go.
+    let c = admit(&mut world, &lease(H + 600, 2 * H, vec![hosts(2, 2)])).unwrap();
+    assert_eq!(start_blocked_by(&world, &world.compute.leases.leases[&c.id]), Some(a.id));
+    assert!(end_policy::plan_drop_recycled(&world, a.id, H + 600).is_none(), "still busy");
+    delete_server(&mut world, server);
+    world.apply(&end_policy::plan_drop_recycled(&world, a.id, H + 600).unwrap());
+    assert!(world.compute.leases.leases[&a.id].reservations[0].recycling.is_empty());
+    assert_eq!(
+        end_policy::pool_state(&world, busy, H + 600),
+        PoolState::Reserved,
+        "rejoined the pool, held by the next lease"
+    );
+    assert_eq!(end_policy::recycling_host_count(&world), 0);
+    // Only `b` (on the other host, its end not run) holds `c` back now.
+    assert_eq!(start_blocked_by(&world, &world.compute.leases.leases[&c.id]), Some(b.id));
+}
+
+#[test]
+fn recycle_without_grace_moves_a_later_lease_off_the_busy_host_or_degrades_it() {
+    for n_hosts in [2, 1] {
+        let mut world = world_with_hosts(n_hosts, 8);
+        (0..n_hosts).for_each(|i| {
+            with_node(&mut world, i);
+        });
+        let a = admit_ending(&mut world, &lease(0, H, vec![hosts(1, 1)]), recycle(None)).unwrap();
+        let later = admit(&mut world, &lease(5 * H, 6 * H, vec![hosts(1, 1)])).unwrap();
+        assert_eq!(held_host(&later), held_host(&a), "booked on the same host");
+        run_event(&mut world, a.id, EventType::StartLease);
+        run_event(&mut world, a.id, EventType::BeforeEndLease);
+        {
+            let node = node_of_host(&world, held_host(&a));
+            put_server(&mut world, node, Uuid::from_u128(0x5E));
+        }
+        let outcome = end_with_policy(&mut world, a.id, &[], H);
+        assert_eq!(outcome.healed, vec![later.id]);
+        let moved = &world.compute.leases.leases[&later.id];
+        if n_hosts == 2 {
+            assert_ne!(held_host(moved), held_host(&a));
+            assert!(moved.reservations[0].resources_changed && !moved.degraded);
+        } else {
+            assert!(moved.degraded && moved.reservations[0].missing_resources);
+            assert!(moved.reservations[0].allocations.is_empty());
+        }
+        // Without grace the host stays booked for ever (until empty).
+        assert!(admit(&mut world, &lease(100 * H, 101 * H, vec![hosts(n_hosts as i64, n_hosts as i64)])).is_err());
+    }
+}
+
+#[test]
+fn recycle_of_empty_hosts_and_delete_change_nothing() {
+    let mut world = world_with_hosts(1, 8);
+    with_node(&mut world, 0);
+    let a = admit_ending(&mut world, &lease(0, H, vec![hosts(1, 1)]), recycle(None)).unwrap();
+    run_event(&mut world, a.id, EventType::StartLease);
+    run_event(&mut world, a.id, EventType::BeforeEndLease);
+    let outcome = end_with_policy(&mut world, a.id, &[], H);
+    assert!(outcome.recycling.is_empty(), "no server: the host rejoins at once");
+    assert!(admit(&mut world, &lease(H, 2 * H, vec![hosts(1, 1)])).is_ok());
+}
+
+#[test]
+fn release_hands_busy_hosts_to_general_scheduling_and_refills_the_pool() {
+    let mut world = world_with_hosts(2, 8);
+    for i in 0..4 {
+        with_node(&mut world, i);
+    }
+    // h3 carries a server: not a candidate.
+    {
+        let node = node_of_host_name(&world, "h3");
+        put_server(&mut world, node, Uuid::from_u128(0x33));
+    }
+    let release = EndChoice { on_end: EndPolicy::Release, grace: None };
+    let a = admit_ending(&mut world, &lease(0, H, vec![hosts(1, 1)]), release).unwrap();
+    let later = admit(&mut world, &lease(5 * H, 6 * H, vec![hosts(2, 2)])).unwrap();
+    run_event(&mut world, a.id, EventType::StartLease);
+    run_event(&mut world, a.id, EventType::BeforeEndLease);
+    let busy = held_host(&a);
+    let busy_name = world.compute.leases.hosts[&busy].service_name.clone();
+    {
+        let node = node_of_host(&world, busy);
+        put_server(&mut world, node, Uuid::from_u128(0x5E));
+    }
+    let candidates = end_policy::refill_candidates(&world, &|_| true, &mut || "t".into());
+    assert_eq!(candidates.iter().map(|c| c.service_name.as_str()).collect::<Vec<_>>(), vec!["h2"]);
+    let outcome = end_with_policy(&mut world, a.id, &candidates, H);
+    assert_eq!(outcome.released, vec![busy]);
+    assert_eq!(outcome.refilled.len(), 1);
+    let tables = &world.compute.leases;
+    assert!(tables.host_of_service(&busy_name).is_none(), "un-enrolled: general scheduling takes it");
+    assert!(host_allows(&world, &busy_name, None));
+    let refill = tables.host_of_service("h2").unwrap();
+    assert_eq!(tables.hosts.len(), 2, "the pool keeps its size");
+    assert_eq!(refill.extra, world_with_hosts(2, 8).compute.leases.hosts[&busy].extra, "shaped like the released host");
+    // The later lease moved to the replacement.
+    let moved = &tables.leases[&later.id];
+    assert_eq!(outcome.healed, vec![later.id]);
+    assert!(moved.reservations[0].allocations.iter().any(|a| a.host_id == refill.id));
+    assert!(!moved.degraded);
+}
+
+fn node_of_host_name(world: &World, name: &str) -> Uuid {
+    world.compute.nodes_by_host[name][0]
+}

@@ -711,4 +711,29 @@ mod tests {
         }
         assert!(to_change(&json!({"kind": "flavor", "key": "x", "body": {"id": "nope"}})).is_err());
     }
+
+    /// A lease row written before end policies (no `on_end`, `grace`,
+    /// `recycling`, `recycle_until`) loads as `delete` with nothing
+    /// recycling.
+    #[test]
+    fn old_lease_rows_load_with_the_delete_policy() {
+        let row = json!({
+            "id": "00000000-0000-0000-0000-000000000001", "name": "l", "user_id": "u", "project_id": "p",
+            "start": 10, "end": 20, "trust_id": "t", "status": "ACTIVE", "degraded": false,
+            "reservations": [{
+                "id": "00000000-0000-0000-0000-000000000002", "resource_id": "00000000-0000-0000-0000-000000000003",
+                "status": "active", "missing_resources": false, "resources_changed": false,
+                "kind": {"type": "host", "min": 1, "max": 1, "hypervisor_properties": "",
+                         "resource_properties": "", "before_end": "default"},
+                "allocations": [[1, 1]], "created_at": 1, "updated_at": null,
+            }],
+            "events": [], "created_at": 1, "updated_at": null,
+        });
+        let lease = crate::lease_json::to_lease(&row).expect("old row");
+        assert_eq!((lease.on_end, lease.grace), (lease::EndPolicy::Delete, None));
+        assert!(lease.reservations[0].recycling.is_empty() && lease.reservations[0].recycle_until.is_none());
+        let mut bad = row.clone();
+        bad["on_end"] = json!("explode");
+        assert!(crate::lease_json::to_lease(&bad).is_err());
+    }
 }
