@@ -8,6 +8,7 @@ mod cells;
 mod evacuate;
 mod groups;
 mod heal;
+mod lease_end;
 mod leases;
 mod live_migration;
 mod lock;
