@@ -335,10 +335,20 @@ pub fn plan_drop_recycled(world: &World, lease_id: Uuid, now: Timestamp) -> Opti
 /// The servers to delete because a lease's recycling grace is over (on
 /// its recycling hosts whose `recycle_until` has passed).
 pub fn grace_over_servers(world: &World, lease_id: Uuid, now: Timestamp) -> Vec<Uuid> {
+    servers_recycling(world, lease_id, &|until| until.is_some_and(|t| t <= now))
+}
+
+/// The servers on all of a lease's recycling hosts (what deleting the
+/// lease deletes first).
+pub fn recycling_servers(world: &World, lease_id: Uuid) -> Vec<Uuid> {
+    servers_recycling(world, lease_id, &|_| true)
+}
+
+fn servers_recycling(world: &World, lease_id: Uuid, due: &dyn Fn(Option<Timestamp>) -> bool) -> Vec<Uuid> {
     let tables = &world.compute.leases;
     let Some(lease) = tables.leases.get(&lease_id) else { return Vec::new() };
     let mut out: BTreeSet<Uuid> = BTreeSet::new();
-    for r in lease.reservations.iter().filter(|r| r.recycle_until.is_some_and(|t| t <= now)) {
+    for r in lease.reservations.iter().filter(|r| due(r.recycle_until)) {
         for h in r.recycling.iter().filter_map(|h| tables.hosts.get(h)) {
             out.extend(host_servers(world, h));
         }

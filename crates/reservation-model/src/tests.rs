@@ -952,6 +952,9 @@ fn recycle_without_grace_moves_a_later_lease_off_the_busy_host_or_degrades_it() 
         }
         let outcome = end_with_policy(&mut world, a.id, &[], H);
         assert_eq!(outcome.healed, vec![later.id]);
+        // No grace: never due; deleting the lease deletes them first.
+        assert!(end_policy::grace_over_servers(&world, a.id, i64::MAX).is_empty());
+        assert_eq!(end_policy::recycling_servers(&world, a.id), vec![Uuid::from_u128(0x5E)]);
         let moved = &world.compute.leases.leases[&later.id];
         if n_hosts == 2 {
             assert_ne!(held_host(moved), held_host(&a));

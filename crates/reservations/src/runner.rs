@@ -105,6 +105,23 @@ impl Reservations {
     /// are gone (bounded; an error if they are not). Used by the end event
     /// and by deleting a lease that started.
     pub async fn end_lease_now(&self, lease_id: Uuid) -> Result<(), ServiceError> {
+        // An ended `recycle` lease that still keeps hosts out of the pool:
+        // deleting it ends the recycling as its grace would (its servers
+        // go first, so no host rejoins the pool carrying them).
+        let recycling = |w: &World| plan::end_policy::recycling_servers(w, lease_id);
+        for attempt in 0..=200 {
+            let servers = read(&*self.compute.control, recycling);
+            if servers.is_empty() {
+                break;
+            }
+            if attempt == 200 {
+                return Err(ServiceError::Refused(ComputeError::Conflict(
+                    "Timed out waiting for server deletion".into(),
+                )));
+            }
+            self.delete_servers(&servers, "recycling lease deleted").await;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         let started = read(&*self.compute.control, |w| {
             w.compute.leases.leases.get(&lease_id).is_some_and(|l| {
                 matches!(l.status, LeaseStatus::Active | LeaseStatus::Terminating | LeaseStatus::Starting)
@@ -341,18 +358,26 @@ impl Reservations {
     pub(crate) async fn recycle_pass(&self, now: i64) {
         let leases = read(&*self.compute.control, plan::end_policy::recycling_leases);
         for lease_id in leases {
-            match write(&*self.compute.control, |w| {
-                Ok((plan::end_policy::plan_drop_recycled(w, lease_id, now).unwrap_or_default(), ()))
-            }) {
-                Ok(()) => {}
-                Err(e) => tracing::warn!(%lease_id, error = %e, "recycling hosts not updated"),
+            let drops =
+                read(&*self.compute.control, |w| plan::end_policy::plan_drop_recycled(w, lease_id, now).is_some());
+            if drops {
+                match write(&*self.compute.control, |w| {
+                    Ok((plan::end_policy::plan_drop_recycled(w, lease_id, now).unwrap_or_default(), ()))
+                }) {
+                    Ok(()) => tracing::info!(%lease_id, "recycling hosts without servers rejoined the pool"),
+                    Err(e) => tracing::warn!(%lease_id, error = %e, "recycling hosts not updated"),
+                }
             }
             let servers = read(&*self.compute.control, |w| plan::end_policy::grace_over_servers(w, lease_id, now));
-            for server in &servers {
-                match self.compute.delete_server(server, &caller()).await {
-                    Ok(()) | Err(ServiceError::Refused(ComputeError::NotFound(_))) => {}
-                    Err(e) => tracing::warn!(%server, error = %e, "recycling grace over: server delete failed"),
-                }
+            self.delete_servers(&servers, "recycling grace over").await;
+        }
+    }
+
+    async fn delete_servers(&self, servers: &[Uuid], why: &str) {
+        for server in servers {
+            match self.compute.delete_server(server, &caller()).await {
+                Ok(()) | Err(ServiceError::Refused(ComputeError::NotFound(_))) => {}
+                Err(e) => tracing::warn!(%server, error = %e, why, "server delete failed"),
             }
         }
     }
