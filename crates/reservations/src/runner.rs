@@ -470,11 +470,8 @@ impl Reservations {
         // Ends under `recycle` or `release` finish one lease a write: each
         // may heal other leases or enrol hosts, planned on the state the
         // previous one left.
-        let (kept, done): (Vec<(Uuid, Uuid)>, Vec<(Uuid, Uuid)>) = if kind == EventType::EndLease {
-            done.into_iter().partition(|(lease_id, _)| self.keeps_servers(*lease_id))
-        } else {
-            (Vec::new(), done)
-        };
+        let (kept, done): (Vec<_>, Vec<_>) =
+            done.into_iter().partition(|(lease_id, _)| kind == EventType::EndLease && self.keeps_servers(*lease_id));
         let mut finished = 0;
         for (lease_id, event_id) in kept {
             if self.finish_end_policy(lease_id, event_id, now) {
