@@ -549,7 +549,11 @@ impl Reservations {
             let mut out: BTreeSet<(i64, Uuid)> = BTreeSet::new();
             for host in tables.hosts.values().filter(|h| !h.reservable) {
                 for b in tables.bookings.get(&host.id).into_iter().flatten() {
-                    out.insert((host.id, b.lease));
+                    // An ended lease's recycling booking is not healed
+                    // (its servers are on that host).
+                    if tables.leases.get(&b.lease).is_some_and(|l| !l.is_over()) {
+                        out.insert((host.id, b.lease));
+                    }
                 }
             }
             out.into_iter().collect()
