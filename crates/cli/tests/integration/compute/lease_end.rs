@@ -325,3 +325,33 @@ async fn bad_end_policies_are_refused_with_nothing_written() {
     assert_eq!(reply.body["lease"]["grace"], json!(30), "{:?}", reply.body);
     cloud.check_invariants().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_recycling_lease_deletes_its_servers_first() {
+    let mut cloud = Cloud::start("rsv-recycle-delete", &[]).await;
+    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server);
+    let nova = cloud.nova("admin");
+    enrol(&admin, "r0").await;
+    let flavor = nova.flavor("one", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+    let body = host_lease("rec", "2040-01-01 01:00", "2040-01-01 02:00", 1, json!({"on_end": "recycle"}));
+    let reply = admin.post("/reservation/v1/leases", &body).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    let rid = reply.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
+    clock_to(&cloud.server, Y2040 + 5400).await;
+    wait_lease(&admin, &id, "ACTIVE").await;
+    let (server, _) = boot_in(&nova, "kept", &flavor, &image, &rid).await;
+    clock_to(&cloud.server, Y2040 + 2 * 3600 + 60).await;
+    wait_lease(&admin, &id, "TERMINATED").await;
+    wait_pool_state(&admin, "r0", "recycling").await;
+    assert_eq!(server_status(&nova, &server).await, json!("ACTIVE"));
+
+    // No host rejoins the pool carrying a server of a deleted lease.
+    let reply = admin.call("DELETE", &format!("/reservation/v1/leases/{id}"), None).await;
+    assert_eq!(reply.status, 204, "{:?}", reply.body);
+    wait_gone(&nova, &server).await;
+    assert_eq!(pool(&admin).await[0].2, "free");
+    cloud.check_invariants().await;
+}
