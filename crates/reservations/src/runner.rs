@@ -329,10 +329,15 @@ impl Reservations {
                 &mut Uuid::new_v4,
                 now,
             )?;
-            Ok(planned.unwrap_or_default())
+            Ok(match planned {
+                Some((set, outcome)) => (set, Some(outcome)),
+                None => (WorldChangeSet::new(), None),
+            })
         });
         match result {
-            Ok(outcome) => {
+            // Finished meanwhile (by another process).
+            Ok(None) => false,
+            Ok(Some(outcome)) => {
                 let m = &self.metrics;
                 m.events_done.fetch_add(1, Ordering::Relaxed);
                 m.hosts_released.fetch_add(outcome.released.len() as u64, Ordering::Relaxed);
