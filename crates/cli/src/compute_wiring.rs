@@ -279,6 +279,36 @@ impl ComputeServices {
                 self.reservations.metrics.notifications_failed.load(Relaxed),
             ),
             (
+                "berth_pool_drains_started_total",
+                "Reclaimed pool hosts (a lease needs them within --pool-lend-lead) that carried lent servers.",
+                self.reservations.metrics.drains_started.load(Relaxed),
+            ),
+            (
+                "berth_pool_hosts_reclaimed_total",
+                "Reclaimed pool hosts emptied of their lent servers.",
+                self.reservations.metrics.hosts_reclaimed.load(Relaxed),
+            ),
+            (
+                "berth_pool_drain_migrations_total",
+                "Live migrations started to move lent servers off reclaimed pool hosts.",
+                self.reservations.metrics.drain_migrations.load(Relaxed),
+            ),
+            (
+                "berth_pool_drains_late_total",
+                "Held hosts still carrying other servers at their lease's start with no free host to replace them.",
+                self.reservations.metrics.drains_late.load(Relaxed),
+            ),
+            (
+                "berth_lease_hosts_swapped_total",
+                "Held hosts still busy at their lease's start, replaced by free matching hosts.",
+                self.reservations.metrics.hosts_swapped.load(Relaxed),
+            ),
+            (
+                "berth_lease_starts_on_time_total",
+                "Lease starts whose held hosts were all empty.",
+                self.reservations.metrics.starts_on_time.load(Relaxed),
+            ),
+            (
                 "berth_compute_reschedules_total",
                 "Failed builds moved to an alternate host without scheduling again.",
                 m.reschedules.load(Relaxed),
@@ -328,9 +358,17 @@ impl ComputeServices {
         let (pending, mappings) = berth_compute::control::read(world, |w| {
             (w.compute.build_requests.len() as f64, w.compute.instance_mappings.len() as f64)
         });
+        let (pool, lent) = self.reservations.pool_hosts();
+        let (pool, lent) = (pool as f64, lent as f64);
         vec![
             ("berth_compute_build_requests", "Boots accepted and not yet scheduled.", pending),
             ("berth_compute_instance_mappings", "Instance mappings (servers) in the control database.", mappings),
+            ("berth_pool_hosts", "Hosts enrolled in the reservation pool.", pool),
+            (
+                "berth_pool_hosts_lent",
+                "Pool hosts lent to ordinary boots now (no lease needs them within --pool-lend-lead).",
+                lent,
+            ),
         ]
     }
 }

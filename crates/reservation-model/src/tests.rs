@@ -650,7 +650,7 @@ mod against_brute_force {
     }
 
     fn probe(world: &World, start: i64, end: i64) -> Admission<'_> {
-        Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: None }
+        Admission { world, lease: Uuid::nil(), start, end, overlay: Overlay::default(), exclude: &[] }
     }
 
     /// Free slots by looking at every instant of the window.
@@ -786,4 +786,32 @@ fn the_pending_event_index_follows_every_change() {
     world.apply(&plan_delete_lease(&world, c.id).unwrap());
     check(&world);
     assert!(due_events(&world, 10 * H).iter().all(|(lease, ..)| *lease == b.id));
+}
+
+#[test]
+fn a_pool_host_is_lent_until_a_lease_comes_within_the_lead() {
+    let mut world = world_with_hosts(2, 8);
+    let lead = Some(H);
+    let tables = |w: &World| w.compute.leases.clone();
+    // No lease: both pool hosts are lent with lending on, neither without.
+    assert!(tables(&world).host_allows("h0", None, 0, lead));
+    assert!(!tables(&world).host_allows("h0", None, 0, None), "no lending: the pool is Blazar's");
+    // A lease of h0 from 10 h: lent until 9 h, reclaimed from 9 h on.
+    let l = admit(&mut world, &lease(10 * H, 11 * H, vec![hosts(1, 1)])).unwrap();
+    let held = l.reservations[0].allocations[0].host_id;
+    let name = world.compute.leases.hosts[&held].service_name.clone();
+    let other = if name == "h0" { "h1" } else { "h0" };
+    let t = tables(&world);
+    assert!(t.host_allows(&name, None, 9 * H - 1, lead), "lent until the lead");
+    assert!(!t.host_allows(&name, None, 9 * H, lead), "reclaimed within the lead");
+    assert!(!t.host_allows(&name, None, 10 * H + 1, lead), "held while the lease lasts");
+    assert!(t.host_allows(&name, None, 11 * H, lead), "lent again after the end");
+    assert!(t.host_allows(other, None, 10 * H, lead), "the other host stays lent");
+    assert_eq!(lending::lent_hosts(&world, 9 * H, lead), 1);
+    assert_eq!(lending::lent_hosts(&world, 0, lead), 2);
+    assert_eq!(lending::lent_hosts(&world, 0, None), 0);
+    // No servers on the hosts: nothing to drain, nothing busy at the start.
+    assert!(lending::drain_targets(&world, 9 * H, H).is_empty());
+    let started = lending::plan_start_on_free_hosts(&world, l.id, &no_parse, &mut ids(), 10 * H).unwrap();
+    assert!(started.is_none(), "empty hosts start as admitted");
 }

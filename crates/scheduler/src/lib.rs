@@ -32,7 +32,7 @@ use std::collections::HashMap;
 
 use berth_compute_model::choice::{group_hosts, HostChoice};
 use berth_compute_model::plan::InstanceChoices;
-use berth_compute_model::{ComputeNodeRef, RequestSpec, ServerGroup, World};
+use berth_compute_model::{ComputeNodeRef, RequestSpec, ServerGroup, Timestamp, World};
 use berth_model::AllocationMap;
 use uuid::Uuid;
 
@@ -72,6 +72,10 @@ pub struct Config {
     pub image_metadata_prefilter: bool,
     /// `default_availability_zone` (`nova`).
     pub default_availability_zone: String,
+    /// Pool lending (berth's): pool hosts no lease needs within this many
+    /// seconds take ordinary boots; `None`: the pool takes only boots for
+    /// its reservations (Blazar's).
+    pub pool_lend_lead: Option<i64>,
 }
 
 impl Default for Config {
@@ -92,6 +96,7 @@ impl Default for Config {
             query_placement_for_image_type_support: false,
             image_metadata_prefilter: false,
             default_availability_zone: "nova".to_owned(),
+            pool_lend_lead: None,
         }
     }
 }
@@ -138,13 +143,16 @@ pub struct ScheduleRequest<'a> {
     pub in_flight: &'a [AllocationMap],
     /// Randomness.
     pub seed: u64,
+    /// The time of the decision (pool lending: a pool host is lent or
+    /// reclaimed depending on the leases ahead of it).
+    pub now: Timestamp,
 }
 
 impl<'a> ScheduleRequest<'a> {
     /// A request for `instances` of `spec` in any cell, nothing ignored,
     /// nothing in flight.
     pub fn new(spec: &'a RequestSpec, instances: &'a [Uuid], seed: u64) -> Self {
-        ScheduleRequest { spec, instances, ignore_hosts: &[], cell: None, in_flight: &[], seed }
+        ScheduleRequest { spec, instances, ignore_hosts: &[], cell: None, in_flight: &[], seed, now: 0 }
     }
 }
 
@@ -284,7 +292,8 @@ pub fn schedule(
         }
         let mut host =
             HostState { node, candidates: by_root.remove(&root).unwrap_or_default(), free: weighers::Free::default() };
-        if filters::passes_static(world, &host, spec, health, request.ignore_hosts) {
+        if filters::passes_static(world, &host, spec, health, request.ignore_hosts, request.now, config.pool_lend_lead)
+        {
             host.free = weighers::Free::of(world, root);
             for taken in in_flight_on.get(&root).into_iter().flatten() {
                 host.free.take(taken);

@@ -9,6 +9,7 @@ mod evacuate;
 mod groups;
 mod heal;
 mod leases;
+mod lending;
 mod live_migration;
 mod lock;
 mod moves;
