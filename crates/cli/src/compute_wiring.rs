@@ -304,6 +304,11 @@ impl ComputeServices {
                 self.reservations.metrics.hosts_swapped.load(Relaxed),
             ),
             (
+                "berth_lease_starts_late_total",
+                "Lease starts with a held host still busy and no free host to replace it (degraded).",
+                self.reservations.metrics.starts_late.load(Relaxed),
+            ),
+            (
                 "berth_lease_starts_on_time_total",
                 "Lease starts whose held hosts were all empty.",
                 self.reservations.metrics.starts_on_time.load(Relaxed),
@@ -358,17 +363,23 @@ impl ComputeServices {
         let (pending, mappings) = berth_compute::control::read(world, |w| {
             (w.compute.build_requests.len() as f64, w.compute.instance_mappings.len() as f64)
         });
-        let (pool, lent) = self.reservations.pool_hosts();
-        let (pool, lent) = (pool as f64, lent as f64);
+        let pool = self.reservations.pool_gauges();
         vec![
             ("berth_compute_build_requests", "Boots accepted and not yet scheduled.", pending),
             ("berth_compute_instance_mappings", "Instance mappings (servers) in the control database.", mappings),
-            ("berth_pool_hosts", "Hosts enrolled in the reservation pool.", pool),
+            ("berth_pool_hosts", "Hosts enrolled in the reservation pool.", pool.hosts as f64),
             (
                 "berth_pool_hosts_lent",
                 "Pool hosts lent to ordinary boots now (no lease needs them within --pool-lend-lead).",
-                lent,
+                pool.lent as f64,
             ),
+            ("berth_pool_lent_servers", "Ordinary servers on pool hosts now (lending on).", pool.lent_servers as f64),
+            (
+                "berth_pool_hosts_draining",
+                "Reclaimed pool hosts still carrying ordinary servers (being drained).",
+                pool.draining as f64,
+            ),
+            ("berth_lease_events_due", "Lease events due and not finished yet.", pool.events_due as f64),
         ]
     }
 }

@@ -33,11 +33,25 @@ impl Reservations {
         self.compute.config.scheduler.pool_lend_lead
     }
 
-    /// Hosts in the reservation pool, and how many of them are lent now.
-    pub fn pool_hosts(&self) -> (usize, usize) {
+    /// The pool's gauges now (`/metrics`).
+    pub fn pool_gauges(&self) -> PoolGauges {
         let now = self.compute.now();
         let lead = self.lend_lead();
-        read(&*self.compute.control, |w| (w.compute.leases.hosts.len(), lending::lent_hosts(w, now, lead)))
+        read(&*self.compute.control, |w| {
+            let tables = &w.compute.leases;
+            let lent_servers = if lead.is_some() {
+                tables.hosts.values().map(|h| lending::ordinary_servers(w, h).len()).sum()
+            } else {
+                0
+            };
+            PoolGauges {
+                hosts: tables.hosts.len(),
+                lent: lending::lent_hosts(w, now, lead),
+                lent_servers,
+                draining: lead.map_or(0, |lead| lending::drain_targets(w, now, lead).len()),
+                events_due: berth_reservation_model::due_events(w, now).len(),
+            }
+        })
     }
 
     /// Move the ordinary servers off reclaimed pool hosts (one pass).
@@ -106,6 +120,7 @@ impl Reservations {
         if report.late.is_empty() {
             self.metrics.starts_on_time.fetch_add(1, Ordering::Relaxed);
         } else {
+            self.metrics.starts_late.fetch_add(1, Ordering::Relaxed);
             self.metrics.drains_late.fetch_add(report.late.len() as u64, Ordering::Relaxed);
             tracing::warn!(
                 %lease_id, hosts = ?report.late,
@@ -115,4 +130,19 @@ impl Reservations {
         }
         true
     }
+}
+
+/// The reservation pool's gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolGauges {
+    /// Hosts enrolled in the pool.
+    pub hosts: usize,
+    /// Pool hosts lent now.
+    pub lent: usize,
+    /// Ordinary servers on pool hosts (with lending on).
+    pub lent_servers: usize,
+    /// Reclaimed pool hosts still carrying ordinary servers.
+    pub draining: usize,
+    /// Lease events due and not finished.
+    pub events_due: usize,
 }

@@ -134,6 +134,9 @@ pub struct LeaseMetrics {
     /// Lease starts whose held hosts were all empty (or replaced by empty
     /// ones).
     pub starts_on_time: std::sync::atomic::AtomicU64,
+    /// Lease starts with a held host still busy and nothing to replace it
+    /// (degraded).
+    pub starts_late: std::sync::atomic::AtomicU64,
 }
 
 /// Run the lease loop on the current runtime.
