@@ -611,6 +611,12 @@ impl LeaseTables {
         self.overlapping(host_id, now, now.saturating_add(lead.max(0)).saturating_add(1), None).next().is_none()
     }
 
+    /// When a booking next holds the pool host, from `now` (the start of
+    /// the first booking not over; `Timestamp::MAX` when none).
+    pub fn next_needed(&self, host_id: i64, now: Timestamp) -> Timestamp {
+        self.overlapping(host_id, now, Timestamp::MAX, None).map(|b| b.start).min().unwrap_or(Timestamp::MAX)
+    }
+
     /// May `service_host` take a boot naming `reservation` (the scheduler
     /// hint or the reservation flavor's spec) at `now`? A host outside the
     /// pool takes only boots that name no reservation; a pool host takes

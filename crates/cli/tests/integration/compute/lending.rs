@@ -94,7 +94,9 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lent_host_is_drained_before_its_lease_starts_on_time() {
     let mut cloud = Cloud::start("rsv-lend", &["--pool-lend-lead", "600"]).await;
-    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    // The pool hosts have more free RAM than g0: the RAM weigher alone
+    // would send ordinary boots there.
+    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--cpu-ratio", "1", "--memory-mb", "32768"])).await;
     cloud.add_agent(Hosts::new("g", 1, &["--vcpus", "8", "--cpu-ratio", "1"])).await;
     let admin = rsv(&cloud.server, "admin");
     let nova = cloud.nova("admin");
@@ -112,6 +114,11 @@ async fn a_lent_host_is_drained_before_its_lease_starts_on_time() {
     let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
     let rid = reply.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(metric(&cloud.server, "berth_pool_hosts_lent").await, 2);
+
+    // Lent hosts come last: an ordinary boot goes to the general host
+    // while it has room.
+    let general = nova.boot_id("general", &flavor, &image).await;
+    assert_eq!(nova.wait_settled(&general).await["OS-EXT-SRV-ATTR:host"], json!("g0"));
 
     // The lent host carries ordinary servers (forced there by the admin).
     let mut lent = Vec::new();
