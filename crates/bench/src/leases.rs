@@ -22,6 +22,20 @@
 //!    lease change does, so the figure is the events' work, not the tick;
 //!
 //! and the server's RSS. The random choices come from `--seed`.
+//!
+//! With `--lend` (pool lending, issue 21) phases 2 and 3 make way for a
+//! year on the virtual clock: only `--pool-share` of the hosts are enrolled
+//! (the rest are general hosts), berth runs with `--pool-lend-lead`, and
+//! after the admission phase the clock moves in `--lend-step-hours` steps
+//! over `--days` while on-demand servers (`--ondemand-per-step` a step,
+//! each living `--ondemand-days-min` to `--ondemand-days-max` days) are
+//! booked and deleted through the compute API. Each step waits until the
+//! lease events due have run and the reclaimed hosts are drained (or a
+//! second has passed), then samples `berth_pool_lent_servers`. Reported:
+//! server-hours placed on pool hosts (the capacity lending adds), lease
+//! starts and late starts (`berth_lease_starts_late_total`), drain
+//! migrations per lease start, on-demand boots placed and refused, and the
+//! admission rate of phase 1; `--json FILE` writes them.
 #![expect(clippy::print_stdout, reason = "benchmarks report their figures on stdout")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{hosts_ready, metric, ms, percentile, rss_mib, spawn_berth, Binaries, Rng};
+use crate::common::{hosts_ready, metric, ms, percentile, rss_mib, spawn_berth, Binaries, Nova, Rng};
 
 const HOUR: i64 = 3600;
 const DAY: i64 = 86_400;
@@ -66,6 +80,31 @@ pub(crate) struct LeasesOpts {
     /// Extra arguments for `berth serve`.
     #[arg(long, allow_hyphen_values = true, num_args = 1..)]
     serve_arg: Vec<String>,
+    /// Pool lending: a year of leases and on-demand boots on the virtual
+    /// clock instead of phases 2 and 3 (see the module doc).
+    #[arg(long)]
+    lend: bool,
+    /// `--lend`: the share of hosts enrolled in the reservation pool.
+    #[arg(long, default_value_t = 0.8)]
+    pool_share: f64,
+    /// `--lend`: berth's `--pool-lend-lead`, in hours.
+    #[arg(long, default_value_t = 24)]
+    lend_lead_hours: i64,
+    /// `--lend`: the virtual clock's step, in hours.
+    #[arg(long, default_value_t = 12)]
+    lend_step_hours: i64,
+    /// `--lend`: on-demand boots per step.
+    #[arg(long, default_value_t = 90)]
+    ondemand_per_step: usize,
+    /// `--lend`: shortest on-demand server life, in days.
+    #[arg(long, default_value_t = 3)]
+    ondemand_days_min: i64,
+    /// `--lend`: longest on-demand server life, in days.
+    #[arg(long, default_value_t = 11)]
+    ondemand_days_max: i64,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
 }
 
 /// Log-uniform duration between an hour and four weeks, whole minutes.
@@ -215,6 +254,12 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
         "--service-down-time".into(),
         "31536000".into(),
     ];
+    if opts.lend {
+        // The runner looks every 20 ms: each step of the clock is worked
+        // off at once, not at the next 1 s tick.
+        args.extend(["--pool-lend-lead".into(), (opts.lend_lead_hours * HOUR).to_string()]);
+        args.extend(["--lease-tick-ms".into(), "20".into()]);
+    }
     args.extend(opts.serve_arg.iter().cloned());
     let berth = spawn_berth(binaries, &args).await?;
     let url = berth.url.clone();
@@ -223,22 +268,24 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
     let started = Instant::now();
     hosts_ready(&url, opts.hosts).await?;
     let registered = started.elapsed();
-    let enrol: Vec<Value> = (0..opts.hosts).map(|i| json!({"name": format!("fake-{i}")})).collect();
+    let pool_hosts =
+        if opts.lend { ((opts.hosts as f64 * opts.pool_share).round() as usize).min(opts.hosts) } else { opts.hosts };
+    let enrol: Vec<Value> = (0..pool_hosts).map(|i| json!({"name": format!("fake-{i}")})).collect();
     let t = Instant::now();
     let enrolled = post_all(&blazar, "/reservation/v1/os-hosts", enrol, opts.concurrency).await?;
     anyhow::ensure!(
-        enrolled.created.len() == opts.hosts,
+        enrolled.created.len() == pool_hosts,
         "enrolled {} of {} hosts: {:?}",
         enrolled.created.len(),
-        opts.hosts,
+        pool_hosts,
         enrolled.first_failure
     );
     println!(
-        "leases: {} hosts registered in {:.1} s, enrolled in {:.2} s ({:.0}/s)",
+        "leases: {} hosts registered in {:.1} s, {pool_hosts} enrolled in {:.2} s ({:.0}/s)",
         opts.hosts,
         registered.as_secs_f64(),
         t.elapsed().as_secs_f64(),
-        opts.hosts as f64 / t.elapsed().as_secs_f64()
+        pool_hosts as f64 / t.elapsed().as_secs_f64()
     );
 
     // 1. Admission.
@@ -274,6 +321,25 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
         println!("  first failure: {first}");
     }
     println!("  server RSS after admission {:.0} MiB", rss_mib(berth.child.id()));
+    let admissions_per_s = decided as f64 / elapsed;
+    if opts.lend {
+        let lent = lend_year(&opts, &url, &blazar, &mut rng).await?;
+        println!("  server RSS {:.0} MiB", rss_mib(berth.child.id()));
+        if let Some(path) = &opts.json {
+            let body = json!({
+                "hosts": opts.hosts, "pool_hosts": pool_hosts, "leases": opts.leases,
+                "admitted": posted.created.len(), "refused": posted.refused,
+                "admissions_per_s": admissions_per_s,
+                "lease_starts": lent.lease_starts, "lease_starts_late": lent.lease_starts_late,
+                "lent_server_hours": lent.lent_server_hours, "migrations": lent.migrations,
+                "migrations_per_lease_start": lent.migrations as f64 / (lent.lease_starts.max(1)) as f64,
+                "hosts_swapped": lent.hosts_swapped, "ondemand_boots": lent.boots,
+                "ondemand_refused": lent.refused, "steps": lent.steps, "seconds": lent.seconds,
+            });
+            std::fs::write(path, serde_json::to_string_pretty(&body)?)?;
+        }
+        return Ok(());
+    }
 
     // 2. Availability.
     let mut by_kind: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
@@ -370,4 +436,152 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
     }
     println!("  server RSS {:.0} MiB", rss_mib(berth.child.id()));
     Ok(())
+}
+
+/// What the lending year measured.
+struct LentYear {
+    lease_starts: u64,
+    lease_starts_late: u64,
+    lent_server_hours: f64,
+    migrations: u64,
+    hosts_swapped: u64,
+    boots: usize,
+    refused: u64,
+    steps: i64,
+    seconds: f64,
+}
+
+/// `--lend`: the year on the virtual clock (module doc).
+async fn lend_year(opts: &LeasesOpts, url: &str, blazar: &Blazar, rng: &mut Rng) -> anyhow::Result<LentYear> {
+    let nova = Nova::new(&format!("{url}/compute/v2.1"), 16)?;
+    let (status, body) = nova
+        .call(
+            reqwest::Method::PUT,
+            "/os-quota-sets/admin",
+            Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
+        )
+        .await?;
+    anyhow::ensure!(status == 200, "quota update: {status} {body}");
+    let (status, flavor) = nova
+        .call(
+            reqwest::Method::POST,
+            "/flavors",
+            Some(json!({"flavor": {"name": "ondemand", "vcpus": 2, "ram": 4096, "disk": 20}})),
+        )
+        .await?;
+    anyhow::ensure!(status == 200, "flavor create: {status} {flavor}");
+    let flavor = flavor["flavor"]["id"].as_str().unwrap_or("").to_owned();
+    let resp = blazar
+        .client
+        .post(format!("{url}/image/v2/images"))
+        .header("x-auth-token", "admin")
+        .json(&json!({"name": "ondemand", "disk_format": "qcow2", "container_format": "bare", "visibility": "public"}))
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
+    let image: Value = resp.json().await?;
+    let image = image["id"].as_str().unwrap_or("").to_owned();
+
+    let step = opts.lend_step_hours.max(1) * HOUR;
+    let steps = opts.days.max(1) * DAY / step;
+    let before = |name: &'static str| metric(url, name);
+    let (starts0, late0, moved0, swapped0, buried0) = (
+        before("berth_lease_starts_on_time_total").await,
+        before("berth_lease_starts_late_total").await,
+        before("berth_pool_drain_migrations_total").await,
+        before("berth_lease_hosts_swapped_total").await,
+        before("berth_compute_instances_buried_total").await,
+    );
+    // (expiry, server id) of the live on-demand servers.
+    let mut live: std::collections::BTreeSet<(i64, String)> = Default::default();
+    let mut lent_server_hours = 0.0;
+    let mut boots = 0;
+    let t = Instant::now();
+    for n in 0..steps {
+        let now = server_now(blazar).await?;
+        // Servers whose life is over go.
+        let expired: Vec<(i64, String)> = live.iter().take_while(|(end, _)| *end <= now).cloned().collect();
+        let mut deletes = tokio::task::JoinSet::new();
+        for (end, id) in expired {
+            live.remove(&(end, id.clone()));
+            let nova = nova.clone();
+            deletes.spawn(async move { nova.call(reqwest::Method::DELETE, &format!("/servers/{id}"), None).await });
+        }
+        while let Some(done) = deletes.join_next().await {
+            let (status, body) = done??;
+            anyhow::ensure!(status == 204 || status == 404, "delete: {status} {body}");
+        }
+        // New on-demand servers.
+        let mut creates = tokio::task::JoinSet::new();
+        for i in 0..opts.ondemand_per_step {
+            let life = rng.range(opts.ondemand_days_min.max(1) * DAY, opts.ondemand_days_max.max(1) * DAY);
+            let body = json!({"server": {"name": format!("od-{n}-{i}"), "flavorRef": flavor, "imageRef": image,
+                                         "networks": "none"}});
+            let nova = nova.clone();
+            creates.spawn(async move { (life, nova.call(reqwest::Method::POST, "/servers", Some(body)).await) });
+        }
+        while let Some(done) = creates.join_next().await {
+            let (life, answer) = done?;
+            let (status, body) = answer?;
+            anyhow::ensure!(status == 202, "boot: {status} {body}");
+            live.insert((now + life, body["server"]["id"].as_str().unwrap_or("").to_owned()));
+            boots += 1;
+        }
+        settle(url, "berth_compute_build_requests", Duration::from_secs(60)).await?;
+        // The step: due lease events run, reclaimed hosts drain.
+        advance(blazar, step).await?;
+        settle(url, "berth_lease_events_due", Duration::from_secs(60)).await?;
+        let _ = settle(url, "berth_pool_hosts_draining", Duration::from_secs(1)).await;
+        lent_server_hours += metric(url, "berth_pool_lent_servers").await as f64 * (step / HOUR) as f64;
+        if n % 100 == 99 {
+            println!(
+                "    step {}/{steps}: {} on-demand servers live, {:.0} server-hours on pool hosts so far",
+                n + 1,
+                live.len(),
+                lent_server_hours
+            );
+        }
+    }
+    let after = |name: &'static str| metric(url, name);
+    let on_time = after("berth_lease_starts_on_time_total").await - starts0;
+    let late = after("berth_lease_starts_late_total").await - late0;
+    let year = LentYear {
+        lease_starts: on_time + late,
+        lease_starts_late: late,
+        lent_server_hours,
+        migrations: after("berth_pool_drain_migrations_total").await - moved0,
+        hosts_swapped: after("berth_lease_hosts_swapped_total").await - swapped0,
+        boots,
+        refused: after("berth_compute_instances_buried_total").await - buried0,
+        steps,
+        seconds: t.elapsed().as_secs_f64(),
+    };
+    println!(
+        "  lending: {} steps of {} h in {:.0} s: {} on-demand boots ({} refused: no room), {:.0} server-hours on \
+         pool hosts; {} lease starts, {} late, {} drain migrations ({:.2} per start), {} busy hosts swapped",
+        year.steps,
+        step / HOUR,
+        year.seconds,
+        year.boots,
+        year.refused,
+        year.lent_server_hours,
+        year.lease_starts,
+        year.lease_starts_late,
+        year.migrations,
+        year.migrations as f64 / year.lease_starts.max(1) as f64,
+        year.hosts_swapped,
+    );
+    Ok(year)
+}
+
+/// Wait until the gauge `name` reads 0 (an error after `limit`).
+async fn settle(url: &str, name: &str, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if metric(url, name).await == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{name} still not 0 after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -294,6 +294,41 @@ impl ComputeServices {
                 self.reservations.metrics.leases_moved_off_ended_hosts.load(Relaxed),
             ),
             (
+                "berth_pool_drains_started_total",
+                "Reclaimed pool hosts (a lease needs them within --pool-lend-lead) that carried lent servers.",
+                self.reservations.metrics.drains_started.load(Relaxed),
+            ),
+            (
+                "berth_pool_hosts_reclaimed_total",
+                "Reclaimed pool hosts emptied of their lent servers.",
+                self.reservations.metrics.hosts_reclaimed.load(Relaxed),
+            ),
+            (
+                "berth_pool_drain_migrations_total",
+                "Live migrations started to move lent servers off reclaimed pool hosts.",
+                self.reservations.metrics.drain_migrations.load(Relaxed),
+            ),
+            (
+                "berth_pool_drains_late_total",
+                "Held hosts still carrying other servers at their lease's start with no free host to replace them.",
+                self.reservations.metrics.drains_late.load(Relaxed),
+            ),
+            (
+                "berth_lease_hosts_swapped_total",
+                "Held hosts still busy at their lease's start, replaced by free matching hosts.",
+                self.reservations.metrics.hosts_swapped.load(Relaxed),
+            ),
+            (
+                "berth_lease_starts_late_total",
+                "Lease starts with a held host still busy and no free host to replace it (degraded).",
+                self.reservations.metrics.starts_late.load(Relaxed),
+            ),
+            (
+                "berth_lease_starts_on_time_total",
+                "Lease starts whose held hosts were all empty.",
+                self.reservations.metrics.starts_on_time.load(Relaxed),
+            ),
+            (
                 "berth_compute_reschedules_total",
                 "Failed builds moved to an alternate host without scheduling again.",
                 m.reschedules.load(Relaxed),
@@ -343,6 +378,7 @@ impl ComputeServices {
         let (pending, mappings) = berth_compute::control::read(world, |w| {
             (w.compute.build_requests.len() as f64, w.compute.instance_mappings.len() as f64)
         });
+        let pool = self.reservations.pool_gauges();
         vec![
             (
                 "berth_lease_pool_hosts_recycling",
@@ -351,6 +387,19 @@ impl ComputeServices {
             ),
             ("berth_compute_build_requests", "Boots accepted and not yet scheduled.", pending),
             ("berth_compute_instance_mappings", "Instance mappings (servers) in the control database.", mappings),
+            ("berth_pool_hosts", "Hosts enrolled in the reservation pool.", pool.hosts as f64),
+            (
+                "berth_pool_hosts_lent",
+                "Pool hosts lent to ordinary boots now (no lease needs them within --pool-lend-lead).",
+                pool.lent as f64,
+            ),
+            ("berth_pool_lent_servers", "Ordinary servers on pool hosts now (lending on).", pool.lent_servers as f64),
+            (
+                "berth_pool_hosts_draining",
+                "Reclaimed pool hosts still carrying ordinary servers (being drained).",
+                pool.draining as f64,
+            ),
+            ("berth_lease_events_due", "Lease events due and not finished yet.", pool.events_due as f64),
         ]
     }
 }

@@ -85,6 +85,9 @@ pub(crate) struct FileConfig {
     pub(crate) lease_minutes_before_end: Option<i64>,
     /// Default end policy of leases (`delete`, `recycle`, `release`).
     pub(crate) lease_on_end: Option<String>,
+    /// Lend idle reservation-pool hosts to ordinary boots, looking this
+    /// many seconds ahead.
+    pub(crate) pool_lend_lead: Option<i64>,
     /// Resizes may choose the server's own host.
     pub(crate) allow_resize_to_same_host: Option<bool>,
     /// Heal every N sweep ticks (0: only when asked).

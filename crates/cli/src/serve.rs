@@ -172,6 +172,13 @@ pub(crate) struct ServeOpts {
     /// refilled).
     #[arg(long, env = "BERTH_LEASE_ON_END")]
     lease_on_end: Option<String>,
+    /// Lend the reservation pool's idle hosts to ordinary boots: a pool
+    /// host that no lease needs within this many seconds takes ordinary
+    /// servers; once a lease comes within it, the host takes no more and
+    /// its ordinary servers live-migrate away before the lease starts.
+    /// Unset: the pool takes only boots for its reservations (Blazar's).
+    #[arg(long, env = "BERTH_POOL_LEND_LEAD")]
+    pool_lend_lead: Option<i64>,
     /// Let a resize choose the server's own host (Nova's
     /// `allow_resize_to_same_host`). Default false; migrations never do.
     #[arg(long, env = "BERTH_ALLOW_RESIZE_TO_SAME_HOST", num_args = 0..=1, default_missing_value = "true",
@@ -387,6 +394,10 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
             .default_availability_zone
             .or(file.default_availability_zone)
             .unwrap_or(defaults.default_availability_zone),
+        pool_lend_lead: match opts.pool_lend_lead.or(file.pool_lend_lead) {
+            Some(lead) if lead <= 0 => anyhow::bail!("--pool-lend-lead must be a positive number of seconds"),
+            lead => lead,
+        },
     };
     let compute_config = berth_compute::ComputeConfig {
         scheduler,

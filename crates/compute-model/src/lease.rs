@@ -22,6 +22,25 @@ pub const RESOURCE_VIRTUAL_INSTANCE: &str = "virtual:instance";
 /// `flavor:instance`.
 pub const RESOURCE_FLAVOR_INSTANCE: &str = "flavor:instance";
 
+/// The flavor extra spec naming the reservation (Blazar's).
+pub const RESERVATION_SPEC: &str = "aggregate_instance_extra_specs:reservation";
+
+/// A boot names a reservation by something that is no reservation id (it
+/// matches no host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAReservation;
+
+/// The reservation a boot names: its scheduler hint `reservation`, else its
+/// flavor's [`RESERVATION_SPEC`].
+pub fn named_reservation(spec: &crate::RequestSpec) -> Result<Option<Uuid>, NotAReservation> {
+    let named =
+        spec.hints.get("reservation").and_then(|v| v.first()).or_else(|| spec.flavor.extra_specs.get(RESERVATION_SPEC));
+    match named {
+        None => Ok(None),
+        Some(text) => Uuid::parse_str(text).map(Some).map_err(|_| NotAReservation),
+    }
+}
+
 /// A host enrolled for reservation (Blazar's `computehosts` row plus its
 /// extra capabilities).
 #[derive(Debug, Clone, PartialEq)]
@@ -641,6 +660,51 @@ impl LeaseTables {
     pub fn reservation(&self, id: Uuid) -> Option<(&Lease, &Reservation)> {
         let lease = self.leases.get(self.lease_of_reservation.get(&id)?)?;
         Some((lease, lease.reservations.iter().find(|r| r.id == id)?))
+    }
+
+    /// Is the pool host lent to general scheduling at `now`? With lending
+    /// on (`lend_lead`: how far ahead the pool looks), a pool host is lent
+    /// while no booking holds it in `[now, now + lend_lead]`; once a lease
+    /// that needs it comes within the lead time it is being reclaimed
+    /// (drained) and takes no more ordinary boots.
+    pub fn lent(&self, host_id: i64, now: Timestamp, lend_lead: Option<Timestamp>) -> bool {
+        let Some(lead) = lend_lead else { return false };
+        // Reclaimed from `start - lead` on, that instant included.
+        self.overlapping(host_id, now, now.saturating_add(lead.max(0)).saturating_add(1), None).next().is_none()
+    }
+
+    /// When a booking next holds the pool host, from `now` (the start of
+    /// the first booking not over; `Timestamp::MAX` when none).
+    pub fn next_needed(&self, host_id: i64, now: Timestamp) -> Timestamp {
+        self.overlapping(host_id, now, Timestamp::MAX, None).map(|b| b.start).min().unwrap_or(Timestamp::MAX)
+    }
+
+    /// May `service_host` take a boot naming `reservation` (the scheduler
+    /// hint or the reservation flavor's spec) at `now`? A host outside the
+    /// pool takes only boots that name no reservation; a pool host takes
+    /// boots for an active reservation holding it, and, while it is lent
+    /// ([`LeaseTables::lent`]), ordinary boots. The scheduler filters with
+    /// it and the claim checks it again in its planned write, so a boot
+    /// scheduled a moment before a lease came within the lead time never
+    /// lands on the reclaimed host.
+    pub fn host_allows(
+        &self,
+        service_host: &str,
+        reservation: Option<Uuid>,
+        now: Timestamp,
+        lend_lead: Option<Timestamp>,
+    ) -> bool {
+        let enrolled = self.host_by_service.get(service_host).copied();
+        match (enrolled, reservation) {
+            (None, None) => true,
+            (None, Some(_)) => false,
+            (Some(host_id), None) => self.lent(host_id, now, lend_lead),
+            (Some(host_id), Some(rid)) => self.reservation(rid).is_some_and(|(lease, r)| {
+                lease.status == LeaseStatus::Active
+                    && r.status == ReservationStatus::Active
+                    && r.allocations.iter().any(|a| a.host_id == host_id)
+            }),
+        }
     }
 
     /// The enrolled host of a compute service host.

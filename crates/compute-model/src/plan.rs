@@ -160,8 +160,9 @@ pub fn plan_claim(
     world: &World,
     instances: &[InstanceChoices],
     now: Timestamp,
+    lend_lead: Option<Timestamp>,
 ) -> Result<std::result::Result<(WorldChangeSet, Claimed), ClaimFailure>> {
-    let (set, mut outcomes) = plan_claim_boots(world, &[instances], now)?;
+    let (set, mut outcomes) = plan_claim_boots(world, &[instances], now, lend_lead)?;
     match outcomes.pop() {
         Some(Ok(claimed)) => Ok(Ok((set, claimed))),
         Some(Err(failure)) => Ok(Err(failure)),
@@ -176,10 +177,17 @@ pub fn plan_claim(
 /// checked in order, each counting the capacity and group members taken
 /// by the ones claimed before it; placement's allocation planner then
 /// re-checks every claimed allocation exactly, in the one change set.
+///
+/// The reservation pool's rule is checked again here too
+/// ([`crate::lease::LeaseTables::host_allows`] at `now`, with the pool
+/// lending lead `lend_lead`): the scheduler's answer may be a moment old,
+/// and a lease that came within the lead time since must not find a new
+/// ordinary server on its host.
 pub fn plan_claim_boots(
     world: &World,
     boots: &[&[InstanceChoices]],
     now: Timestamp,
+    lend_lead: Option<Timestamp>,
 ) -> Result<(WorldChangeSet, Vec<std::result::Result<Claimed, ClaimFailure>>)> {
     let mut extra: HashMap<(Uuid, &str), i64> = HashMap::new();
     let mut requests: Vec<ConsumerAllocations> = Vec::new();
@@ -208,10 +216,21 @@ pub fn plan_claim_boots(
             if let Some(group) = group {
                 boot_groups.entry(group.uuid).or_insert_with(|| group_hosts(world, group, &claiming));
             }
+            let named = world.compute.request_specs.get(&choices.instance).map(crate::lease::named_reservation);
             let mut chosen = None;
             for (idx, choice) in choices.choices.iter().enumerate() {
                 let Some(node) = world.compute.compute_nodes.get(&choice.root) else { continue };
                 if world.compute.cells.get(&node.cell).is_none_or(|c| c.disabled) {
+                    continue;
+                }
+                let pool_allows = match named {
+                    Some(Ok(reservation)) => world.compute.leases.host_allows(&node.host, reservation, now, lend_lead),
+                    Some(Err(_)) => false,
+                    // No request spec (an old build request): the
+                    // scheduler's filter was the only check, as before.
+                    None => true,
+                };
+                if !pool_allows {
                     continue;
                 }
                 if let Some(group) = group {
@@ -1290,7 +1309,7 @@ pub(crate) mod tests {
             .iter()
             .map(|i| InstanceChoices { instance: *i, choices: vec![choice(roots[0], 3), choice(roots[1], 3)] })
             .collect();
-        let (set, claimed) = plan_claim(&world, &claims, 2).expect("plan").expect("fits");
+        let (set, claimed) = plan_claim(&world, &claims, 2, None).expect("plan").expect("fits");
         assert_eq!(claimed.placed[0].1.uuid, roots[0]);
         assert_eq!(claimed.placed[1].1.uuid, roots[1]);
         world.apply(&set);
@@ -1303,7 +1322,7 @@ pub(crate) mod tests {
             .iter()
             .map(|i| InstanceChoices { instance: *i, choices: vec![choice(roots[0], 1), choice(roots[1], 3)] })
             .collect();
-        assert_eq!(plan_claim(&world, &claims, 3).expect("plan"), Err(ClaimFailure::NoRoom(more[1])));
+        assert_eq!(plan_claim(&world, &claims, 3, None).expect("plan"), Err(ClaimFailure::NoRoom(more[1])));
     }
 
     /// Instances' VCPU per root provider.
@@ -1319,7 +1338,7 @@ pub(crate) mod tests {
             instance,
             choices: vec![choice(roots[0], 2), choice(roots[1], 2), choice(roots[2], 2)],
         }];
-        let (set, _) = plan_claim(world, &claims, 2).expect("plan").expect("fits");
+        let (set, _) = plan_claim(world, &claims, 2, None).expect("plan").expect("fits");
         world.apply(&set);
         instance
     }
@@ -1368,7 +1387,7 @@ pub(crate) mod tests {
         // Someone else takes 3 of host 1's 4 VCPU.
         let other = admit(&mut world, 1, None)[0];
         let claims = vec![InstanceChoices { instance: other, choices: vec![choice(roots[1], 3)] }];
-        let (set, _) = plan_claim(&world, &claims, 2).expect("plan").expect("fits");
+        let (set, _) = plan_claim(&world, &claims, 2, None).expect("plan").expect("fits");
         world.apply(&set);
         let (set, decided) = plan_reschedule(&world, &instance, "h0", 3, 3).expect("plan");
         assert_eq!(decided, Rescheduled::Build { node: world.compute.compute_nodes[&roots[2]].clone(), attempt: 2 });
@@ -1413,13 +1432,13 @@ pub(crate) mod tests {
         let first = admit(&mut world, 1, Some(group.uuid));
         let second = admit(&mut world, 1, Some(group.uuid));
         let claim = |instance: Uuid| vec![InstanceChoices { instance, choices: vec![choice(roots[0], 1)] }];
-        let (set, _) = plan_claim(&world, &claim(first[0]), 2).expect("plan").expect("fits");
+        let (set, _) = plan_claim(&world, &claim(first[0]), 2, None).expect("plan").expect("fits");
         world.apply(&set);
         // The second was scheduled concurrently onto the same host: refused.
-        assert_eq!(plan_claim(&world, &claim(second[0]), 2).expect("plan"), Err(ClaimFailure::NoRoom(second[0])));
+        assert_eq!(plan_claim(&world, &claim(second[0]), 2, None).expect("plan"), Err(ClaimFailure::NoRoom(second[0])));
         let alternate =
             vec![InstanceChoices { instance: second[0], choices: vec![choice(roots[0], 1), choice(roots[1], 1)] }];
-        let (_, claimed) = plan_claim(&world, &alternate, 2).expect("plan").expect("fits");
+        let (_, claimed) = plan_claim(&world, &alternate, 2, None).expect("plan").expect("fits");
         assert_eq!(claimed.placed[0].1.uuid, roots[1]);
     }
 
@@ -1432,7 +1451,7 @@ pub(crate) mod tests {
         world.apply(&set);
         assert_eq!(world.compute.instance_count("p", None), 1);
         let claims = vec![InstanceChoices { instance: instances[1], choices: vec![choice(roots[0], 1)] }];
-        let (set, _) = plan_claim(&world, &claims, 2).expect("plan").expect("fits");
+        let (set, _) = plan_claim(&world, &claims, 2, None).expect("plan").expect("fits");
         world.apply(&set);
         assert!(!plan_delete_build_request(&world, &instances[1]).1, "scheduled: delete goes to the cell");
         world.apply(&plan_forget_instance(&world, &instances[1]));
@@ -1464,7 +1483,7 @@ pub(crate) mod tests {
     fn claimed_instance(world: &mut World, root: Uuid, vcpus: i64) -> Uuid {
         let instance = admit(world, 1, None)[0];
         let claims = [InstanceChoices { instance, choices: vec![choice(root, vcpus)] }];
-        let (set, _) = plan_claim(world, &claims, 2).expect("plan").expect("fits");
+        let (set, _) = plan_claim(world, &claims, 2, None).expect("plan").expect("fits");
         world.apply(&set);
         instance
     }

@@ -402,7 +402,7 @@ mod tests {
     fn placed(world: &mut World, roots: &[Uuid], host: usize, group: Option<Uuid>) -> Uuid {
         let instance = admit(world, 1, group)[0];
         let claims = vec![InstanceChoices { instance, choices: vec![choice(roots[host], 1)] }];
-        let (set, _) = plan_claim(world, &claims, 2).expect("plan").expect("fits");
+        let (set, _) = plan_claim(world, &claims, 2, None).expect("plan").expect("fits");
         world.apply(&set);
         instance
     }
@@ -479,7 +479,7 @@ mod tests {
         };
         let instance = admit(&mut world, 1, None)[0];
         let claims = vec![InstanceChoices { instance, choices: vec![with_disk(roots[0])] }];
-        world.apply(&plan_claim(&world, &claims, 2).expect("plan").expect("fits").0);
+        world.apply(&plan_claim(&world, &claims, 2, None).expect("plan").expect("fits").0);
         let (set, claimed) = evacuate(&world, instance, roots[0], vec![with_disk(roots[1])]);
         assert!(matches!(claimed, MoveClaimed::Claimed(ref n) if n.uuid == roots[1]));
         world.apply(&set);

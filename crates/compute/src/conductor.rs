@@ -314,7 +314,8 @@ async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     compute.hooks.pass("before-claim").await;
     let now = compute.now();
     let requests: Vec<&[InstanceChoices]> = per_boot.iter().map(|(c, _)| c.as_slice()).collect();
-    let claim = write(&*compute.control, |w| plan_claim_boots(w, &requests, now));
+    let lend_lead = compute.config.scheduler.pool_lend_lead;
+    let claim = write(&*compute.control, |w| plan_claim_boots(w, &requests, now, lend_lead));
     // Tests hold here: the claim is in the world and still in flight.
     compute.hooks.pass("after-claim-write").await;
     // Claimed (now in the world) or not: no longer in flight.
@@ -381,7 +382,7 @@ fn schedule_round<'c>(
                 .filter(|(instance, _)| w.placement.consumers.get(instance).is_none_or(|c| c.allocations.is_empty()))
                 .map(|(_, allocations)| allocations.clone())
                 .collect();
-            let request = ScheduleRequest { in_flight: &pending, ..ScheduleRequest::new(spec, instances, seed) };
+            let request = ScheduleRequest { in_flight: &pending, now, ..ScheduleRequest::new(spec, instances, seed) };
             schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
                 let cells = choices
                     .iter()
@@ -420,7 +421,8 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
         }
         compute.hooks.pass("before-claim").await;
         let now = compute.now();
-        let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now)? {
+        let lend_lead = compute.config.scheduler.pool_lend_lead;
+        let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now, lend_lead)? {
             Ok((set, claimed)) => Ok((set, Ok(claimed))),
             Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
         });

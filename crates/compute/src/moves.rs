@@ -132,6 +132,7 @@ impl Compute {
             let request = ScheduleRequest {
                 ignore_hosts: ignore,
                 cell: Some(cell),
+                now,
                 ..ScheduleRequest::new(&spec, &instances, seed)
             };
             match schedule(w, &request, &health, &self.config.scheduler) {

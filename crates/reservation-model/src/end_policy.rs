@@ -226,16 +226,10 @@ pub fn plan_end_policy(
     let mut extra: Vec<(i64, Booking)> = Vec::new();
     for victim in victims {
         let Some(original) = tables.leases.get(&victim) else { continue };
-        let mut lease = original.clone();
-        for host in &exclude {
-            let theirs: Vec<(i64, Booking)> = extra.iter().filter(|(_, b)| b.lease != victim).copied().collect();
-            if let Some(healed) = heal_lease(world, &lease, *host, &exclude, &added, &theirs, parse, now)? {
-                lease = healed;
-            }
-        }
-        if lease == *original {
+        let Some((lease, _)) = heal_lease(world, original, &exclude, &exclude, false, &added, &extra, parse, now)?
+        else {
             continue;
-        }
+        };
         for r in lease.reservations.iter().filter(|r| r.status != ReservationStatus::Deleted) {
             for a in &r.allocations {
                 extra.push((

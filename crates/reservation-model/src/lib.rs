@@ -1151,29 +1151,53 @@ pub fn plan_heal_host(
     ids: &mut dyn FnMut() -> Uuid,
     now: Timestamp,
 ) -> Result<Option<WorldChangeSet>> {
+    Ok(replace_hosts(world, lease_id, &[lost_host], &[lost_host], false, parse, ids, now)?.map(|(set, _)| set))
+}
+
+/// Replace the `lost` hosts of a lease's reservations by free matching
+/// hosts for its window (never one of `avoid`), marking the reservation
+/// `resources_changed`. A host nothing can replace is dropped
+/// (`missing_resources`) or, with `keep_missing`, kept and marked
+/// `resources_changed`; either way the lease is `degraded`. Returns the
+/// write and the hosts that found no replacement.
+#[expect(clippy::too_many_arguments, reason = "the healing plan's inputs, each needed")]
+pub(crate) fn replace_hosts(
+    world: &World,
+    lease_id: Uuid,
+    lost: &[i64],
+    avoid: &[i64],
+    keep_missing: bool,
+    parse: ParseQuery<'_>,
+    ids: &mut dyn FnMut() -> Uuid,
+    now: Timestamp,
+) -> Result<Option<(WorldChangeSet, Vec<i64>)>> {
     let Some(old) = world.compute.leases.leases.get(&lease_id) else { return Ok(None) };
-    let Some(lease) = heal_lease(world, old, lost_host, &[lost_host], &[], &[], parse, now)? else { return Ok(None) };
+    let Some((lease, unreplaced)) = heal_lease(world, old, lost, avoid, keep_missing, &[], &[], parse, now)? else {
+        return Ok(None);
+    };
     let mut set = WorldChangeSet::new();
     set.compute(C::PutLease(lease.clone()));
     resources::sync(world, Some(old), Some(&lease), ids, now, &mut set)?;
-    Ok(Some(set))
+    Ok(Some((set, unreplaced)))
 }
 
-/// [`plan_heal_host`]'s decision: `old` without `lost_host`, replaced by
-/// a free matching host (never one of `exclude`; `added`: hosts enrolled
-/// in the same plan; `extra`: bookings made earlier in the same plan, by
-/// host), or degraded. `None`: nothing to heal.
-#[allow(clippy::too_many_arguments)]
+/// [`replace_hosts`]'s decision, on a lease row given (perhaps already
+/// changed by the same plan): the new row and the hosts that found no
+/// replacement. `added`: hosts enrolled in the same plan (a `release`
+/// end's refill); `extra`: bookings made earlier in the same plan, by
+/// host. `None`: nothing to heal.
+#[expect(clippy::too_many_arguments, reason = "the healing plan's inputs, each needed")]
 pub(crate) fn heal_lease(
     world: &World,
     old: &Lease,
-    lost_host: i64,
-    exclude: &[i64],
+    lost: &[i64],
+    avoid: &[i64],
+    keep_missing: bool,
     added: &[ReservableHost],
     extra: &[(i64, Booking)],
     parse: ParseQuery<'_>,
     now: Timestamp,
-) -> Result<Option<Lease>> {
+) -> Result<Option<(Lease, Vec<i64>)>> {
     let lease_id = old.id;
     // A lease whose end is due keeps its hosts: its end deletes the
     // servers on them (a time jump, or an outage, can make every host
@@ -1188,7 +1212,7 @@ pub(crate) fn heal_lease(
         start: lease.start,
         end: lease.end,
         overlay: Overlay::default(),
-        exclude,
+        exclude: avoid,
         added,
     };
     for (host, booking) in extra {
@@ -1196,7 +1220,7 @@ pub(crate) fn heal_lease(
     }
     // The lease's other holdings stay booked.
     for reservation in &lease.reservations {
-        for a in reservation.allocations.iter().filter(|a| a.host_id != lost_host) {
+        for a in reservation.allocations.iter().filter(|a| !lost.contains(&a.host_id)) {
             admission.overlay.0.entry(a.host_id).or_default().push(Booking {
                 lease: lease_id,
                 reservation: reservation.id,
@@ -1208,49 +1232,59 @@ pub(crate) fn heal_lease(
         }
     }
     let mut changed = false;
-    for reservation in &mut lease.reservations {
-        let Some(pos) = reservation.allocations.iter().position(|a| a.host_id == lost_host) else { continue };
-        changed = true;
-        let lost = reservation.allocations.remove(pos);
-        let (hyp, res) = match &reservation.kind {
-            ReservationKind::Host { hypervisor_properties, resource_properties, .. } => {
-                (hypervisor_properties.clone(), resource_properties.clone())
-            }
-            ReservationKind::Instance { resource_properties, .. } => (String::new(), resource_properties.clone()),
-        };
-        let mut kind = reservation.kind.clone();
-        match &mut kind {
-            ReservationKind::Host { min, max, .. } => {
-                *min = 1;
-                *max = 1;
-            }
-            ReservationKind::Instance { amount, affinity, .. } => {
-                *amount = lost.slots;
-                // One replacement host takes all the lost slots.
-                if *affinity == Some(false) && lost.slots == 1 {
-                    *affinity = None;
+    let mut unreplaced = Vec::new();
+    for &lost_host in lost {
+        for reservation in &mut lease.reservations {
+            let Some(pos) = reservation.allocations.iter().position(|a| a.host_id == lost_host) else { continue };
+            changed = true;
+            let lost = reservation.allocations.remove(pos);
+            let (hyp, res) = match &reservation.kind {
+                ReservationKind::Host { hypervisor_properties, resource_properties, .. } => {
+                    (hypervisor_properties.clone(), resource_properties.clone())
+                }
+                ReservationKind::Instance { resource_properties, .. } => (String::new(), resource_properties.clone()),
+            };
+            let mut kind = reservation.kind.clone();
+            match &mut kind {
+                ReservationKind::Host { min, max, .. } => {
+                    *min = 1;
+                    *max = 1;
+                }
+                ReservationKind::Instance { amount, affinity, .. } => {
+                    *amount = lost.slots;
+                    // One replacement host takes all the lost slots.
+                    if *affinity == Some(false) && lost.slots == 1 {
+                        *affinity = None;
+                    }
                 }
             }
-        }
-        let request = ReservationRequest { kind, hypervisor_query: parse(&hyp)?, resource_query: parse(&res)? };
-        match admission.allocate(reservation.id, &request, &[], false) {
-            Ok(more) => {
-                reservation.allocations.extend(more);
-                reservation.allocations.sort_by_key(|a| a.host_id);
-                reservation.resources_changed = true;
+            let request = ReservationRequest { kind, hypervisor_query: parse(&hyp)?, resource_query: parse(&res)? };
+            match admission.allocate(reservation.id, &request, &[], false) {
+                Ok(more) => {
+                    reservation.allocations.extend(more);
+                    reservation.resources_changed = true;
+                }
+                Err(_) if keep_missing => {
+                    reservation.allocations.push(lost);
+                    reservation.resources_changed = true;
+                    lease.degraded = true;
+                    unreplaced.push(lost_host);
+                }
+                Err(_) => {
+                    reservation.missing_resources = true;
+                    lease.degraded = true;
+                    unreplaced.push(lost_host);
+                }
             }
-            Err(_) => {
-                reservation.missing_resources = true;
-                lease.degraded = true;
-            }
+            reservation.allocations.sort_by_key(|a| a.host_id);
+            reservation.updated_at = Some(now);
         }
-        reservation.updated_at = Some(now);
     }
     if !changed {
         return Ok(None);
     }
     lease.updated_at = Some(now);
-    Ok(Some(lease))
+    Ok(Some((lease, unreplaced)))
 }
 
 /// Set a host reservable or not (healing marks a down host unreservable).
@@ -1267,23 +1301,11 @@ pub fn plan_set_host_reservable(world: &World, id: i64, reservable: bool, now: T
     Some(set)
 }
 
-/// The reservation a boot may use on a host: `Ok` when the host may take
-/// the boot. An enrolled host takes only boots that name (scheduler hint
-/// `reservation`) an active reservation holding it; a boot naming a
-/// reservation goes only to hosts that reservation holds.
+/// May `service_host` take a boot naming `reservation`, with no pool
+/// lending? (See [`LeaseTables::host_allows`], which the scheduler and the
+/// claim call with the lending lead and the time.)
 pub fn host_allows(world: &World, service_host: &str, reservation: Option<Uuid>) -> bool {
-    let tables = &world.compute.leases;
-    let enrolled = tables.host_by_service.get(service_host).copied();
-    match (enrolled, reservation) {
-        (None, None) => true,
-        (None, Some(_)) => false,
-        (Some(_), None) => false,
-        (Some(host_id), Some(rid)) => tables.reservation(rid).is_some_and(|(lease, r)| {
-            lease.status == LeaseStatus::Active
-                && r.status == ReservationStatus::Active
-                && r.allocations.iter().any(|a| a.host_id == host_id)
-        }),
-    }
+    world.compute.leases.host_allows(service_host, reservation, 0, None)
 }
 
 /// Earliest start `>= from` at which `request` (one reservation, for
@@ -1467,6 +1489,7 @@ pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Times
 
 pub mod capacity;
 pub mod end_policy;
+pub mod lending;
 pub mod resources;
 
 #[cfg(test)]

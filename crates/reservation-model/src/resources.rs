@@ -37,8 +37,7 @@ use berth_compute_model::ComputeChange as C;
 use berth_compute_model::Flavor;
 use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet};
 
-/// The flavor extra spec naming the reservation (Blazar's).
-pub const RESERVATION_SPEC: &str = "aggregate_instance_extra_specs:reservation";
+pub use berth_compute_model::lease::RESERVATION_SPEC;
 
 /// `CUSTOM_RESERVATION_<ID>`: the reservation id upper-cased, dashes as
 /// underscores (Blazar's resource class).

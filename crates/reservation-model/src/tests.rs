@@ -1023,3 +1023,31 @@ fn release_hands_busy_hosts_to_general_scheduling_and_refills_the_pool() {
 fn node_of_host_name(world: &World, name: &str) -> Uuid {
     world.compute.nodes_by_host[name][0]
 }
+
+#[test]
+fn a_pool_host_is_lent_until_a_lease_comes_within_the_lead() {
+    let mut world = world_with_hosts(2, 8);
+    let lead = Some(H);
+    let tables = |w: &World| w.compute.leases.clone();
+    // No lease: both pool hosts are lent with lending on, neither without.
+    assert!(tables(&world).host_allows("h0", None, 0, lead));
+    assert!(!tables(&world).host_allows("h0", None, 0, None), "no lending: the pool is Blazar's");
+    // A lease of h0 from 10 h: lent until 9 h, reclaimed from 9 h on.
+    let l = admit(&mut world, &lease(10 * H, 11 * H, vec![hosts(1, 1)])).unwrap();
+    let held = l.reservations[0].allocations[0].host_id;
+    let name = world.compute.leases.hosts[&held].service_name.clone();
+    let other = if name == "h0" { "h1" } else { "h0" };
+    let t = tables(&world);
+    assert!(t.host_allows(&name, None, 9 * H - 1, lead), "lent until the lead");
+    assert!(!t.host_allows(&name, None, 9 * H, lead), "reclaimed within the lead");
+    assert!(!t.host_allows(&name, None, 10 * H + 1, lead), "held while the lease lasts");
+    assert!(t.host_allows(&name, None, 11 * H, lead), "lent again after the end");
+    assert!(t.host_allows(other, None, 10 * H, lead), "the other host stays lent");
+    assert_eq!(lending::lent_hosts(&world, 9 * H, lead), 1);
+    assert_eq!(lending::lent_hosts(&world, 0, lead), 2);
+    assert_eq!(lending::lent_hosts(&world, 0, None), 0);
+    // No servers on the hosts: nothing to drain, nothing busy at the start.
+    assert!(lending::drain_targets(&world, 9 * H, H).is_empty());
+    let started = lending::plan_start_on_free_hosts(&world, l.id, &no_parse, &mut ids(), 10 * H).unwrap();
+    assert!(started.is_none(), "empty hosts start as admitted");
+}

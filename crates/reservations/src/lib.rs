@@ -25,6 +25,7 @@
 //! [`Reservations::start`]. The API wakes the loop with
 //! [`Reservations::leases_changed`].
 
+pub mod lending;
 pub mod query;
 pub mod runner;
 
@@ -82,6 +83,9 @@ pub struct Reservations {
     /// Enrolled hosts seen down at the last healing pass (not yet made
     /// unreservable).
     suspects: Mutex<BTreeSet<i64>>,
+    /// Reclaimed pool hosts still carrying lent servers at the last drain
+    /// pass.
+    draining: Mutex<BTreeSet<i64>>,
 }
 
 impl std::fmt::Debug for Reservations {
@@ -102,6 +106,7 @@ impl Reservations {
             notify_failures: Mutex::new(HashMap::new()),
             wake: tokio::sync::Notify::new(),
             suspects: Mutex::default(),
+            draining: Mutex::default(),
         })
     }
 
@@ -134,6 +139,24 @@ pub struct LeaseMetrics {
     pub pool_refills: std::sync::atomic::AtomicU64,
     /// Leases moved off a host a `recycle` or `release` end kept busy.
     pub leases_moved_off_ended_hosts: std::sync::atomic::AtomicU64,
+    /// Pool lending: reclaimed hosts that had lent servers to move away.
+    pub drains_started: std::sync::atomic::AtomicU64,
+    /// Pool lending: reclaimed hosts emptied of their lent servers.
+    pub hosts_reclaimed: std::sync::atomic::AtomicU64,
+    /// Pool lending: live migrations started by drains.
+    pub drain_migrations: std::sync::atomic::AtomicU64,
+    /// Pool lending: held hosts still busy at their lease's start and
+    /// kept (the start degraded).
+    pub drains_late: std::sync::atomic::AtomicU64,
+    /// Held hosts still busy at their lease's start and swapped for free
+    /// ones.
+    pub hosts_swapped: std::sync::atomic::AtomicU64,
+    /// Lease starts whose held hosts were all empty (or replaced by empty
+    /// ones).
+    pub starts_on_time: std::sync::atomic::AtomicU64,
+    /// Lease starts with a held host still busy and nothing to replace it
+    /// (degraded).
+    pub starts_late: std::sync::atomic::AtomicU64,
 }
 
 /// Run the lease loop on the current runtime.
@@ -151,6 +174,7 @@ fn spawn_lease_runner(reservations: Arc<Reservations>) {
             let now = reservations.compute.now();
             if healed_at.is_none_or(|at| at.elapsed() >= tick) {
                 reservations.heal_leases(now);
+                reservations.drain_reclaimed_hosts(now).await;
                 healed_at = Some(tokio::time::Instant::now());
             }
             reservations.recycle_pass(now).await;

@@ -87,11 +87,11 @@ fn servers_of_lease(world: &World, lease_id: Uuid) -> Vec<Uuid> {
 /// when many leases are due at once).
 const EVENTS_PER_WRITE: usize = 500;
 
-fn caller() -> Caller {
+pub(crate) fn caller() -> Caller {
     Caller { request_id: format!("req-{}", Uuid::new_v4()), user_id: "blazar".into(), project_id: "service".into() }
 }
 
-fn parse_stored(text: &str) -> Result<Option<Query>, ComputeError> {
+pub(crate) fn parse_stored(text: &str) -> Result<Option<Query>, ComputeError> {
     crate::query::parse(text).map_err(ComputeError::Invalid)
 }
 
@@ -401,6 +401,7 @@ impl Reservations {
         let now = self.compute.now();
         self.heal_leases(now);
         self.recycle_pass(now).await;
+        self.drain_reclaimed_hosts(now).await;
         self.run_due_events(now).await
     }
 
@@ -463,7 +464,9 @@ impl Reservations {
                     tracing::info!(%lease_id, "lease ends soon (before_end_lease)");
                     self.snapshot_before_end(lease_id, event_id, now)
                 }
-                EventType::StartLease => self.sync_lease_resources(lease_id, now),
+                EventType::StartLease => {
+                    self.start_on_free_hosts(lease_id, now) && self.sync_lease_resources(lease_id, now)
+                }
             };
             if acted && self.notify(lease_id, event_id, kind).await {
                 done.push((lease_id, event_id));

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 
 use berth_compute_model::choice::{group_allows, host_of_instance};
-use berth_compute_model::{RequestSpec, ServerGroup, World, CELL0_UUID};
-use berth_reservation_model::host_allows;
+use berth_compute_model::lease::named_reservation;
+use berth_compute_model::{RequestSpec, ServerGroup, Timestamp, World, CELL0_UUID};
 
 use crate::{HostHealth, HostState};
 
@@ -23,6 +23,8 @@ pub(crate) fn passes_static(
     spec: &RequestSpec,
     health: &dyn HostHealth,
     ignore_hosts: &[String],
+    now: Timestamp,
+    lend_lead: Option<Timestamp>,
 ) -> bool {
     let name = host.node.host.as_str();
     if ignore_hosts.iter().any(|h| h == name) {
@@ -38,7 +40,7 @@ pub(crate) fn passes_static(
     if !health.is_up(name) || health.is_disabled(name) {
         return false;
     }
-    reservation_pass(world, name, spec)
+    reservation_pass(world, name, spec, now, lend_lead)
         && aggregate_extra_specs_pass(world, name, spec)
         && same_host_pass(world, name, spec)
         && different_host_pass(world, name, spec)
@@ -61,22 +63,22 @@ fn different_host_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
 /// Blazar's filter: a host enrolled for reservations takes only boots for
 /// an active reservation that holds it (scheduler hint `reservation`, or a
 /// reservation flavor's `aggregate_instance_extra_specs:reservation`), and
-/// such boots go nowhere else.
-fn reservation_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
-    let named =
-        spec.hints.get("reservation").and_then(|v| v.first()).or_else(|| spec.flavor.extra_specs.get(RESERVATION_SPEC));
-    let reservation = match named {
-        None => None,
+/// such boots go nowhere else; with pool lending, a pool host no lease
+/// needs within the lead time takes ordinary boots too
+/// (`LeaseTables::host_allows`).
+fn reservation_pass(
+    world: &World,
+    host: &str,
+    spec: &RequestSpec,
+    now: Timestamp,
+    lend_lead: Option<Timestamp>,
+) -> bool {
+    match named_reservation(spec) {
+        Ok(reservation) => world.compute.leases.host_allows(host, reservation, now, lend_lead),
         // A hint that is not a reservation id matches no host.
-        Some(text) => match uuid::Uuid::parse_str(text) {
-            Ok(id) => Some(id),
-            Err(_) => return false,
-        },
-    };
-    host_allows(world, host, reservation)
+        Err(_) => false,
+    }
 }
-
-const RESERVATION_SPEC: &str = "aggregate_instance_extra_specs:reservation";
 
 const SCOPE: &str = "aggregate_instance_extra_specs";
 

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 
 use berth_compute_model::choice::{group_hosts, HostChoice};
 use berth_compute_model::plan::InstanceChoices;
-use berth_compute_model::{ComputeNodeRef, RequestSpec, ServerGroup, World};
+use berth_compute_model::{ComputeNodeRef, RequestSpec, ServerGroup, Timestamp, World};
 use berth_model::AllocationMap;
 use uuid::Uuid;
 
@@ -72,6 +72,10 @@ pub struct Config {
     pub image_metadata_prefilter: bool,
     /// `default_availability_zone` (`nova`).
     pub default_availability_zone: String,
+    /// Pool lending (berth's): pool hosts no lease needs within this many
+    /// seconds take ordinary boots; `None`: the pool takes only boots for
+    /// its reservations (Blazar's).
+    pub pool_lend_lead: Option<i64>,
 }
 
 impl Default for Config {
@@ -92,6 +96,7 @@ impl Default for Config {
             query_placement_for_image_type_support: false,
             image_metadata_prefilter: false,
             default_availability_zone: "nova".to_owned(),
+            pool_lend_lead: None,
         }
     }
 }
@@ -138,13 +143,16 @@ pub struct ScheduleRequest<'a> {
     pub in_flight: &'a [AllocationMap],
     /// Randomness.
     pub seed: u64,
+    /// The time of the decision (pool lending: a pool host is lent or
+    /// reclaimed depending on the leases ahead of it).
+    pub now: Timestamp,
 }
 
 impl<'a> ScheduleRequest<'a> {
     /// A request for `instances` of `spec` in any cell, nothing ignored,
     /// nothing in flight.
     pub fn new(spec: &'a RequestSpec, instances: &'a [Uuid], seed: u64) -> Self {
-        ScheduleRequest { spec, instances, ignore_hosts: &[], cell: None, in_flight: &[], seed }
+        ScheduleRequest { spec, instances, ignore_hosts: &[], cell: None, in_flight: &[], seed, now: 0 }
     }
 }
 
@@ -175,6 +183,9 @@ pub(crate) struct HostState<'w> {
     pub(crate) node: &'w ComputeNodeRef,
     pub(crate) candidates: Vec<Candidate<'w>>,
     pub(crate) free: weighers::Free,
+    /// A pool host lent to this ordinary boot: when the next lease needs
+    /// it (`None`: not a lent host).
+    pub(crate) lent_until: Option<Timestamp>,
 }
 
 /// What claims in flight and this request's earlier instances take, per
@@ -276,16 +287,26 @@ pub fn schedule(
             in_flight_on.entry(root).or_default().push(flat);
         }
     }
+    let ordinary = berth_compute_model::lease::named_reservation(spec) == Ok(None);
     let mut hosts: Vec<HostState<'_>> = Vec::new();
     for root in order {
         let Some(node) = world.compute.compute_nodes.get(&root) else { continue };
         if request.cell.is_some_and(|cell| cell != node.cell) {
             continue;
         }
-        let mut host =
-            HostState { node, candidates: by_root.remove(&root).unwrap_or_default(), free: weighers::Free::default() };
-        if filters::passes_static(world, &host, spec, health, request.ignore_hosts) {
+        let mut host = HostState {
+            node,
+            candidates: by_root.remove(&root).unwrap_or_default(),
+            free: weighers::Free::default(),
+            lent_until: None,
+        };
+        if filters::passes_static(world, &host, spec, health, request.ignore_hosts, request.now, config.pool_lend_lead)
+        {
             host.free = weighers::Free::of(world, root);
+            if ordinary && config.pool_lend_lead.is_some() {
+                let tables = &world.compute.leases;
+                host.lent_until = tables.host_by_service.get(&node.host).map(|id| tables.next_needed(*id, request.now));
+            }
             for taken in in_flight_on.get(&root).into_iter().flatten() {
                 host.free.take(taken);
             }
@@ -317,7 +338,13 @@ pub fn schedule(
         }
         let weights = weighers::weigh(&hosts, &viable, group, &members_on, health, config);
         let mut ranked: Vec<usize> = (0..viable.len()).collect();
-        ranked.sort_by(|a, b| weights[*b].partial_cmp(&weights[*a]).unwrap_or(std::cmp::Ordering::Equal));
+        // Lent pool hosts come after every other host, the ones a lease
+        // needs latest first: lending adds capacity without sending
+        // servers where a drain will soon have to move them again.
+        let tier = |i: usize| hosts[viable[i].0].lent_until.map_or((0, 0), |until| (1, -until));
+        ranked.sort_by(|a, b| {
+            tier(*a).cmp(&tier(*b)).then(weights[*b].partial_cmp(&weights[*a]).unwrap_or(std::cmp::Ordering::Equal))
+        });
         let subset = config.host_subset_size.max(1).min(ranked.len());
         let pick = ranked.remove(rng.below(subset));
         let (host_idx, cand_idx) = viable[pick];

@@ -12,13 +12,13 @@ use serde_json::{json, Value};
 use super::support::{wait_gone, Cloud, Hosts};
 use crate::support::{Client, Reply, TestServer};
 
-fn rsv(server: &TestServer, token: &str) -> Client {
+pub(super) fn rsv(server: &TestServer, token: &str) -> Client {
     let mut client = server.client();
     client.token = token.to_owned();
     client
 }
 
-async fn enrol(client: &Client, name: &str, extra: Value) -> String {
+pub(super) async fn enrol(client: &Client, name: &str, extra: Value) -> String {
     let mut body = json!({"name": name});
     body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
     let reply = client.post("/reservation/v1/os-hosts", &body).await;
@@ -26,7 +26,7 @@ async fn enrol(client: &Client, name: &str, extra: Value) -> String {
     reply.body["host"]["id"].as_str().unwrap().to_owned()
 }
 
-fn host_lease(name: &str, start: &str, end: &str, extra: Value) -> Value {
+pub(super) fn host_lease(name: &str, start: &str, end: &str, extra: Value) -> Value {
     let mut r = json!({"resource_type": "physical:host", "min": 1, "max": 1,
                        "hypervisor_properties": "", "resource_properties": ""});
     r.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
@@ -234,7 +234,7 @@ async fn admission_never_double_books() {
     cloud.check_invariants().await;
 }
 
-async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
+pub(super) async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let lease = client.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
@@ -246,7 +246,7 @@ async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
     }
 }
 
-async fn advance(server: &TestServer, seconds: i64) {
+pub(super) async fn advance(server: &TestServer, seconds: i64) {
     let reply = server.client().post("/admin/v1/test/clock", &json!({"advance": seconds})).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
 }
@@ -449,10 +449,10 @@ async fn an_instance_reservation_is_counted_per_slot_by_placement() {
 }
 
 /// 2040-01-01 00:00 UTC.
-const Y2040: i64 = 2_208_988_800;
+pub(super) const Y2040: i64 = 2_208_988_800;
 
 /// The test-clock offset that makes the server's "now" `at`.
-fn offset_for(at: i64) -> i64 {
+pub(super) fn offset_for(at: i64) -> i64 {
     let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     at - wall
 }
@@ -929,7 +929,7 @@ async fn free_capacity_over_time_shows_the_booked_steps() {
 /// Move the test clock to `at` (from the wall clock; the first move of a
 /// test) and wait until every enrolled host has reported since and is
 /// reservable, so healing cannot take one away mid-test.
-async fn jump_to(cloud: &Cloud, admin: &Client, at: i64) {
+pub(super) async fn jump_to(cloud: &Cloud, admin: &Client, at: i64) {
     advance(&cloud.server, offset_for(at)).await;
     let nova = cloud.nova("admin");
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -10,6 +10,7 @@ mod groups;
 mod heal;
 mod lease_end;
 mod leases;
+mod lending;
 mod live_migration;
 mod lock;
 mod moves;
