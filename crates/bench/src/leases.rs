@@ -87,7 +87,8 @@ pub(crate) struct LeasesOpts {
     /// `--lend`: the share of hosts enrolled in the reservation pool.
     #[arg(long, default_value_t = 0.8)]
     pool_share: f64,
-    /// `--lend`: berth's `--pool-lend-lead`, in hours.
+    /// `--lend`: berth's `--pool-lend-lead`, in hours (0: no lending, the
+    /// baseline for the same year).
     #[arg(long, default_value_t = 24)]
     lend_lead_hours: i64,
     /// `--lend`: the virtual clock's step, in hours.
@@ -257,7 +258,10 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
     if opts.lend {
         // The runner looks every 20 ms: each step of the clock is worked
         // off at once, not at the next 1 s tick.
-        args.extend(["--pool-lend-lead".into(), (opts.lend_lead_hours * HOUR).to_string()]);
+        // A lead of 0: the same year without lending (the baseline).
+        if opts.lend_lead_hours > 0 {
+            args.extend(["--pool-lend-lead".into(), (opts.lend_lead_hours * HOUR).to_string()]);
+        }
         args.extend(["--lease-tick-ms".into(), "20".into()]);
     }
     args.extend(opts.serve_arg.iter().cloned());
@@ -328,6 +332,7 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
         if let Some(path) = &opts.json {
             let body = json!({
                 "hosts": opts.hosts, "pool_hosts": pool_hosts, "leases": opts.leases,
+                "lend_lead_hours": opts.lend_lead_hours,
                 "admitted": posted.created.len(), "refused": posted.refused,
                 "admissions_per_s": admissions_per_s,
                 "lease_starts": lent.lease_starts, "lease_starts_late": lent.lease_starts_late,
@@ -531,7 +536,7 @@ async fn lend_year(opts: &LeasesOpts, url: &str, blazar: &Blazar, rng: &mut Rng)
         // The step: due lease events run, reclaimed hosts drain.
         advance(blazar, step).await?;
         settle(url, "berth_lease_events_due", Duration::from_secs(60)).await?;
-        let _ = settle(url, "berth_pool_hosts_draining", Duration::from_secs(1)).await;
+        drained(url).await;
         lent_server_hours += metric(url, "berth_pool_lent_servers").await as f64 * (step / HOUR) as f64;
         if n % 100 == 99 {
             println!(
@@ -582,6 +587,24 @@ async fn settle(url: &str, name: &str, limit: Duration) -> anyhow::Result<()> {
             return Ok(());
         }
         anyhow::ensure!(Instant::now() < deadline, "{name} still not 0 after {limit:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Wait until no reclaimed host carries lent servers, or the drains stop
+/// making progress (no new migration for 300 ms: the servers left have
+/// nowhere to go, or cannot move yet), at most 5 s.
+async fn drained(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut moved = metric(url, "berth_pool_drain_migrations_total").await;
+    let mut progress = Instant::now();
+    while metric(url, "berth_pool_hosts_draining").await > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now_moved = metric(url, "berth_pool_drain_migrations_total").await;
+        if now_moved != moved {
+            (moved, progress) = (now_moved, Instant::now());
+        } else if progress.elapsed() > Duration::from_millis(300) {
+            return;
+        }
     }
 }
