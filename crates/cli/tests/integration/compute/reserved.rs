@@ -318,3 +318,37 @@ async fn bad_reserved_hints_are_refused_and_deleting_a_reserved_server_frees_its
     assert_eq!(quota_in_use(&nova_admin, "proj").await, (0, 0));
     cloud.check_invariants().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_start_interrupted_by_kill9_builds_the_reserved_server_once() {
+    let mut cloud = Cloud::start("rsv-srv-crash", &[]).await;
+    cloud.add_agent(Hosts::new("r", 1, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("admin");
+    enrol(&admin, "r0").await;
+    let flavor = nova.flavor("small", 1, 256, 1).await;
+    let image = nova.image("img", json!({})).await;
+    cloud.test_hook("hold", json!({"point": "lease-event"})).await;
+    let params = json!({"name": "crash", "start": "now", "end": "2049-01-01 00:00"}).to_string();
+    let reply = nova.boot("vm", &flavor, &image, reserved_hints(&params, false)).await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+    let id = reply.body["server"]["id"].as_str().unwrap().to_owned();
+    let lease_id = leases(&admin).await[0]["id"].as_str().unwrap().to_owned();
+    wait_lease(&admin, &lease_id, "STARTING").await;
+    assert_eq!(nova.get(&format!("/servers/{id}")).await.body["server"]["status"], json!("RESERVED"));
+
+    // kill -9 in the middle of the start; the new process redoes it once.
+    cloud.restart().await;
+    let admin = rsv(&cloud.server, "admin");
+    let nova = cloud.nova("admin");
+    wait_lease(&admin, &lease_id, "ACTIVE").await;
+    let built = wait_status(&nova, &id, "ACTIVE").await;
+    assert_eq!(built["OS-EXT-SRV-ATTR:host"], json!("r0"), "{built}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(cloud.server.metric("berth_lease_events_done_total").await, 1, "the start ran once in the new process");
+    let servers = nova.all_servers().await;
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let actions = nova.get(&format!("/servers/{id}/os-instance-actions")).await.body;
+    assert_eq!(actions["instanceActions"].as_array().map(Vec::len), Some(1), "built once: {actions}");
+    cloud.check_invariants().await;
+}
