@@ -58,7 +58,10 @@ fn single<'a>(hints: &'a BTreeMap<String, Vec<String>>, key: &str) -> Result<Opt
 /// `reserved` that is not a boolean, a missing or malformed
 /// `lease_params`, a bad date, a start before the current minute or an
 /// end not after the start (Blazar's checks and messages).
-pub fn lease_params(hints: &BTreeMap<String, Vec<String>>, now: Timestamp) -> Result<Option<LeaseParams>, ComputeError> {
+pub fn lease_params(
+    hints: &BTreeMap<String, Vec<String>>,
+    now: Timestamp,
+) -> Result<Option<LeaseParams>, ComputeError> {
     let Some(reserved) = single(hints, RESERVED_HINT)? else { return Ok(None) };
     match reserved.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" => {}
@@ -86,7 +89,8 @@ pub fn lease_params(hints: &BTreeMap<String, Vec<String>>, now: Timestamp) -> Re
     if name.as_ref().is_some_and(|n| n.chars().count() > 80) {
         return Err(invalid("Lease name must be at most 80 characters long."));
     }
-    let start = date(&["start", "start_date"])?.ok_or_else(|| invalid("Invalid lease_params hint: start is missing"))?;
+    let start =
+        date(&["start", "start_date"])?.ok_or_else(|| invalid("Invalid lease_params hint: start is missing"))?;
     let end = date(&["end", "end_date"])?.ok_or_else(|| invalid("Invalid lease_params hint: end is missing"))?;
     let minute = now - now.rem_euclid(60);
     if start < minute {
@@ -125,8 +129,9 @@ impl BootExtension for ReservedServers {
     ) -> Result<Option<HeldBoot>, ComputeError> {
         let Some(params) = lease_params(&boot.request_spec.hints, now)? else { return Ok(None) };
         let name = params.name.unwrap_or_else(|| format!("{}-lease", boot.request_spec.reservation_id));
-        let before_end =
-            params.before_end.unwrap_or((params.end - self.reservations.config.minutes_before_end * 60).max(params.start));
+        let before_end = params
+            .before_end
+            .unwrap_or((params.end - self.reservations.config.minutes_before_end * 60).max(params.start));
         let request = LeaseRequest {
             name,
             user_id: boot.user_id.clone(),
@@ -179,11 +184,17 @@ mod tests {
         assert!(err(&[("reserved", "true"), ("lease_params", "{not json")]).contains("not JSON"));
         assert!(err(&[("reserved", "true"), ("lease_params", r#"{"end": "2040-01-02 17:00"}"#)]).contains("start"));
         assert_eq!(
-            err(&[("reserved", "true"), ("lease_params", r#"{"start": "2039-01-02 09:00", "end": "2040-01-02 17:00"}"#)]),
+            err(&[
+                ("reserved", "true"),
+                ("lease_params", r#"{"start": "2039-01-02 09:00", "end": "2040-01-02 17:00"}"#)
+            ]),
             "Start date must be later than current date"
         );
         assert_eq!(
-            err(&[("reserved", "true"), ("lease_params", r#"{"start": "2040-01-02 09:00", "end": "2040-01-02 09:00"}"#)]),
+            err(&[
+                ("reserved", "true"),
+                ("lease_params", r#"{"start": "2040-01-02 09:00", "end": "2040-01-02 09:00"}"#)
+            ]),
             "End date must be later than start date."
         );
         assert!(err(&[("reserved", "true"), ("lease_params", r#"{"start": "tomorrow", "end": "2040-01-02 09:00"}"#)])

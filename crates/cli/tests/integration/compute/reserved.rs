@@ -278,10 +278,14 @@ async fn bad_reserved_hints_are_refused_and_deleting_a_reserved_server_frees_its
     });
     let two = two.await;
     assert_eq!(two.status, 202, "{:?}", two.body);
-    let ids: Vec<String> = listed(&nova).await.into_iter().map(|(id, status)| {
-        assert_eq!(status, "RESERVED");
-        id
-    }).collect();
+    let ids: Vec<String> = listed(&nova)
+        .await
+        .into_iter()
+        .map(|(id, status)| {
+            assert_eq!(status, "RESERVED");
+            id
+        })
+        .collect();
     assert_eq!(ids.len(), 2);
     assert_eq!(quota_in_use(&nova_admin, "proj").await, (2, 4));
     let lease = &leases(&admin).await[0];
