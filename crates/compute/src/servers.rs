@@ -686,7 +686,9 @@ impl Compute {
         let record = self.get_server(uuid).await?;
         let (instance, cell) = match record {
             ServerRecord::Placed { instance, cell, .. } => (instance, cell),
-            ServerRecord::Pending(_) => return Err(invalid_state(action.name(), uuid, "vm_state", vm_state::BUILDING)),
+            ServerRecord::Pending(build) => {
+                return Err(invalid_state(action.name(), uuid, "vm_state", build.shown_state().0))
+            }
             ServerRecord::Unreachable(_) => {
                 return Err(ServiceError::Unavailable("the server's cell is not answering".into()))
             }

@@ -293,6 +293,10 @@ async fn bad_reserved_hints_are_refused_and_deleting_a_reserved_server_frees_its
     let full = nova.boot("full", &flavor, &image, reserved_hints(&lease_params("full"), false)).await;
     assert_nova_error(&full, 409, "Not enough hosts available");
 
+    // Actions wait for the server to exist.
+    let stop = nova.post(&format!("/servers/{}/action", ids[0]), &json!({"os-stop": null})).await;
+    assert_nova_error(&stop, 409, "while it is in vm_state reserved");
+
     // Deleting one gives its slot back; deleting the other deletes the lease.
     let answer = nova.delete(&format!("/servers/{}", ids[0])).await;
     assert_eq!(answer.status, 204, "{:?}", answer.body);
