@@ -3,8 +3,9 @@
 //! per server in the boot's own write. The server is `RESERVED` (no host,
 //! no allocations) until the lease starts, is built on the held slot at the
 //! start and deleted at the end; a boot whose lease cannot be admitted is
-//! refused with nothing written; deleting a `RESERVED` server deletes (or
-//! shrinks) its lease. On the test clock.
+//! refused with nothing written (in one process or, on PostgreSQL, two);
+//! deleting a `RESERVED` server deletes (or shrinks) its lease. On the test
+//! clock.
 
 use std::time::{Duration, Instant};
 
@@ -192,10 +193,16 @@ async fn reserved_boots_racing_for_the_last_slot_admit_exactly_one() {
     let first = cloud.nova("p0:proj0").boot("first", &flavor, &image, reserved_hints(&lease_params("l0"), false)).await;
     assert_eq!(first.status, 202, "{:?}", first.body);
 
-    // Eight boots from eight projects race for the last one.
+    // Eight boots from eight projects race for the last one (on
+    // PostgreSQL, half of them through a second process).
+    let pg = std::env::var("TEST_DATABASE_URL").is_ok();
+    if pg {
+        cloud.add_process(&[]).await;
+    }
     let tasks: Vec<_> = (1..=8)
         .map(|i| {
-            let nova = cloud.nova(&format!("p{i}:proj{i}"));
+            let base = if pg && i % 2 == 1 { &cloud.siblings[0].base } else { &cloud.server.base };
+            let nova = Nova::new(base, &format!("p{i}:proj{i}"));
             let (flavor, image) = (flavor.clone(), image.clone());
             tokio::spawn(async move {
                 nova.boot(&format!("vm{i}"), &flavor, &image, reserved_hints(&lease_params(&format!("l{i}")), false))
