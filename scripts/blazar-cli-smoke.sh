@@ -85,4 +85,34 @@ osr lease delete oslease >/dev/null
 check "$(osr lease list -f value -c name | wc -l)" 0 "openstack reservation lease delete"
 bz host-delete "$H0" >/dev/null
 check "$(bz host-list -f value -c hypervisor_hostname)" fake-1 "host-delete"
+
+# Reserved servers (issue 21): the openstack CLI boots with
+# `--hint reserved=True --hint lease_params=...`; the server is RESERVED
+# until its lease starts, and the lease is a Blazar lease on fake-1.
+B="http://127.0.0.1:$PORT"
+cat > "$DIR/clouds.yaml" <<EOF
+clouds:
+  berth:
+    auth_type: admin_token
+    auth: {token: admin, endpoint: $B/compute/v2.1}
+    compute_endpoint_override: $B/compute/v2.1
+    image_endpoint_override: $B/image
+    identity_endpoint_override: $B/identity/v3
+    identity_api_version: '3'
+    compute_api_version: '2.96'
+EOF
+osc() { OS_CLIENT_CONFIG_FILE="$DIR/clouds.yaml" OS_CLOUD=berth "$VENV/bin/openstack" "$@"; }
+osc flavor create --vcpus 1 --ram 256 --disk 1 tiny >/dev/null
+osc image create --disk-format qcow2 --container-format bare --public cirros >/dev/null
+osc server create --flavor tiny --image cirros --nic none --hint reserved=True \
+  --hint lease_params='{"name": "rsv-lease", "start": "2050-04-01 09:00", "end": "2050-04-01 17:00"}' rsv1 >/dev/null
+check "$(osc server show rsv1 -f value -c status)" RESERVED "openstack server create --hint reserved=True (RESERVED)"
+check "$(osc server list --name '^rsv1$' -f value -c Status)" RESERVED "openstack server list shows RESERVED"
+check "$(bz lease-list -f value -c name)" rsv-lease "blazar lease-list shows the reserved server's lease"
+check "$(bz lease-show rsv-lease -f value -c status)" PENDING "blazar lease-show (PENDING until the start)"
+check "$(bz lease-show rsv-lease -f json | json '"virtual:instance" in str(d["reservations"])')" True "lease-show: one virtual:instance slot"
+out=$(osc server create --flavor tiny --image cirros --nic none --hint reserved=True --hint lease_params='{"start": "2050-04-01 09:00"}' bad 2>&1 || true)
+case "$out" in *"end is missing"*) echo "ok: bad lease_params refused";; *) echo "FAIL: bad lease_params: $out" >&2; exit 1;; esac
+osc server delete --wait rsv1
+check "$(bz lease-list -f value -c name | wc -l)" 0 "deleting the RESERVED server deletes its lease"
 echo "blazar CLI smoke: all checks passed"

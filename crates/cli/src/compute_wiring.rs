@@ -132,6 +132,11 @@ impl ComputeServices {
         let reservations =
             Reservations::new(compute.clone(), settings.reservations.clone(), Some(berth_reservation_api::lease_view));
         reservations.start();
+        // Reserved servers: the boot path admits their lease in the boot's
+        // own write (berth-compute knows only held build requests).
+        compute.set_boot_extension(Arc::new(berth_reservation_api::reserved::ReservedServers {
+            reservations: reservations.clone(),
+        }));
         let max_limit = settings.config.max_limit;
         let ctx = |prefix: &'static str| {
             Arc::new(ComputeCtx {

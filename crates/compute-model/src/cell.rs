@@ -34,6 +34,9 @@ pub mod vm_state {
     pub const SHELVED: &str = "shelved";
     /// Shelved and offloaded.
     pub const SHELVED_OFFLOADED: &str = "shelved_offloaded";
+    /// A reserved server waiting for its lease (berth's, after Climate's
+    /// `RESERVED`): only ever a held build request, never a cell row.
+    pub const RESERVED: &str = "reserved";
 }
 
 /// Nova's `task_states` that berth uses.
@@ -251,6 +254,7 @@ pub fn status_from_state(vm_state: &str, task_state: Option<&str>) -> &'static s
         "soft-delete" => "SOFT_DELETED",
         "shelved" => "SHELVED",
         "shelved_offloaded" => "SHELVED_OFFLOADED",
+        "reserved" => "RESERVED",
         _ => "UNKNOWN",
     }
 }
@@ -275,6 +279,7 @@ pub fn states_for_status(status: &str) -> Option<(Vec<&'static str>, Option<Vec<
         "SOFT_DELETED" => default("soft-delete"),
         "SHELVED" => default("shelved"),
         "SHELVED_OFFLOADED" => default("shelved_offloaded"),
+        "RESERVED" => default("reserved"),
         "REBOOT" => Some((vec!["active"], Some(vec!["rebooting", "reboot_pending", "reboot_started"]))),
         "HARD_REBOOT" => {
             Some((vec!["active"], Some(vec!["rebooting_hard", "reboot_pending_hard", "reboot_started_hard"])))

@@ -110,6 +110,7 @@ pub fn plan_admit_boot(world: &World, boot: &BootAdmission) -> Result<(WorldChan
             user_id: boot.user_id.clone(),
             spec: spec.clone(),
             created_at: boot.now,
+            held: false,
         }));
         let mut request_spec = boot.request_spec.clone();
         request_spec.instance_uuid = *uuid;
@@ -117,6 +118,22 @@ pub fn plan_admit_boot(world: &World, boot: &BootAdmission) -> Result<(WorldChan
         set.compute(C::PutRequestSpec(request_spec));
     }
     Ok((set, instances.iter().map(|(uuid, _)| *uuid).collect()))
+}
+
+/// Hold the build requests of an admitted boot (`plan_admit_boot`'s change
+/// set) back from scheduling, and add `hints` to their request specs: a
+/// reserved server, admitted in the same write as its lease, waits as a
+/// held build request until the lease start releases it.
+pub fn hold_boot(set: &mut WorldChangeSet, hints: &BTreeMap<String, Vec<String>>) {
+    for change in &mut set.changes {
+        match change {
+            crate::WorldChange::Compute(C::PutBuildRequest(build)) => build.held = true,
+            crate::WorldChange::Compute(C::PutRequestSpec(spec)) => {
+                spec.hints.extend(hints.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            _ => {}
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

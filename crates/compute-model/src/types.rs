@@ -349,6 +349,23 @@ pub struct BuildRequest {
     pub spec: InstanceSpec,
     /// Acceptance time (the server's `created`).
     pub created_at: Timestamp,
+    /// Held back from scheduling until released (a reserved server
+    /// waiting for its lease to start: status `RESERVED`). The conductor
+    /// never schedules a held build request; the lease start releases it
+    /// (`berth_reservation_model::reserved`).
+    pub held: bool,
+}
+
+impl BuildRequest {
+    /// The `(vm_state, task_state)` a build request shows: `building` /
+    /// `scheduling`, or `reserved` with no task while it is held.
+    pub fn shown_state(&self) -> (&'static str, Option<&'static str>) {
+        if self.held {
+            (crate::cell::vm_state::RESERVED, None)
+        } else {
+            (crate::cell::vm_state::BUILDING, Some(crate::cell::task_state::SCHEDULING))
+        }
+    }
 }
 
 /// The image part of a request spec.

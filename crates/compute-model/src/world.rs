@@ -283,6 +283,7 @@ pub(crate) mod tests {
             user_id: "u".into(),
             spec: spec(2, 8),
             created_at: 1,
+            held: false,
         }));
         let before = fingerprint(&world);
         let undo = world.undo_for(&boot);

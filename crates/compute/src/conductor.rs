@@ -108,7 +108,8 @@ pub(crate) fn resume_pending(compute: &Arc<Compute>) {
     let now = compute.now();
     let jobs: Vec<BootJob> = read(&*compute.control, |w| {
         let mut by_reservation: HashMap<String, Vec<&BuildRequest>> = HashMap::new();
-        for build in w.compute.build_requests.values().filter(|b| now - b.created_at >= grace) {
+        // Held build requests (reserved servers) wait for their release.
+        for build in w.compute.build_requests.values().filter(|b| !b.held && now - b.created_at >= grace) {
             by_reservation.entry(build.spec.reservation_id.clone()).or_default().push(build);
         }
         by_reservation
@@ -211,7 +212,7 @@ struct Loaded {
 fn load(compute: &Compute, job: BootJob) -> Option<Loaded> {
     let (builds, spec) = read(&*compute.control, |w| {
         let builds: Vec<BuildRequest> =
-            job.instances.iter().filter_map(|i| w.compute.build_requests.get(i).cloned()).collect();
+            job.instances.iter().filter_map(|i| w.compute.build_requests.get(i).filter(|b| !b.held).cloned()).collect();
         let spec = builds.first().and_then(|b| w.compute.request_specs.get(&b.instance_uuid).cloned());
         (builds, spec)
     });

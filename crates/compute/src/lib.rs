@@ -13,6 +13,8 @@
 //! - [`servers`]: what the API asks of servers: show, list across cells,
 //!   delete, start/stop/reboot;
 //! - [`agents`]: what agents ask: register, heartbeat, work, events.
+//! - [`extension`]: the boot path's extension point ([`extension::BootExtension`],
+//!   reserved servers), registered by the process wiring;
 //! - [`error`] and [`action`]: the error every operation returns and the
 //!   pieces the instance actions share; they use no operation module.
 //!
@@ -36,6 +38,7 @@ pub mod conductor;
 pub mod control;
 pub mod error;
 pub mod evacuate;
+pub mod extension;
 pub mod heal;
 pub mod health;
 pub mod hub;
@@ -247,6 +250,9 @@ pub struct Compute {
     /// action's), so its `spawned`/`build_failed` report needs no cell
     /// read to find it ([`Compute::build_request_id`]).
     build_request_ids: Mutex<std::collections::HashMap<uuid::Uuid, String>>,
+    /// Takes boots over in their admission write (reserved servers);
+    /// registered once by the process wiring.
+    boot_extension: std::sync::OnceLock<Arc<dyn extension::BootExtension>>,
     jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
     jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
 }
@@ -278,6 +284,7 @@ impl Compute {
             heal_running: std::sync::atomic::AtomicBool::new(false),
             seed: AtomicU64::new(seed),
             build_request_ids: Mutex::new(std::collections::HashMap::new()),
+            boot_extension: std::sync::OnceLock::new(),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
             config,
@@ -294,6 +301,17 @@ impl Compute {
         }
         agents::spawn_sweep(self.clone());
         conductor::resume_pending(self);
+    }
+
+    /// Register the boot extension (once; a second call is ignored and
+    /// returns false).
+    pub fn set_boot_extension(&self, extension: Arc<dyn extension::BootExtension>) -> bool {
+        self.boot_extension.set(extension).is_ok()
+    }
+
+    /// The registered boot extension, if any.
+    pub fn boot_extension(&self) -> Option<&Arc<dyn extension::BootExtension>> {
+        self.boot_extension.get()
     }
 
     /// Now.

@@ -150,7 +150,7 @@ impl Compute {
     pub(crate) async fn placed(&self, uuid: &Uuid, action: &str) -> Result<(Instance, Arc<Cell>), ServiceError> {
         match self.get_server(uuid).await? {
             ServerRecord::Placed { instance, cell, .. } => Ok((instance, self.cells.get(&cell)?)),
-            ServerRecord::Pending(_) => Err(invalid_state(action, uuid, "vm_state", vm_state::BUILDING)),
+            ServerRecord::Pending(build) => Err(invalid_state(action, uuid, "vm_state", build.shown_state().0)),
             ServerRecord::Unreachable(_) => Err(ServiceError::Unavailable("the server's cell is not answering".into())),
         }
     }

@@ -14,7 +14,7 @@ use berth_compute_model::cell::{
     SortKey,
 };
 use berth_compute_model::plan::{
-    plan_admit_boot, plan_delete_build_request, plan_forget_instance, plan_queue_for_delete, BootAdmission,
+    hold_boot, plan_admit_boot, plan_delete_build_request, plan_forget_instance, plan_queue_for_delete, BootAdmission,
 };
 use berth_compute_model::{BuildRequest, CellMapping, ComputeError, InstanceMapping, CELL0_UUID};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, StoreError};
@@ -104,15 +104,17 @@ impl ServerRecord {
 
 /// A build request seen as an instance row (BUILD, scheduling, no host),
 /// so listings can filter and sort both alike.
+/// A held build request (a reserved server) is `reserved` with no task.
 pub fn pending_row(build: &BuildRequest) -> Instance {
+    let (vm, task) = build.shown_state();
     Instance::from_spec(
         build.instance_uuid,
         &build.project_id,
         &build.user_id,
         build.spec.clone(),
         build.created_at,
-        vm_state::BUILDING,
-        Some(task_state::SCHEDULING),
+        vm,
+        task,
     )
 }
 
@@ -237,10 +239,32 @@ struct Stream {
 impl Compute {
     /// Accept a boot: quota admission and build requests in one write,
     /// then queue it for the conductor. Returns the admitted instances.
+    ///
+    /// A boot the [`BootExtension`](crate::extension::BootExtension) takes
+    /// over (a reserved server) is admitted in the same write together with
+    /// what the extension adds (its lease); its build requests are held and
+    /// not queued.
     pub fn accept_boot(&self, boot: BootAdmission, request_id: &str) -> Result<Vec<Uuid>, ServiceError> {
-        let admitted = write(&*self.control, |w| plan_admit_boot(w, &boot))?;
+        let extension = self.boot_extension().cloned();
+        let now = self.now();
+        let (admitted, held) = write(&*self.control, |w| {
+            let (mut set, admitted) = plan_admit_boot(w, &boot)?;
+            let held = match &extension {
+                Some(extension) => extension.plan_admit(w, &boot, &admitted, now)?,
+                None => None,
+            };
+            let is_held = held.is_some();
+            if let Some(held) = held {
+                hold_boot(&mut set, &held.hints);
+                set.extend(held.changes);
+            }
+            Ok((set, (admitted, is_held)))
+        })?;
         self.metrics.boots_accepted.fetch_add(admitted.len() as u64, Ordering::Relaxed);
-        self.submit(BootJob { instances: admitted.clone(), request_id: request_id.to_owned() });
+        match (held, &extension) {
+            (true, Some(extension)) => extension.admitted(),
+            _ => self.submit(BootJob { instances: admitted.clone(), request_id: request_id.to_owned() }),
+        }
         Ok(admitted)
     }
 
@@ -529,7 +553,18 @@ impl Compute {
             });
             let mapping = mapping.ok_or_else(|| not_found(uuid))?;
             if pending {
-                let deleted = write(&*self.control, |w| Ok(plan_delete_build_request(w, uuid)))?;
+                // A held build request (a reserved server) takes what the
+                // boot extension adds with it (its lease), in one write.
+                let extension = self.boot_extension().cloned();
+                let now = self.now();
+                let deleted = write(&*self.control, |w| {
+                    let (mut set, deleted) = plan_delete_build_request(w, uuid);
+                    let held = w.compute.build_requests.get(uuid).is_some_and(|b| b.held);
+                    if let (true, Some(extension)) = (deleted && held, &extension) {
+                        set.extend(extension.plan_delete_held(w, uuid, now)?);
+                    }
+                    Ok((set, deleted))
+                })?;
                 if deleted {
                     return Ok(());
                 }
@@ -651,7 +686,9 @@ impl Compute {
         let record = self.get_server(uuid).await?;
         let (instance, cell) = match record {
             ServerRecord::Placed { instance, cell, .. } => (instance, cell),
-            ServerRecord::Pending(_) => return Err(invalid_state(action.name(), uuid, "vm_state", vm_state::BUILDING)),
+            ServerRecord::Pending(build) => {
+                return Err(invalid_state(action.name(), uuid, "vm_state", build.shown_state().0))
+            }
             ServerRecord::Unreachable(_) => {
                 return Err(ServiceError::Unavailable("the server's cell is not answering".into()))
             }

@@ -554,7 +554,14 @@ pub fn delete_lease(ctx: std::sync::Arc<ReservationCtx>, req: Req) -> berth_http
     Box::pin(async move {
         let lease = visible_lease(&ctx, &req, "blazar:leases:delete")?;
         ctx.reservations.end_lease_now(lease.id).await.map_err(api::service)?;
-        ctx.core.write(|w| Ok::<_, ApiError>((plan::plan_delete_lease(w, lease.id).map_err(refused)?, ())))?;
+        // Reserved servers still waiting for the lease go with it.
+        ctx.core.write(|w| {
+            let mut set = plan::plan_delete_lease(w, lease.id).map_err(refused)?;
+            for held in plan::reserved::held_of_lease(w, lease.id) {
+                set.extend(berth_compute_model::plan::plan_delete_build_request(w, &held).0);
+            }
+            Ok::<_, ApiError>((set, ()))
+        })?;
         ctx.reservations.leases_changed();
         Ok(Resp::no_content())
     })

@@ -4,7 +4,8 @@
 //!
 //! Owns: Blazar's wire format (request parsing, response bodies, dates,
 //! error body, policy rules; [`dates`], [`views`]) and the route table
-//! ([`routes`]). Handlers ([`handlers`]) extract and validate, call
+//! ([`routes`]); the reserved-server hints of `POST /servers` and the
+//! boot extension that admits their lease ([`reserved`]). Handlers ([`handlers`]) extract and validate, call
 //! `berth-reservation-model`'s plans through the control write path, and
 //! wake the lease runner of `berth-reservations`.
 //!
@@ -21,6 +22,7 @@
 
 pub mod dates;
 pub mod handlers;
+pub mod reserved;
 pub mod routes;
 pub mod views;
 

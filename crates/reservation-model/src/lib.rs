@@ -20,6 +20,9 @@
 //! batch's transaction, two creates for the last host in a window cannot
 //! both be admitted, in one process or several.
 //!
+//! Reserved servers (a boot admitted with its lease, held until the lease
+//! starts) are [`reserved`]'s.
+//!
 //! Capacity over time: a whole-host booking excludes every other booking
 //! of that host in an overlapping window; instance slots on a host fit when
 //! the *peak* concurrent usage of the host inside the requested window plus
@@ -1490,6 +1493,7 @@ pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Times
 pub mod capacity;
 pub mod end_policy;
 pub mod lending;
+pub mod reserved;
 pub mod resources;
 
 #[cfg(test)]

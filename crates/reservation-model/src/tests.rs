@@ -1051,3 +1051,108 @@ fn a_pool_host_is_lent_until_a_lease_comes_within_the_lead() {
     let started = lending::plan_start_on_free_hosts(&world, l.id, &no_parse, &mut ids(), 10 * H).unwrap();
     assert!(started.is_none(), "empty hosts start as admitted");
 }
+
+/// A reserved boot of `n` servers as the admission write leaves it: the
+/// lease, and the held build requests whose request specs name its slot
+/// reservation.
+fn reserved_boot(world: &mut World, flavor: &berth_compute_model::Flavor, n: usize) -> (Uuid, Vec<Uuid>) {
+    use berth_compute_model::{BuildRequest, InstanceSpec, RequestSpec};
+    let request = lease(10 * H, 20 * H, vec![reserved::slot_request(flavor, n as i64)]);
+    let (mut set, hints) = reserved::plan_admit_reserved(world, &request, &mut ids(), 0).unwrap();
+    let instances: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
+    for (idx, instance) in instances.iter().enumerate() {
+        let spec = InstanceSpec {
+            flavor: flavor.clone(),
+            reservation_id: "r-1".into(),
+            launch_index: idx as i64,
+            ..Default::default()
+        };
+        set.compute(C::PutBuildRequest(BuildRequest {
+            instance_uuid: *instance,
+            project_id: "p".into(),
+            user_id: "u".into(),
+            spec,
+            created_at: 0,
+            held: true,
+        }));
+        set.compute(C::PutRequestSpec(RequestSpec {
+            instance_uuid: *instance,
+            project_id: "p".into(),
+            user_id: "u".into(),
+            flavor: flavor.clone(),
+            image: None,
+            num_instances: n as i64,
+            availability_zone: None,
+            force_host: None,
+            force_node: None,
+            group: None,
+            same_host: Vec::new(),
+            different_host: Vec::new(),
+            hints: hints.clone(),
+            reservation_id: "r-1".into(),
+            retry: Default::default(),
+        }));
+    }
+    world.apply(&set);
+    let lease_id = world.compute.leases.leases.values().find(|l| l.start == 10 * H).unwrap().id;
+    (lease_id, instances)
+}
+
+#[test]
+fn reserved_servers_hold_slots_until_released_and_give_them_back_when_deleted() {
+    let mut world = world_with_hosts(1, 4);
+    let flavor = berth_compute_model::Flavor {
+        flavorid: "f".into(),
+        vcpus: 2,
+        memory_mb: 1024,
+        root_gb: 10,
+        ..Default::default()
+    };
+    let (lease_id, servers) = reserved_boot(&mut world, &flavor, 2);
+    let booked = &world.compute.leases.leases[&lease_id];
+    let rid = booked.reservations[0].id;
+    assert!(matches!(booked.reservations[0].kind, ReservationKind::Instance { vcpus: 2, amount: 2, disk_gb: 10, .. }));
+    assert_eq!(reserved::held_of_lease(&world, lease_id), {
+        let mut s = servers.clone();
+        s.sort();
+        s
+    });
+    // The host's 4 vCPUs are both slots: a third reserved boot is refused.
+    let more = lease(12 * H, 14 * H, vec![reserved::slot_request(&flavor, 1)]);
+    assert_eq!(
+        reserved::plan_admit_reserved(&world, &more, &mut ids(), 0).unwrap_err(),
+        ComputeError::Conflict(NOT_ENOUGH_HOSTS.into())
+    );
+
+    // Deleting one held server gives its slot back; the lease keeps one.
+    let set = reserved::plan_drop_held(&world, &servers[0], &mut ids(), 0).unwrap();
+    world.apply(&set);
+    world.apply(&berth_compute_model::plan::plan_delete_build_request(&world, &servers[0]).0);
+    let ReservationKind::Instance { amount, .. } = world.compute.leases.leases[&lease_id].reservations[0].kind else {
+        unreachable!()
+    };
+    assert_eq!(amount, 1);
+    assert!(reserved::plan_admit_reserved(&world, &more, &mut ids(), 0).is_ok(), "the slot is free again");
+
+    // The start releases the other with the reservation's flavor, once.
+    assert!(reserved::reserved_to_build(&world, lease_id).is_empty(), "nothing to build while held");
+    let release = reserved::plan_release_reserved(&world, lease_id);
+    world.apply(&release);
+    let build = &world.compute.build_requests[&servers[1]];
+    assert!(!build.held);
+    assert_eq!(build.spec.flavor.flavorid, "f", "the server keeps its own flavor");
+    assert_eq!(world.compute.request_specs[&servers[1]].flavor.flavorid, rid.to_string(), "claimed on the slot");
+    assert!(reserved::plan_release_reserved(&world, lease_id).is_empty(), "a redone start releases nothing");
+    assert_eq!(reserved::reserved_to_build(&world, lease_id), vec![vec![servers[1]]]);
+
+    // A pending lease with one held server is deleted with it.
+    let (lease_left, flavor_left) = {
+        let mut world2 = world_with_hosts(1, 4);
+        let (l, s) = reserved_boot(&mut world2, &flavor, 1);
+        let set = reserved::plan_drop_held(&world2, &s[0], &mut ids(), 0).unwrap();
+        world2.apply(&set);
+        (world2.compute.leases.leases.contains_key(&l), !world2.compute.flavors.is_empty())
+    };
+    assert!(!lease_left, "the lease went with its last held server");
+    assert!(!flavor_left, "and so did its flavor");
+}

@@ -83,6 +83,18 @@ fn servers_of_lease(world: &World, lease_id: Uuid) -> Vec<Uuid> {
     out.into_iter().collect()
 }
 
+/// Reserved servers of started leases: released in the write that makes
+/// the leases `ACTIVE` (the scheduler's `host_allows` wants an active
+/// reservation), so no released server waits on a lease that has not
+/// started and a redone start releases none twice.
+fn release_reserved(world: &World, started: &[(Uuid, Uuid)]) -> WorldChangeSet {
+    let mut set = WorldChangeSet::new();
+    for (lease_id, _) in started {
+        set.extend(plan::reserved::plan_release_reserved(world, *lease_id));
+    }
+    set
+}
+
 /// Events begun or finished in one control write (bounds a transaction
 /// when many leases are due at once).
 const EVENTS_PER_WRITE: usize = 500;
@@ -152,6 +164,21 @@ impl Reservations {
             }
         }
         Ok(false)
+    }
+
+    /// Queue the released reserved servers of started leases for the
+    /// conductor: built through the normal claim on the slots the lease
+    /// holds. Queueing a boot twice is harmless (the claim removes the
+    /// build requests; a second run finds none), and a crash before this
+    /// leaves build requests that the conductor resumes at start-up.
+    fn build_reserved(&self, started: &[(Uuid, Uuid)]) {
+        let boots: Vec<Vec<Uuid>> = read(&*self.compute.control, |w| {
+            started.iter().flat_map(|(lease_id, _)| plan::reserved::reserved_to_build(w, *lease_id)).collect()
+        });
+        for instances in boots {
+            tracing::info!(n_servers = instances.len(), "lease start: building reserved servers");
+            self.compute.submit(berth_compute::conductor::BootJob { instances, request_id: caller().request_id });
+        }
     }
 
     /// Bring the lease's instance-reservation flavors, classes and
@@ -494,9 +521,15 @@ impl Reservations {
             for (lease_id, event_id) in &done {
                 set.extend(plan::plan_event_finish(w, *lease_id, *event_id, false, now)?.unwrap_or_default());
             }
+            if kind == EventType::StartLease {
+                set.extend(release_reserved(w, &done));
+            }
             Ok((set, ()))
         }) {
             Ok(()) => {
+                if kind == EventType::StartLease {
+                    self.build_reserved(&done);
+                }
                 self.metrics.events_done.fetch_add(done.len() as u64, Ordering::Relaxed);
                 for (lease_id, _) in &done {
                     tracing::info!(%lease_id, event = kind.as_str(), "lease event done");

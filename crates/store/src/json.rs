@@ -320,10 +320,18 @@ pub fn change_row(change: &ComputeChange) -> (&'static str, String, Option<Value
             "project_id": m.project_id, "user_id": m.user_id, "queued_for_delete": m.queued_for_delete,
             "created_at": m.created_at,
         })),
-        C::PutBuildRequest(r) => Some(json!({
-            "instance_uuid": r.instance_uuid.to_string(), "project_id": r.project_id, "user_id": r.user_id,
-            "spec": instance_spec(&r.spec), "created_at": r.created_at,
-        })),
+        C::PutBuildRequest(r) => {
+            let mut body = json!({
+                "instance_uuid": r.instance_uuid.to_string(), "project_id": r.project_id, "user_id": r.user_id,
+                "spec": instance_spec(&r.spec), "created_at": r.created_at,
+            });
+            // Written only when set: rows from before reserved servers read
+            // back as not held.
+            if r.held {
+                body["held"] = json!(true);
+            }
+            Some(body)
+        }
         C::PutRequestSpec(x) => Some(request_spec(x)),
         C::PutQuota { limit, .. } | C::PutQuotaClass { limit, .. } => Some(json!({"limit": limit})),
         C::PutAggregate(x) => Some(aggregate(x)),
@@ -408,6 +416,7 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
             user_id: s(v, "user_id")?,
             spec: to_instance_spec(field(v, "spec")?)?,
             created_at: i(v, "created_at")?,
+            held: v.get("held").and_then(Value::as_bool).unwrap_or(false),
         }),
         "request_spec" => C::PutRequestSpec(to_request_spec(v)?),
         "quota" => {
@@ -564,6 +573,7 @@ mod tests {
                 user_id: "u".into(),
                 spec: spec(),
                 created_at: 9,
+                held: true,
             }),
             C::DeleteBuildRequest(id),
             C::PutRequestSpec(RequestSpec {

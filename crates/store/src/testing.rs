@@ -255,6 +255,7 @@ pub fn store_suite(store: &dyn Store) {
             scheduler_hints: Default::default(),
         },
         created_at: 70,
+        held: true,
     }));
     compute.compute(ComputeChange::PutQuota {
         project_id: "p".into(),

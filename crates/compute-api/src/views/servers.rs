@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use berth_compute_model::cell::{power_state, task_state, vm_state, Fault, Instance};
+use berth_compute_model::cell::{power_state, Fault, Instance};
 use berth_compute_model::{BuildRequest, Flavor, InstanceMapping, RequestSpec};
 
 use super::{host_id, isotime, list_body, opt_str, string_map, strtime_or_null, wrap, Links};
@@ -212,16 +212,19 @@ pub fn update(
 
 /// The instance Nova shows for a build request: the requested server in
 /// `BUILD` (`building`/`scheduling`), power state NOSTATE, no host, created
-/// (and last updated) when the request was accepted.
+/// (and last updated) when the request was accepted. A held build request
+/// (a reserved server waiting for its lease) is `RESERVED` (`reserved`, no
+/// task) instead.
 pub fn build_request_instance(build_request: &BuildRequest) -> Instance {
+    let (vm, task) = build_request.shown_state();
     Instance::from_spec(
         build_request.instance_uuid,
         &build_request.project_id,
         &build_request.user_id,
         build_request.spec.clone(),
         build_request.created_at,
-        vm_state::BUILDING,
-        Some(task_state::SCHEDULING),
+        vm,
+        task,
     )
 }
 

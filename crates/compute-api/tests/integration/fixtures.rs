@@ -133,6 +133,7 @@ pub(crate) fn build_request() -> BuildRequest {
         user_id: "fake".into(),
         spec: spec(),
         created_at: T0,
+        held: false,
     }
 }
 

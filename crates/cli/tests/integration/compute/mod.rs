@@ -18,6 +18,7 @@ mod prefilters;
 mod quota;
 mod race;
 mod reschedule;
+mod reserved;
 mod reshape;
 mod shelve;
 pub(crate) mod support;
