@@ -496,33 +496,7 @@ async fn lend_year(
     let mut online = online.into_iter().peekable();
     let (mut online_admitted, mut online_refused) = (0usize, 0usize);
     let nova = Nova::new(&format!("{url}/compute/v2.1"), 16)?;
-    let (status, body) = nova
-        .call(
-            reqwest::Method::PUT,
-            "/os-quota-sets/admin",
-            Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "quota update: {status} {body}");
-    let (status, flavor) = nova
-        .call(
-            reqwest::Method::POST,
-            "/flavors",
-            Some(json!({"flavor": {"name": "ondemand", "vcpus": 2, "ram": 4096, "disk": 20}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "flavor create: {status} {flavor}");
-    let flavor = flavor["flavor"]["id"].as_str().unwrap_or("").to_owned();
-    let resp = blazar
-        .client
-        .post(format!("{url}/image/v2/images"))
-        .header("x-auth-token", "admin")
-        .json(&json!({"name": "ondemand", "disk_format": "qcow2", "container_format": "bare", "visibility": "public"}))
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
-    let image: Value = resp.json().await?;
-    let image = image["id"].as_str().unwrap_or("").to_owned();
+    let (flavor, image) = crate::common::boot_inputs(&nova, url, ("ondemand", 2, 4096, 20)).await?;
 
     let step = opts.lend_step_hours.max(1) * HOUR;
     let steps = opts.days.max(1) * DAY / step;
