@@ -330,29 +330,6 @@ pub(crate) fn capacity(inventory: &Value) -> i64 {
     ((total - reserved) as f64 * ratio).floor() as i64
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_cpu_ticks_counts_fields_after_the_last_parenthesis() {
-        // utime 7, stime 3, cutime 20, cstime 5; the command name holds a
-        // space and a `)`.
-        let line = "4242 (tokio) rt w) S 1 4242 4242 0 -1 4194560 500 0 0 0 7 3 20 5 20 0 9 0 100 1000 50";
-        assert_eq!(stat_cpu_ticks(line, false), Some(10));
-        assert_eq!(stat_cpu_ticks(line, true), Some(35));
-        assert_eq!(stat_cpu_ticks("4242 (postgres) S 1 2", false), None);
-        assert_eq!(stat_cpu_ticks("no parenthesis", false), None);
-        assert_eq!(ticks_ms(250), 2500.0);
-    }
-
-    #[test]
-    fn stat_cpu_ticks_reads_this_process() {
-        let line = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-        assert!(stat_cpu_ticks(&line, true).is_some(), "{line}");
-    }
-}
-
 /// What the boot benchmarks set up before booting: the admin project's
 /// quota unlimited, a public flavor (`name`, vCPUs, RAM MiB, disk GiB) and
 /// a public image. Returns the flavor and image ids.
@@ -389,4 +366,27 @@ pub(crate) async fn boot_inputs(
     anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
     let image: Value = resp.json().await?;
     Ok((flavor, image["id"].as_str().unwrap_or("").to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_cpu_ticks_counts_fields_after_the_last_parenthesis() {
+        // utime 7, stime 3, cutime 20, cstime 5; the command name holds a
+        // space and a `)`.
+        let line = "4242 (tokio) rt w) S 1 4242 4242 0 -1 4194560 500 0 0 0 7 3 20 5 20 0 9 0 100 1000 50";
+        assert_eq!(stat_cpu_ticks(line, false), Some(10));
+        assert_eq!(stat_cpu_ticks(line, true), Some(35));
+        assert_eq!(stat_cpu_ticks("4242 (postgres) S 1 2", false), None);
+        assert_eq!(stat_cpu_ticks("no parenthesis", false), None);
+        assert_eq!(ticks_ms(250), 2500.0);
+    }
+
+    #[test]
+    fn stat_cpu_ticks_reads_this_process() {
+        let line = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        assert!(stat_cpu_ticks(&line, true).is_some(), "{line}");
+    }
 }

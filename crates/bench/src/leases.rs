@@ -32,8 +32,8 @@
 //! booked and deleted through the compute API. Each step waits until the
 //! lease events due have run and the reclaimed hosts are drained (or a
 //! second has passed), then samples `berth_pool_lent_servers`. Half the
-//! leases (`--lend-online-share`) are booked during the year, an hour to
-//! `--lend-notice-days` before their start, so lent hosts must be taken
+//! leases (`--lend-online-share`) are booked during the year, a step and an hour
+//! to `--lend-notice-days` before their start, so lent hosts must be taken
 //! back at short notice. Reported:
 //! server-hours placed on pool hosts (the capacity lending adds), lease
 //! starts and late starts (`berth_lease_starts_late_total`), drain
@@ -111,7 +111,7 @@ pub(crate) struct LeasesOpts {
     #[arg(long, default_value_t = 0.5)]
     lend_online_share: f64,
     /// `--lend`: the longest notice of a lease booked during the year, in
-    /// days (from an hour up).
+    /// days (at least a step and an hour).
     #[arg(long, default_value_t = 7)]
     lend_notice_days: i64,
     /// Write the figures as JSON here.
@@ -323,7 +323,9 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
     if opts.lend {
         let keep = bodies.len() - (bodies.len() as f64 * opts.lend_online_share.clamp(0.0, 1.0)) as usize;
         for (body, start) in bodies.split_off(keep).into_iter().zip(starts.split_off(keep)) {
-            let notice = rng.range(HOUR, opts.lend_notice_days.max(1) * DAY);
+            // At least a step and an hour: booked at a step before its start.
+            let step = opts.lend_step_hours.max(1) * HOUR;
+            let notice = rng.range(step + HOUR, (opts.lend_notice_days.max(1) * DAY).max(step + 2 * HOUR));
             online.push(((start - notice).max(now), body));
         }
         online.sort_by_key(|(at, _)| *at);
