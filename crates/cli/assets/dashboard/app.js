@@ -91,6 +91,7 @@ async function enter() {
 async function route() {
   if (!state.session) return;
   if (state.timer) { clearInterval(state.timer); state.timer = null; }
+  $("#tooltip").hidden = true;
   let name = (location.hash || "").slice(1);
   const adminViews = ["capacity", "flavors", "activity"];
   if (!name) name = state.session.admin ? "capacity" : "calendar";
