@@ -11,6 +11,12 @@ the earliest-slot finder's answer (= GET /reservation/v1/availability), and
 that a non-admin (noauth2 token `user2:proj2`) sees only its project.
 
     scripts/dashboard-browser-test.py BERTH_BIN [--screenshots DIR]
+    scripts/dashboard-browser-test.py --measure URL [--screenshots DIR]
+
+`--measure URL` (a berth already populated, e.g. by `berth bench dashboard
+--keep`): opens each view as admin, prints its first render time (from
+navigation to the view drawn, and the script's own time after the page
+loaded), fails on a console error, and takes the screenshots.
 
 Exit status 0 when every check passed; prints one `ok:` line per check.
 """
@@ -174,9 +180,14 @@ def expected_free(admin, pool_hosts, flavor):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("berth")
+    parser.add_argument("berth", nargs="?")
+    parser.add_argument("--measure", metavar="URL", help="time each view of an already running berth")
     parser.add_argument("--screenshots", help="write a PNG of each view into this directory")
     args = parser.parse_args()
+    if args.measure:
+        measure(args.measure.rstrip("/"), args.screenshots)
+        return
+    check(args.berth, "give the berth binary (or --measure URL)")
 
     workdir = tempfile.mkdtemp(prefix="berth-dashboard.")
     port = free_port()
@@ -200,6 +211,32 @@ def main():
         proc.wait(timeout=20)
         shutil.rmtree(workdir, ignore_errors=True)
     print("dashboard browser test: all checks passed")
+
+
+def measure(base, screenshots):
+    """First render of each view at whatever scale `base` holds."""
+    errors = []
+    worst = 0.0
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        for name in ("capacity", "flavors", "calendar", "projects", "activity"):
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            t0 = time.monotonic()
+            page.goto(f"{base}/dashboard/#{name}")
+            page.wait_for_selector(f'#view[data-view="{name}"][data-ready="true"]', timeout=60000)
+            total = (time.monotonic() - t0) * 1000
+            worst = max(worst, total)
+            check(not errors, f"{name}: console errors: {errors}")
+            print(f"view {name:<9} first render {total:8.0f} ms (script after load: {page.get_attribute('#view', 'data-render-ms')} ms)")
+            if screenshots:
+                os.makedirs(screenshots, exist_ok=True)
+                page.screenshot(path=os.path.join(screenshots, f"{name}.png"))
+            page.close()
+        browser.close()
+    print(f"worst first render {worst:.0f} ms")
 
 
 def run_browser(base, admin, made, screenshots):

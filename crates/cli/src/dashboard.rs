@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, Method, Response, StatusCode};
+use axum::http::{header, Method, Response, StatusCode};
 use berth_compute_model::quota;
 use berth_compute_model::World;
 use berth_scheduler::HostHealth;
@@ -49,7 +49,13 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 }
 
 /// Serve `/dashboard{rest}`.
-pub(crate) async fn serve(services: &Services, rest: &str, method: &Method, query: &str, headers: &HeaderMap) -> Response<Body> {
+pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extract::Request) -> Response<Body> {
+    if rest == "/api/login" {
+        return login(services, request).await;
+    }
+    let method = request.method();
+    let query = request.uri().query().unwrap_or_default();
+    let headers = request.headers();
     if method != Method::GET {
         return error(StatusCode::METHOD_NOT_ALLOWED, "The dashboard is read-only: only GET is allowed.");
     }
@@ -174,6 +180,42 @@ pub(crate) async fn serve(services: &Services, rest: &str, method: &Method, quer
             }
             None => error(StatusCode::NOT_FOUND, "No such dashboard endpoint."),
         },
+    }
+}
+
+/// `POST /dashboard/api/login` `{"user", "password", "project"[,
+/// "domain"]}` (keystone mode): Keystone's token for that user, scoped to
+/// that project (names; domain `Default` unless given), as `{"token"}`;
+/// 401 when Keystone refuses the credentials, 503 when it cannot be asked.
+async fn login(services: &Services, request: axum::extract::Request) -> Response<Body> {
+    if request.method() != Method::POST {
+        return error(StatusCode::METHOD_NOT_ALLOWED, "Log in with POST.");
+    }
+    let Some(keystone) = &services.keystone else {
+        return error(StatusCode::BAD_REQUEST, "This berth does not use Keystone: log in with a token.");
+    };
+    let limit = services.server.config.max_body_bytes;
+    let Ok(bytes) = axum::body::to_bytes(request.into_body(), limit).await else {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "Request body too large.");
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(&bytes) else {
+        return error(StatusCode::BAD_REQUEST, "Malformed JSON: expected {\"user\", \"password\", \"project\"}.");
+    };
+    let field = |key: &str| body.get(key).and_then(Value::as_str).filter(|v| !v.is_empty());
+    let (Some(user), Some(password), Some(project)) = (field("user"), field("password"), field("project")) else {
+        return error(StatusCode::BAD_REQUEST, "user, password and project are required strings.");
+    };
+    let domain = match body.get("domain") {
+        None | Some(Value::Null) => "Default",
+        Some(Value::String(d)) if !d.is_empty() => d.as_str(),
+        Some(_) => return error(StatusCode::BAD_REQUEST, "domain must be a non-empty string."),
+    };
+    match keystone.issue_user_token(user, password, project, domain).await {
+        Ok(token) => json_response(StatusCode::OK, &json!({"token": token})),
+        Err(berth_identity::Error::Invalid(_)) => error(StatusCode::UNAUTHORIZED, "Keystone refused these credentials."),
+        Err(berth_identity::Error::Unavailable(_)) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, "Keystone could not be reached; try again.")
+        }
     }
 }
 
@@ -465,30 +507,31 @@ fn host_detail(world: &World, root: Uuid) -> Option<Value> {
                 "providers": providers, "allocations": allocations}))
 }
 
-/// The `berth_free_capacity_by_flavor_total` gauges (overall, and per
+/// The dashboard's gauges in Prometheus text format: free capacity by
+/// flavor (`berth_free_capacity_by_flavor_total{flavor}`, and per
 /// availability zone as `berth_free_capacity_by_flavor_and_zone_total`),
-/// in Prometheus text format.
-pub(crate) fn free_capacity_metrics(services: &Services) -> String {
+/// allocatable vs allocated per availability zone and resource class
+/// (`berth_capacity_allocatable_total` / `berth_capacity_allocated_total`,
+/// hosts general scheduling may use), and each project's usage and quota
+/// (`berth_project_usage_total` / `berth_project_quota_limit`, -1 =
+/// unlimited).
+pub(crate) fn dashboard_metrics(services: &Services) -> String {
     let Some(compute) = &services.compute else { return String::new() };
     let runtime = &compute.compute;
     let health = runtime.health.at(runtime.now());
-    let flavors = {
-        let world = services.core.read();
-        free_by_flavor(&world, &health)
-    };
+    let world = services.core.read();
+    let flavors = free_by_flavor(&world, &health);
     let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-    let mut out = String::from(
-        "# HELP berth_free_capacity_by_flavor_total How many more servers of each flavor fit now on the hosts general scheduling may use.\n\
-         # TYPE berth_free_capacity_by_flavor_total gauge\n",
-    );
+    let mut out = String::new();
+    let family = |out: &mut String, name: &str, help: &str| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+    };
+    family(&mut out, "berth_free_capacity_by_flavor_total", "How many more servers of each flavor fit now on the hosts general scheduling may use.");
     for f in &flavors {
         let name = f["flavor"].as_str().unwrap_or_default();
         out.push_str(&format!("berth_free_capacity_by_flavor_total{{flavor=\"{}\"}} {}\n", escape(name), f["free"]));
     }
-    out.push_str(
-        "# HELP berth_free_capacity_by_flavor_and_zone_total Free capacity by flavor, per availability zone.\n\
-         # TYPE berth_free_capacity_by_flavor_and_zone_total gauge\n",
-    );
+    family(&mut out, "berth_free_capacity_by_flavor_and_zone_total", "Free capacity by flavor, per availability zone.");
     for f in &flavors {
         let name = f["flavor"].as_str().unwrap_or_default();
         if let Some(zones) = f["by_zone"].as_object() {
@@ -499,6 +542,40 @@ pub(crate) fn free_capacity_metrics(services: &Services) -> String {
                     escape(zone),
                     n
                 ));
+            }
+        }
+    }
+    let mut by_zone: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
+    for host in host_views(&world, &health).iter().filter(|h| h.schedulable()) {
+        for (class, (cap, used, _)) in &host.capacity {
+            let entry = by_zone.entry((host.zone, class)).or_default();
+            entry.0 += cap;
+            entry.1 += used;
+        }
+    }
+    for (name, help, pick) in [
+        ("berth_capacity_allocatable_total", "Usable capacity ((total - reserved) x ratio) of the hosts general scheduling may use, per zone and class.", 0),
+        ("berth_capacity_allocated_total", "Allocated amounts on the hosts general scheduling may use, per zone and class.", 1),
+    ] {
+        family(&mut out, name, help);
+        for ((zone, class), (cap, used)) in &by_zone {
+            let value = if pick == 0 { cap } else { used };
+            out.push_str(&format!("{name}{{availability_zone=\"{}\",resource=\"{class}\"}} {value}\n", escape(zone)));
+        }
+    }
+    let admin = Caller { user: String::new(), project: String::new(), admin: true };
+    let projects = projects(&world, &admin);
+    for (name, help, field) in [
+        ("berth_project_usage_total", "Counted usage of each project (instances, cores, ram MiB, server groups).", "used"),
+        ("berth_project_quota_limit", "Each project's quota limit (-1: unlimited).", "limit"),
+    ] {
+        family(&mut out, name, help);
+        for p in &projects {
+            let project = p["project"].as_str().unwrap_or_default();
+            if let Some(resources) = p["resources"].as_object() {
+                for (resource, v) in resources {
+                    out.push_str(&format!("{name}{{project=\"{}\",resource=\"{resource}\"}} {}\n", escape(project), v[field]));
+                }
             }
         }
     }

@@ -178,8 +178,8 @@ pub(crate) fn router(services: Arc<Services>, root: Option<RootApi>) -> axum::Ro
                 }
                 Target::Operational => not_found(),
                 Target::Dashboard(rest) => {
-                    let query = request.uri().query().unwrap_or_default().to_owned();
-                    crate::dashboard::serve(&services, rest, request.method(), &query, request.headers()).await
+                    let rest = rest.to_owned();
+                    crate::dashboard::serve(&services, &rest, request).await
                 }
                 // Keystone itself answers identity requests in keystone mode.
                 Target::Identity(_) if services.keystone.is_some() => not_found(),
@@ -219,7 +219,7 @@ fn operational(services: &Services, path: &str) -> Response<Body> {
     }
     let (counters, gauges) = collect_metrics(services);
     let mut text = services.server.metrics.render(&counters, &gauges);
-    text.push_str(&crate::dashboard::free_capacity_metrics(services));
+    text.push_str(&crate::dashboard::dashboard_metrics(services));
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")

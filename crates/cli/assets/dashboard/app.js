@@ -54,6 +54,7 @@ function showLogin(message) {
   view().replaceChildren();
   $("#login-error").textContent = message || "";
   $("#auth-mode").textContent = state.mode || "";
+  $("#login-password").hidden = state.mode !== "keystone";
 }
 
 async function start() {
@@ -61,7 +62,15 @@ async function start() {
   state.token = localStorage.getItem("berthToken") || (state.mode === "noauth2" ? "admin" : null);
   $("#login-form").addEventListener("submit", async (e) => {
     e.preventDefault();
-    const token = $("#login-token").value.trim();
+    let token = $("#login-token").value.trim();
+    if (!token && state.mode === "keystone" && $("#login-user").value) {
+      const r = await fetch("/dashboard/api/login", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ user: $("#login-user").value, password: $("#login-pass").value,
+          project: $("#login-project").value, domain: $("#login-domain").value || "Default" }) });
+      const body = await r.json();
+      if (!r.ok) { $("#login-error").textContent = body.error ? body.error.message : r.statusText; return; }
+      token = body.token;
+    }
     if (!token) return;
     state.token = token;
     localStorage.setItem("berthToken", token);

@@ -173,5 +173,8 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
         assert!(reply.body["error"]["message"].is_string(), "{path}: {:?}", reply.body);
     }
     assert_eq!(admin.post("/dashboard/api/capacity", &json!({})).await.status, 405);
+    assert_eq!(admin.get("/dashboard/api/login").await.status, 405);
+    let login = admin.post("/dashboard/api/login", &json!({"user": "u", "password": "p", "project": "x"})).await;
+    assert_eq!(login.status, 400, "no password login without Keystone: {:?}", login.body);
     cloud.check_invariants().await;
 }
