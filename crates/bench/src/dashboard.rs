@@ -192,13 +192,9 @@ pub(crate) async fn run(opts: DashboardOpts, binaries: &Binaries) -> anyhow::Res
         })
         .collect();
     let t = Instant::now();
-    let (admitted, refused, failure) =
-        post_all(&admin, "/reservation/v1/leases", leases, opts.concurrency).await?;
+    let (admitted, refused, failure) = post_all(&admin, "/reservation/v1/leases", leases, opts.concurrency).await?;
     anyhow::ensure!(failure.is_none(), "lease posts failed: {failure:?}");
-    println!(
-        "dashboard: {admitted} leases admitted, {refused} refused (409) in {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
+    println!("dashboard: {admitted} leases admitted, {refused} refused (409) in {:.1} s", t.elapsed().as_secs_f64());
 
     // The endpoints.
     let (_, capacity) = admin.call(reqwest::Method::GET, "/dashboard/api/capacity", None).await?;

@@ -105,7 +105,9 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
             }
             let health = runtime.health.at(now);
             let world = services.core.read();
-            json_response(StatusCode::OK, &capacity(&world, &health))
+            let body = capacity(&world, &health);
+            drop(world);
+            respond(StatusCode::OK, "application/json", body)
         }
         "flavors" => {
             if let Some(refused) = admin_only(&caller) {
@@ -116,21 +118,18 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
             json_response(StatusCode::OK, &json!({"flavors": free_by_flavor(&world, &health)}))
         }
         "leases" => {
-            let parse = |key: &str, default: i64| -> Result<i64, Response<Body>> {
+            // `Err(key)`: that parameter is not an integer.
+            let parse = |key: &'static str, default: i64| -> Result<i64, &'static str> {
                 match param(key) {
                     None | Some("") => Ok(default),
-                    Some(v) => v.parse::<i64>().map_err(|_| {
-                        error(StatusCode::BAD_REQUEST, &format!("Invalid {key}: expected seconds since the epoch."))
-                    }),
+                    Some(v) => v.parse::<i64>().map_err(|_| key),
                 }
             };
-            let start = match parse("start", now - 86_400) {
-                Ok(v) => v,
-                Err(e) => return e,
-            };
-            let end = match parse("end", now + 7 * 86_400) {
-                Ok(v) => v,
-                Err(e) => return e,
+            let (start, end) = match (parse("start", now - 86_400), parse("end", now + 7 * 86_400)) {
+                (Ok(start), Ok(end)) => (start, end),
+                (Err(key), _) | (_, Err(key)) => {
+                    return error(StatusCode::BAD_REQUEST, &format!("Invalid {key}: expected seconds since the epoch."))
+                }
             };
             if end <= start {
                 return error(StatusCode::BAD_REQUEST, "end must be later than start.");
@@ -154,8 +153,10 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
                 .metrics
                 .latency_summary()
                 .into_iter()
-                .map(|l| json!({"route": l.route, "method": l.method, "count": l.count,
-                                "mean": l.mean, "p50": l.p50, "p99": l.p99}))
+                .map(|l| {
+                    json!({"route": l.route, "method": l.method, "count": l.count,
+                                "mean": l.mean, "p50": l.p50, "p99": l.p99})
+                })
                 .collect();
             let (requests, client_errors, server_errors) = services.server.metrics.status_totals();
             json_response(
@@ -212,7 +213,9 @@ async fn login(services: &Services, request: axum::extract::Request) -> Response
     };
     match keystone.issue_user_token(user, password, project, domain).await {
         Ok(token) => json_response(StatusCode::OK, &json!({"token": token})),
-        Err(berth_identity::Error::Invalid(_)) => error(StatusCode::UNAUTHORIZED, "Keystone refused these credentials."),
+        Err(berth_identity::Error::Invalid(_)) => {
+            error(StatusCode::UNAUTHORIZED, "Keystone refused these credentials.")
+        }
         Err(berth_identity::Error::Unavailable(_)) => {
             error(StatusCode::SERVICE_UNAVAILABLE, "Keystone could not be reached; try again.")
         }
@@ -222,16 +225,20 @@ async fn login(services: &Services, request: axum::extract::Request) -> Response
 /// The classes the dashboard draws.
 const CLASSES: [&str; 3] = ["VCPU", "MEMORY_MB", "DISK_GB"];
 
-/// Capacity and usage of one compute node's provider tree, per class:
-/// `(usable capacity, used, max_unit)`, summed over the tree.
-fn tree_capacity(world: &World, root: Uuid) -> BTreeMap<&'static str, (i64, i64, i64)> {
-    let mut out = BTreeMap::new();
+/// One class on one node: usable capacity, used, largest `max_unit`
+/// (summed over the node's provider tree); `None` without inventory.
+type Room = Option<(i64, i64, i64)>;
+
+/// Capacity and usage of one compute node's provider tree, per class of
+/// [`CLASSES`].
+fn tree_capacity(world: &World, root: Uuid) -> [Room; 3] {
+    let mut out = [None; 3];
     let mut stack = vec![root];
     while let Some(id) = stack.pop() {
         let Some(provider) = world.placement.providers.get(&id) else { continue };
-        for class in CLASSES {
+        for (slot, class) in out.iter_mut().zip(CLASSES) {
             if let Some(inv) = provider.inventories.get(class) {
-                let entry = out.entry(class).or_insert((0, 0, 0));
+                let entry = slot.get_or_insert((0, 0, 0));
                 entry.0 += inv.capacity();
                 entry.1 += provider.usages.get(class).copied().unwrap_or(0);
                 entry.2 = entry.2.max(inv.max_unit);
@@ -269,7 +276,7 @@ struct HostView<'a> {
     disabled: bool,
     /// Enrolled in the reservation pool (Blazar's os-hosts).
     reserved: bool,
-    capacity: BTreeMap<&'static str, (i64, i64, i64)>,
+    capacity: [Room; 3],
 }
 
 impl HostView<'_> {
@@ -303,41 +310,69 @@ fn host_views<'a>(world: &'a World, health: &dyn HostHealth) -> Vec<HostView<'a>
         .collect()
 }
 
-/// `/dashboard/api/capacity`.
-fn capacity(world: &World, health: &dyn HostHealth) -> Value {
+/// A JSON string literal.
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// `/dashboard/api/capacity`, written straight into a string (thousands
+/// of hosts: no `Value` tree).
+fn capacity(world: &World, health: &dyn HostHealth) -> String {
+    use std::fmt::Write;
     let hosts = host_views(world, health);
-    let mut totals: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
-    let rows: Vec<Value> = hosts
-        .iter()
-        .map(|h| {
-            let mut resources = serde_json::Map::new();
-            for (class, (cap, used, _)) in &h.capacity {
-                let t = totals.entry(class).or_default();
-                t.0 += cap;
-                t.1 += used;
-                resources.insert((*class).to_owned(), json!({"total": cap, "used": used}));
+    let mut totals = [(0i64, 0i64); 3];
+    let mut out = String::with_capacity(320 * hosts.len() + 200);
+    out.push_str("{\"hosts\":[");
+    for (i, h) in hosts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let aggregates: Vec<String> = h.aggregates.iter().map(|a| quoted(a)).collect();
+        let _ = write!(
+            out,
+            "{{\"uuid\":\"{}\",\"host\":{},\"node\":{},\"cell\":{},\"aggregates\":[{}],\"availability_zone\":{},\
+             \"up\":{},\"disabled\":{},\"reserved\":{},\"resources\":{{",
+            h.uuid,
+            quoted(h.host),
+            quoted(h.node),
+            quoted(h.cell),
+            aggregates.join(","),
+            quoted(h.zone),
+            h.up,
+            h.disabled,
+            h.reserved
+        );
+        let mut first = true;
+        for ((room, class), total) in h.capacity.iter().zip(CLASSES).zip(totals.iter_mut()) {
+            if let Some((cap, used, _)) = room {
+                total.0 += cap;
+                total.1 += used;
+                let comma = if first { "" } else { "," };
+                first = false;
+                let _ = write!(out, "{comma}\"{class}\":{{\"total\":{cap},\"used\":{used}}}");
             }
-            json!({"uuid": h.uuid.to_string(), "host": h.host, "node": h.node, "cell": h.cell,
-                   "aggregates": h.aggregates, "availability_zone": h.zone,
-                   "up": h.up, "disabled": h.disabled, "reserved": h.reserved,
-                   "resources": resources})
-        })
-        .collect();
-    let totals: BTreeMap<&str, Value> =
-        totals.into_iter().map(|(c, (cap, used))| (c, json!({"total": cap, "used": used}))).collect();
-    json!({"hosts": rows, "totals": totals})
+        }
+        out.push_str("}}");
+    }
+    out.push_str("],\"totals\":{");
+    for (i, (class, (cap, used))) in CLASSES.iter().zip(totals).enumerate() {
+        let comma = if i > 0 { "," } else { "" };
+        let _ = write!(out, "{comma}\"{class}\":{{\"total\":{cap},\"used\":{used}}}");
+    }
+    out.push_str("}}");
+    out
 }
 
 /// How many more servers of `flavor` fit on a host now (0 when one does
 /// not fit in a single allocation's `max_unit`).
-fn fits(flavor: &berth_compute_model::Flavor, capacity: &BTreeMap<&'static str, (i64, i64, i64)>) -> i64 {
-    let need = [("VCPU", flavor.vcpus), ("MEMORY_MB", flavor.memory_mb), ("DISK_GB", flavor.root_gb + flavor.ephemeral_gb)];
+fn fits(flavor: &berth_compute_model::Flavor, capacity: &[Room; 3]) -> i64 {
+    let need = [flavor.vcpus, flavor.memory_mb, flavor.root_gb + flavor.ephemeral_gb];
     let mut count = i64::MAX;
-    for (class, amount) in need {
+    for (amount, room) in need.into_iter().zip(capacity) {
         if amount <= 0 {
             continue;
         }
-        let Some((cap, used, max_unit)) = capacity.get(class) else { return 0 };
+        let Some((cap, used, max_unit)) = room else { return 0 };
         if amount > *max_unit {
             return 0;
         }
@@ -350,10 +385,12 @@ fn fits(flavor: &berth_compute_model::Flavor, capacity: &BTreeMap<&'static str, 
     }
 }
 
-/// Free capacity by flavor: how many more of each (enabled) flavor fit
-/// now on the hosts general scheduling may use (up, enabled, not in the
-/// reservation pool), overall and per availability zone. Also the source
-/// of the `berth_free_capacity_by_flavor_total` gauges.
+/// Free capacity by flavor: how many more of each enabled flavor fit now
+/// on the hosts general scheduling may use (up, enabled, not in the
+/// reservation pool), overall and per availability zone. Reservation
+/// flavors (Blazar's `reservation:ID`, one per instance reservation) are
+/// left out: their slots are the lease's. Also the source of the
+/// `berth_free_capacity_by_flavor_total` gauges.
 pub(crate) fn free_by_flavor(world: &World, health: &dyn HostHealth) -> Vec<Value> {
     let hosts = host_views(world, health);
     let usable: Vec<&HostView> = hosts.iter().filter(|h| h.schedulable()).collect();
@@ -361,7 +398,7 @@ pub(crate) fn free_by_flavor(world: &World, health: &dyn HostHealth) -> Vec<Valu
         .compute
         .flavors
         .values()
-        .filter(|f| !f.disabled)
+        .filter(|f| !f.disabled && !f.extra_specs.contains_key(berth_compute_model::lease::RESERVATION_SPEC))
         .map(|flavor| {
             let mut total = 0;
             let mut hosts_with_room = 0;
@@ -418,9 +455,11 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64) -> Val
         .hosts
         .values()
         .filter(|h| caller.admin || on_hosts.contains(&h.id))
-        .map(|h| json!({"id": h.id.to_string(), "name": h.hypervisor_hostname, "host": h.service_name,
+        .map(|h| {
+            json!({"id": h.id.to_string(), "name": h.hypervisor_hostname, "host": h.service_name,
                         "availability_zone": h.availability_zone, "reservable": h.reservable,
-                        "vcpus": h.vcpus, "memory_mb": h.memory_mb}))
+                        "vcpus": h.vcpus, "memory_mb": h.memory_mb})
+        })
         .collect();
     json!({"start": start, "end": end, "now": now, "hosts": hosts, "leases": lease_list, "bars": bars})
 }
@@ -473,9 +512,12 @@ fn host_detail(world: &World, root: Uuid) -> Option<Value> {
             .inventories
             .iter()
             .map(|(class, inv)| {
-                (class.as_str(), json!({"total": inv.total, "reserved": inv.reserved,
+                (
+                    class.as_str(),
+                    json!({"total": inv.total, "reserved": inv.reserved,
                     "allocation_ratio": inv.allocation_ratio, "capacity": inv.capacity(),
-                    "max_unit": inv.max_unit, "used": p.usages.get(class).copied().unwrap_or(0)}))
+                    "max_unit": inv.max_unit, "used": p.usages.get(class).copied().unwrap_or(0)}),
+                )
             })
             .collect();
         providers.push(json!({"uuid": p.row.uuid.to_string(), "name": p.row.name, "parent": p.row.parent.map(|u| u.to_string()),
@@ -526,7 +568,11 @@ pub(crate) fn dashboard_metrics(services: &Services) -> String {
     let family = |out: &mut String, name: &str, help: &str| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
     };
-    family(&mut out, "berth_free_capacity_by_flavor_total", "How many more servers of each flavor fit now on the hosts general scheduling may use.");
+    family(
+        &mut out,
+        "berth_free_capacity_by_flavor_total",
+        "How many more servers of each flavor fit now on the hosts general scheduling may use.",
+    );
     for f in &flavors {
         let name = f["flavor"].as_str().unwrap_or_default();
         out.push_str(&format!("berth_free_capacity_by_flavor_total{{flavor=\"{}\"}} {}\n", escape(name), f["free"]));
@@ -547,15 +593,25 @@ pub(crate) fn dashboard_metrics(services: &Services) -> String {
     }
     let mut by_zone: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
     for host in host_views(&world, &health).iter().filter(|h| h.schedulable()) {
-        for (class, (cap, used, _)) in &host.capacity {
-            let entry = by_zone.entry((host.zone, class)).or_default();
-            entry.0 += cap;
-            entry.1 += used;
+        for (room, class) in host.capacity.iter().zip(CLASSES) {
+            if let Some((cap, used, _)) = room {
+                let entry = by_zone.entry((host.zone, class)).or_default();
+                entry.0 += cap;
+                entry.1 += used;
+            }
         }
     }
     for (name, help, pick) in [
-        ("berth_capacity_allocatable_total", "Usable capacity ((total - reserved) x ratio) of the hosts general scheduling may use, per zone and class.", 0),
-        ("berth_capacity_allocated_total", "Allocated amounts on the hosts general scheduling may use, per zone and class.", 1),
+        (
+            "berth_capacity_allocatable_total",
+            "Usable capacity ((total - reserved) x ratio) of the hosts general scheduling may use, per zone and class.",
+            0,
+        ),
+        (
+            "berth_capacity_allocated_total",
+            "Allocated amounts on the hosts general scheduling may use, per zone and class.",
+            1,
+        ),
     ] {
         family(&mut out, name, help);
         for ((zone, class), (cap, used)) in &by_zone {
@@ -566,7 +622,11 @@ pub(crate) fn dashboard_metrics(services: &Services) -> String {
     let admin = Caller { user: String::new(), project: String::new(), admin: true };
     let projects = projects(&world, &admin);
     for (name, help, field) in [
-        ("berth_project_usage_total", "Counted usage of each project (instances, cores, ram MiB, server groups).", "used"),
+        (
+            "berth_project_usage_total",
+            "Counted usage of each project (instances, cores, ram MiB, server groups).",
+            "used",
+        ),
         ("berth_project_quota_limit", "Each project's quota limit (-1: unlimited).", "limit"),
     ] {
         family(&mut out, name, help);
@@ -574,7 +634,11 @@ pub(crate) fn dashboard_metrics(services: &Services) -> String {
             let project = p["project"].as_str().unwrap_or_default();
             if let Some(resources) = p["resources"].as_object() {
                 for (resource, v) in resources {
-                    out.push_str(&format!("{name}{{project=\"{}\",resource=\"{resource}\"}} {}\n", escape(project), v[field]));
+                    out.push_str(&format!(
+                        "{name}{{project=\"{}\",resource=\"{resource}\"}} {}\n",
+                        escape(project),
+                        v[field]
+                    ));
                 }
             }
         }
@@ -592,14 +656,11 @@ mod tests {
 
     #[test]
     fn a_flavor_fits_as_often_as_its_scarcest_class_allows() {
-        let mut cap = BTreeMap::new();
-        cap.insert("VCPU", (16, 4, 16));
-        cap.insert("MEMORY_MB", (8192, 1024, 8192));
-        cap.insert("DISK_GB", (100, 0, 100));
+        let mut cap = [Some((16, 4, 16)), Some((8192, 1024, 8192)), Some((100, 0, 100))];
         assert_eq!(fits(&flavor(2, 512, 10), &cap), 6, "VCPU: 12 free / 2");
         assert_eq!(fits(&flavor(1, 2048, 1), &cap), 3, "RAM: 7168 free / 2048");
         assert_eq!(fits(&flavor(32, 512, 1), &cap), 0, "above max_unit");
-        cap.remove("DISK_GB");
+        cap[2] = None;
         assert_eq!(fits(&flavor(1, 512, 1), &cap), 0, "no disk inventory for a flavor that needs disk");
         assert_eq!(fits(&flavor(1, 512, 0), &cap), 12);
     }

@@ -112,11 +112,7 @@ impl HttpMetrics {
         let Ok(latency) = self.latency.lock() else { return Vec::new() };
         let quantile = |h: &Histogram, q: f64| -> f64 {
             let want = (h.count as f64 * q).ceil() as u64;
-            BUCKETS
-                .iter()
-                .zip(&h.counts)
-                .find(|(_, n)| **n >= want)
-                .map_or(BUCKETS[BUCKETS.len() - 1], |(b, _)| *b)
+            BUCKETS.iter().zip(&h.counts).find(|(_, n)| **n >= want).map_or(BUCKETS[BUCKETS.len() - 1], |(b, _)| *b)
         };
         latency
             .iter()

@@ -517,7 +517,8 @@ async fn the_dashboard_logs_a_keystone_user_in_by_password_and_shows_a_member_it
             (status, resp.json::<Value>().await.unwrap_or(Value::Null))
         }
     };
-    let config: Value = http.get(format!("{}/dashboard/api/config", server.base)).send().await.unwrap().json().await.unwrap();
+    let config: Value =
+        http.get(format!("{}/dashboard/api/config", server.base)).send().await.unwrap().json().await.unwrap();
     assert_eq!(config, json!({"auth_mode": "keystone"}));
     let (code, answer) = login(json!({"user": t.member.0, "password": t.member.1, "project": t.project})).await;
     assert_eq!(code, 200, "{answer}");

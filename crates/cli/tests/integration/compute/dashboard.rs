@@ -23,7 +23,8 @@ async fn placement_room(admin: &Client, name: &str, class: &str) -> (i64, i64) {
     let rps = admin.get(&format!("/resource_providers?name={name}")).await;
     let uuid = rps.body["resource_providers"][0]["uuid"].as_str().expect("provider").to_owned();
     let inv = admin.get(&format!("/resource_providers/{uuid}/inventories")).await.body["inventories"][class].clone();
-    let used = admin.get(&format!("/resource_providers/{uuid}/usages")).await.body["usages"][class].as_i64().unwrap_or(0);
+    let used =
+        admin.get(&format!("/resource_providers/{uuid}/usages")).await.body["usages"][class].as_i64().unwrap_or(0);
     let cap = ((inv["total"].as_i64().unwrap() - inv["reserved"].as_i64().unwrap()) as f64
         * inv["allocation_ratio"].as_f64().unwrap()) as i64;
     (cap, used)
@@ -77,7 +78,8 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     assert_eq!(capacity["totals"]["VCPU"]["used"], json!(6));
 
     // A host's detail lists the servers allocated there.
-    let busy = capacity["hosts"].as_array().unwrap().iter().find(|h| h["resources"]["VCPU"]["used"] != json!(0)).unwrap();
+    let busy =
+        capacity["hosts"].as_array().unwrap().iter().find(|h| h["resources"]["VCPU"]["used"] != json!(0)).unwrap();
     let detail = admin.get(&format!("/dashboard/api/hosts/{}", busy["uuid"].as_str().unwrap())).await;
     assert_eq!(detail.status, 200);
     let allocated: i64 =
@@ -111,9 +113,13 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     };
     let mine = admin.post("/reservation/v1/leases", &lease("admin-l")).await;
     assert_eq!(mine.status, 201, "{:?}", mine.body);
-    let hers = carol.post("/reservation/v1/leases", &json!({"name": "carol-l", "start_date": "2040-01-03 00:00",
+    let hers = carol
+        .post(
+            "/reservation/v1/leases",
+            &json!({"name": "carol-l", "start_date": "2040-01-03 00:00",
         "end_date": "2040-01-04 00:00", "events": [], "reservations": [{"resource_type": "virtual:instance",
-        "amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": null, "resource_properties": ""}]}))
+        "amount": 1, "vcpus": 1, "memory_mb": 256, "disk_gb": 1, "affinity": null, "resource_properties": ""}]}),
+        )
         .await;
     assert_eq!(hers.status, 201, "{:?}", hers.body);
     let (y2040, y2040_end) = (2_208_988_800_i64, 2_208_988_800_i64 + 10 * 86_400);
@@ -122,9 +128,11 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     let bar = all["bars"].as_array().unwrap().iter().find(|b| b["lease"] == mine.body["lease"]["id"]).unwrap().clone();
     assert_eq!((bar["start"].as_i64(), bar["end"].as_i64()), (Some(y2040), Some(y2040 + 86_400)));
     let held = admin.get("/reservation/v1/os-hosts/allocations").await.body;
-    let holder = held["allocations"].as_array().unwrap().iter().find(|a| {
-        a["reservations"].as_array().unwrap().iter().any(|r| r["lease_id"] == mine.body["lease"]["id"])
-    });
+    let holder = held["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["reservations"].as_array().unwrap().iter().any(|r| r["lease_id"] == mine.body["lease"]["id"]));
     assert_eq!(holder.map(|a| a["resource_id"].clone()), Some(bar["host"].clone()));
     assert_eq!(all["leases"].as_array().unwrap().len(), 2);
     let theirs = carol.get(&window).await.body;
