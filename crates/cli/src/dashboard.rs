@@ -135,7 +135,9 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
                 return error(StatusCode::BAD_REQUEST, "end must be later than start.");
             }
             let world = services.core.read();
-            json_response(StatusCode::OK, &leases(&world, &caller, start, end, now))
+            let body = leases(&world, &caller, start, end, now);
+            drop(world);
+            respond(StatusCode::OK, "application/json", body)
         }
         "projects" => {
             let world = services.core.read();
@@ -420,10 +422,13 @@ pub(crate) fn free_by_flavor(world: &World, health: &dyn HostHealth) -> Vec<Valu
 /// `[start, end)`: one per (reservation, host), the caller's project only
 /// unless admin; rows are the enrolled hosts (for a non-admin, those its
 /// bars are on).
-fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64) -> Value {
+fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64) -> String {
+    use std::fmt::Write;
     let tables = &world.compute.leases;
-    let mut bars = Vec::new();
-    let mut lease_list = Vec::new();
+    // Written straight into strings: a month of ten thousand leases is
+    // thousands of bars.
+    let mut bars = String::new();
+    let mut lease_list = String::new();
     let mut on_hosts = BTreeSet::new();
     for lease in tables.leases.values() {
         if !caller.admin && lease.project_id != caller.project {
@@ -432,36 +437,58 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64) -> Val
         if !(lease.start < end && start < lease.end) {
             continue;
         }
-        lease_list.push(json!({"id": lease.id.to_string(), "name": lease.name, "project": lease.project_id,
-                               "status": lease.status.as_str(), "start": lease.start, "end": lease.end}));
+        let (name, project, status) = (quoted(&lease.name), quoted(&lease.project_id), lease.status.as_str());
+        let comma = if lease_list.is_empty() { "" } else { "," };
+        let _ = write!(
+            lease_list,
+            "{comma}{{\"id\":\"{}\",\"name\":{name},\"project\":{project},\"status\":\"{status}\",\
+             \"start\":{},\"end\":{}}}",
+            lease.id, lease.start, lease.end
+        );
         for reservation in &lease.reservations {
             let (kind, shape) = match &reservation.kind {
-                berth_compute_model::lease::ReservationKind::Host { .. } => ("physical:host", Value::Null),
+                berth_compute_model::lease::ReservationKind::Host { .. } => ("physical:host", "null".to_owned()),
                 berth_compute_model::lease::ReservationKind::Instance { vcpus, memory_mb, disk_gb, amount, .. } => (
                     "virtual:instance",
-                    json!({"vcpus": vcpus, "memory_mb": memory_mb, "disk_gb": disk_gb, "amount": amount}),
+                    format!(
+                        "{{\"vcpus\":{vcpus},\"memory_mb\":{memory_mb},\"disk_gb\":{disk_gb},\"amount\":{amount}}}"
+                    ),
                 ),
             };
             for alloc in &reservation.allocations {
                 on_hosts.insert(alloc.host_id);
-                bars.push(json!({"lease": lease.id.to_string(), "name": lease.name, "project": lease.project_id,
-                                 "status": lease.status.as_str(), "reservation": reservation.id.to_string(),
-                                 "type": kind, "shape": shape, "host": alloc.host_id.to_string(),
-                                 "slots": alloc.slots, "start": lease.start, "end": lease.end}));
+                let comma = if bars.is_empty() { "" } else { "," };
+                let _ = write!(
+                    bars,
+                    "{comma}{{\"lease\":\"{}\",\"name\":{name},\"project\":{project},\"status\":\"{status}\",\
+                     \"reservation\":\"{}\",\"type\":\"{kind}\",\"shape\":{shape},\"host\":\"{}\",\
+                     \"slots\":{},\"start\":{},\"end\":{}}}",
+                    lease.id, reservation.id, alloc.host_id, alloc.slots, lease.start, lease.end
+                );
             }
         }
     }
-    let hosts: Vec<Value> = tables
-        .hosts
-        .values()
-        .filter(|h| caller.admin || on_hosts.contains(&h.id))
-        .map(|h| {
-            json!({"id": h.id.to_string(), "name": h.hypervisor_hostname, "host": h.service_name,
-                        "availability_zone": h.availability_zone, "reservable": h.reservable,
-                        "vcpus": h.vcpus, "memory_mb": h.memory_mb})
-        })
-        .collect();
-    json!({"start": start, "end": end, "now": now, "hosts": hosts, "leases": lease_list, "bars": bars})
+    let mut out = String::with_capacity(bars.len() + lease_list.len() + 160 * tables.hosts.len() + 100);
+    let _ = write!(out, "{{\"start\":{start},\"end\":{end},\"now\":{now},\"hosts\":[");
+    let mut first = true;
+    for h in tables.hosts.values().filter(|h| caller.admin || on_hosts.contains(&h.id)) {
+        let comma = if first { "" } else { "," };
+        first = false;
+        let _ = write!(
+            out,
+            "{comma}{{\"id\":\"{}\",\"name\":{},\"host\":{},\"availability_zone\":{},\"reservable\":{},\
+             \"vcpus\":{},\"memory_mb\":{}}}",
+            h.id,
+            quoted(&h.hypervisor_hostname),
+            quoted(&h.service_name),
+            quoted(&h.availability_zone),
+            h.reservable,
+            h.vcpus,
+            h.memory_mb
+        );
+    }
+    let _ = write!(out, "],\"leases\":[{lease_list}],\"bars\":[{bars}]}}");
+    out
 }
 
 /// `/dashboard/api/projects`: usage against quota per project (only the
