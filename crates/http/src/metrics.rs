@@ -221,4 +221,22 @@ mod tests {
         assert!(text.contains("berth_api_errors_total{code=\"placement.concurrent_update\"} 1"));
         assert!(text.contains("berth_providers 3"));
     }
+
+    #[test]
+    fn latency_summary_names_the_buckets_of_the_median_and_the_99th_percentile() {
+        let m = HttpMetrics::default();
+        let get = axum::http::Method::GET;
+        for _ in 0..98 {
+            m.observe("placement", "/traits", &get, 200, 0.0007, None);
+        }
+        m.observe("placement", "/traits", &get, 500, 0.3, None);
+        m.observe("placement", "/traits", &get, 404, 0.3, None);
+        let summary = m.latency_summary();
+        assert_eq!(summary.len(), 1);
+        let s = &summary[0];
+        assert_eq!((s.route.as_str(), s.method, s.count), ("/traits", "GET", 100));
+        assert_eq!(s.p50, 0.001, "98 of 100 took 0.7 ms: the 1 ms bucket");
+        assert_eq!(s.p99, 0.5, "the 99th took 300 ms: the 500 ms bucket");
+        assert_eq!(m.status_totals(), (100, 1, 1));
+    }
 }
