@@ -43,6 +43,9 @@ BERTH_BIN=target/debug/berth bash scripts/openstack-cli-smoke.sh 2>&1 | tee -a "
 BERTH_BIN=target/debug/berth bash scripts/openstack-compute-smoke.sh 2>&1 | tee -a "$LOG"
 BERTH_BIN=target/debug/berth bash scripts/blazar-cli-smoke.sh 2>&1 | grep -v -e '^Matches: ' -e "^Could not load 'reservation_host_unset'" | tee -a "$LOG"
 BERTH_BIN=target/debug/berth bash scripts/openstack-keystone-smoke.sh 2>&1 | grep -v "^Could not load 'reservation_host_unset'" | tee -a "$LOG"
+# The operator dashboard in a real headless Chromium (installed on first use).
+echo "== dashboard browser test (headless Chromium) =="
+BERTH_BIN=target/debug/berth bash scripts/dashboard-browser-test.sh 2>&1 | tee -a "$LOG"
 BERTH_BIN=target/debug/berth bash scripts/readme-check.sh 2>&1 | tee -a "$LOG"
 
 URL="${TEST_DATABASE_URL:-${DATABASE_URL:-}}"

@@ -20,6 +20,7 @@ mod auth;
 mod boot;
 mod candidates;
 mod common;
+mod dashboard;
 mod leases;
 mod soak;
 mod write;
@@ -50,6 +51,9 @@ enum BenchKind {
     /// GET /compute/v2.1/servers with Keystone auth vs noauth2, and
     /// Keystone calls per distinct token.
     Auth(auth::AuthOpts),
+    /// The operator dashboard's data endpoints at scale (hosts, servers,
+    /// leases), optionally kept up for the browser measurement.
+    Dashboard(dashboard::DashboardOpts),
 }
 
 /// Runs the benchmark `opts` names on a runtime of its own, starting
@@ -63,5 +67,6 @@ pub fn run(opts: BenchOpts, binaries: &Binaries) -> anyhow::Result<()> {
         BenchKind::Leases(l) => runtime.block_on(leases::run(l, binaries)),
         BenchKind::Soak(s) => runtime.block_on(soak::run(s, binaries)),
         BenchKind::Auth(a) => runtime.block_on(auth::run(a, binaries)),
+        BenchKind::Dashboard(d) => runtime.block_on(dashboard::run(d, binaries)),
     }
 }

@@ -187,7 +187,7 @@ impl ComputeServices {
                 let rest = if rest.is_empty() { "/" } else { rest };
                 return berth_http::dispatch(&self.reservation_ctx, &self.reservation_api, server, rest, request).await;
             }
-            Target::Operational | Target::Placement(_) => {
+            Target::Operational | Target::Placement(_) | Target::Dashboard(_) => {
                 return Response::builder().status(404).body(Body::empty()).unwrap_or_default()
             }
         };
@@ -204,7 +204,7 @@ impl ComputeServices {
             Target::Admin(_) => &self.admin_api,
             Target::Identity(_) => &self.identity_api,
             Target::Reservation(_) => return Some(self.reservation_api.render_error),
-            Target::Operational | Target::Placement(_) => return None,
+            Target::Operational | Target::Placement(_) | Target::Dashboard(_) => return None,
         };
         Some(api.render_error)
     }

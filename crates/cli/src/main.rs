@@ -8,6 +8,7 @@ mod cell_cmd;
 mod compute_wiring;
 mod config;
 mod credential_cmd;
+mod dashboard;
 mod keystone;
 mod logging;
 mod router;

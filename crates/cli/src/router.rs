@@ -81,6 +81,8 @@ pub(crate) enum Target<'a> {
     Identity(&'a str),
     /// The reservation API (after `/reservation`).
     Reservation(&'a str),
+    /// The operator dashboard (after `/dashboard`).
+    Dashboard(&'a str),
 }
 
 fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
@@ -114,6 +116,9 @@ pub(crate) fn target(path: &str) -> Target<'_> {
     if let Some(rest) = under(path, "/reservation") {
         return Target::Reservation(rest);
     }
+    if let Some(rest) = under(path, "/dashboard") {
+        return Target::Dashboard(rest);
+    }
     Target::Placement(path)
 }
 
@@ -125,7 +130,7 @@ impl Services {
         let Some(compute) = &self.compute else { return placement };
         match (root, target(path)) {
             (Some(root), _) => compute.root_error_renderer(root),
-            (None, Target::Placement(_) | Target::Operational) => placement,
+            (None, Target::Placement(_) | Target::Operational | Target::Dashboard(_)) => placement,
             (None, other) => compute.error_renderer(&other).unwrap_or(placement),
         }
     }
@@ -172,6 +177,10 @@ pub(crate) fn router(services: Arc<Services>, root: Option<RootApi>) -> axum::Ro
                     }
                 }
                 Target::Operational => not_found(),
+                Target::Dashboard(rest) => {
+                    let rest = rest.to_owned();
+                    crate::dashboard::serve(&services, &rest, request).await
+                }
                 // Keystone itself answers identity requests in keystone mode.
                 Target::Identity(_) if services.keystone.is_some() => not_found(),
                 Target::Placement(rest) => {
@@ -208,6 +217,25 @@ fn operational(services: &Services, path: &str) -> Response<Body> {
             .body(Body::from(body.to_string()))
             .unwrap_or_default();
     }
+    let (counters, gauges) = collect_metrics(services);
+    let mut text = services.server.metrics.render(&counters, &gauges);
+    text.push_str(&crate::dashboard::dashboard_metrics(services));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
+        .body(Body::from(text))
+        .unwrap_or_default()
+}
+
+/// A counter sample: name, help, value.
+type Counter = (&'static str, &'static str, u64);
+/// A gauge sample: name, help, value.
+type Gauge = (&'static str, &'static str, f64);
+
+/// The process's counters and gauges (beside the HTTP ones): what
+/// `/metrics` renders and the dashboard's activity view reads.
+pub(crate) fn collect_metrics(services: &Services) -> (Vec<Counter>, Vec<Gauge>) {
+    let core = &services.core;
     let (n_providers, n_consumers) = {
         let world = core.read();
         (world.placement.providers.len() as f64, world.placement.consumers.len() as f64)
@@ -240,12 +268,7 @@ fn operational(services: &Services, path: &str) -> Response<Body> {
         ));
         gauges.push(("berth_keystone_cached_tokens", "Validated tokens in the cache.", keystone.cached() as f64));
     }
-    let text = services.server.metrics.render(&counters, &gauges);
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
-        .body(Body::from(text))
-        .unwrap_or_default()
+    (counters, gauges)
 }
 
 #[cfg(test)]
@@ -267,5 +290,8 @@ mod tests {
         assert_eq!(target("/agent/v1/work"), Target::Agent("/work"));
         assert_eq!(target("/admin/v1/cells"), Target::Admin("/cells"));
         assert_eq!(target("/metrics"), Target::Operational);
+        assert_eq!(target("/dashboard"), Target::Dashboard(""));
+        assert_eq!(target("/dashboard/api/capacity"), Target::Dashboard("/api/capacity"));
+        assert_eq!(target("/dashboardx"), Target::Placement("/dashboardx"));
     }
 }

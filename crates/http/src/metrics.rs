@@ -33,6 +33,23 @@ fn method_label(method: &axum::http::Method) -> &'static str {
 /// API, method, route, status: one request counter.
 type RequestKey = (&'static str, &'static str, &'static str, u16);
 
+/// One route's latency, summarised from its histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencySummary {
+    /// Route label (as in `/metrics`).
+    pub route: String,
+    /// Method.
+    pub method: &'static str,
+    /// Requests observed.
+    pub count: u64,
+    /// Mean seconds.
+    pub mean: f64,
+    /// Upper bound (seconds) of the bucket holding the median.
+    pub p50: f64,
+    /// Upper bound (seconds) of the bucket holding the 99th percentile.
+    pub p99: f64,
+}
+
 /// Request metrics of every API of one process.
 #[derive(Debug, Default)]
 pub struct HttpMetrics {
@@ -86,6 +103,37 @@ impl HttpMetrics {
                 *codes.entry(code).or_insert(0) += 1;
             }
         }
+    }
+
+    /// Per route and method: requests, and the bucket bounds (seconds)
+    /// that hold their median and 99th percentile (the dashboard's
+    /// activity view; `+Inf` shows as the largest bound).
+    pub fn latency_summary(&self) -> Vec<LatencySummary> {
+        let Ok(latency) = self.latency.lock() else { return Vec::new() };
+        let quantile = |h: &Histogram, q: f64| -> f64 {
+            let want = (h.count as f64 * q).ceil() as u64;
+            BUCKETS.iter().zip(&h.counts).find(|(_, n)| **n >= want).map_or(BUCKETS[BUCKETS.len() - 1], |(b, _)| *b)
+        };
+        latency
+            .iter()
+            .filter(|(_, h)| h.count > 0)
+            .map(|((api, route, method), h)| LatencySummary {
+                route: route_label(api, route),
+                method,
+                count: h.count,
+                mean: h.sum / h.count as f64,
+                p50: quantile(h, 0.5),
+                p99: quantile(h, 0.99),
+            })
+            .collect()
+    }
+
+    /// Requests so far by status class: (all, 4xx, 5xx).
+    pub fn status_totals(&self) -> (u64, u64, u64) {
+        let Ok(requests) = self.requests.lock() else { return (0, 0, 0) };
+        requests.iter().fold((0, 0, 0), |(all, c4, c5), ((_, _, _, status), n)| {
+            (all + n, c4 + if (400..500).contains(status) { *n } else { 0 }, c5 + if *status >= 500 { *n } else { 0 })
+        })
     }
 
     /// Render in the Prometheus text format. `counters` and `gauges` are
@@ -172,5 +220,23 @@ mod tests {
         );
         assert!(text.contains("berth_api_errors_total{code=\"placement.concurrent_update\"} 1"));
         assert!(text.contains("berth_providers 3"));
+    }
+
+    #[test]
+    fn latency_summary_names_the_buckets_of_the_median_and_the_99th_percentile() {
+        let m = HttpMetrics::default();
+        let get = axum::http::Method::GET;
+        for _ in 0..98 {
+            m.observe("placement", "/traits", &get, 200, 0.0007, None);
+        }
+        m.observe("placement", "/traits", &get, 500, 0.3, None);
+        m.observe("placement", "/traits", &get, 404, 0.3, None);
+        let summary = m.latency_summary();
+        assert_eq!(summary.len(), 1);
+        let s = &summary[0];
+        assert_eq!((s.route.as_str(), s.method, s.count), ("/traits", "GET", 100));
+        assert_eq!(s.p50, 0.001, "98 of 100 took 0.7 ms: the 1 ms bucket");
+        assert_eq!(s.p99, 0.5, "the 99th took 300 ms: the 500 ms bucket");
+        assert_eq!(m.status_totals(), (100, 1, 1));
     }
 }

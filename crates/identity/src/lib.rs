@@ -365,6 +365,19 @@ impl Validator {
         }
     }
 
+    /// A token for a user's password, scoped to `project` (names, in
+    /// `domain`), from the same Keystone (the dashboard's login form).
+    pub async fn issue_user_token(
+        &self,
+        user: &str,
+        password: &str,
+        project: &str,
+        domain: &str,
+    ) -> Result<String, Error> {
+        let url = &self.session.credentials().url;
+        Session::new(self.client.clone(), Credentials::new(url, user, password, project, domain)).token().await
+    }
+
     /// The `WWW-Authenticate` value of a 401 (`Keystone uri="…"`).
     pub fn www_authenticate(&self) -> &str {
         &self.www_authenticate

@@ -501,3 +501,63 @@ async fn an_agent_authenticates_as_its_service_user_and_no_other_identity_takes_
         agent_call(&server.base, &a, "POST", "/heartbeat", Some(json!({"agent": "x", "hosts": [host]}))).await;
     assert_eq!(code, 403, "the host now belongs to agent B");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_logs_a_keystone_user_in_by_password_and_shows_a_member_its_project_only() {
+    let ks = keystone();
+    let t = Tenancy::new(&ks).await;
+    let server = start("ks-dashboard", &t.serve_args(&ks.url, &[])).await;
+    let http = reqwest::Client::new();
+    let login = |body: Value| {
+        let http = http.clone();
+        let url = format!("{}/dashboard/api/login", server.base);
+        async move {
+            let resp = http.post(url).json(&body).send().await.expect("login");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let config: Value =
+        http.get(format!("{}/dashboard/api/config", server.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(config, json!({"auth_mode": "keystone"}));
+    let (code, answer) = login(json!({"user": t.member.0, "password": t.member.1, "project": t.project})).await;
+    assert_eq!(code, 200, "{answer}");
+    let token = answer["token"].as_str().expect("token").to_owned();
+    let session = |token: String| {
+        let http = http.clone();
+        let url = format!("{}/dashboard/api/session", server.base);
+        async move {
+            let resp = http.get(url).header("x-auth-token", token).send().await.expect("session");
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (code, me) = session(token.clone()).await;
+    assert_eq!(code, 200, "{me}");
+    assert_eq!(me["admin"], json!(false));
+    assert_eq!(me["project"].as_str().map(str::len), Some(32), "a Keystone project id: {me}");
+    let projects: Value = http
+        .get(format!("{}/dashboard/api/projects", server.base))
+        .header("x-auth-token", &token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(projects["projects"].as_array().map(Vec::len), Some(1));
+    assert_eq!(projects["projects"][0]["project"], me["project"]);
+    let capacity = http.get(format!("{}/dashboard/api/capacity", server.base)).header("x-auth-token", &token);
+    assert_eq!(capacity.send().await.unwrap().status().as_u16(), 403);
+    // An admin's password login reaches the admin views.
+    let (code, answer) = login(json!({"user": "admin", "password": ks.admin_password, "project": "admin"})).await;
+    assert_eq!(code, 200, "{answer}");
+    let (_, admin) = session(answer["token"].as_str().unwrap().to_owned()).await;
+    assert_eq!(admin["admin"], json!(true));
+    // Wrong password: 401; a bogus token: 401; missing fields: 400.
+    let (code, answer) = login(json!({"user": t.member.0, "password": "wrong", "project": t.project})).await;
+    assert_eq!(code, 401, "{answer}");
+    assert_eq!(session("bogus".to_owned()).await.0, 401);
+    let (code, answer) = login(json!({"user": t.member.0})).await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(answer["error"]["message"].as_str().is_some_and(|m| m.contains("password")), "{answer}");
+}

@@ -5,6 +5,7 @@ mod agent_events;
 mod bad_input;
 mod boot;
 mod cells;
+mod dashboard;
 mod evacuate;
 mod groups;
 mod heal;

@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""Drives berth's operator dashboard (/dashboard) in a real headless Chromium.
+
+Starts `berth serve --fake-hosts 4` on a free port, creates flavors, servers
+(two projects), enrols two hosts in the reservation pool and creates leases
+through the APIs, then checks in the browser (Playwright driving Debian's
+/usr/bin/chromium) that every view loads with no console error and that the
+numbers it shows equal the APIs': host count, used VCPU of a host (heatmap
+and host detail), free count of a flavor, a lease bar's position and length,
+the earliest-slot finder's answer (= GET /reservation/v1/availability), and
+that a non-admin (noauth2 token `user2:proj2`) sees only its project.
+
+    scripts/dashboard-browser-test.py BERTH_BIN [--screenshots DIR]
+    scripts/dashboard-browser-test.py --measure URL [--screenshots DIR]
+
+`--measure URL` (a berth already populated, e.g. by `berth bench dashboard
+--keep`): opens each view as admin, prints its first render time (from
+navigation to the view drawn, and the script's own time after the page
+loaded), fails on a console error, and takes the screenshots.
+
+Exit status 0 when every check passed; prints one `ok:` line per check.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Api:
+    def __init__(self, base, token="admin"):
+        self.base = base
+        self.token = token
+
+    def call(self, method, path, body=None, headers=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("X-Auth-Token", self.token)
+        req.add_header("Accept", "application/json")
+        req.add_header("OpenStack-API-Version", "compute 2.37")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw else None)
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                return err.code, json.loads(raw)
+            except ValueError:
+                return err.code, raw.decode(errors="replace")
+
+    def get(self, path):
+        status, body = self.call("GET", path)
+        check(status == 200, f"GET {path} answered {status}: {body}")
+        return body
+
+    def post(self, path, body, want=(200, 201, 202)):
+        status, answer = self.call("POST", path, body)
+        check(status in want, f"POST {path} answered {status}: {answer}")
+        return answer
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def ok(what):
+    print(f"ok: {what}", flush=True)
+
+
+def parse_blazar_date(text):
+    text = text.replace("T", " ").rstrip("Z")
+    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            dt = datetime.datetime.strptime(text, fmt)
+            return int(dt.replace(tzinfo=datetime.timezone.utc).timestamp())
+        except ValueError:
+            pass
+    raise ValueError(text)
+
+
+def blazar_date(sec):
+    return datetime.datetime.fromtimestamp(sec, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def setup(admin, base):
+    """Flavors, servers in two projects, a pool of two hosts, leases."""
+    deadline = time.time() + 30
+    while True:
+        hyps = admin.get("/compute/v2.1/os-hypervisors")["hypervisors"]
+        if len(hyps) == 4:
+            break
+        check(time.time() < deadline, f"4 hypervisors never reported (have {len(hyps)})")
+        time.sleep(0.1)
+    admin.post("/compute/v2.1/flavors", {"flavor": {"name": "small", "vcpus": 2, "ram": 1024, "disk": 10}})
+    admin.post("/compute/v2.1/flavors", {"flavor": {"name": "large", "vcpus": 8, "ram": 4096, "disk": 40}})
+    flavors = {f["name"]: f["id"] for f in admin.get("/compute/v2.1/flavors")["flavors"]}
+    image = admin.post("/image/v2/images", {"name": "cirros", "disk_format": "qcow2",
+                                             "container_format": "bare", "visibility": "public"})["id"]
+    # The pool: fake-2 and fake-3 (no servers yet, as Blazar requires).
+    pool = {}
+    for name in ("fake-2", "fake-3"):
+        pool[name] = admin.post("/reservation/v1/os-hosts", {"name": name})["host"]["id"]
+    user2 = Api(base, "user2:proj2")
+    servers = []
+    for i, (client, flavor) in enumerate([(admin, "small"), (admin, "small"), (admin, "large"), (user2, "small")]):
+        body = {"server": {"name": f"vm{i}", "flavorRef": flavors[flavor], "imageRef": image, "networks": "none"}}
+        servers.append((client, client.post("/compute/v2.1/servers", body)["server"]["id"]))
+    for client, sid in servers:
+        deadline = time.time() + 30
+        while True:
+            status = client.get(f"/compute/v2.1/servers/{sid}")["server"]["status"]
+            if status == "ACTIVE":
+                break
+            check(status != "ERROR" and time.time() < deadline, f"server {sid} is {status}")
+            time.sleep(0.1)
+    now = admin.get("/dashboard/api/session")["now"]
+    hour = 3600
+    start = now - now % 60
+    lease_admin = admin.post("/reservation/v1/leases", {
+        "name": "admin-lease", "start_date": blazar_date(start + 2 * hour), "end_date": blazar_date(start + 26 * hour),
+        "events": [], "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                                        "hypervisor_properties": "", "resource_properties": ""}]})["lease"]
+    lease_user2 = user2.post("/reservation/v1/leases", {
+        "name": "proj2-lease", "start_date": blazar_date(start + 30 * hour), "end_date": blazar_date(start + 78 * hour),
+        "events": [], "reservations": [{"resource_type": "virtual:instance", "amount": 2, "vcpus": 2,
+                                        "memory_mb": 1024, "disk_gb": 10, "affinity": None,
+                                        "resource_properties": ""}]})["lease"]
+    ok("set up: 4 hosts (2 in the pool), 2 flavors, 4 servers in 2 projects, 2 leases")
+    return {"flavors": flavors, "pool": pool, "lease_admin": lease_admin, "lease_user2": lease_user2}
+
+
+def expected_free(admin, pool_hosts, flavor):
+    """How many more of `flavor` fit, from the placement API alone."""
+    total = 0
+    for hyp in admin.get("/compute/v2.1/os-hypervisors")["hypervisors"]:
+        if hyp["hypervisor_hostname"] in pool_hosts:
+            continue
+        rps = admin.get(f"/resource_providers?name={hyp['hypervisor_hostname']}")["resource_providers"]
+        uuid = rps[0]["uuid"]
+        inv = admin.get(f"/resource_providers/{uuid}/inventories")["inventories"]
+        use = admin.get(f"/resource_providers/{uuid}/usages")["usages"]
+        n = None
+        for cls, need in (("VCPU", flavor["vcpus"]), ("MEMORY_MB", flavor["ram"]), ("DISK_GB", flavor["disk"])):
+            if need <= 0:
+                continue
+            i = inv[cls]
+            cap = int((i["total"] - i["reserved"]) * i["allocation_ratio"])
+            fit = max(0, cap - use.get(cls, 0)) // need if need <= i["max_unit"] else 0
+            n = fit if n is None else min(n, fit)
+        total += n or 0
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("berth", nargs="?")
+    parser.add_argument("--measure", metavar="URL", help="time each view of an already running berth")
+    parser.add_argument("--screenshots", help="write a PNG of each view into this directory")
+    args = parser.parse_args()
+    if args.measure:
+        measure(args.measure.rstrip("/"), args.screenshots)
+        return
+    check(args.berth, "give the berth binary (or --measure URL)")
+
+    workdir = tempfile.mkdtemp(prefix="berth-dashboard.")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([args.berth, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir",
+                             os.path.join(workdir, "data"), "--fake-hosts", "4", "--log", "warn"])
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(base + "/healthcheck", timeout=1)
+                break
+            except OSError:
+                check(proc.poll() is None and time.time() < deadline, "berth did not start")
+                time.sleep(0.05)
+        admin = Api(base)
+        made = setup(admin, base)
+        run_browser(base, admin, made, args.screenshots)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("dashboard browser test: all checks passed")
+
+
+def measure(base, screenshots):
+    """First render of each view at whatever scale `base` holds."""
+    errors = []
+    worst = 0.0
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        for name in ("capacity", "flavors", "calendar", "projects", "activity"):
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            t0 = time.monotonic()
+            page.goto(f"{base}/dashboard/#{name}")
+            page.wait_for_selector(f'#view[data-view="{name}"][data-ready="true"]', timeout=60000)
+            total = (time.monotonic() - t0) * 1000
+            worst = max(worst, total)
+            check(not errors, f"{name}: console errors: {errors}")
+            print(f"view {name:<9} first render {total:8.0f} ms (script after load: {page.get_attribute('#view', 'data-render-ms')} ms)")
+            if screenshots:
+                os.makedirs(screenshots, exist_ok=True)
+                page.screenshot(path=os.path.join(screenshots, f"{name}.png"))
+            page.close()
+        browser.close()
+    print(f"worst first render {worst:.0f} ms")
+
+
+def run_browser(base, admin, made, screenshots):
+    errors = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+
+        def open_view(name):
+            page.goto(f"{base}/dashboard/#{name}")
+            page.wait_for_selector(f'#view[data-view="{name}"][data-ready="true"]', timeout=15000)
+            check(not errors, f"{name}: console errors: {errors}")
+            ms = page.get_attribute("#view", "data-render-ms")
+            if screenshots:
+                os.makedirs(screenshots, exist_ok=True)
+                page.screenshot(path=os.path.join(screenshots, f"{name}.png"), full_page=True)
+            return ms
+
+        # Capacity: host count and one host's used VCPU, in the heatmap and
+        # in the host detail a click opens.
+        ms = open_view("capacity")
+        hyps = admin.get("/compute/v2.1/os-hypervisors/detail")["hypervisors"]
+        shown = int(page.inner_text("#host-count"))
+        check(shown == len(hyps), f"host count: page {shown}, API {len(hyps)}")
+        ok(f"capacity view ({ms} ms): host count {shown} = os-hypervisors")
+        busiest = None
+        for name in ("fake-0", "fake-1"):
+            uuid = admin.get(f"/resource_providers?name={name}")["resource_providers"][0]["uuid"]
+            used = admin.get(f"/resource_providers/{uuid}/usages")["usages"].get("VCPU", 0)
+            if busiest is None or used > busiest[2]:
+                busiest = (name, uuid, used)
+        name, uuid, used = busiest
+        check(used > 0, "a server landed on fake-0 or fake-1")
+        cell = page.locator(f'.cell[data-host="{name}"]')
+        check(int(cell.get_attribute("data-used")) == used, f"heatmap {name} VCPU used != placement's {used}")
+        cell.click()
+        page.wait_for_selector(f'#host-detail[data-uuid="{uuid}"]')
+        detail_used = int(page.inner_text('#host-detail tr[data-class="VCPU"] td.used'))
+        check(detail_used == used, f"host detail VCPU used {detail_used} != placement's {used}")
+        check(page.locator("#host-allocations tr").count() - 1 == len(
+            admin.get(f"/resource_providers/{uuid}/allocations")["allocations"]), "host detail allocations = placement's")
+        ok(f"capacity: {name} VCPU used {used} (heatmap and host detail) = placement usages; allocations listed")
+
+        # Free capacity by flavor.
+        ms = open_view("flavors")
+        free = {}
+        for fname in ("small", "large"):
+            flavor = admin.get(f"/compute/v2.1/flavors/{made['flavors'][fname]}")["flavor"]
+            want = expected_free(admin, set(made["pool"]), flavor)
+            free[fname] = int(page.inner_text(f'tr[data-flavor="{fname}"] td.free'))
+            check(free[fname] == want, f"free {fname}: page {free[fname]}, from placement {want}")
+            ok(f"flavors view ({ms} ms): {fname} fits {free[fname]} more = computed from placement inventories/usages")
+        metrics = urllib.request.urlopen(base + "/metrics").read().decode().splitlines()
+        for fname, n in free.items():
+            line = f'berth_free_capacity_by_flavor_total{{flavor="{fname}"}} {n}'
+            check(line in metrics, f"/metrics lacks {line!r}")
+        ok("/metrics: berth_free_capacity_by_flavor_total{flavor=...} = the view's counts")
+
+        # Lease calendar: the admin lease's bar where its dates say.
+        ms = open_view("calendar")
+        lease = admin.get(f"/reservation/v1/leases/{made['lease_admin']['id']}")["lease"]
+        start, end = parse_blazar_date(lease["start_date"]), parse_blazar_date(lease["end_date"])
+        svg = page.locator("#gantt-svg")
+        s0, s1 = int(svg.get_attribute("data-start")), int(svg.get_attribute("data-end"))
+        x0, width = float(svg.get_attribute("data-x0")), float(svg.get_attribute("data-width"))
+        bar = page.locator(f'rect.gantt-bar[data-lease="{lease["id"]}"]')
+        check(bar.count() == 1, f"one bar for the admin lease (found {bar.count()})")
+        want_x = x0 + (max(start, s0) - s0) * width / (s1 - s0)
+        want_w = (min(end, s1) - max(start, s0)) * width / (s1 - s0)
+        got_x, got_w = float(bar.get_attribute("x")), float(bar.get_attribute("width"))
+        check(abs(got_x - want_x) < 0.5 and abs(got_w - want_w) < 0.5,
+              f"bar at x={got_x} w={got_w}, dates say x={want_x:.1f} w={want_w:.1f}")
+        host_id = bar.get_attribute("data-host")
+        allocs = admin.get("/reservation/v1/os-hosts/allocations")["allocations"]
+        held = {a["resource_id"] for a in allocs if any(r["lease_id"] == lease["id"] for r in a["reservations"])}
+        check(host_id in held, f"bar on host {host_id}, the lease holds {held}")
+        check(page.locator("#now-line").count() == 1, "now line drawn")
+        ok(f"calendar view ({ms} ms): lease bar x={got_x:.1f} w={got_w:.1f} on host {host_id} = lease dates and allocation")
+
+        # Earliest-slot finder = GET /reservation/v1/availability.
+        page.select_option("#finder-type", "physical:host")
+        page.fill("#finder-hours", "24")
+        page.fill("#finder-count", "2")
+        page.click('#finder button[type="submit"]')
+        page.wait_for_selector("#finder-result[data-start]")
+        want = admin.get("/reservation/v1/availability?resource_type=physical:host&duration=86400&min=2&max=2")["availability"]
+        got_start = page.get_attribute("#finder-result", "data-start")
+        check(got_start == want["start_date"], f"finder start {got_start}, availability API {want['start_date']}")
+        check(page.get_attribute("#finder-result", "data-hosts") == ",".join(a["resource_id"] for a in want["allocations"]),
+              "finder hosts = availability API's")
+        check(page.locator("rect.slot").count() == len(want["allocations"]), "slot drawn on each host")
+        ok(f"earliest-slot finder: {got_start} on {len(want['allocations'])} hosts = GET /availability")
+        for zoom in ("day", "month"):
+            page.click(f"#zoom-{zoom}")
+            page.wait_for_selector(f'#view[data-ready="true"] #zoom-{zoom}[disabled]')
+        check(not errors, f"zoom: console errors: {errors}")
+        ok("calendar zoom day/month")
+
+        ms = open_view("projects")
+        rows = page.locator("#project-table tr[data-project]")
+        projects = {rows.nth(i).get_attribute("data-project") for i in range(rows.count())}
+        check({"admin", "proj2"} <= projects, f"admin sees both projects: {projects}")
+        used = int(page.get_attribute('tr[data-project="proj2"] td[data-resource="instances"]', "data-used"))
+        check(used == 1, f"proj2 instances used {used}")
+        ok(f"projects view ({ms} ms): admin sees {sorted(projects)}; proj2 uses 1 instance")
+
+        ms = open_view("activity")
+        check(int(page.inner_text("#errors-5xx")) == 0, "no 5xx answers so far")
+        check(page.locator('#activity-counters tr[data-counter="berth_compute_boots_accepted_total"]').count() == 1,
+              "boots counter shown")
+        ok(f"activity view ({ms} ms): counters, latency, 0 5xx")
+
+        # A non-admin: log in with user2:proj2's token.
+        page.click("#logout")
+        page.fill("#login-token", "user2:proj2")
+        page.click('#login-form button[type="submit"]')
+        page.wait_for_selector('#view[data-view="calendar"][data-ready="true"]')
+        check(page.locator('#tabs a[data-view="capacity"]').is_hidden(), "capacity tab hidden for a non-admin")
+        leases = {page.locator("rect.gantt-bar").nth(i).get_attribute("data-lease")
+                  for i in range(page.locator("rect.gantt-bar").count())}
+        check(leases == {made["lease_user2"]["id"]}, f"non-admin sees only its lease: {leases}")
+        page.goto(f"{base}/dashboard/#projects")
+        page.wait_for_selector('#view[data-view="projects"][data-ready="true"]')
+        rows = page.locator("#project-table tr[data-project]")
+        projects = {rows.nth(i).get_attribute("data-project") for i in range(rows.count())}
+        check(projects == {"proj2"}, f"non-admin sees only its project: {projects}")
+        status, _ = Api(base, "user2:proj2").call("GET", "/dashboard/api/capacity")
+        check(status == 403, f"non-admin capacity API answered {status}")
+        check(not errors, f"non-admin: console errors: {errors}")
+        ok("non-admin user2:proj2 sees only its lease and project; capacity refused (403)")
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()
