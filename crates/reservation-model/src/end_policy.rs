@@ -271,6 +271,7 @@ fn enrolled_row(id: i64, enrolment: &HostEnrolment, like: &ReservableHost, now: 
         trust_id: enrolment.trust_id.clone(),
         reservable: true,
         extra,
+        power: Default::default(),
         created_at: now,
         updated_at: None,
     }

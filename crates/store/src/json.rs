@@ -633,6 +633,7 @@ mod tests {
                 trust_id: "t".into(),
                 reservable: false,
                 extra: [("gpu".to_owned(), "true".to_owned())].into(),
+                power: Default::default(),
                 created_at: 1,
                 updated_at: None,
             }),
