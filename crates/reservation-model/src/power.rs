@@ -152,7 +152,8 @@ pub fn issued_last_minute(hosts: &[HostFacts], now: Timestamp) -> (usize, usize)
     let recent = |h: &&HostFacts| h.power.issued_at.is_some_and(|t| t > now - 60);
     let downs =
         hosts.iter().filter(recent).filter(|h| matches!(h.power.state, PowerState::PoweringOff | PowerState::Off));
-    let ups = hosts.iter().filter(recent).filter(|h| !matches!(h.power.state, PowerState::PoweringOff | PowerState::Off));
+    let ups =
+        hosts.iter().filter(recent).filter(|h| !matches!(h.power.state, PowerState::PoweringOff | PowerState::Off));
     (downs.count(), ups.count())
 }
 
@@ -359,7 +360,8 @@ pub fn plan_power(
         let past = tables.hosts.get(id).is_some_and(|h| h.power.deadline.is_some_and(|t| now >= t));
         if past
             && set_state(*id, &[PowerState::PoweringOn], &|h| {
-                h.power = HostPower { state: PowerState::Failed, since: now, issued_at: h.power.issued_at, deadline: None };
+                h.power =
+                    HostPower { state: PowerState::Failed, since: now, issued_at: h.power.issued_at, deadline: None };
                 h.reservable = false;
             })
         {
@@ -376,7 +378,8 @@ pub fn plan_power(
     for id in &decision.power_on {
         let deadline = now.saturating_add(cfg.resume_timeout.max(0));
         if set_state(*id, &[PowerState::Off, PowerState::Failed], &|h| {
-            h.power = HostPower { state: PowerState::PoweringOn, since: now, issued_at: Some(now), deadline: Some(deadline) };
+            h.power =
+                HostPower { state: PowerState::PoweringOn, since: now, issued_at: Some(now), deadline: Some(deadline) };
         }) {
             let name = tables.hosts[id].hypervisor_hostname.clone();
             out.commands.push(PowerCommand { host_id: *id, host_name: name, on: true });
@@ -390,8 +393,12 @@ pub fn plan_power(
         }
         let deadline = now.saturating_add(cfg.resume_timeout.max(0));
         if set_state(*id, &[PowerState::On], &|h| {
-            h.power =
-                HostPower { state: PowerState::PoweringOff, since: now, issued_at: Some(now), deadline: Some(deadline) };
+            h.power = HostPower {
+                state: PowerState::PoweringOff,
+                since: now,
+                issued_at: Some(now),
+                deadline: Some(deadline),
+            };
         }) {
             out.commands.push(PowerCommand { host_id: *id, host_name: host.hypervisor_hostname.clone(), on: false });
         }

@@ -83,6 +83,7 @@ impl Reservations {
             return Vec::new();
         }
         let decision = power::decide(&facts, now, &cfg, 0);
+
         if decision.is_empty() {
             return Vec::new();
         }

@@ -3,8 +3,8 @@
 //! other compute rows.
 
 use berth_compute_model::lease::{
-    EndPolicy, EventStatus, EventType, HostAllocation, HostPower, Lease, LeaseEvent, LeaseStatus, PowerState, ReservableHost,
-    Reservation, ReservationKind, ReservationStatus, ResourceProperty,
+    EndPolicy, EventStatus, EventType, HostAllocation, HostPower, Lease, LeaseEvent, LeaseStatus, PowerState,
+    ReservableHost, Reservation, ReservationKind, ReservationStatus, ResourceProperty,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;

@@ -238,7 +238,10 @@ fn is_up(ctx: &ComputeCtx, host: &str) -> bool {
 /// host switched off on purpose (power management) is `down` and
 /// `disabled` with the power state as the reason, as Nova shows a host an
 /// operator took down.
-fn powered_service(ctx: &ComputeCtx, service: &berth_compute_model::cell::Service) -> (berth_compute_model::cell::Service, bool) {
+fn powered_service(
+    ctx: &ComputeCtx,
+    service: &berth_compute_model::cell::Service,
+) -> (berth_compute_model::cell::Service, bool) {
     let up = is_up(ctx, &service.host);
     let power = berth_compute::control::read(&*ctx.compute.control, |w| {
         w.compute.leases.host_of_service(&service.host).map(|h| h.power.state)
@@ -424,12 +427,8 @@ fn hypervisors(ctx: Arc<ComputeCtx>, req: Req, detail: bool) -> HandlerFuture {
         for (service, node) in &entries {
             let (shown, up) = powered_service(&ctx, &service.service);
             let servers: Vec<(Uuid, &str)> = Vec::new();
-            let source = hv_view::HypervisorSource {
-                node,
-                service: &shown,
-                up,
-                servers: with_servers.then_some(&servers[..]),
-            };
+            let source =
+                hv_view::HypervisorSource { node, service: &shown, up, servers: with_servers.then_some(&servers[..]) };
             if detail {
                 let usage = usage_of(&ctx, node, service.instances);
                 items.push(hv_view::detail_item(v, &source, &usage, None));
