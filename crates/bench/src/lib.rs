@@ -20,6 +20,7 @@ mod auth;
 mod boot;
 mod candidates;
 mod common;
+mod energy;
 mod leases;
 mod soak;
 mod write;
@@ -50,6 +51,10 @@ enum BenchKind {
     /// GET /compute/v2.1/servers with Keystone auth vs noauth2, and
     /// Keystone calls per distinct token.
     Auth(auth::AuthOpts),
+    /// Power management of the reservation pool over a year: energy vs
+    /// always-on for berth's policy, a Slurm-like and a Watcher-like one
+    /// (a simulation over the server's pure policy code).
+    Energy(energy::EnergyOpts),
 }
 
 /// Runs the benchmark `opts` names on a runtime of its own, starting
@@ -63,5 +68,6 @@ pub fn run(opts: BenchOpts, binaries: &Binaries) -> anyhow::Result<()> {
         BenchKind::Leases(l) => runtime.block_on(leases::run(l, binaries)),
         BenchKind::Soak(s) => runtime.block_on(soak::run(s, binaries)),
         BenchKind::Auth(a) => runtime.block_on(auth::run(a, binaries)),
+        BenchKind::Energy(e) => energy::run(e),
     }
 }

@@ -190,7 +190,11 @@ pub fn decide(hosts: &[HostFacts], now: Timestamp, cfg: &PowerConfig, extra_want
     let mut down_budget = cfg.down_per_min.saturating_sub(downs);
 
     // Wake the hosts a lease needs soon, earliest first.
-    let mut off: Vec<&HostFacts> = hosts.iter().filter(|h| h.power.state == PowerState::Off).collect();
+    // Hosts going `off` in this very decision may be woken by it too.
+    let mut off: Vec<&HostFacts> = hosts
+        .iter()
+        .filter(|h| h.power.state == PowerState::Off || d.went_off.contains(&h.id))
+        .collect();
     off.sort_by_key(|h| (h.next_needed, h.id));
     let (wake, rest): (Vec<&HostFacts>, Vec<&HostFacts>) = off.into_iter().partition(|h| needed(h));
     for h in wake {
@@ -207,12 +211,14 @@ pub fn decide(hosts: &[HostFacts], now: Timestamp, cfg: &PowerConfig, extra_want
     let mut spares: Vec<&HostFacts> =
         hosts.iter().filter(|h| h.power.state == PowerState::On && !h.busy && !needed(h)).collect();
     let eligible = |h: &HostFacts| now - h.idle_since >= cfg.suspend_time;
-    // Kept first: hosts not yet idle long enough, then the soonest needed.
-    spares.sort_by_key(|h| (eligible(h), h.next_needed, h.id));
+    // Kept first: hosts not yet idle long enough, then those needed
+    // latest (a spare serves on-demand boots; one needed soon cannot take
+    // a long one).
+    spares.sort_by_key(|h| (eligible(h), std::cmp::Reverse(h.next_needed), h.id));
     let have = spares.len() + coming;
     if have < want {
-        // Too few spares: wake some (the ones needed soonest first).
-        for h in rest.iter().take(want - have) {
+        // Too few spares: wake some (those needed latest first).
+        for h in rest.iter().rev().take(want - have) {
             if up_budget == 0 {
                 break;
             }
@@ -330,11 +336,12 @@ pub fn plan_power(
     let mut rows: BTreeMap<i64, ReservableHost> = BTreeMap::new();
     let mut out = PowerOutcome::default();
     let mut set_state = |id: i64, from: &[PowerState], f: &dyn Fn(&mut ReservableHost)| -> bool {
-        let Some(h) = tables.hosts.get(&id) else { return false };
-        if !from.contains(&h.power.state) || rows.contains_key(&id) {
+        // The row as this write leaves it so far (a host going `off` may
+        // be switched on in the same write).
+        let Some(mut h) = rows.get(&id).or_else(|| tables.hosts.get(&id)).cloned() else { return false };
+        if !from.contains(&h.power.state) {
             return false;
         }
-        let mut h = h.clone();
         f(&mut h);
         h.updated_at = Some(now);
         rows.insert(id, h);
