@@ -749,6 +749,47 @@ pub(crate) fn migrate(opts: MigrateOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The power management flags, checked.
+fn power_config(opts: &ServeOpts) -> anyhow::Result<berth_reservations::PowerConfig> {
+    use berth_reservations::{PowerConfig, PowerPolicy};
+    let d = PowerConfig::default();
+    let policy = match &opts.power_policy {
+        None => PowerPolicy::Off,
+        Some(text) => PowerPolicy::parse(text)
+            .with_context(|| format!("invalid --power-policy {text:?} (one of off, reservations)"))?,
+    };
+    let secs = |v: Option<i64>, default: i64, flag: &str| -> anyhow::Result<i64> {
+        match v {
+            Some(v) if v < 0 => anyhow::bail!("--{flag} must be a number of seconds >= 0"),
+            v => Ok(v.unwrap_or(default)),
+        }
+    };
+    let per_min = |v: Option<usize>, default: usize, flag: &str| -> anyhow::Result<usize> {
+        match v {
+            Some(0) => anyhow::bail!("--{flag} must be at least 1"),
+            v => Ok(v.unwrap_or(default)),
+        }
+    };
+    let watts = |v: Option<f64>, default: f64, flag: &str| -> anyhow::Result<f64> {
+        match v {
+            Some(v) if !(v.is_finite() && v >= 0.0) => anyhow::bail!("--{flag} must be a number of watts >= 0"),
+            v => Ok(v.unwrap_or(default)),
+        }
+    };
+    Ok(PowerConfig {
+        policy,
+        suspend_time: secs(opts.suspend_time, d.suspend_time, "suspend-time")?,
+        power_on_secs: secs(opts.power_on_secs, d.power_on_secs, "power-on-secs")?,
+        margin: secs(opts.power_margin, d.margin, "power-margin")?,
+        spare_hosts: opts.spare_hosts.unwrap_or(d.spare_hosts),
+        resume_timeout: secs(opts.power_resume_timeout, d.resume_timeout, "power-resume-timeout")?,
+        down_per_min: per_min(opts.power_down_per_min, d.down_per_min, "power-down-per-min")?,
+        up_per_min: per_min(opts.power_up_per_min, d.up_per_min, "power-up-per-min")?,
+        watts_idle: watts(opts.host_watts_idle, d.watts_idle, "host-watts-idle")?,
+        watts_busy: watts(opts.host_watts_busy, d.watts_busy, "host-watts-busy")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -826,45 +867,4 @@ mod tests {
         assert_eq!(overridden.expect("ok").max_candidates, Some(9), "flag beats file");
         let _ = std::fs::remove_dir_all(&dir);
     }
-}
-
-/// The power management flags, checked.
-fn power_config(opts: &ServeOpts) -> anyhow::Result<berth_reservations::PowerConfig> {
-    use berth_reservations::{PowerConfig, PowerPolicy};
-    let d = PowerConfig::default();
-    let policy = match &opts.power_policy {
-        None => PowerPolicy::Off,
-        Some(text) => PowerPolicy::parse(text)
-            .with_context(|| format!("invalid --power-policy {text:?} (one of off, reservations)"))?,
-    };
-    let secs = |v: Option<i64>, default: i64, flag: &str| -> anyhow::Result<i64> {
-        match v {
-            Some(v) if v < 0 => anyhow::bail!("--{flag} must be a number of seconds >= 0"),
-            v => Ok(v.unwrap_or(default)),
-        }
-    };
-    let per_min = |v: Option<usize>, default: usize, flag: &str| -> anyhow::Result<usize> {
-        match v {
-            Some(0) => anyhow::bail!("--{flag} must be at least 1"),
-            v => Ok(v.unwrap_or(default)),
-        }
-    };
-    let watts = |v: Option<f64>, default: f64, flag: &str| -> anyhow::Result<f64> {
-        match v {
-            Some(v) if !(v.is_finite() && v >= 0.0) => anyhow::bail!("--{flag} must be a number of watts >= 0"),
-            v => Ok(v.unwrap_or(default)),
-        }
-    };
-    Ok(PowerConfig {
-        policy,
-        suspend_time: secs(opts.suspend_time, d.suspend_time, "suspend-time")?,
-        power_on_secs: secs(opts.power_on_secs, d.power_on_secs, "power-on-secs")?,
-        margin: secs(opts.power_margin, d.margin, "power-margin")?,
-        spare_hosts: opts.spare_hosts.unwrap_or(d.spare_hosts),
-        resume_timeout: secs(opts.power_resume_timeout, d.resume_timeout, "power-resume-timeout")?,
-        down_per_min: per_min(opts.power_down_per_min, d.down_per_min, "power-down-per-min")?,
-        up_per_min: per_min(opts.power_up_per_min, d.up_per_min, "power-up-per-min")?,
-        watts_idle: watts(opts.host_watts_idle, d.watts_idle, "host-watts-idle")?,
-        watts_busy: watts(opts.host_watts_busy, d.watts_busy, "host-watts-busy")?,
-    })
 }
