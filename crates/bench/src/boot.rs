@@ -140,31 +140,7 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     println!("{} hosts registered and reported in {:.1} s", opts.hosts, started.elapsed().as_secs_f64());
 
     let nova = Nova::new(&format!("{url}/compute/v2.1"), opts.concurrency * 2)?;
-    let (status, _) = nova
-        .call(
-            reqwest::Method::PUT,
-            "/os-quota-sets/admin",
-            Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "quota update: {status}");
-    let (status, flavor) = nova
-        .call(
-            reqwest::Method::POST,
-            "/flavors",
-            Some(json!({"flavor": {"name": "bench", "vcpus": 1, "ram": 64, "disk": 1}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "flavor create: {status}");
-    let flavor = flavor["flavor"]["id"].as_str().unwrap_or("").to_owned();
-    let resp = admin
-        .post(format!("{url}/image/v2/images"))
-        .header("x-auth-token", "admin")
-        .json(&json!({"name": "bench", "disk_format": "qcow2", "container_format": "bare", "visibility": "public"}))
-        .send()
-        .await?;
-    let image: Value = resp.json().await?;
-    let image = image["id"].as_str().unwrap_or("").to_owned();
+    let (flavor, image) = crate::common::boot_inputs(&nova, &url, ("bench", 1, 64, 1)).await?;
 
     // Boot until ACTIVE.
     let navs: Vec<Nova> = servers

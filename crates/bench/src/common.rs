@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// The executables a benchmark starts. The binary passes them in: this
 /// crate never looks for itself.
@@ -328,6 +328,44 @@ pub(crate) fn capacity(inventory: &Value) -> i64 {
     let reserved = inventory["reserved"].as_i64().unwrap_or(0);
     let ratio = inventory["allocation_ratio"].as_f64().unwrap_or(1.0);
     ((total - reserved) as f64 * ratio).floor() as i64
+}
+
+/// What the boot benchmarks set up before booting: the admin project's
+/// quota unlimited, a public flavor (`name`, vCPUs, RAM MiB, disk GiB) and
+/// a public image. Returns the flavor and image ids.
+pub(crate) async fn boot_inputs(
+    nova: &Nova,
+    url: &str,
+    flavor: (&str, i64, i64, i64),
+) -> anyhow::Result<(String, String)> {
+    let (status, body) = nova
+        .call(
+            reqwest::Method::PUT,
+            "/os-quota-sets/admin",
+            Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
+        )
+        .await?;
+    anyhow::ensure!(status == 200, "quota update: {status} {body}");
+    let (name, vcpus, ram, disk) = flavor;
+    let (status, body) = nova
+        .call(
+            reqwest::Method::POST,
+            "/flavors",
+            Some(json!({"flavor": {"name": name, "vcpus": vcpus, "ram": ram, "disk": disk}})),
+        )
+        .await?;
+    anyhow::ensure!(status == 200, "flavor create: {status} {body}");
+    let flavor = body["flavor"]["id"].as_str().unwrap_or("").to_owned();
+    let resp = nova
+        .client
+        .post(format!("{url}/image/v2/images"))
+        .header("x-auth-token", "admin")
+        .json(&json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": "public"}))
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
+    let image: Value = resp.json().await?;
+    Ok((flavor, image["id"].as_str().unwrap_or("").to_owned()))
 }
 
 #[cfg(test)]

@@ -31,7 +31,10 @@
 //! each living `--ondemand-days-min` to `--ondemand-days-max` days) are
 //! booked and deleted through the compute API. Each step waits until the
 //! lease events due have run and the reclaimed hosts are drained (or a
-//! second has passed), then samples `berth_pool_lent_servers`. Reported:
+//! second has passed), then samples `berth_pool_lent_servers`. Half the
+//! leases (`--lend-online-share`) are booked during the year, a step and an hour
+//! to `--lend-notice-days` before their start, so lent hosts must be taken
+//! back at short notice. Reported:
 //! server-hours placed on pool hosts (the capacity lending adds), lease
 //! starts and late starts (`berth_lease_starts_late_total`), drain
 //! migrations per lease start, on-demand boots placed and refused, and the
@@ -103,6 +106,14 @@ pub(crate) struct LeasesOpts {
     /// `--lend`: longest on-demand server life, in days.
     #[arg(long, default_value_t = 11)]
     ondemand_days_max: i64,
+    /// `--lend`: the share of `--leases` booked during the year, a few
+    /// days before their start, rather than all at once beforehand.
+    #[arg(long, default_value_t = 0.5)]
+    lend_online_share: f64,
+    /// `--lend`: the longest notice of a lease booked during the year, in
+    /// days (at least a step and an hour).
+    #[arg(long, default_value_t = 7)]
+    lend_notice_days: i64,
     /// Write the figures as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -295,14 +306,30 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
     // 1. Admission.
     let now = server_now(&blazar).await?;
     let mut rng = Rng(opts.seed);
-    let bodies: Vec<Value> = (0..opts.leases)
+    let mut starts: Vec<i64> = Vec::with_capacity(opts.leases);
+    let mut bodies: Vec<Value> = (0..opts.leases)
         .map(|i| {
             let start = minute(now + DAY + rng.range(0, opts.days.max(1) * DAY));
             let end = start + random_duration(&mut rng);
+            starts.push(start);
             json!({"name": format!("bench-{i}"), "start_date": blazar_date(start), "end_date": blazar_date(end),
                    "reservations": [random_reservation(&mut rng, opts.instance_share)], "events": []})
         })
         .collect();
+    // `--lend`: the online share is booked during the year, a few days
+    // before each start, as users book; the rest now (the admission
+    // figure).
+    let mut online: Vec<(i64, Value)> = Vec::new();
+    if opts.lend {
+        let keep = bodies.len() - (bodies.len() as f64 * opts.lend_online_share.clamp(0.0, 1.0)) as usize;
+        for (body, start) in bodies.split_off(keep).into_iter().zip(starts.split_off(keep)) {
+            // At least a step and an hour: booked at a step before its start.
+            let step = opts.lend_step_hours.max(1) * HOUR;
+            let notice = rng.range(step + HOUR, (opts.lend_notice_days.max(1) * DAY).max(step + 2 * HOUR));
+            online.push(((start - notice).max(now), body));
+        }
+        online.sort_by_key(|(at, _)| *at);
+    }
     let t = Instant::now();
     let posted = post_all(&blazar, "/reservation/v1/leases", bodies, opts.concurrency).await?;
     let elapsed = t.elapsed().as_secs_f64();
@@ -327,7 +354,7 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
     println!("  server RSS after admission {:.0} MiB", rss_mib(berth.child.id()));
     let admissions_per_s = decided as f64 / elapsed;
     if opts.lend {
-        let lent = lend_year(&opts, &url, &blazar, &mut rng).await?;
+        let lent = lend_year(&opts, &url, &blazar, &mut rng, online).await?;
         println!("  server RSS {:.0} MiB", rss_mib(berth.child.id()));
         if let Some(path) = &opts.json {
             let body = json!({
@@ -340,6 +367,7 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
                 "migrations_per_lease_start": lent.migrations as f64 / (lent.lease_starts.max(1)) as f64,
                 "hosts_swapped": lent.hosts_swapped, "ondemand_boots": lent.boots,
                 "ondemand_refused": lent.refused, "steps": lent.steps, "seconds": lent.seconds,
+                "online_leases_admitted": lent.online_admitted, "online_leases_refused": lent.online_refused,
             });
             std::fs::write(path, serde_json::to_string_pretty(&body)?)?;
         }
@@ -454,38 +482,23 @@ struct LentYear {
     refused: u64,
     steps: i64,
     seconds: f64,
+    /// Leases booked during the year: admitted, refused.
+    online_admitted: usize,
+    online_refused: usize,
 }
 
 /// `--lend`: the year on the virtual clock (module doc).
-async fn lend_year(opts: &LeasesOpts, url: &str, blazar: &Blazar, rng: &mut Rng) -> anyhow::Result<LentYear> {
+async fn lend_year(
+    opts: &LeasesOpts,
+    url: &str,
+    blazar: &Blazar,
+    rng: &mut Rng,
+    online: Vec<(i64, Value)>,
+) -> anyhow::Result<LentYear> {
+    let mut online = online.into_iter().peekable();
+    let (mut online_admitted, mut online_refused) = (0usize, 0usize);
     let nova = Nova::new(&format!("{url}/compute/v2.1"), 16)?;
-    let (status, body) = nova
-        .call(
-            reqwest::Method::PUT,
-            "/os-quota-sets/admin",
-            Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "quota update: {status} {body}");
-    let (status, flavor) = nova
-        .call(
-            reqwest::Method::POST,
-            "/flavors",
-            Some(json!({"flavor": {"name": "ondemand", "vcpus": 2, "ram": 4096, "disk": 20}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "flavor create: {status} {flavor}");
-    let flavor = flavor["flavor"]["id"].as_str().unwrap_or("").to_owned();
-    let resp = blazar
-        .client
-        .post(format!("{url}/image/v2/images"))
-        .header("x-auth-token", "admin")
-        .json(&json!({"name": "ondemand", "disk_format": "qcow2", "container_format": "bare", "visibility": "public"}))
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
-    let image: Value = resp.json().await?;
-    let image = image["id"].as_str().unwrap_or("").to_owned();
+    let (flavor, image) = crate::common::boot_inputs(&nova, url, ("ondemand", 2, 4096, 20)).await?;
 
     let step = opts.lend_step_hours.max(1) * HOUR;
     let steps = opts.days.max(1) * DAY / step;
@@ -515,6 +528,17 @@ async fn lend_year(opts: &LeasesOpts, url: &str, blazar: &Blazar, rng: &mut Rng)
         while let Some(done) = deletes.join_next().await {
             let (status, body) = done??;
             anyhow::ensure!(status == 204 || status == 404, "delete: {status} {body}");
+        }
+        // Leases booked now (their notice before the start).
+        let mut due = Vec::new();
+        while let Some((_, body)) = online.next_if(|(at, _)| *at <= now) {
+            due.push(body);
+        }
+        if !due.is_empty() {
+            let posted = post_all(blazar, "/reservation/v1/leases", due, 8).await?;
+            anyhow::ensure!(posted.failed == 0, "online leases: {:?}", posted.first_failure);
+            online_admitted += posted.created.len();
+            online_refused += posted.refused;
         }
         // New on-demand servers.
         let mut creates = tokio::task::JoinSet::new();
@@ -560,7 +584,10 @@ async fn lend_year(opts: &LeasesOpts, url: &str, blazar: &Blazar, rng: &mut Rng)
         refused: after("berth_compute_instances_buried_total").await - buried0,
         steps,
         seconds: t.elapsed().as_secs_f64(),
+        online_admitted,
+        online_refused,
     };
+    println!("  lending: {} leases booked during the year ({} refused)", year.online_admitted, year.online_refused);
     println!(
         "  lending: {} steps of {} h in {:.0} s: {} on-demand boots ({} refused: no room), {:.0} server-hours on \
          pool hosts; {} lease starts, {} late, {} drain migrations ({:.2} per start), {} busy hosts swapped",

@@ -580,7 +580,13 @@ pub fn list_hosts(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let world = ctx.core.read();
     let admin = is_admin(req);
     let now = ctx.reservations.compute.now();
-    let hosts: Vec<Value> = world.compute.leases.hosts.values().map(|h| host_view(&world, h, admin, now)).collect();
+    let hosts: Vec<Value> = world
+        .compute
+        .leases
+        .hosts
+        .values()
+        .map(|h| host_view(&world, h, admin, now, ctx.reservations.lend_lead()))
+        .collect();
     Ok(Resp::ok(json!({"hosts": hosts})))
 }
 
@@ -595,7 +601,9 @@ pub fn show_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
         .hosts
         .get(&id)
         .ok_or_else(|| ApiError::not_found(format!("Object with {{'host_id': '{id}'}} not found")))?;
-    Ok(Resp::ok(json!({"host": host_view(&world, host, is_admin(req), ctx.reservations.compute.now())})))
+    Ok(Resp::ok(
+        json!({"host": host_view(&world, host, is_admin(req), ctx.reservations.compute.now(), ctx.reservations.lend_lead())}),
+    ))
 }
 
 fn extra_capabilities(map: &Map<String, Value>, skip: &[&str]) -> ApiResult<BTreeMap<String, String>> {
@@ -632,7 +640,10 @@ pub fn create_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     })?;
     ctx.reservations.leases_changed();
     let world = ctx.core.read();
-    Ok(Resp::json(StatusCode::CREATED, json!({"host": host_view(&world, &host, true, now)})))
+    Ok(Resp::json(
+        StatusCode::CREATED,
+        json!({"host": host_view(&world, &host, true, now, ctx.reservations.lend_lead())}),
+    ))
 }
 
 fn enrolment_of(world: &World, name: &str, extra: BTreeMap<String, String>) -> ApiResult<plan::HostEnrolment> {
@@ -657,7 +668,7 @@ pub fn update_host(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let now = ctx.reservations.compute.now();
     let host = ctx.core.write(|w| plan::plan_update_host(w, id, &extra, now).map_err(refused))?;
     let world = ctx.core.read();
-    Ok(Resp::ok(json!({"host": host_view(&world, &host, true, now)})))
+    Ok(Resp::ok(json!({"host": host_view(&world, &host, true, now, ctx.reservations.lend_lead())})))
 }
 
 /// `DELETE /os-hosts/{id}`: refused while a lease holds the host.

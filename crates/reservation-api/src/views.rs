@@ -80,7 +80,7 @@ pub fn lease_view(lease: &Lease) -> Value {
     })
 }
 
-pub(crate) fn host_view(world: &World, host: &ReservableHost, admin: bool, now: i64) -> Value {
+pub(crate) fn host_view(world: &World, host: &ReservableHost, admin: bool, now: i64, lend_lead: Option<i64>) -> Value {
     // Capacity as admission reads it: the node's inventory now.
     let capacity = plan::capacity::host_capacity(world, host);
     let mut out = json!({
@@ -102,7 +102,7 @@ pub(crate) fn host_view(world: &World, host: &ReservableHost, admin: bool, now: 
     // berth's extension, after the extra capabilities so none hides it:
     // `free`, `reserved` (a lease's window holds it) or `recycling` (an
     // ended `recycle` lease's servers still run on it).
-    map.insert("pool_state".into(), json!(plan::end_policy::pool_state(world, host.id, now).as_str()));
+    map.insert("pool_state".into(), json!(plan::end_policy::pool_state(world, host.id, now, lend_lead).as_str()));
     // Power management (issue 22): `on`, `powering-off`, `off`,
     // `powering-on` or `failed`.
     map.insert("power_state".into(), json!(host.power.state.as_str()));

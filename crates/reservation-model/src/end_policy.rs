@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use berth_model::Uuid;
 
 use berth_compute_model::lease::{
-    Booking, EndPolicy, EventType, Lease, ReservableHost, ReservationKind, ReservationStatus,
+    Booking, EndPolicy, EventType, Lease, PowerState, ReservableHost, ReservationKind, ReservationStatus,
 };
 use berth_compute_model::ComputeChange as C;
 use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};
@@ -360,6 +360,12 @@ pub enum PoolState {
     Reserved,
     /// An ended `recycle` lease's servers still run on it.
     Recycling,
+    /// Free, and lent to ordinary boots (pool lending: no lease needs it
+    /// within the lead).
+    Lent,
+    /// Free, but a lease needs it within the lending lead: it takes no
+    /// more ordinary boots and its ordinary servers are moved away.
+    Reclaimed,
 }
 
 impl PoolState {
@@ -369,6 +375,8 @@ impl PoolState {
             PoolState::Free => "free",
             PoolState::Reserved => "reserved",
             PoolState::Recycling => "recycling",
+            PoolState::Lent => "lent",
+            PoolState::Reclaimed => "reclaimed",
         }
     }
 }
@@ -376,7 +384,7 @@ impl PoolState {
 /// A pool host's state at `now`: recycling while an ended lease still
 /// lists it (its grace may be over, its servers being deleted), reserved
 /// while a lease's window holds it.
-pub fn pool_state(world: &World, host_id: i64, now: Timestamp) -> PoolState {
+pub fn pool_state(world: &World, host_id: i64, now: Timestamp, lend_lead: Option<Timestamp>) -> PoolState {
     let tables = &world.compute.leases;
     let mut state = PoolState::Free;
     for b in tables.bookings.get(&host_id).into_iter().flatten() {
@@ -388,7 +396,19 @@ pub fn pool_state(world: &World, host_id: i64, now: Timestamp) -> PoolState {
             state = PoolState::Reserved;
         }
     }
-    state
+    match (state, lend_lead) {
+        // A host switched off (power management) lends nothing.
+        (PoolState::Free, Some(_)) if tables.lent(host_id, now, lend_lead) => {
+            let on = tables.hosts.get(&host_id).is_none_or(|h| h.power.state == PowerState::On);
+            if on {
+                PoolState::Lent
+            } else {
+                PoolState::Free
+            }
+        }
+        (PoolState::Free, Some(_)) => PoolState::Reclaimed,
+        _ => state,
+    }
 }
 
 /// The enrolment fields of a compute node (by node or service host name)

@@ -907,8 +907,8 @@ fn recycle_keeps_a_busy_host_out_of_the_pool_until_its_grace_or_its_last_server(
         (ended.reservations[0].recycling.clone(), ended.reservations[0].recycle_until),
         (vec![busy], Some(H + 600))
     );
-    assert_eq!(end_policy::pool_state(&world, busy, H), PoolState::Recycling);
-    assert_eq!(end_policy::pool_state(&world, idle, H), PoolState::Free);
+    assert_eq!(end_policy::pool_state(&world, busy, H, None), PoolState::Recycling);
+    assert_eq!(end_policy::pool_state(&world, idle, H, None), PoolState::Free);
     assert_eq!(end_policy::recycling_host_count(&world), 1);
     // During the grace, only the idle host can be leased.
     assert!(admit(&mut world, &lease(H, H + 300, vec![hosts(2, 2)])).is_err());
@@ -925,7 +925,7 @@ fn recycle_keeps_a_busy_host_out_of_the_pool_until_its_grace_or_its_last_server(
     world.apply(&end_policy::plan_drop_recycled(&world, a.id, H + 600).unwrap());
     assert!(world.compute.leases.leases[&a.id].reservations[0].recycling.is_empty());
     assert_eq!(
-        end_policy::pool_state(&world, busy, H + 600),
+        end_policy::pool_state(&world, busy, H + 600, None),
         PoolState::Reserved,
         "rejoined the pool, held by the next lease"
     );

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::leases::{assert_blazar_error, wait_lease};
 use super::support::{wait_gone, Cloud, Hosts, Nova};
-use crate::support::{Client, Reply, TestServer};
+use crate::support::{Client, TestServer};
 
 /// 2040-01-01 00:00 UTC.
 const Y2040: i64 = 2_208_988_800;
@@ -45,25 +46,6 @@ fn host_lease(name: &str, start: &str, end: &str, count: i64, extra: Value) -> V
          "hypervisor_properties": "", "resource_properties": ""}]});
     body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
     body
-}
-
-fn assert_blazar_error(reply: &Reply, status: u16, text: &str) {
-    assert_eq!(reply.status, status, "{:?}", reply.body);
-    assert_eq!(reply.body["error_code"], json!(status), "{:?}", reply.body);
-    let message = reply.body["error_message"].as_str().unwrap_or("");
-    assert!(message.contains(text), "want {text:?} in {message:?}");
-}
-
-async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let lease = client.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
-        if lease["status"] == json!(status) {
-            return lease;
-        }
-        assert!(Instant::now() < deadline, "lease {id} never became {status}: {lease}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// `os-hosts`: hypervisor host name → (id, pool_state).

@@ -39,7 +39,7 @@ fn slot_lease(name: &str, start: &str, end: &str, amount: i64, vcpus: i64, affin
          "disk_gb": 1, "affinity": affinity, "resource_properties": ""}]})
 }
 
-fn assert_blazar_error(reply: &Reply, status: u16, text: &str) {
+pub(super) fn assert_blazar_error(reply: &Reply, status: u16, text: &str) {
     assert_eq!(reply.status, status, "{:?}", reply.body);
     assert_eq!(reply.body["error_code"], json!(status), "{:?}", reply.body);
     let message = reply.body["error_message"].as_str().unwrap_or("");

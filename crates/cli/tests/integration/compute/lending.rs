@@ -74,6 +74,12 @@ async fn host_of(nova: &Nova, id: &str) -> Value {
     nova.get(&format!("/servers/{id}")).await.body["server"]["OS-EXT-SRV-ATTR:host"].clone()
 }
 
+/// `os-hosts`' `pool_state` of a pool host.
+async fn pool_state(admin: &Client, name: &str) -> Value {
+    let hosts = admin.get("/reservation/v1/os-hosts").await.body;
+    hosts["hosts"].as_array().unwrap().iter().find(|h| h["hypervisor_hostname"] == name).unwrap()["pool_state"].clone()
+}
+
 async fn metric(server: &TestServer, name: &str) -> u64 {
     server.metric(name).await
 }
@@ -114,6 +120,7 @@ async fn a_lent_host_is_drained_before_its_lease_starts_on_time() {
     let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
     let rid = reply.body["lease"]["reservations"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(metric(&cloud.server, "berth_pool_hosts_lent").await, 2);
+    assert_eq!(pool_state(&admin, "p0").await, json!("lent"));
 
     // Lent hosts come last: an ordinary boot goes to the general host
     // while it has room.
@@ -141,6 +148,8 @@ async fn a_lent_host_is_drained_before_its_lease_starts_on_time() {
     // servers, and the ones it carries move away.
     advance(&cloud.server, 3000 + 1).await;
     eventually("p0 no longer lent", || async { metric(&cloud.server, "berth_pool_hosts_lent").await == 1 }).await;
+    assert_eq!(pool_state(&admin, "p0").await, json!("reclaimed"));
+    assert_eq!(pool_state(&admin, "p1").await, json!("lent"));
     let refused = nova.boot("late", &flavor, &image, json!({"availability_zone": "nova:p0"})).await;
     assert_eq!(refused.status, 202, "{:?}", refused.body);
     let refused = nova.wait_settled(refused.body["server"]["id"].as_str().unwrap()).await;
@@ -179,6 +188,7 @@ async fn a_lent_host_is_drained_before_its_lease_starts_on_time() {
     assert_eq!(held["reservations"][0]["id"], json!(rid), "{allocations}");
     assert_eq!(metric(&cloud.server, "berth_lease_starts_on_time_total").await, 1);
     assert_eq!(metric(&cloud.server, "berth_pool_drains_late_total").await, 0);
+    assert_eq!(pool_state(&admin, "p0").await, json!("reserved"));
     let mine = nova.boot("mine", &flavor, &image, json!({"os:scheduler_hints": {"reservation": rid}})).await;
     let mine = nova.wait_settled(mine.body["server"]["id"].as_str().unwrap()).await;
     assert_eq!(mine["OS-EXT-SRV-ATTR:host"], json!("p0"), "{mine}");

@@ -7,21 +7,16 @@
 //! deleting a `RESERVED` server deletes (or shrinks) its lease. On the test
 //! clock.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::leases::{advance, rsv, wait_lease};
 use super::support::{wait_gone, wait_status, Cloud, Hosts, Nova};
-use crate::support::{Client, TestServer};
+use crate::support::Client;
 
 /// The window every test books: 2040 to 2090 on the test clock.
 const WINDOW: (&str, &str) = ("2040-01-01 00:00", "2090-01-01 00:00");
-
-fn rsv(server: &TestServer, token: &str) -> Client {
-    let mut client = server.client();
-    client.token = token.to_owned();
-    client
-}
 
 async fn enrol(client: &Client, name: &str) {
     let reply = client.post("/reservation/v1/os-hosts", &json!({"name": name})).await;
@@ -46,23 +41,6 @@ async fn leases(client: &Client) -> Vec<Value> {
     let reply = client.get("/reservation/v1/leases").await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     reply.body["leases"].as_array().cloned().unwrap_or_default()
-}
-
-async fn wait_lease(client: &Client, id: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let lease = client.get(&format!("/reservation/v1/leases/{id}")).await.body["lease"].clone();
-        if lease["status"] == json!(status) {
-            return lease;
-        }
-        assert!(Instant::now() < deadline, "lease {id} never became {status}: {lease}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn advance(server: &TestServer, seconds: i64) {
-    let reply = server.client().post("/admin/v1/test/clock", &json!({"advance": seconds})).await;
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
 }
 
 /// `(instances, cores)` in use for `project`.
