@@ -35,7 +35,7 @@
 pub mod placement;
 pub mod reshape;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -186,6 +186,13 @@ pub struct AgentConfig {
     pub layout_updates: Option<tokio::sync::watch::Receiver<VgpuLayout>>,
     /// Test breakpoint before every `POST /reshaper`.
     pub reshape_gate: Option<reshape::ReshapeGate>,
+    /// Simulated power (`--power-dir`): a host whose marker file
+    /// `{dir}/{host}.off` exists is switched off and sends no heartbeat;
+    /// once the marker is gone it boots for `power_on_time`, then reports
+    /// again.
+    pub power_dir: Option<std::path::PathBuf>,
+    /// Boot time of a switched-off host (`--power-on-secs`).
+    pub power_on_time: Duration,
 }
 
 impl AgentConfig {
@@ -467,6 +474,50 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
     json!({"instance": instance, "host": host, "kind": event, "task": task["id"]})
 }
 
+/// The simulated power of an agent's hosts (see `AgentConfig::power_dir`).
+#[derive(Debug, Default)]
+struct PowerSim {
+    /// Hosts switched off (marker seen), or booting: when they are up.
+    down: HashMap<String, Option<std::time::Instant>>,
+}
+
+impl PowerSim {
+    /// The hosts running now (sending heartbeats).
+    fn running(&mut self, config: &AgentConfig, hosts: &[String]) -> Vec<String> {
+        let Some(dir) = &config.power_dir else { return hosts.to_vec() };
+        let now = std::time::Instant::now();
+        let mut up = Vec::with_capacity(hosts.len());
+        for host in hosts {
+            let off = dir.join(format!("{host}.off")).exists();
+            if off {
+                if !self.down.contains_key(host) {
+                    tracing::info!(%host, "fake host switched off");
+                }
+                self.down.insert(host.clone(), None);
+                continue;
+            }
+            match self.down.get(host).copied() {
+                None => up.push(host.clone()),
+                Some(None) => {
+                    tracing::info!(%host, boot = ?config.power_on_time, "fake host switched on; booting");
+                    self.down.insert(host.clone(), Some(now + config.power_on_time));
+                    if config.power_on_time.is_zero() {
+                        self.down.remove(host);
+                        up.push(host.clone());
+                    }
+                }
+                Some(Some(at)) if now >= at => {
+                    tracing::info!(%host, "fake host booted");
+                    self.down.remove(host);
+                    up.push(host.clone());
+                }
+                Some(Some(_)) => {}
+            }
+        }
+        up
+    }
+}
+
 /// Run the agent until `shutdown` resolves.
 pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
     let link = Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref())?;
@@ -485,7 +536,9 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
     let heartbeat = {
         let (link, config, host_names) = (link.clone(), config.clone(), host_names.clone());
         tokio::spawn(async move {
+            let mut power = PowerSim::default();
             loop {
+                let host_names = power.running(&config, &host_names);
                 let body = json!({"agent": config.agent_id, "hosts": host_names});
                 match link.agent(reqwest::Method::POST, "/heartbeat", Some(body)).await {
                     Ok((404, _)) => {
@@ -632,6 +685,8 @@ mod tests {
             concurrency: 1,
             layout_updates: None,
             reshape_gate: None,
+            power_dir: None,
+            power_on_time: Duration::ZERO,
         };
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");

@@ -21,6 +21,7 @@ mod boot;
 mod candidates;
 mod common;
 mod dashboard;
+mod energy;
 mod leases;
 mod soak;
 mod write;
@@ -54,6 +55,10 @@ enum BenchKind {
     /// The operator dashboard's data endpoints at scale (hosts, servers,
     /// leases), optionally kept up for the browser measurement.
     Dashboard(dashboard::DashboardOpts),
+    /// Power management of the reservation pool over a year: energy vs
+    /// always-on for berth's policy, a Slurm-like and a Watcher-like one
+    /// (a simulation over the server's pure policy code).
+    Energy(energy::EnergyOpts),
 }
 
 /// Runs the benchmark `opts` names on a runtime of its own, starting
@@ -68,5 +73,6 @@ pub fn run(opts: BenchOpts, binaries: &Binaries) -> anyhow::Result<()> {
         BenchKind::Soak(s) => runtime.block_on(soak::run(s, binaries)),
         BenchKind::Auth(a) => runtime.block_on(auth::run(a, binaries)),
         BenchKind::Dashboard(d) => runtime.block_on(dashboard::run(d, binaries)),
+        BenchKind::Energy(e) => energy::run(e),
     }
 }

@@ -156,6 +156,14 @@ pub(crate) struct AgentOpts {
     /// Heartbeat interval (s).
     #[arg(long)]
     pub(crate) report_interval_secs: Option<u64>,
+    /// Simulated power: a host whose marker `{DIR}/{host}.off` exists is
+    /// off (no heartbeat); removing it switches the host on.
+    #[arg(long)]
+    pub(crate) power_dir: Option<PathBuf>,
+    /// Seconds a simulated host takes to boot once switched on (wall
+    /// clock; default 0).
+    #[arg(long)]
+    pub(crate) power_on_secs: Option<u64>,
     /// Concurrent placement requests while reporting provider trees.
     #[arg(long)]
     pub(crate) concurrency: Option<usize>,
@@ -220,6 +228,8 @@ impl AgentOpts {
             fail_rate,
             bad_hosts,
             live_migration_ms,
+            power_dir,
+            power_on_secs,
             report_interval_secs,
             concurrency,
             log,
@@ -296,6 +306,8 @@ impl AgentOpts {
             concurrency: opts.concurrency.unwrap_or(8),
             layout_updates: None,
             reshape_gate,
+            power_dir: opts.power_dir,
+            power_on_time: Duration::from_secs(opts.power_on_secs.unwrap_or(0)),
         })
     }
 }

@@ -334,6 +334,26 @@ impl ComputeServices {
                 self.reservations.metrics.starts_on_time.load(Relaxed),
             ),
             (
+                "berth_power_ups_total",
+                "Power-on commands issued to reservation pool hosts.",
+                self.reservations.power_metrics.power_ups.load(Relaxed),
+            ),
+            (
+                "berth_power_downs_total",
+                "Power-off commands issued to reservation pool hosts.",
+                self.reservations.power_metrics.power_downs.load(Relaxed),
+            ),
+            (
+                "berth_power_failures_total",
+                "Pool hosts switched on that did not report within --power-resume-timeout (failed).",
+                self.reservations.power_metrics.failures.load(Relaxed),
+            ),
+            (
+                "berth_power_command_errors_total",
+                "Power commands that exited non-zero, timed out or could not run.",
+                self.reservations.power_metrics.command_errors.load(Relaxed),
+            ),
+            (
                 "berth_compute_reschedules_total",
                 "Failed builds moved to an alternate host without scheduling again.",
                 m.reschedules.load(Relaxed),
@@ -384,6 +404,9 @@ impl ComputeServices {
             (w.compute.build_requests.len() as f64, w.compute.instance_mappings.len() as f64)
         });
         let pool = self.reservations.pool_gauges();
+        let power: Vec<usize> = self.reservations.power_gauges().into_iter().map(|(_, n)| n).collect();
+        let wh = self.reservations.energy_wh();
+        let energy: f64 = wh.iter().sum();
         vec![
             (
                 "berth_lease_pool_hosts_recycling",
@@ -405,6 +428,13 @@ impl ComputeServices {
                 pool.draining as f64,
             ),
             ("berth_lease_events_due", "Lease events due and not finished yet.", pool.events_due as f64),
+            ("berth_power_hosts_on", "Pool hosts powered on.", power[0] as f64),
+            ("berth_power_hosts_powering_off", "Pool hosts being switched off.", power[1] as f64),
+            ("berth_power_hosts_off", "Pool hosts switched off (on purpose).", power[2] as f64),
+            ("berth_power_hosts_powering_on", "Pool hosts being switched on.", power[3] as f64),
+            ("berth_power_hosts_failed", "Pool hosts that did not come back after a power-on.", power[4] as f64),
+            ("berth_power_energy_wh_total", "Energy drawn by pool hosts (Wh, from --host-watts-idle/busy).", energy),
+            ("berth_power_energy_off_state_wh_total", "Energy drawn by pool hosts while off (always 0).", wh[2]),
         ]
     }
 }

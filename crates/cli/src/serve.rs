@@ -179,6 +179,49 @@ pub(crate) struct ServeOpts {
     /// Unset: the pool takes only boots for its reservations (Blazar's).
     #[arg(long, env = "BERTH_POOL_LEND_LEAD")]
     pool_lend_lead: Option<i64>,
+    /// Power management of the reservation pool: `off` (default: every
+    /// host stays on) or `reservations` (idle pool hosts are switched off
+    /// and switched on again before their leases; see docs/POWER.md).
+    #[arg(long, env = "BERTH_POWER_POLICY")]
+    power_policy: Option<String>,
+    /// Command switching a pool host on, run with `sh -c` and the host
+    /// name as `$1` (also in `BERTH_POWER_HOST`): an IPMI or wake-on-LAN
+    /// script.
+    #[arg(long, env = "BERTH_POWER_ON_CMD")]
+    power_on_cmd: Option<String>,
+    /// Command switching a pool host off (as `--power-on-cmd`).
+    #[arg(long, env = "BERTH_POWER_OFF_CMD")]
+    power_off_cmd: Option<String>,
+    /// A host switched on that has not reported within this many seconds
+    /// is `failed` and its leases move to other hosts (default 600).
+    #[arg(long, env = "BERTH_POWER_RESUME_TIMEOUT")]
+    power_resume_timeout: Option<i64>,
+    /// Seconds a host takes to boot, as the policy plans it (default 300).
+    #[arg(long, env = "BERTH_POWER_ON_SECS")]
+    power_on_secs: Option<i64>,
+    /// Seconds a pool host stays idle before it may be switched off
+    /// (default 600).
+    #[arg(long, env = "BERTH_SUSPEND_TIME")]
+    suspend_time: Option<i64>,
+    /// Extra seconds of lead before a lease start (default 300): a host is
+    /// switched on at `start - (power-on secs + margin)`.
+    #[arg(long, env = "BERTH_POWER_MARGIN")]
+    power_margin: Option<i64>,
+    /// Idle pool hosts kept on for on-demand boots (default 1).
+    #[arg(long, env = "BERTH_SPARE_HOSTS")]
+    spare_hosts: Option<usize>,
+    /// Power-off commands per minute at most (default 60, Slurm's).
+    #[arg(long, env = "BERTH_POWER_DOWN_PER_MIN")]
+    power_down_per_min: Option<usize>,
+    /// Power-on commands per minute at most (default 300, Slurm's).
+    #[arg(long, env = "BERTH_POWER_UP_PER_MIN")]
+    power_up_per_min: Option<usize>,
+    /// Draw of an idle host, W (default 100), for the energy counters.
+    #[arg(long, env = "BERTH_HOST_WATTS_IDLE")]
+    host_watts_idle: Option<f64>,
+    /// Draw of a busy host, W (default 250).
+    #[arg(long, env = "BERTH_HOST_WATTS_BUSY")]
+    host_watts_busy: Option<f64>,
     /// Let a resize choose the server's own host (Nova's
     /// `allow_resize_to_same_host`). Default false; migrations never do.
     #[arg(long, env = "BERTH_ALLOW_RESIZE_TO_SAME_HOST", num_args = 0..=1, default_missing_value = "true",
@@ -284,6 +327,8 @@ struct Settings {
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
+    let power = power_config(&opts)?;
+    let (power_on_cmd, power_off_cmd) = (opts.power_on_cmd.clone(), opts.power_off_cmd.clone());
     let file = FileConfig::load(opts.config.as_deref())?;
     let listen = opts.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
     let listen: SocketAddr = listen.parse().with_context(|| format!("invalid --listen address {listen:?}"))?;
@@ -430,6 +475,9 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
                 .with_context(|| format!("invalid --lease-on-end {text:?} (one of delete, recycle, release)"))?,
         },
         lease_tick: std::time::Duration::from_millis(opts.lease_tick_ms.or(file.lease_tick_ms).unwrap_or(1000).max(1)),
+        power,
+        power_on_cmd,
+        power_off_cmd,
     };
     let compute = crate::compute_wiring::ComputeSettings {
         config: compute_config,
@@ -616,6 +664,8 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 concurrency: 8,
                 layout_updates: None,
                 reshape_gate: None,
+                power_dir: None,
+                power_on_time: std::time::Duration::ZERO,
             };
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
@@ -697,6 +747,47 @@ pub(crate) fn migrate(opts: MigrateOpts) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The power management flags, checked.
+fn power_config(opts: &ServeOpts) -> anyhow::Result<berth_reservations::PowerConfig> {
+    use berth_reservations::{PowerConfig, PowerPolicy};
+    let d = PowerConfig::default();
+    let policy = match &opts.power_policy {
+        None => PowerPolicy::Off,
+        Some(text) => PowerPolicy::parse(text)
+            .with_context(|| format!("invalid --power-policy {text:?} (one of off, reservations)"))?,
+    };
+    let secs = |v: Option<i64>, default: i64, flag: &str| -> anyhow::Result<i64> {
+        match v {
+            Some(v) if v < 0 => anyhow::bail!("--{flag} must be a number of seconds >= 0"),
+            v => Ok(v.unwrap_or(default)),
+        }
+    };
+    let per_min = |v: Option<usize>, default: usize, flag: &str| -> anyhow::Result<usize> {
+        match v {
+            Some(0) => anyhow::bail!("--{flag} must be at least 1"),
+            v => Ok(v.unwrap_or(default)),
+        }
+    };
+    let watts = |v: Option<f64>, default: f64, flag: &str| -> anyhow::Result<f64> {
+        match v {
+            Some(v) if !(v.is_finite() && v >= 0.0) => anyhow::bail!("--{flag} must be a number of watts >= 0"),
+            v => Ok(v.unwrap_or(default)),
+        }
+    };
+    Ok(PowerConfig {
+        policy,
+        suspend_time: secs(opts.suspend_time, d.suspend_time, "suspend-time")?,
+        power_on_secs: secs(opts.power_on_secs, d.power_on_secs, "power-on-secs")?,
+        margin: secs(opts.power_margin, d.margin, "power-margin")?,
+        spare_hosts: opts.spare_hosts.unwrap_or(d.spare_hosts),
+        resume_timeout: secs(opts.power_resume_timeout, d.resume_timeout, "power-resume-timeout")?,
+        down_per_min: per_min(opts.power_down_per_min, d.down_per_min, "power-down-per-min")?,
+        up_per_min: per_min(opts.power_up_per_min, d.up_per_min, "power-up-per-min")?,
+        watts_idle: watts(opts.host_watts_idle, d.watts_idle, "host-watts-idle")?,
+        watts_busy: watts(opts.host_watts_busy, d.watts_busy, "host-watts-busy")?,
+    })
 }
 
 #[cfg(test)]

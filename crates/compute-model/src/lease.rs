@@ -71,10 +71,71 @@ pub struct ReservableHost {
     pub reservable: bool,
     /// Extra capabilities.
     pub extra: BTreeMap<String, String>,
+    /// Power state (power management of the pool; `on` unless switched).
+    pub power: HostPower,
     /// Enrolment time.
     pub created_at: Timestamp,
     /// Last update.
     pub updated_at: Option<Timestamp>,
+}
+
+/// A pool host's power state (berth's extension, issue 22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub enum PowerState {
+    /// Running (the only state that takes boots and counts as free now).
+    #[default]
+    On,
+    /// The power-off command was issued.
+    PoweringOff,
+    /// Switched off on purpose (no heartbeat expected).
+    Off,
+    /// The power-on command was issued; waiting for the host to report.
+    PoweringOn,
+    /// Did not report back within the resume timeout.
+    Failed,
+}
+
+impl PowerState {
+    /// Every state, in order.
+    pub const ALL: [PowerState; 5] =
+        [PowerState::On, PowerState::PoweringOff, PowerState::Off, PowerState::PoweringOn, PowerState::Failed];
+
+    /// The API's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerState::On => "on",
+            PowerState::PoweringOff => "powering-off",
+            PowerState::Off => "off",
+            PowerState::PoweringOn => "powering-on",
+            PowerState::Failed => "failed",
+        }
+    }
+
+    /// From the API's name.
+    pub fn parse(s: &str) -> Option<Self> {
+        PowerState::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// Switched off or being switched, on purpose: the host does not
+    /// heartbeat and is not taken for down.
+    pub fn on_purpose(self) -> bool {
+        matches!(self, PowerState::PoweringOff | PowerState::Off | PowerState::PoweringOn)
+    }
+}
+
+/// A pool host's power: its state and what exactly-once switching needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostPower {
+    /// The state.
+    pub state: PowerState,
+    /// Since when.
+    pub since: Timestamp,
+    /// When the last power command was recorded as issued (written before
+    /// the command runs; a restart never runs it again).
+    pub issued_at: Option<Timestamp>,
+    /// `powering-on`: the resume deadline (then `failed`); `powering-off`:
+    /// when it counts as `off` even without the command's answer.
+    pub deadline: Option<Timestamp>,
 }
 
 /// Lease status (Blazar's `status.lease`).
@@ -683,7 +744,8 @@ impl LeaseTables {
     /// hint or the reservation flavor's spec) at `now`? A host outside the
     /// pool takes only boots that name no reservation; a pool host takes
     /// boots for an active reservation holding it, and, while it is lent
-    /// ([`LeaseTables::lent`]), ordinary boots. The scheduler filters with
+    /// ([`LeaseTables::lent`]), ordinary boots; a pool host that is not
+    /// powered `on` takes nothing. The scheduler filters with
     /// it and the claim checks it again in its planned write, so a boot
     /// scheduled a moment before a lease came within the lead time never
     /// lands on the reclaimed host.
@@ -695,6 +757,9 @@ impl LeaseTables {
         lend_lead: Option<Timestamp>,
     ) -> bool {
         let enrolled = self.host_by_service.get(service_host).copied();
+        if enrolled.is_some_and(|id| self.hosts.get(&id).is_some_and(|h| h.power.state != PowerState::On)) {
+            return false;
+        }
         match (enrolled, reservation) {
             (None, None) => true,
             (None, Some(_)) => false,

@@ -161,6 +161,11 @@ impl Health {
         self.hosts.read().unwrap_or_else(|p| p.into_inner()).get(host).is_some_and(|r| r.last_seen.is_some())
     }
 
+    /// The last time `host` was seen (heartbeat or service row).
+    pub fn last_seen(&self, host: &str) -> Option<Timestamp> {
+        self.hosts.read().unwrap_or_else(|p| p.into_inner()).get(host).and_then(|r| r.last_seen)
+    }
+
     /// Is `host` up at `now`?
     pub fn is_up_at(&self, host: &str, now: Timestamp) -> bool {
         let hosts = self.hosts.read().unwrap_or_else(|p| p.into_inner());

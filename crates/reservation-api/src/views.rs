@@ -103,6 +103,9 @@ pub(crate) fn host_view(world: &World, host: &ReservableHost, admin: bool, now: 
     // `free`, `reserved` (a lease's window holds it) or `recycling` (an
     // ended `recycle` lease's servers still run on it).
     map.insert("pool_state".into(), json!(plan::end_policy::pool_state(world, host.id, now, lend_lead).as_str()));
+    // Power management (issue 22): `on`, `powering-off`, `off`,
+    // `powering-on` or `failed`.
+    map.insert("power_state".into(), json!(host.power.state.as_str()));
     out
 }
 

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use berth_model::Uuid;
 
 use berth_compute_model::lease::{
-    Booking, EndPolicy, EventType, Lease, ReservableHost, ReservationKind, ReservationStatus,
+    Booking, EndPolicy, EventType, Lease, PowerState, ReservableHost, ReservationKind, ReservationStatus,
 };
 use berth_compute_model::ComputeChange as C;
 use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};
@@ -271,6 +271,7 @@ fn enrolled_row(id: i64, enrolment: &HostEnrolment, like: &ReservableHost, now: 
         trust_id: enrolment.trust_id.clone(),
         reservable: true,
         extra,
+        power: Default::default(),
         created_at: now,
         updated_at: None,
     }
@@ -396,7 +397,15 @@ pub fn pool_state(world: &World, host_id: i64, now: Timestamp, lend_lead: Option
         }
     }
     match (state, lend_lead) {
-        (PoolState::Free, Some(_)) if tables.lent(host_id, now, lend_lead) => PoolState::Lent,
+        // A host switched off (power management) lends nothing.
+        (PoolState::Free, Some(_)) if tables.lent(host_id, now, lend_lead) => {
+            let on = tables.hosts.get(&host_id).is_none_or(|h| h.power.state == PowerState::On);
+            if on {
+                PoolState::Lent
+            } else {
+                PoolState::Free
+            }
+        }
         (PoolState::Free, Some(_)) => PoolState::Reclaimed,
         _ => state,
     }

@@ -101,7 +101,15 @@ pub fn drain_targets(world: &World, now: Timestamp, lend_lead: Timestamp) -> Vec
 /// How many pool hosts are lent at `now`.
 pub fn lent_hosts(world: &World, now: Timestamp, lend_lead: Option<Timestamp>) -> usize {
     let tables = &world.compute.leases;
-    tables.hosts.values().filter(|h| h.reservable && tables.lent(h.id, now, lend_lead)).count()
+    tables
+        .hosts
+        .values()
+        .filter(|h| {
+            h.reservable
+                && h.power.state == berth_compute_model::lease::PowerState::On
+                && tables.lent(h.id, now, lend_lead)
+        })
+        .count()
 }
 
 /// What [`plan_start_on_free_hosts`] did to a starting lease.

@@ -1034,6 +1034,7 @@ pub fn plan_enrol_host(world: &World, host: HostEnrolment, now: Timestamp) -> Re
         trust_id: host.trust_id,
         reservable: true,
         extra: host.extra,
+        power: Default::default(),
         created_at: now,
         updated_at: None,
     };
@@ -1493,6 +1494,7 @@ pub fn blocking_leases(world: &World, request: &ReservationRequest, start: Times
 pub mod capacity;
 pub mod end_policy;
 pub mod lending;
+pub mod power;
 pub mod reserved;
 pub mod resources;
 

@@ -26,6 +26,9 @@
 //! [`Reservations::leases_changed`].
 
 pub mod lending;
+pub mod power;
+
+pub use berth_reservation_model::power::{PowerConfig, PowerPolicy};
 pub mod query;
 pub mod runner;
 
@@ -54,6 +57,12 @@ pub struct ReservationConfig {
     /// The end policy of a lease whose body gives no `on_end`
     /// (`--lease-on-end`; default `delete`, Blazar's behaviour).
     pub on_end: EndPolicy,
+    /// Power management of the pool (`--power-policy` and friends).
+    pub power: berth_reservation_model::power::PowerConfig,
+    /// `--power-on-cmd`: run with `sh -c`, the host name as `$1`.
+    pub power_on_cmd: Option<String>,
+    /// `--power-off-cmd`: run with `sh -c`, the host name as `$1`.
+    pub power_off_cmd: Option<String>,
 }
 
 impl Default for ReservationConfig {
@@ -63,6 +72,9 @@ impl Default for ReservationConfig {
             notification_url: None,
             minutes_before_end: 60,
             on_end: EndPolicy::Delete,
+            power: Default::default(),
+            power_on_cmd: None,
+            power_off_cmd: None,
         }
     }
 }
@@ -86,6 +98,10 @@ pub struct Reservations {
     /// Reclaimed pool hosts still carrying lent servers at the last drain
     /// pass.
     draining: Mutex<BTreeSet<i64>>,
+    /// Power management counters and energy.
+    pub power_metrics: power::PowerMetrics,
+    /// The power pass's idle times and last pass.
+    power_state: Mutex<power::PowerRun>,
 }
 
 impl std::fmt::Debug for Reservations {
@@ -107,6 +123,8 @@ impl Reservations {
             wake: tokio::sync::Notify::new(),
             suspects: Mutex::default(),
             draining: Mutex::default(),
+            power_metrics: power::PowerMetrics::default(),
+            power_state: Mutex::default(),
         })
     }
 
@@ -175,6 +193,7 @@ fn spawn_lease_runner(reservations: Arc<Reservations>) {
             if healed_at.is_none_or(|at| at.elapsed() >= tick) {
                 reservations.heal_leases(now);
                 reservations.drain_reclaimed_hosts(now).await;
+                reservations.power_pass(now).await;
                 healed_at = Some(tokio::time::Instant::now());
             }
             reservations.recycle_pass(now).await;

@@ -33,7 +33,7 @@ use std::sync::atomic::Ordering;
 
 use berth_compute::control::{read, write};
 use berth_compute::servers::{Caller, ServiceError};
-use berth_compute_model::lease::{EndPolicy, EventType, LeaseStatus, ReservationKind};
+use berth_compute_model::lease::{EndPolicy, EventType, LeaseStatus, PowerState, ReservationKind};
 use berth_compute_model::{ComputeError, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};
 use berth_reservation_model::{self as plan, Query};
 use uuid::Uuid;
@@ -429,6 +429,7 @@ impl Reservations {
         self.heal_leases(now);
         self.recycle_pass(now).await;
         self.drain_reclaimed_hosts(now).await;
+        self.power_pass(now).await;
         self.run_due_events(now).await
     }
 
@@ -560,6 +561,9 @@ impl Reservations {
                 .leases
                 .hosts
                 .values()
+                // Hosts switched off on purpose (or failed) are the power
+                // pass's: it sets their reservability.
+                .filter(|h| h.power.state == PowerState::On)
                 .filter_map(|h| {
                     let up = !health.is_known(&h.service_name) || health.is_up_at(&h.service_name, now);
                     (up != h.reservable).then_some((h.id, up))

@@ -633,6 +633,12 @@ mod tests {
                 trust_id: "t".into(),
                 reservable: false,
                 extra: [("gpu".to_owned(), "true".to_owned())].into(),
+                power: lease::HostPower {
+                    state: lease::PowerState::PoweringOn,
+                    since: 5,
+                    issued_at: Some(5),
+                    deadline: Some(605),
+                },
                 created_at: 1,
                 updated_at: None,
             }),
@@ -720,6 +726,23 @@ mod tests {
             assert_eq!(decoded, original, "{text}");
         }
         assert!(to_change(&json!({"kind": "flavor", "key": "x", "body": {"id": "nope"}})).is_err());
+    }
+
+    /// A host row written before power management (no `power`) loads as
+    /// `on`.
+    #[test]
+    fn old_host_rows_load_powered_on() {
+        let row = json!({
+            "id": 3, "hypervisor_hostname": "h", "service_name": "h", "vcpus": 1, "memory_mb": 1, "local_gb": 1,
+            "hypervisor_type": "QEMU", "hypervisor_version": 1, "cpu_info": "{}", "availability_zone": "",
+            "trust_id": "t", "reservable": true, "extra": {}, "created_at": 1, "updated_at": null,
+        });
+        let host = crate::lease_json::to_host(&row).expect("old row");
+        assert_eq!(host.power, lease::HostPower::default());
+        assert_eq!(host.power.state, lease::PowerState::On);
+        let mut bad = row.clone();
+        bad["power"] = json!({"state": "sleeping", "since": 1});
+        assert!(crate::lease_json::to_host(&bad).is_err());
     }
 
     /// A lease row written before end policies (no `on_end`, `grace`,

@@ -3,8 +3,8 @@
 //! other compute rows.
 
 use berth_compute_model::lease::{
-    EndPolicy, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, ReservableHost, Reservation,
-    ReservationKind, ReservationStatus, ResourceProperty,
+    EndPolicy, EventStatus, EventType, HostAllocation, HostPower, Lease, LeaseEvent, LeaseStatus, PowerState,
+    ReservableHost, Reservation, ReservationKind, ReservationStatus, ResourceProperty,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -19,6 +19,10 @@ pub fn host(h: &ReservableHost) -> Value {
         "hypervisor_type": h.hypervisor_type, "hypervisor_version": h.hypervisor_version,
         "cpu_info": h.cpu_info, "availability_zone": h.availability_zone, "trust_id": h.trust_id,
         "reservable": h.reservable, "extra": str_map(&h.extra),
+        "power": {
+            "state": h.power.state.as_str(), "since": h.power.since, "issued_at": h.power.issued_at,
+            "deadline": h.power.deadline,
+        },
         "created_at": h.created_at, "updated_at": h.updated_at,
     })
 }
@@ -39,8 +43,21 @@ pub fn to_host(v: &Value) -> Result<ReservableHost> {
         trust_id: s(v, "trust_id")?,
         reservable: b(v, "reservable")?,
         extra: get_str_map(v, "extra")?,
+        power: to_power(v)?,
         created_at: i(v, "created_at")?,
         updated_at: opt_i(v, "updated_at")?,
+    })
+}
+
+/// A host's power; rows written before power management load as `on`.
+fn to_power(v: &Value) -> Result<HostPower> {
+    let Some(p) = v.get("power").filter(|p| !p.is_null()) else { return Ok(HostPower::default()) };
+    let state = s(p, "state")?;
+    Ok(HostPower {
+        state: PowerState::parse(&state).ok_or_else(|| bad("power.state"))?,
+        since: i(p, "since")?,
+        issued_at: opt_i(p, "issued_at")?,
+        deadline: opt_i(p, "deadline")?,
     })
 }
 

@@ -234,6 +234,29 @@ fn is_up(ctx: &ComputeCtx, host: &str) -> bool {
     ctx.compute.health.is_up_at(host, ctx.compute.now())
 }
 
+/// A hypervisor's service as `os-hypervisors` shows it: a reservation pool
+/// host switched off on purpose (power management) is `down` and
+/// `disabled` with the power state as the reason, as Nova shows a host an
+/// operator took down.
+fn powered_service(
+    ctx: &ComputeCtx,
+    service: &berth_compute_model::cell::Service,
+) -> (berth_compute_model::cell::Service, bool) {
+    let up = is_up(ctx, &service.host);
+    let power = berth_compute::control::read(&*ctx.compute.control, |w| {
+        w.compute.leases.host_of_service(&service.host).map(|h| h.power.state)
+    });
+    match power {
+        Some(state) if state != berth_compute_model::lease::PowerState::On => {
+            let mut shown = service.clone();
+            shown.disabled = true;
+            shown.disabled_reason = Some(format!("power management: {}", state.as_str()));
+            (shown, false)
+        }
+        _ => (service.clone(), up),
+    }
+}
+
 /// `GET /os-services`.
 pub fn list_services(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
@@ -402,14 +425,10 @@ fn hypervisors(ctx: Arc<ComputeCtx>, req: Req, detail: bool) -> HandlerFuture {
         }
         entries.truncate(limit.unwrap_or(ctx.max_limit));
         for (service, node) in &entries {
-            let up = is_up(&ctx, &service.service.host);
+            let (shown, up) = powered_service(&ctx, &service.service);
             let servers: Vec<(Uuid, &str)> = Vec::new();
-            let source = hv_view::HypervisorSource {
-                node,
-                service: &service.service,
-                up,
-                servers: with_servers.then_some(&servers[..]),
-            };
+            let source =
+                hv_view::HypervisorSource { node, service: &shown, up, servers: with_servers.then_some(&servers[..]) };
             if detail {
                 let usage = usage_of(&ctx, node, service.instances);
                 items.push(hv_view::detail_item(v, &source, &usage, None));
@@ -463,9 +482,9 @@ pub fn show_hypervisor(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let Some((service, node)) = found else {
             return Err(ApiError::not_found(format!("Hypervisor with ID {id} could not be found.")));
         };
-        let up = is_up(&ctx, &service.service.host);
+        let (shown, up) = powered_service(&ctx, &service.service);
         let usage = usage_of(&ctx, node, service.instances);
-        let source = hv_view::HypervisorSource { node, service: &service.service, up, servers: None };
+        let source = hv_view::HypervisorSource { node, service: &shown, up, servers: None };
         Ok(Resp::ok(hv_view::show(v, &source, &usage, None)))
     })
 }

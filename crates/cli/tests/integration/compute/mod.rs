@@ -15,6 +15,7 @@ mod lending;
 mod live_migration;
 mod lock;
 mod moves;
+mod power;
 mod prefilters;
 mod quota;
 mod race;

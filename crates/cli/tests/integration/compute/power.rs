@@ -1,0 +1,357 @@
+//! Power management of the reservation pool (`--power-policy
+//! reservations`, issue 22) end to end on the test clock, with fake agents
+//! as separate processes that simulate power through marker files
+//! (`berth agent --power-dir DIR --power-on-secs N`): the power commands
+//! create or remove `DIR/{host}.off` and append a line to `DIR/log`, so a
+//! test counts the commands that really ran.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::leases::{advance, enrol, host_lease, jump_to, offset_for, rsv, wait_lease, Y2040};
+use super::support::{Cloud, Hosts};
+use crate::support::{fresh_dir, Client};
+
+/// `YYYY-MM-DD HH:MM` of a time after 2040-01-01 00:00 UTC on the same day.
+fn at(seconds_after_2040: i64) -> String {
+    format!("2040-01-01 {:02}:{:02}", seconds_after_2040 / 3600, seconds_after_2040 % 3600 / 60)
+}
+
+/// A power directory and the commands that act on it. The power-on
+/// command leaves a host off when `DIR/{host}.broken` exists (a host that
+/// never comes back).
+fn power_dir(tag: &str) -> (PathBuf, String, String) {
+    let dir = fresh_dir(&format!("{tag}-power"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    let off = format!("touch '{d}'/\"$1\".off && echo \"off $1\" >> '{d}'/log");
+    let on = format!("[ -e '{d}'/\"$1\".broken ] || rm -f '{d}'/\"$1\".off; echo \"on $1\" >> '{d}'/log");
+    (dir, on, off)
+}
+
+/// The lines of the command log.
+fn log_lines(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("log")).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+/// Pool host name → its `os-hosts` row.
+async fn pool(admin: &Client) -> std::collections::BTreeMap<String, Value> {
+    let hosts = admin.get("/reservation/v1/os-hosts").await.body;
+    hosts["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["hypervisor_hostname"].as_str().unwrap().to_owned(), h.clone()))
+        .collect()
+}
+
+async fn power_of(admin: &Client, host: &str) -> String {
+    pool(admin).await[host]["power_state"].as_str().unwrap().to_owned()
+}
+
+/// Wait until `check` holds (30 s).
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_power(admin: &Client, host: &str, state: &str) {
+    eventually(&format!("{host} {state}"), || async { power_of(admin, host).await == state }).await;
+}
+
+/// The hosts (names) holding a reservation of the lease.
+async fn lease_hosts(admin: &Client, lease_id: &str) -> Vec<String> {
+    let allocations = admin.get(&format!("/reservation/v1/os-hosts/allocations?lease_id={lease_id}")).await.body;
+    let names: std::collections::BTreeMap<String, String> =
+        pool(admin).await.into_iter().map(|(name, h)| (h["id"].as_str().unwrap().to_owned(), name)).collect();
+    allocations["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"].as_array().is_some_and(|r| !r.is_empty()))
+        .map(|a| names[a["resource_id"].as_str().unwrap()].clone())
+        .collect()
+}
+
+/// The test clock's offset from the wall clock (the server's clock runs on
+/// with the wall clock).
+struct Clock(i64);
+
+impl Clock {
+    /// Jump to 2040-01-01 00:00 (hosts up and reservable).
+    async fn start(cloud: &Cloud, admin: &Client) -> Self {
+        jump_to(cloud, admin, Y2040).await;
+        Clock(offset_for(Y2040))
+    }
+
+    /// Set the clock to `t` seconds after 2040-01-01 00:00.
+    async fn set(&mut self, cloud: &Cloud, t: i64) {
+        let want = offset_for(Y2040 + t);
+        advance(&cloud.server, want - self.0).await;
+        self.0 = want;
+    }
+}
+
+/// Let the power pass (once a second) see the pool as it is now.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+fn power_args<'a>(on: &'a str, off: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--power-policy", "reservations", "--power-on-cmd", on, "--power-off-cmd", off];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_pool_host_goes_off_but_never_one_with_a_server() {
+    let (dir, on, off) = power_dir("pw-idle");
+    let d = dir.display().to_string();
+    let args = power_args(&on, &off, &["--suspend-time", "600", "--spare-hosts", "1", "--pool-lend-lead", "600"]);
+    let mut cloud = Cloud::start("pw-idle", &args).await;
+    cloud.add_agent(Hosts::new("p", 3, &["--vcpus", "4", "--power-dir", &d])).await;
+    let admin = rsv(&cloud.server, "admin");
+    // The clock jumps before the hosts join the pool: idle times count
+    // from the jump.
+    let mut clock = Clock::start(&cloud, &admin).await;
+    let nova = cloud.nova("admin");
+    for h in ["p0", "p1", "p2"] {
+        enrol(&admin, h, json!({})).await;
+    }
+    let flavor = nova.flavor("one", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+
+    // A lent server on p0 (forced there by the admin).
+    let reply = nova.boot("lent", &flavor, &image, json!({"availability_zone": "nova:p0"})).await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+    let id = reply.body["server"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(nova.wait_settled(&id).await["OS-EXT-SRV-ATTR:host"], json!("p0"));
+
+    // Before the suspend time nothing goes off.
+    settle().await;
+    clock.set(&cloud, 300).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(log_lines(&dir).is_empty(), "{:?}", log_lines(&dir));
+
+    // After it: of the idle p1 and p2, one stays on as the spare, p2 goes
+    // off; p0 carries a server and stays on.
+    clock.set(&cloud, 700).await;
+    wait_power(&admin, "p2", "off").await;
+    assert!(dir.join("p2.off").exists());
+    assert_eq!(log_lines(&dir), vec!["off p2".to_owned()]);
+    assert_eq!(power_of(&admin, "p0").await, "on");
+    assert_eq!(power_of(&admin, "p1").await, "on");
+    assert_eq!(cloud.server.metric("berth_power_downs_total").await, 1);
+    assert_eq!(cloud.server.metric("berth_power_hosts_off").await, 1);
+    assert_eq!(cloud.server.metric("berth_power_hosts_on").await, 2);
+
+    // os-hypervisors: down on purpose (disabled, with the reason).
+    let hypervisors = nova.get("/os-hypervisors/detail").await.body;
+    let p2 = hypervisors["hypervisors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["hypervisor_hostname"] == json!("p2"))
+        .cloned()
+        .unwrap();
+    assert_eq!((p2["state"].clone(), p2["status"].clone()), (json!("down"), json!("disabled")), "{p2}");
+    assert_eq!(p2["service"]["disabled_reason"], json!("power management: off"), "{p2}");
+
+    // An ordinary boot never lands on the off host: the spare p1 takes it.
+    let b = nova.boot_id("b", &flavor, &image).await;
+    let host = nova.wait_settled(&b).await["OS-EXT-SRV-ATTR:host"].clone();
+    assert!(host == json!("p0") || host == json!("p1"), "{host}");
+
+    // Hours later the host with a server is still on; p2 was never taken
+    // for down (still reservable, no lease healed).
+    clock.set(&cloud, 4 * 3600).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(power_of(&admin, "p0").await, "on");
+    assert_eq!(pool(&admin).await["p2"]["reservable"], json!(true));
+    assert!(!log_lines(&dir).contains(&"off p0".to_owned()), "{:?}", log_lines(&dir));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_an_hour_ahead_wakes_its_host_in_time() {
+    let (dir, on, off) = power_dir("pw-wake");
+    let d = dir.display().to_string();
+    let args = power_args(
+        &on,
+        &off,
+        &["--suspend-time", "60", "--spare-hosts", "0", "--power-on-secs", "120", "--power-margin", "60"],
+    );
+    let mut cloud = Cloud::start("pw-wake", &args).await;
+    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d, "--power-on-secs", "2"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    // The clock jumps before the hosts join the pool: idle times count
+    // from the jump.
+    let mut clock = Clock::start(&cloud, &admin).await;
+    for h in ["p0", "p1"] {
+        enrol(&admin, h, json!({})).await;
+    }
+    settle().await;
+    clock.set(&cloud, 120).await;
+    wait_power(&admin, "p0", "off").await;
+    wait_power(&admin, "p1", "off").await;
+
+    // A lease of p0 from 01:00 (created at 00:02): p0 is woken at
+    // 01:00 - (120 + 60) s, not before.
+    let props = json!({"hypervisor_properties": "[\"=\", \"$hypervisor_hostname\", \"p0\"]"});
+    let reply = admin.post("/reservation/v1/leases", &host_lease("l", &at(3600), &at(7200), props)).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    clock.set(&cloud, 3000).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(power_of(&admin, "p0").await, "off", "woken too early");
+    clock.set(&cloud, 3430).await;
+    wait_power(&admin, "p0", "on").await;
+    assert_eq!(log_lines(&dir), vec!["off p0", "off p1", "on p0"].into_iter().map(String::from).collect::<Vec<_>>());
+    assert_eq!(power_of(&admin, "p1").await, "off");
+
+    // At the start p0 is on and empty; the lease starts on it, on time.
+    clock.set(&cloud, 3610).await;
+    let lease = wait_lease(&admin, &lease_id, "ACTIVE").await;
+    assert_eq!(lease["degraded"], json!(false), "{lease}");
+    assert_eq!(lease_hosts(&admin, &lease_id).await, vec!["p0".to_owned()]);
+    assert_eq!(power_of(&admin, "p0").await, "on");
+    assert_eq!(cloud.server.metric("berth_power_ups_total").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_that_does_not_come_back_fails_and_its_lease_takes_another() {
+    let (dir, on, off) = power_dir("pw-fail");
+    let d = dir.display().to_string();
+    let args = power_args(
+        &on,
+        &off,
+        &[
+            "--suspend-time",
+            "60",
+            "--spare-hosts",
+            "0",
+            "--power-on-secs",
+            "120",
+            "--power-margin",
+            "60",
+            "--power-resume-timeout",
+            "90",
+        ],
+    );
+    let mut cloud = Cloud::start("pw-fail", &args).await;
+    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d])).await;
+    let admin = rsv(&cloud.server, "admin");
+    // The clock jumps before the hosts join the pool: idle times count
+    // from the jump.
+    let mut clock = Clock::start(&cloud, &admin).await;
+    for h in ["p0", "p1"] {
+        enrol(&admin, h, json!({})).await;
+    }
+    settle().await;
+    clock.set(&cloud, 120).await;
+    wait_power(&admin, "p0", "off").await;
+    wait_power(&admin, "p1", "off").await;
+
+    let reply = admin.post("/reservation/v1/leases", &host_lease("l", &at(3600), &at(7200), json!({}))).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    let first = lease_hosts(&admin, &lease_id).await;
+    assert_eq!(first.len(), 1);
+    let (dead, other) = if first[0] == "p0" { ("p0", "p1") } else { ("p1", "p0") };
+    std::fs::write(dir.join(format!("{dead}.broken")), "").unwrap();
+
+    // Woken at 00:57; it never reports: failed after the resume timeout.
+    clock.set(&cloud, 3425).await;
+    wait_power(&admin, dead, "powering-on").await;
+    clock.set(&cloud, 3425 + 95).await;
+    wait_power(&admin, dead, "failed").await;
+    assert_eq!(pool(&admin).await[dead]["reservable"], json!(false));
+    assert_eq!(cloud.server.metric("berth_power_failures_total").await, 1);
+
+    // The lease heals onto the other host, which is woken in time.
+    eventually("the lease moves", || async { lease_hosts(&admin, &lease_id).await == vec![other.to_owned()] }).await;
+    wait_power(&admin, other, "on").await;
+    clock.set(&cloud, 3610).await;
+    let lease = wait_lease(&admin, &lease_id, "ACTIVE").await;
+    assert_eq!(lease_hosts(&admin, &lease_id).await, vec![other.to_owned()], "{lease}");
+    assert_eq!(power_of(&admin, other).await, "on");
+    assert_eq!(lease["reservations"][0]["resources_changed"], json!(true), "{lease}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_power_down_rate_limit_holds_for_many_idle_hosts() {
+    // 20 idle hosts could all go off at once; at 5 a minute, 5 do.
+    let (dir, on, off) = power_dir("pw-rate");
+    let d = dir.display().to_string();
+    let args = power_args(&on, &off, &["--suspend-time", "60", "--spare-hosts", "0", "--power-down-per-min", "5"]);
+    let mut cloud = Cloud::start("pw-rate", &args).await;
+    cloud.add_agent(Hosts::new("p", 20, &["--vcpus", "4", "--power-dir", &d])).await;
+    let admin = rsv(&cloud.server, "admin");
+    // The clock jumps before the hosts join the pool: idle times count
+    // from the jump.
+    let mut clock = Clock::start(&cloud, &admin).await;
+    for i in 0..20 {
+        enrol(&admin, &format!("p{i}"), json!({})).await;
+    }
+    settle().await;
+    clock.set(&cloud, 61).await;
+    eventually("5 off", || async { log_lines(&dir).len() >= 5 }).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(log_lines(&dir).len(), 5, "{:?}", log_lines(&dir));
+    assert_eq!(cloud.server.metric("berth_power_downs_total").await, 5);
+    clock.set(&cloud, 122).await;
+    eventually("10 off", || async { log_lines(&dir).len() == 10 }).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(log_lines(&dir).len(), 10, "{:?}", log_lines(&dir));
+    assert_eq!(cloud.server.metric("berth_power_hosts_off").await, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_during_a_power_up_does_not_run_the_command_again() {
+    let (dir, on, off) = power_dir("pw-restart");
+    let d = dir.display().to_string();
+    let args = power_args(
+        &on,
+        &off,
+        &["--suspend-time", "60", "--spare-hosts", "0", "--power-on-secs", "120", "--power-margin", "60"],
+    );
+    let mut cloud = Cloud::start("pw-restart", &args).await;
+    // The fake host takes 600 s (wall) to boot: it is still powering on
+    // when the control plane is killed.
+    cloud.add_agent(Hosts::new("p", 1, &["--vcpus", "4", "--power-dir", &d, "--power-on-secs", "600"])).await;
+    let admin = rsv(&cloud.server, "admin");
+    // The clock jumps before the hosts join the pool: idle times count
+    // from the jump.
+    let mut clock = Clock::start(&cloud, &admin).await;
+    enrol(&admin, "p0", json!({})).await;
+    settle().await;
+    clock.set(&cloud, 120).await;
+    wait_power(&admin, "p0", "off").await;
+    let reply = admin.post("/reservation/v1/leases", &host_lease("l", &at(3600), &at(7200), json!({}))).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    clock.set(&cloud, 3430).await;
+    wait_power(&admin, "p0", "powering-on").await;
+    eventually("the power-on command ran", || async { log_lines(&dir).contains(&"on p0".to_owned()) }).await;
+
+    // SIGKILL the control plane (and the agent: its restart boots the
+    // host at once, as if the boot finished meanwhile).
+    cloud.restart().await;
+    let admin = rsv(&cloud.server, "admin");
+    wait_power(&admin, "p0", "on").await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let ons = log_lines(&dir).iter().filter(|l| *l == "on p0").count();
+    assert_eq!(ons, 1, "the power-on command ran again: {:?}", log_lines(&dir));
+    assert_eq!(cloud.server.metric("berth_power_ups_total").await, 0, "the new process issued no command");
+    clock.set(&cloud, 3610).await;
+    wait_lease(&admin, &lease_id, "ACTIVE").await;
+    assert_eq!(power_of(&admin, "p0").await, "on");
+}
