@@ -462,7 +462,9 @@ fn write_change<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, change: &Cha
                     check_one(changed, "consumer generation changed")?;
                 }
             }
-            write_allocations(tx, &uuid, allocations)?;
+            // A new consumer has no allocation rows (deleting a consumer
+            // deletes them with it).
+            write_allocations(tx, &uuid, allocations, expected_generation.is_some())?;
         }
         Change::DeleteConsumer { uuid, expected_generation } => {
             let uuid = uuid.to_string();
@@ -498,8 +500,11 @@ fn write_allocations<C: postgres::GenericClient>(
     tx: &mut Cached<'_, C>,
     consumer: &str,
     allocations: &AllocationMap,
+    replace: bool,
 ) -> Result<(), StoreError> {
-    tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&consumer]).map_err(classify)?;
+    if replace {
+        tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&consumer]).map_err(classify)?;
+    }
     let mut providers = Vec::new();
     let mut classes = Vec::new();
     let mut amounts = Vec::new();
@@ -543,10 +548,19 @@ fn write_isolated<C: postgres::GenericClient>(
         tx.conn.batch_execute("SAVEPOINT berth_member").map_err(classify)?;
     }
     *open = true;
-    let written = changes.changes.iter().try_for_each(|change| match change {
-        WorldChange::Placement(change) => write_change(tx, change),
-        WorldChange::Compute(change) => write_compute_change(tx, change),
-    });
+    let written = changes
+        .changes
+        .iter()
+        .try_for_each(|change| match change {
+            WorldChange::Placement(change) => write_change(tx, change),
+            WorldChange::Compute(_) => Ok(()),
+        })
+        .and_then(|()| {
+            write_compute_changes(tx, changes.changes.iter().filter_map(|change| match change {
+                WorldChange::Compute(change) => Some(change),
+                WorldChange::Placement(_) => None,
+            }))
+        });
     if let Err(err) = written {
         if err.is_per_change() {
             tx.conn
@@ -729,24 +743,62 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
     Ok(Loaded { state: rows.into_state(), seq })
 }
 
-/// A compute control row: an upsert for a put, a delete for a delete.
-fn write_compute_change<C: postgres::GenericClient>(
+/// A change set's compute control rows in at most two statements: one
+/// upsert for the puts and one delete for the deletes. Compute rows are a
+/// table of their own, so their order relative to the placement changes
+/// does not matter; among themselves only the last change of each row
+/// counts.
+fn write_compute_changes<'c, C: postgres::GenericClient>(
     tx: &mut Cached<'_, C>,
-    change: &ComputeChange,
+    changes: impl Iterator<Item = &'c ComputeChange>,
 ) -> Result<(), StoreError> {
-    let (kind, key, body) = berth_store::json::change_row(change);
-    match body {
-        Some(body) => tx
-            .execute(
-                "INSERT INTO compute_rows (kind, key, body) VALUES ($1, $2, $3)
-                 ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
-                &[&kind, &key, &body.to_string()],
-            )
-            .map_err(classify)?,
-        None => {
-            tx.execute("DELETE FROM compute_rows WHERE kind = $1 AND key = $2", &[&kind, &key]).map_err(classify)?
+    let mut last: HashMap<(&'static str, String), Option<String>> = HashMap::new();
+    let mut order = Vec::new();
+    for change in changes {
+        let (kind, key, body) = berth_store::json::change_row(change);
+        let body = body.map(|body| body.to_string());
+        match last.entry((kind, key)) {
+            std::collections::hash_map::Entry::Occupied(mut entry) => {
+                entry.insert(body);
+            }
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                order.push(entry.key().clone());
+                entry.insert(body);
+            }
         }
-    };
+    }
+    let (mut put_kinds, mut put_keys, mut put_bodies) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut gone_kinds, mut gone_keys) = (Vec::new(), Vec::new());
+    for row in order {
+        match last.remove(&row) {
+            Some(Some(body)) => {
+                put_kinds.push(row.0);
+                put_keys.push(row.1);
+                put_bodies.push(body);
+            }
+            Some(None) => {
+                gone_kinds.push(row.0);
+                gone_keys.push(row.1);
+            }
+            None => {}
+        }
+    }
+    if !put_kinds.is_empty() {
+        tx.execute(
+            "INSERT INTO compute_rows (kind, key, body)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
+            &[&put_kinds, &put_keys, &put_bodies],
+        )
+        .map_err(classify)?;
+    }
+    if !gone_kinds.is_empty() {
+        tx.execute(
+            "DELETE FROM compute_rows WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+            &[&gone_kinds, &gone_keys],
+        )
+        .map_err(classify)?;
+    }
     Ok(())
 }
 
