@@ -274,8 +274,9 @@ impl PostgresStore {
         let mut cached = Cached { conn: &mut conn.client, statements: &mut conn.statements };
         let catch_up = read_changes(&mut cached, seen)?;
         let (mut open, mut first) = (false, true);
-        let written =
-            berth_store::run_plan(plan, catch_up, |changes| write_isolated(&mut cached, changes, &mut open, &mut first))?;
+        let written = berth_store::run_plan(plan, catch_up, |changes| {
+            write_isolated(&mut cached, changes, &mut open, &mut first)
+        })?;
         let Some(changes) = written else { return Ok(None) };
         if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1
         {
@@ -337,10 +338,8 @@ fn read_changes<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, seen: Seq) -
             &[&seen],
         )
         .map_err(classify)?;
-    let pruned_through: i64 = rows
-        .first()
-        .map(|row| row.get(0))
-        .ok_or_else(|| StoreError::Internal("berth_feed_state has no row".into()))?;
+    let pruned_through: i64 =
+        rows.first().map(|row| row.get(0)).ok_or_else(|| StoreError::Internal("berth_feed_state has no row".into()))?;
     if seen < pruned_through {
         return Err(StoreError::FeedGap(seen));
     }
@@ -556,10 +555,13 @@ fn write_isolated<C: postgres::GenericClient>(
             WorldChange::Compute(_) => Ok(()),
         })
         .and_then(|()| {
-            write_compute_changes(tx, changes.changes.iter().filter_map(|change| match change {
-                WorldChange::Compute(change) => Some(change),
-                WorldChange::Placement(_) => None,
-            }))
+            write_compute_changes(
+                tx,
+                changes.changes.iter().filter_map(|change| match change {
+                    WorldChange::Compute(change) => Some(change),
+                    WorldChange::Placement(_) => None,
+                }),
+            )
         });
     if let Err(err) = written {
         if err.is_per_change() {
