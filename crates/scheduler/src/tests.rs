@@ -365,9 +365,8 @@ fn a_request_pinned_to_a_cell_stays_in_it() {
     assert!(schedule(&cloud.world, &request, &healthy(), &Config::default()).is_err(), "no host in that cell");
 }
 
-/// Only the best few hosts are put in order; when the alternates (hosts of
-/// the selected host's cell) lie further down, the rest is ordered too and
-/// the alternates are the same as with everything sorted.
+/// The alternates are the next best hosts of the selected host's cell,
+/// however far down the ranking they lie.
 #[test]
 fn alternates_from_the_selected_cell_are_found_past_the_best_few() {
     let mut cloud = Cloud::new(&[60_000, 1000, 2000, 3000, 4000, 5000]);
