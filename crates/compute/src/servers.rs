@@ -283,7 +283,17 @@ impl Compute {
             Err(_) => return Ok(ServerRecord::Unreachable(mapping)),
         };
         let id = *uuid;
-        let found = self.cells.read(&handle, move |s| Ok((s.instance(&id)?, s.faults(&[id])?))).await;
+        let found = self
+            .cells
+            .read(&handle, move |s| {
+                let instance = s.instance(&id)?;
+                // Only ERROR and DELETED servers show their fault: the
+                // others (a client polling a BUILD server) skip the query.
+                let shows_fault = instance.as_ref().is_some_and(|i| matches!(i.status(), "ERROR" | "DELETED"));
+                let faults = if shows_fault { s.faults(&[id])? } else { Vec::new() };
+                Ok((instance, faults))
+            })
+            .await;
         match found {
             Ok((Some(instance), faults)) if !instance.deleted => {
                 Ok(ServerRecord::Placed { fault: faults.into_iter().next(), instance, cell })

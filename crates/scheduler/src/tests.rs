@@ -365,6 +365,28 @@ fn a_request_pinned_to_a_cell_stays_in_it() {
     assert!(schedule(&cloud.world, &request, &healthy(), &Config::default()).is_err(), "no host in that cell");
 }
 
+/// The alternates are the next best hosts of the selected host's cell,
+/// however far down the ranking they lie.
+#[test]
+fn alternates_from_the_selected_cell_are_found_past_the_best_few() {
+    let mut cloud = Cloud::new(&[60_000, 1000, 2000, 3000, 4000, 5000]);
+    let other = Uuid::new_v4();
+    let mut set = WorldChangeSet::new();
+    set.compute(ComputeChange::PutCell(CellMapping {
+        uuid: other,
+        name: "cell2".into(),
+        database_connection: String::new(),
+        disabled: false,
+    }));
+    cloud.world.apply(&set);
+    for ram in 50_000..50_050 {
+        cloud.add_host_in(ram, true, other, true);
+    }
+    let choices = run(&cloud, &spec(512), 1, &healthy(), &Config::default()).expect("placed");
+    let roots: Vec<Uuid> = choices[0].choices.iter().map(|c| c.root).collect();
+    assert_eq!(roots, vec![cloud.roots[0], cloud.roots[5], cloud.roots[4]], "best host, then its cell's next best");
+}
+
 /// Selections whose claims are in flight count as taken: the next
 /// decision weighs the host without them and picks another, and a host
 /// they fill is not proposed at all.

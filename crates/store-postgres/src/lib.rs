@@ -266,6 +266,26 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// The body of [`Store::write`] inside the open transaction (writer
+    /// lock held, first savepoint open). Commits when it returns
+    /// `Ok(Some(_))`; otherwise the caller rolls back.
+    fn write_locked(&self, conn: &mut Conn, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
+        let mut cached = Cached { conn: &mut conn.client, statements: &mut conn.statements };
+        let catch_up = read_changes(&mut cached, seen)?;
+        let (mut open, mut first) = (false, true);
+        let written = berth_store::run_plan(plan, catch_up, |changes| {
+            write_isolated(&mut cached, changes, &mut open, &mut first)
+        })?;
+        let Some(changes) = written else { return Ok(None) };
+        if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1
+        {
+            prune(&mut cached, self.feed_retention)?;
+        }
+        append_and_commit(&mut conn.client, &codec::encode(&changes)).map(Some)
+    }
+}
+
 /// Split a berth `schema=NAME` parameter off a postgres URL.
 fn split_schema(url: &str) -> (String, Option<String>) {
     let Some((base, query)) = url.split_once('?') else { return (url.to_owned(), None) };
@@ -308,23 +328,34 @@ fn prune<C: postgres::GenericClient>(
 }
 
 fn read_changes<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, seen: Seq) -> Result<CatchUp, StoreError> {
+    // One round trip: the prune horizon with the entries past `seen` (none:
+    // one row of NULLs).
+    let rows = tx
+        .query(
+            "SELECT f.pruned_through, c.seq, c.payload
+             FROM berth_feed_state f LEFT JOIN berth_changes c ON c.seq > $1
+             WHERE f.id = 1 ORDER BY c.seq",
+            &[&seen],
+        )
+        .map_err(classify)?;
     let pruned_through: i64 =
-        tx.query_one("SELECT pruned_through FROM berth_feed_state WHERE id = 1", &[]).map_err(classify)?.get(0);
+        rows.first().map(|row| row.get(0)).ok_or_else(|| StoreError::Internal("berth_feed_state has no row".into()))?;
     if seen < pruned_through {
         return Err(StoreError::FeedGap(seen));
     }
-    let rows =
-        tx.query("SELECT seq, payload FROM berth_changes WHERE seq > $1 ORDER BY seq", &[&seen]).map_err(classify)?;
     rows.iter()
-        .map(|row| {
-            let seq: i64 = row.get(0);
-            let payload: String = row.get(1);
+        .filter_map(|row| {
+            let seq: Option<i64> = row.get(1);
+            let payload: Option<String> = row.get(2);
+            Some((seq?, payload?))
+        })
+        .map(|(seq, payload)| {
             codec::decode(&payload).map(|set| (seq, set)).map_err(|e| StoreError::Internal(e.to_string()))
         })
         .collect()
 }
 
-fn write_change(tx: &mut Cached<'_, Transaction<'_>>, change: &Change) -> Result<(), StoreError> {
+fn write_change<C: postgres::GenericClient>(tx: &mut Cached<'_, C>, change: &Change) -> Result<(), StoreError> {
     match change {
         Change::PutProvider { row, expected_generation } => {
             let ProviderRow { id, uuid, name, generation, parent, root, created_at, updated_at } = row;
@@ -430,7 +461,9 @@ fn write_change(tx: &mut Cached<'_, Transaction<'_>>, change: &Change) -> Result
                     check_one(changed, "consumer generation changed")?;
                 }
             }
-            write_allocations(tx, &uuid, allocations)?;
+            // A new consumer has no allocation rows (deleting a consumer
+            // deletes them with it).
+            write_allocations(tx, &uuid, allocations, expected_generation.is_some())?;
         }
         Change::DeleteConsumer { uuid, expected_generation } => {
             let uuid = uuid.to_string();
@@ -462,12 +495,15 @@ fn write_change(tx: &mut Cached<'_, Transaction<'_>>, change: &Change) -> Result
     Ok(())
 }
 
-fn write_allocations(
-    tx: &mut Cached<'_, Transaction<'_>>,
+fn write_allocations<C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
     consumer: &str,
     allocations: &AllocationMap,
+    replace: bool,
 ) -> Result<(), StoreError> {
-    tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&consumer]).map_err(classify)?;
+    if replace {
+        tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&consumer]).map_err(classify)?;
+    }
     let mut providers = Vec::new();
     let mut classes = Vec::new();
     let mut amounts = Vec::new();
@@ -492,23 +528,76 @@ fn write_allocations(
 
 /// Write one writer's change set under a savepoint: on error it is rolled
 /// back alone (the transaction goes on if the error is the change's own).
-fn write_isolated(tx: &mut Cached<'_, Transaction<'_>>, changes: &WorldChangeSet) -> Result<(), StoreError> {
-    tx.conn.batch_execute("SAVEPOINT berth_member").map_err(classify)?;
-    let written = changes.changes.iter().try_for_each(|change| match change {
-        WorldChange::Placement(change) => write_change(tx, change),
-        WorldChange::Compute(change) => write_compute_change(tx, change),
-    });
-    match written {
-        Ok(()) => tx.conn.batch_execute("RELEASE SAVEPOINT berth_member").map_err(classify),
-        Err(err) => {
-            if err.is_per_change() {
-                tx.conn
-                    .batch_execute("ROLLBACK TO SAVEPOINT berth_member; RELEASE SAVEPOINT berth_member")
-                    .map_err(classify)?;
-            }
-            Err(err)
-        }
+/// `open` says whether the previous writer's savepoint is still open: it
+/// is released in the round trip that opens this one (and the last one is
+/// committed with the transaction), so a writer costs one round trip
+/// besides its statements; the first savepoint is opened with the
+/// transaction.
+fn write_isolated<C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
+    changes: &WorldChangeSet,
+    open: &mut bool,
+    first: &mut bool,
+) -> Result<(), StoreError> {
+    if std::mem::take(first) {
+        // Opened by the transaction's first round trip.
+    } else if *open {
+        tx.conn.batch_execute("RELEASE SAVEPOINT berth_member; SAVEPOINT berth_member").map_err(classify)?;
+    } else {
+        tx.conn.batch_execute("SAVEPOINT berth_member").map_err(classify)?;
     }
+    *open = true;
+    let written = changes
+        .changes
+        .iter()
+        .try_for_each(|change| match change {
+            WorldChange::Placement(change) => write_change(tx, change),
+            WorldChange::Compute(_) => Ok(()),
+        })
+        .and_then(|()| {
+            write_compute_changes(
+                tx,
+                changes.changes.iter().filter_map(|change| match change {
+                    WorldChange::Compute(change) => Some(change),
+                    WorldChange::Placement(_) => None,
+                }),
+            )
+        });
+    if let Err(err) = written {
+        if err.is_per_change() {
+            tx.conn
+                .batch_execute("ROLLBACK TO SAVEPOINT berth_member; RELEASE SAVEPOINT berth_member")
+                .map_err(classify)?;
+            *open = false;
+        }
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// Quote `text` as a PostgreSQL dollar-quoted literal, with a tag that
+/// does not occur in it.
+fn dollar_quoted(text: &str) -> String {
+    let mut tag = String::from("$berth$");
+    let mut n = 0u32;
+    while text.contains(&tag) {
+        n += 1;
+        tag = format!("$berth{n}$");
+    }
+    format!("{tag}{text}{tag}")
+}
+
+/// Append `payload` to the change feed and commit, in one round trip;
+/// returns the entry's sequence number.
+fn append_and_commit(client: &mut Client, payload: &str) -> Result<Seq, StoreError> {
+    let sql = format!("INSERT INTO berth_changes (payload) VALUES ({}) RETURNING seq; COMMIT", dollar_quoted(payload));
+    let messages = client.simple_query(&sql).map_err(classify)?;
+    let seq = messages.iter().find_map(|message| match message {
+        postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    });
+    seq.and_then(|seq| seq.parse().ok())
+        .ok_or_else(|| StoreError::Internal("change feed: no sequence number returned".into()))
 }
 
 impl Store for PostgresStore {
@@ -529,23 +618,24 @@ impl Store for PostgresStore {
 
     fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
         self.with_conn(&self.write_conn, |conn| {
-            let mut tx = conn.client.transaction().map_err(classify)?;
-            let mut cached = Cached { conn: &mut tx, statements: &mut conn.statements };
-            cached.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK_KEY]).map_err(classify)?;
-            let catch_up = read_changes(&mut cached, seen)?;
-            let written = berth_store::run_plan(plan, catch_up, |changes| write_isolated(&mut cached, changes))?;
-            let Some(changes) = written else { return Ok(None) };
-            let seq: i64 = cached
-                .query_one("INSERT INTO berth_changes (payload) VALUES ($1) RETURNING seq", &[&codec::encode(&changes)])
-                .map_err(classify)?
-                .get(0);
-            if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES
-                == PRUNE_EVERY_WRITES - 1
-            {
-                prune(&mut cached, self.feed_retention)?;
+            // Round trips: BEGIN with the writer lock and the first
+            // savepoint; the catch-up; each writer's statements (and one
+            // savepoint for each writer after the first); the feed entry
+            // with COMMIT. On any error the transaction is rolled back
+            // (a broken connection is dropped by `with_conn`).
+            conn.client
+                .batch_execute(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY}); SAVEPOINT berth_member"
+                ))
+                .map_err(classify)?;
+            let result = self.write_locked(conn, seen, plan);
+            if !matches!(result, Ok(Some(_))) && !conn.client.is_closed() {
+                if let Err(err) = conn.client.batch_execute("ROLLBACK") {
+                    // The connection's state is unknown: drop it.
+                    return Err(StoreError::Unavailable(format!("rollback failed: {err}")));
+                }
             }
-            tx.commit().map_err(classify)?;
-            Ok(Some(seq))
+            result
         })
     }
 
@@ -655,21 +745,62 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
     Ok(Loaded { state: rows.into_state(), seq })
 }
 
-/// A compute control row: an upsert for a put, a delete for a delete.
-fn write_compute_change(tx: &mut Cached<'_, Transaction<'_>>, change: &ComputeChange) -> Result<(), StoreError> {
-    let (kind, key, body) = berth_store::json::change_row(change);
-    match body {
-        Some(body) => tx
-            .execute(
-                "INSERT INTO compute_rows (kind, key, body) VALUES ($1, $2, $3)
-                 ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
-                &[&kind, &key, &body.to_string()],
-            )
-            .map_err(classify)?,
-        None => {
-            tx.execute("DELETE FROM compute_rows WHERE kind = $1 AND key = $2", &[&kind, &key]).map_err(classify)?
+/// A change set's compute control rows in at most two statements: one
+/// upsert for the puts and one delete for the deletes. Compute rows are a
+/// table of their own, so their order relative to the placement changes
+/// does not matter; among themselves only the last change of each row
+/// counts.
+fn write_compute_changes<'c, C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
+    changes: impl Iterator<Item = &'c ComputeChange>,
+) -> Result<(), StoreError> {
+    let mut last: HashMap<(&'static str, String), Option<String>> = HashMap::new();
+    let mut order = Vec::new();
+    for change in changes {
+        let (kind, key, body) = berth_store::json::change_row(change);
+        let body = body.map(|body| body.to_string());
+        match last.entry((kind, key)) {
+            std::collections::hash_map::Entry::Occupied(mut entry) => {
+                entry.insert(body);
+            }
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                order.push(entry.key().clone());
+                entry.insert(body);
+            }
         }
-    };
+    }
+    let (mut put_kinds, mut put_keys, mut put_bodies) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut gone_kinds, mut gone_keys) = (Vec::new(), Vec::new());
+    for row in order {
+        match last.remove(&row) {
+            Some(Some(body)) => {
+                put_kinds.push(row.0);
+                put_keys.push(row.1);
+                put_bodies.push(body);
+            }
+            Some(None) => {
+                gone_kinds.push(row.0);
+                gone_keys.push(row.1);
+            }
+            None => {}
+        }
+    }
+    if !put_kinds.is_empty() {
+        tx.execute(
+            "INSERT INTO compute_rows (kind, key, body)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
+            &[&put_kinds, &put_keys, &put_bodies],
+        )
+        .map_err(classify)?;
+    }
+    if !gone_kinds.is_empty() {
+        tx.execute(
+            "DELETE FROM compute_rows WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+            &[&gone_kinds, &gone_keys],
+        )
+        .map_err(classify)?;
+    }
     Ok(())
 }
 

@@ -25,7 +25,7 @@
 //! [`compare_instances`]: berth_compute_model::cell::compare_instances
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use berth_compute_model::cell::{
     ActionEvent, ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Marker, Migration, MigrationFilter,
@@ -788,6 +788,13 @@ fn set_tags(conn: &mut dyn CellConn, uuid: &Uuid, tags: &[String]) -> Result<()>
     let d = conn.dialect();
     let key = text(&uuid.to_string());
     conn.execute(&d.sql("DELETE FROM instance_tags WHERE uuid = ?1"), std::slice::from_ref(&key))?;
+    insert_tags(conn, uuid, tags)
+}
+
+/// Add `tags` to an instance (duplicates ignored).
+fn insert_tags(conn: &mut dyn CellConn, uuid: &Uuid, tags: &[String]) -> Result<()> {
+    let d = conn.dialect();
+    let key = text(&uuid.to_string());
     let insert = d.sql("INSERT INTO instance_tags (uuid, tag) VALUES (?1, ?2) ON CONFLICT (uuid, tag) DO NOTHING");
     for tag in tags {
         conn.execute(&insert, &[key.clone(), text(tag)])?;
@@ -840,6 +847,63 @@ fn insert_event(conn: &mut dyn CellConn, action: i64, e: &ActionEvent) -> Result
     Ok(())
 }
 
+/// PostgreSQL: an action and its events in one statement (no events are
+/// added when the action already exists, as with SQLite).
+fn start_action_pg(conn: &mut dyn CellConn, a: &InstanceAction) -> Result<()> {
+    let mut params = vec![
+        text(&a.instance_uuid.to_string()),
+        text(&a.action),
+        text(&a.request_id),
+        text(&a.user_id),
+        text(&a.project_id),
+        int(a.start_time),
+        opt_text(a.message.as_deref()),
+        opt_int(a.updated_at),
+    ];
+    let insert_action = "INSERT INTO instance_actions
+             (instance_uuid, action, request_id, user_id, project_id, start_time, message, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6::bigint, $7, $8::bigint)
+         ON CONFLICT (instance_uuid, request_id) DO NOTHING
+         RETURNING id";
+    if a.events.is_empty() {
+        conn.execute(insert_action, &params)?;
+        return Ok(());
+    }
+    let mut rows = Vec::with_capacity(a.events.len());
+    for (idx, e) in a.events.iter().enumerate() {
+        let n = params.len();
+        rows.push(format!(
+            "({idx}, ${}::text, ${}::bigint, ${}::bigint, ${}::text, ${}::text, ${}::text, ${}::text)",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4,
+            n + 5,
+            n + 6,
+            n + 7
+        ));
+        params.extend([
+            text(&e.event),
+            int(e.start_time),
+            opt_int(e.finish_time),
+            opt_text(e.result.as_deref()),
+            opt_text(e.traceback.as_deref()),
+            opt_text(e.host.as_deref()),
+            opt_text(e.details.as_deref()),
+        ]);
+    }
+    let sql = format!(
+        "WITH a AS ({insert_action})
+         INSERT INTO instance_action_events (action_id, event, start_time, finish_time, result, traceback, host, details)
+         SELECT a.id, e.event, e.start_time, e.finish_time, e.result, e.traceback, e.host, e.details
+         FROM a, (VALUES {}) AS e(n, event, start_time, finish_time, result, traceback, host, details)
+         ORDER BY e.n",
+        rows.join(", ")
+    );
+    conn.execute(&sql, &params)?;
+    Ok(())
+}
+
 fn returned_id(rows: &[Vec<Value>], what: &'static str) -> Result<i64> {
     let row = rows.first().ok_or_else(|| StoreError::Internal(format!("{what}: no id returned")))?;
     Cols::new(row, what).int()
@@ -858,7 +922,7 @@ fn bump_sequence(conn: &mut dyn CellConn, table: &str) -> Result<()> {
     Ok(())
 }
 
-fn apply(conn: &mut dyn CellConn, op: &CellOp) -> Result<CellOutcome> {
+fn apply(conn: &mut dyn CellConn, op: &CellOp, locked: Option<&mut Locked>) -> Result<CellOutcome> {
     let d = conn.dialect();
     match op {
         CellOp::PutInstance(instance) => {
@@ -870,11 +934,17 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp) -> Result<CellOutcome> {
             if conn.execute(&upsert_instance_sql(d, false), &instance_values(instance))? == 0 {
                 return Ok(CellOutcome::Mismatch);
             }
-            set_tags(conn, &instance.uuid, &instance.spec.tags)?;
+            // A new row: no tags to delete (purging an instance deletes its
+            // tags with it).
+            insert_tags(conn, &instance.uuid, &instance.spec.tags)?;
             Ok(CellOutcome::Done)
         }
         CellOp::UpdateInstance { uuid, expect, update } => {
-            let Some(mut row) = select_instance(conn, uuid, true)? else { return Ok(CellOutcome::Missing) };
+            let row = match locked.as_ref().and_then(|rows| rows.get(uuid)) {
+                Some(row) => row.clone(),
+                None => select_instance(conn, uuid, true)?,
+            };
+            let Some(mut row) = row else { return Ok(CellOutcome::Missing) };
             if !expect_matches(&row, expect) {
                 return Ok(CellOutcome::Mismatch);
             }
@@ -882,6 +952,9 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp) -> Result<CellOutcome> {
             conn.execute(&update_instance_sql(d), &instance_values(&row))?;
             if update.tags.is_some() {
                 set_tags(conn, uuid, &row.spec.tags)?;
+            }
+            if let Some(rows) = locked {
+                rows.insert(*uuid, Some(row));
             }
             Ok(CellOutcome::Done)
         }
@@ -1011,6 +1084,52 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp) -> Result<CellOutcome> {
                 bump_sequence(conn, "compute_nodes")?;
             }
             Ok(CellOutcome::Id(id))
+        }
+        CellOp::StartAction(a) if d == Dialect::Postgres => {
+            start_action_pg(conn, a)?;
+            Ok(CellOutcome::Done)
+        }
+        CellOp::StartEvent { instance, request_id, event, host, at } if d == Dialect::Postgres => {
+            // One round trip: find the action, add the event, touch the action.
+            let rows = conn.query(
+                "WITH a AS (SELECT id FROM instance_actions WHERE instance_uuid = $1::text AND request_id = $2::text),
+                      e AS (INSERT INTO instance_action_events (action_id, event, start_time, host)
+                            SELECT id, $3::text, $4::bigint, $5::text FROM a),
+                      u AS (UPDATE instance_actions SET updated_at = $4::bigint WHERE id IN (SELECT id FROM a))
+                 SELECT id FROM a",
+                &[text(&instance.to_string()), text(request_id), text(event), int(*at), opt_text(host.as_deref())],
+                &[Kind::Int],
+            )?;
+            Ok(if rows.is_empty() { CellOutcome::Missing } else { CellOutcome::Done })
+        }
+        CellOp::FinishEvent { instance, request_id, event, result, traceback, at } if d == Dialect::Postgres => {
+            // One round trip: the latest event of that name (an unfinished
+            // one first) of the action, finished, and the action touched.
+            let rows = conn.query(
+                "WITH a AS (SELECT id FROM instance_actions WHERE instance_uuid = $1::text AND request_id = $2::text),
+                      e AS (SELECT ev.id FROM instance_action_events ev JOIN a ON ev.action_id = a.id
+                            WHERE ev.event = $3::text
+                            ORDER BY CASE WHEN ev.finish_time IS NULL THEN 0 ELSE 1 END, ev.id DESC LIMIT 1),
+                      ue AS (UPDATE instance_action_events
+                             SET finish_time = $4::bigint, result = $5::text, traceback = $6::text
+                             WHERE id IN (SELECT id FROM e) RETURNING action_id),
+                      ua AS (UPDATE instance_actions
+                             SET message = CASE WHEN $5::text = 'Error' THEN 'Error' ELSE message END,
+                                 updated_at = $4::bigint
+                             WHERE id IN (SELECT action_id FROM ue) RETURNING id)
+                 SELECT COUNT(*) FROM ua",
+                &[
+                    text(&instance.to_string()),
+                    text(request_id),
+                    text(event),
+                    int(*at),
+                    text(result),
+                    opt_text(traceback.as_deref()),
+                ],
+                &[Kind::Int],
+            )?;
+            let finished = rows.first().map(|row| Cols::new(row, "instance_actions").int()).transpose()?;
+            Ok(if finished.unwrap_or(0) == 0 { CellOutcome::Missing } else { CellOutcome::Done })
         }
         CellOp::StartAction(a) => {
             let rows = conn.query(
@@ -1333,7 +1452,54 @@ pub fn migrations(conn: &mut dyn CellConn, filter: &MigrationFilter) -> Result<V
 /// outcome per op. A database error fails the whole batch (the caller
 /// rolls back); a `Mismatch` or `Missing` changes nothing for its op only.
 pub fn write(conn: &mut dyn CellConn, ops: &[CellOp]) -> Result<Vec<CellOutcome>> {
-    ops.iter().map(|op| apply(conn, op)).collect()
+    let mut locked = lock_updated_instances(conn, ops)?;
+    ops.iter().map(|op| apply(conn, op, locked.as_mut())).collect()
+}
+
+/// Instance rows read (and locked) ahead for a batch's `UpdateInstance`
+/// ops, by uuid (`None`: no such row); kept current as the batch updates
+/// them.
+type Locked = HashMap<Uuid, Option<Instance>>;
+
+/// PostgreSQL: read and lock the rows of a batch's `UpdateInstance` ops in
+/// one statement instead of one each (a round trip saved per op). Only
+/// for batches whose other ops leave instance rows alone, so the rows
+/// stay as read, apart from the batch's own updates. `None` when not
+/// worth it (SQLite, fewer than two rows, other ops).
+fn lock_updated_instances(conn: &mut dyn CellConn, ops: &[CellOp]) -> Result<Option<Locked>> {
+    if conn.dialect() != Dialect::Postgres {
+        return Ok(None);
+    }
+    let mut uuids = Vec::new();
+    for op in ops {
+        match op {
+            CellOp::UpdateInstance { uuid, .. } => uuids.push(*uuid),
+            CellOp::StartAction(_)
+            | CellOp::StartEvent { .. }
+            | CellOp::FinishEvent { .. }
+            | CellOp::AddFault(_)
+            | CellOp::Heartbeat { .. } => {}
+            _ => return Ok(None),
+        }
+    }
+    uuids.sort_unstable();
+    uuids.dedup();
+    if uuids.len() < 2 {
+        return Ok(None);
+    }
+    let mut locked: Locked = uuids.iter().map(|uuid| (*uuid, None)).collect();
+    for chunk in uuids.chunks(IN_CHUNK) {
+        let mut b = Builder { dialect: Dialect::Postgres, params: Vec::new() };
+        let list = b.bind_list(chunk.iter().map(|u| text(&u.to_string())));
+        // Locked in uuid order, whatever the ops' order.
+        let sql =
+            format!("SELECT {} FROM instances WHERE uuid IN ({list}) ORDER BY uuid FOR UPDATE", instance_select_list());
+        for row in conn.query(&sql, &b.params, &instance_kinds())? {
+            let instance = instance_from_row(&row)?;
+            locked.insert(instance.uuid, Some(instance));
+        }
+    }
+    Ok(Some(locked))
 }
 
 // ---------------------------------------------------------------------------

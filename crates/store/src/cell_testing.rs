@@ -180,6 +180,7 @@ pub fn cell_suite(store: &dyn CellStore) {
     assert!(["sqlite", "postgres"].contains(&store.backend_name()));
     round_trip(store);
     conditional_updates(store);
+    batched_updates(store);
     soft_delete_and_purge(store);
     listings(store);
     services_and_nodes(store);
@@ -236,6 +237,36 @@ fn purge_all(store: &dyn CellStore, uuids: &[Uuid]) {
     let outcomes = write(store, ops);
     assert!(outcomes.iter().all(|o| *o == CellOutcome::Done), "purging existing rows: {outcomes:?}");
     assert!(store.instances(uuids).expect("instances").is_empty());
+}
+
+/// Several updates in one batch (PostgreSQL reads their rows in one
+/// statement): each sees the rows as the ops before it left them.
+fn batched_updates(store: &dyn CellStore) {
+    let (a, b) = (minimal(Uuid::new_v4(), "batch-a", 10), minimal(Uuid::new_v4(), "batch-b", 10));
+    write(store, vec![CellOp::PutInstance(a.clone()), CellOp::PutInstance(b.clone())]);
+    let spawning = InstanceUpdate { task_state: Some(Some("spawning".into())), updated_at: 11, ..Default::default() };
+    let active = InstanceUpdate {
+        vm_state: Some("active".into()),
+        task_state: Some(None),
+        updated_at: 12,
+        ..Default::default()
+    };
+    let from = |task: &str| Expect { task_states: vec![Some(task.into())], ..Default::default() };
+    let ops = vec![
+        CellOp::UpdateInstance { uuid: a.uuid, expect: from("scheduling"), update: spawning.clone() },
+        CellOp::UpdateInstance { uuid: b.uuid, expect: from("spawning"), update: active.clone() },
+        CellOp::UpdateInstance { uuid: Uuid::new_v4(), expect: Expect::default(), update: active.clone() },
+        CellOp::UpdateInstance { uuid: a.uuid, expect: from("spawning"), update: active.clone() },
+        CellOp::UpdateInstance { uuid: b.uuid, expect: from("scheduling"), update: spawning },
+    ];
+    assert_eq!(
+        write(store, ops),
+        vec![CellOutcome::Done, CellOutcome::Mismatch, CellOutcome::Missing, CellOutcome::Done, CellOutcome::Done]
+    );
+    let (a_now, b_now) = (get(store, a.uuid).expect("a"), get(store, b.uuid).expect("b"));
+    assert_eq!((a_now.vm_state.as_str(), a_now.task_state.as_deref(), a_now.updated_at), ("active", None, Some(12)));
+    assert_eq!((b_now.vm_state.as_str(), b_now.task_state.as_deref()), ("building", Some("spawning")));
+    write(store, vec![CellOp::PurgeInstance(a.uuid), CellOp::PurgeInstance(b.uuid)]);
 }
 
 fn conditional_updates(store: &dyn CellStore) {
