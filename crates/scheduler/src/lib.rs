@@ -342,38 +342,20 @@ pub fn schedule(
         // needs latest first: lending adds capacity without sending
         // servers where a drain will soon have to move them again.
         let tier = |i: usize| hosts[viable[i].0].lent_until.map_or((0, 0), |until| (1, -until));
-        // Best first; equal weights keep the hosts' order (the index breaks
-        // ties, so this is the order a stable sort of all gives).
-        let best_first = |a: &usize, b: &usize| {
-            tier(*a)
-                .cmp(&tier(*b))
-                .then(weights[*b].partial_cmp(&weights[*a]).unwrap_or(std::cmp::Ordering::Equal))
-                .then(a.cmp(b))
-        };
+        ranked.sort_by(|a, b| {
+            tier(*a).cmp(&tier(*b)).then(weights[*b].partial_cmp(&weights[*a]).unwrap_or(std::cmp::Ordering::Equal))
+        });
         let subset = config.host_subset_size.max(1).min(ranked.len());
-        // Only the best few are needed: the random pick among the first
-        // `subset` and the alternates after it. Select those and sort them
-        // alone; the rest is sorted only if the alternates run past them
-        // (hosts of other cells are skipped).
-        let mut sorted = (subset + config.max_attempts.max(1)).min(ranked.len());
-        if sorted < ranked.len() {
-            ranked.select_nth_unstable_by(sorted, best_first);
-        }
-        ranked[..sorted].sort_by(best_first);
         let pick = ranked.remove(rng.below(subset));
-        sorted -= 1;
         let (host_idx, cand_idx) = viable[pick];
         let selected = &hosts[host_idx];
         let mut choices =
             vec![HostChoice { root: selected.node.uuid, allocations: allocation_map(&selected.candidates[cand_idx]) }];
-        for at in 0..ranked.len() {
+        for alt in ranked {
             if choices.len() >= config.max_attempts.max(1) {
                 break;
             }
-            if at == sorted {
-                ranked[at..].sort_by(best_first);
-            }
-            let (h, c) = viable[ranked[at]];
+            let (h, c) = viable[alt];
             if hosts[h].node.cell == selected.node.cell {
                 choices.push(HostChoice {
                     root: hosts[h].node.uuid,
