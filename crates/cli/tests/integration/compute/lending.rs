@@ -8,12 +8,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::leases::{advance, enrol, host_lease, jump_to, rsv, wait_lease, Y2040};
-use super::support::{wait_status, Cloud, Hosts, Nova};
+use super::support::{eventually, wait_status, Cloud, Hosts, Nova};
 use crate::support::{Client, TestServer};
 
 /// `YYYY-MM-DD HH:MM` of a time after 2040-01-01 00:00 UTC on the same
@@ -82,19 +82,6 @@ async fn pool_state(admin: &Client, name: &str) -> Value {
 
 async fn metric(server: &TestServer, name: &str) -> u64 {
     server.metric(name).await
-}
-
-/// Wait until `check` holds (30 s).
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,12 +6,12 @@
 //! test counts the commands that really ran.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::leases::{advance, enrol, host_lease, jump_to, offset_for, rsv, wait_lease, Y2040};
-use super::support::{Cloud, Hosts};
+use super::support::{eventually, Cloud, Hosts};
 use crate::support::{fresh_dir, Client};
 
 /// `YYYY-MM-DD HH:MM` of a time after 2040-01-01 00:00 UTC on the same day.
@@ -49,19 +49,6 @@ async fn pool(admin: &Client) -> std::collections::BTreeMap<String, Value> {
 
 async fn power_of(admin: &Client, host: &str) -> String {
     pool(admin).await[host]["power_state"].as_str().unwrap().to_owned()
-}
-
-/// Wait until `check` holds (30 s).
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn wait_power(admin: &Client, host: &str, state: &str) {

@@ -605,3 +605,16 @@ pub(crate) async fn wait_gone(nova: &Nova, id: &str) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// Wait until `check` holds (30 s).
+pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
