@@ -847,10 +847,11 @@ fn insert_event(conn: &mut dyn CellConn, action: i64, e: &ActionEvent) -> Result
     Ok(())
 }
 
-/// PostgreSQL: an action and its events in one statement (no events are
-/// added when the action already exists, as with SQLite).
-fn start_action_pg(conn: &mut dyn CellConn, a: &InstanceAction) -> Result<()> {
-    let mut params = vec![
+/// The parameters of an `instance_actions` insert, in its column order
+/// (instance_uuid, action, request_id, user_id, project_id, start_time,
+/// message, updated_at).
+fn action_params(a: &InstanceAction) -> Vec<Value> {
+    vec![
         text(&a.instance_uuid.to_string()),
         text(&a.action),
         text(&a.request_id),
@@ -859,7 +860,13 @@ fn start_action_pg(conn: &mut dyn CellConn, a: &InstanceAction) -> Result<()> {
         int(a.start_time),
         opt_text(a.message.as_deref()),
         opt_int(a.updated_at),
-    ];
+    ]
+}
+
+/// PostgreSQL: an action and its events in one statement (no events are
+/// added when the action already exists, as with SQLite).
+fn start_action_pg(conn: &mut dyn CellConn, a: &InstanceAction) -> Result<()> {
+    let mut params = action_params(a);
     let insert_action = "INSERT INTO instance_actions
              (instance_uuid, action, request_id, user_id, project_id, start_time, message, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6::bigint, $7, $8::bigint)
@@ -1140,16 +1147,7 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp, locked: Option<&mut Locked>) -> R
                      ON CONFLICT (instance_uuid, request_id) DO NOTHING
                      RETURNING id",
                 ),
-                &[
-                    text(&a.instance_uuid.to_string()),
-                    text(&a.action),
-                    text(&a.request_id),
-                    text(&a.user_id),
-                    text(&a.project_id),
-                    int(a.start_time),
-                    opt_text(a.message.as_deref()),
-                    opt_int(a.updated_at),
-                ],
+                &action_params(a),
                 &[Kind::Int],
             )?;
             if let Some(row) = rows.first() {
