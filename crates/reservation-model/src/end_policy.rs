@@ -24,7 +24,7 @@ use berth_compute_model::lease::{
     Booking, EndPolicy, EventType, Lease, PowerState, ReservableHost, ReservationKind, ReservationStatus,
 };
 use berth_compute_model::ComputeChange as C;
-use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};
+use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet};
 
 use crate::{finish_lease, heal_lease, hypervisor_field, resources, HostEnrolment, ParseQuery, Result};
 
@@ -68,34 +68,9 @@ pub fn check_end_choice(lease: &Lease, choice: EndChoice) -> Result<()> {
     check_choice_for(lease.reservations.iter().map(|r| &r.kind), choice)
 }
 
-/// Every placement consumer on a host's node trees (INSTANCE only when
-/// `instances_only`), sorted.
-fn consumers_on(world: &World, host: &str, instances_only: bool) -> Vec<Uuid> {
-    let mut out: BTreeSet<Uuid> = BTreeSet::new();
-    for node in world.compute.nodes_by_host.get(host).into_iter().flatten() {
-        let mut stack = vec![*node];
-        while let Some(p) = stack.pop() {
-            let Some(provider) = world.placement.provider(&p) else { continue };
-            stack.extend(provider.children.iter().copied());
-            for consumer in &provider.consumers {
-                let keep = !instances_only
-                    || world
-                        .placement
-                        .consumers
-                        .get(consumer)
-                        .is_some_and(|c| c.row.consumer_type.as_deref() == Some(CONSUMER_TYPE_INSTANCE));
-                if keep {
-                    out.insert(*consumer);
-                }
-            }
-        }
-    }
-    out.into_iter().collect()
-}
-
 /// The servers (INSTANCE consumers) on an enrolled host, sorted.
 pub fn host_servers(world: &World, host: &ReservableHost) -> Vec<Uuid> {
-    consumers_on(world, &host.service_name, true)
+    crate::lending::instances_on_host(world, &host.service_name)
 }
 
 /// The held hosts of a lease's whole-host reservations that carry servers.
@@ -198,7 +173,7 @@ pub fn plan_end_policy(
                         !taken.contains(&c.service_name)
                             && !tables.host_by_service.contains_key(&c.service_name)
                             && world.compute.nodes_by_host.contains_key(&c.service_name)
-                            && consumers_on(world, &c.service_name, false).is_empty()
+                            && crate::lending::consumers_on_host(world, &c.service_name).is_empty()
                             && hyp.as_ref().is_none_or(|q| {
                                 let probe = enrolled_row(0, c, host, now);
                                 q.matches(&|k| hypervisor_field(&probe, k))

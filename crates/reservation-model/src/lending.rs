@@ -47,23 +47,32 @@ fn consumer_type<'w>(world: &'w World, consumer: &Uuid) -> Option<&'w str> {
     world.placement.consumers.get(consumer).and_then(|c| c.row.consumer_type.as_deref())
 }
 
+/// The servers (INSTANCE consumers) on a compute host, in uuid order.
+pub fn instances_on_host(world: &World, service_host: &str) -> Vec<Uuid> {
+    consumers_on_host(world, service_host)
+        .into_iter()
+        .filter(|c| consumer_type(world, c) == Some(CONSUMER_TYPE_INSTANCE))
+        .collect()
+}
+
+/// An instance consumer whose request spec names no reservation.
+fn ordinary(world: &World, consumer: &Uuid) -> bool {
+    consumer_type(world, consumer) == Some(CONSUMER_TYPE_INSTANCE)
+        && world.compute.request_specs.get(consumer).is_none_or(|spec| named_reservation(spec) == Ok(None))
+}
+
 /// The ordinary servers (instance consumers naming no reservation) on a
 /// pool host.
 pub fn ordinary_servers(world: &World, host: &ReservableHost) -> Vec<Uuid> {
-    consumers_on_host(world, &host.service_name)
-        .into_iter()
-        .filter(|c| consumer_type(world, c) == Some(CONSUMER_TYPE_INSTANCE))
-        .filter(|c| world.compute.request_specs.get(c).is_none_or(|spec| named_reservation(spec) == Ok(None)))
-        .collect()
+    consumers_on_host(world, &host.service_name).into_iter().filter(|c| ordinary(world, c)).collect()
 }
 
 /// Is the host still carrying what a lease starting on it must not find:
 /// an ordinary server, or a migration in flight (its source allocation)?
 pub fn host_busy(world: &World, host: &ReservableHost) -> bool {
-    !ordinary_servers(world, host).is_empty()
-        || consumers_on_host(world, &host.service_name)
-            .iter()
-            .any(|c| consumer_type(world, c) == Some(CONSUMER_TYPE_MIGRATION))
+    consumers_on_host(world, &host.service_name)
+        .iter()
+        .any(|c| ordinary(world, c) || consumer_type(world, c) == Some(CONSUMER_TYPE_MIGRATION))
 }
 
 /// A reclaimed pool host with ordinary servers to move away.

@@ -33,8 +33,8 @@ use std::sync::atomic::Ordering;
 
 use berth_compute::control::{read, write};
 use berth_compute::servers::{Caller, ServiceError};
-use berth_compute_model::lease::{EndPolicy, EventType, LeaseStatus, PowerState, ReservationKind};
-use berth_compute_model::{ComputeError, World, WorldChangeSet, CONSUMER_TYPE_INSTANCE};
+use berth_compute_model::lease::{EndPolicy, EventType, LeaseStatus, PowerState, ReservationKind, RESERVATION_SPEC};
+use berth_compute_model::{ComputeError, World, WorldChangeSet};
 use berth_reservation_model::{self as plan, Query};
 use uuid::Uuid;
 
@@ -52,30 +52,14 @@ fn servers_of_lease(world: &World, lease_id: Uuid) -> Vec<Uuid> {
         let rid = reservation.id.to_string();
         for a in &reservation.allocations {
             let Some(host) = tables.hosts.get(&a.host_id) else { continue };
-            for node in world.compute.nodes_by_host.get(&host.service_name).into_iter().flatten() {
-                let mut stack = vec![*node];
-                while let Some(p) = stack.pop() {
-                    let Some(provider) = world.placement.provider(&p) else { continue };
-                    stack.extend(provider.children.iter().copied());
-                    for consumer in &provider.consumers {
-                        let instance = world
-                            .placement
-                            .consumers
-                            .get(consumer)
-                            .is_some_and(|c| c.row.consumer_type.as_deref() == Some(CONSUMER_TYPE_INSTANCE));
-                        if !instance {
-                            continue;
-                        }
-                        let booked_here = whole
-                            || world.compute.request_specs.get(consumer).is_some_and(|s| {
-                                s.hints.get("reservation").and_then(|v| v.first()) == Some(&rid)
-                                    || s.flavor.extra_specs.get("aggregate_instance_extra_specs:reservation")
-                                        == Some(&rid)
-                            });
-                        if booked_here {
-                            out.insert(*consumer);
-                        }
-                    }
+            for consumer in plan::lending::instances_on_host(world, &host.service_name) {
+                let booked_here = whole
+                    || world.compute.request_specs.get(&consumer).is_some_and(|s| {
+                        s.hints.get("reservation").and_then(|v| v.first()) == Some(&rid)
+                            || s.flavor.extra_specs.get(RESERVATION_SPEC) == Some(&rid)
+                    });
+                if booked_here {
+                    out.insert(consumer);
                 }
             }
         }
