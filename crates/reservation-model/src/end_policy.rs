@@ -164,6 +164,18 @@ pub fn plan_end_policy(
                     }
                     outcome.released.push(host_id);
                     blocked.push((host_id, ended.end, Timestamp::MAX));
+                    // Its servers become ordinary ones: without the ended
+                    // reservation's hint, a later move is not refused by
+                    // the pool rule.
+                    for server in crate::lending::instances_on_host(world, &host.service_name) {
+                        let Some(spec) = world.compute.request_specs.get(&server) else { continue };
+                        let hinted = spec.hints.get("reservation").and_then(|v| v.first());
+                        if hinted.is_some_and(|rid| ended.reservations.iter().any(|r| r.id.to_string() == *rid)) {
+                            let mut spec = spec.clone();
+                            spec.hints.remove("reservation");
+                            set.compute(C::PutRequestSpec(spec));
+                        }
+                    }
                     set.compute(C::DeleteReservableHost(host_id));
                     let hyp = match &ended.reservations[idx].kind {
                         ReservationKind::Host { hypervisor_properties, .. } => parse(hypervisor_properties)?,

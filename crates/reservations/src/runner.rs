@@ -40,9 +40,37 @@ use uuid::Uuid;
 
 use crate::Reservations;
 
-/// Servers to delete for a lease that ends: every `INSTANCE` consumer on
-/// the hosts its host reservations hold, and for instance reservations the
-/// servers booted for that reservation.
+/// Servers to delete for a lease that ends: [`servers_of_lease`], and for
+/// instance reservations also the servers booted for them that hold no
+/// host (a reserved server whose build found no room went `ERROR` in
+/// cell0; Blazar deletes every server of the reservation's flavor).
+fn servers_to_delete(world: &World, lease_id: Uuid) -> Vec<Uuid> {
+    let mut out: BTreeSet<Uuid> = servers_of_lease(world, lease_id).into_iter().collect();
+    let Some(lease) = world.compute.leases.leases.get(&lease_id) else { return Vec::new() };
+    let slots: BTreeSet<String> = lease
+        .reservations
+        .iter()
+        .filter(|r| matches!(r.kind, ReservationKind::Instance { .. }))
+        .map(|r| r.id.to_string())
+        .collect();
+    if !slots.is_empty() {
+        for (instance, spec) in &world.compute.request_specs {
+            let named = spec
+                .hints
+                .get("reservation")
+                .and_then(|v| v.first())
+                .or_else(|| spec.flavor.extra_specs.get(RESERVATION_SPEC));
+            if named.is_some_and(|rid| slots.contains(rid)) && world.compute.instance_mappings.contains_key(instance) {
+                out.insert(*instance);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Servers on the lease's hosts: every `INSTANCE` consumer on the hosts
+/// its host reservations hold, and for instance reservations the servers
+/// booted for that reservation.
 fn servers_of_lease(world: &World, lease_id: Uuid) -> Vec<Uuid> {
     let tables = &world.compute.leases;
     let Some(lease) = tables.leases.get(&lease_id) else { return Vec::new() };
@@ -137,7 +165,7 @@ impl Reservations {
 
     /// Ask for the deletion of the lease's servers; true when none is left.
     async fn delete_lease_servers(&self, lease_id: Uuid) -> Result<bool, ServiceError> {
-        let servers = read(&*self.compute.control, |w| servers_of_lease(w, lease_id));
+        let servers = read(&*self.compute.control, |w| servers_to_delete(w, lease_id));
         if servers.is_empty() {
             return Ok(true);
         }

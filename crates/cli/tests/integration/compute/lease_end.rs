@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::leases::{assert_blazar_error, wait_lease};
-use super::support::{wait_gone, Cloud, Hosts, Nova};
+use super::support::{wait_gone, wait_status, Cloud, Hosts, Nova};
 use crate::support::{Client, TestServer};
 
 /// 2040-01-01 00:00 UTC.
@@ -255,6 +255,14 @@ async fn release_hands_the_busy_host_to_general_scheduling_and_refills_the_pool(
     // And the refilled pool takes leases.
     let next = host_lease("next", "2040-01-01 03:00", "2040-01-01 04:00", 1, json!({}));
     assert_eq!(admin.post("/reservation/v1/leases", &next).await.status, 201);
+
+    // The kept server is an ordinary one now: it migrates to a general
+    // host (its ended reservation's hint would have the pool rule refuse).
+    cloud.add_agent(Hosts::new("h", 1, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    let moved = nova.at("2.56").post(&format!("/servers/{server}/action"), &json!({"migrate": {"host": "h0"}})).await;
+    assert_eq!(moved.status, 202, "{:?}", moved.body);
+    let verify = wait_status(&nova, &server, "VERIFY_RESIZE").await;
+    assert_eq!(verify["OS-EXT-SRV-ATTR:host"], json!("h0"), "{verify}");
     cloud.check_invariants().await;
 }
 

@@ -414,8 +414,8 @@ async fn an_instance_reservation_is_counted_per_slot_by_placement() {
         assert_eq!(host, json!("r0"));
         reserved.push(sid);
     }
-    let over = nova.boot_id("slot-over", &rid, &image).await;
-    let over = nova.wait_settled(&over).await;
+    let over_id = nova.boot_id("slot-over", &rid, &image).await;
+    let over = nova.wait_settled(&over_id).await;
     assert_eq!(over["status"], json!("ERROR"), "two slots, the third boot fails although r0 has 4 free vCPUs: {over}");
     // Normal boots never use the reserved host.
     for i in 0..3 {
@@ -441,6 +441,9 @@ async fn an_instance_reservation_is_counted_per_slot_by_placement() {
     for sid in &reserved {
         wait_gone(&nova_admin, sid).await;
     }
+    // The boot that found no slot (ERROR in cell0, no host) goes too, as
+    // Blazar deletes every server of the reservation's flavor.
+    wait_gone(&nova_admin, &over_id).await;
     let (_, _, inventories) = reservation_provider(&cloud.server, "r0").await.unwrap();
     assert!(inventories.get(&class).is_none(), "{inventories}");
     assert_eq!(nova_admin.get(&format!("/flavors/{rid}")).await.status, 404);
