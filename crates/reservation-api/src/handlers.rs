@@ -535,15 +535,17 @@ pub fn update_lease(ctx: &ReservationCtx, req: &Req) -> ApiResult<Resp> {
     let parse = |text: &str| parse_query(text).map_err(|e| ComputeError::Invalid(e.detail.clone()));
     if dry_run(req)? {
         let world = ctx.core.read();
+        plan::reserved::check_update(&world, &update).map_err(refused)?;
         return Ok(match plan::plan_update_lease(&world, lease.id, &update, &parse, &mut Uuid::new_v4, now) {
             Ok((_, lease)) => Resp::ok(json!({"admitted": true, "lease": lease_view(&lease)})),
             Err(ComputeError::Conflict(m)) => Resp::ok(json!({"admitted": false, "reason": m})),
             Err(e) => return Err(refused(e)),
         });
     }
-    let lease = ctx
-        .core
-        .write(|w| plan::plan_update_lease(w, lease.id, &update, &parse, &mut Uuid::new_v4, now).map_err(refused))?;
+    let lease = ctx.core.write(|w| {
+        plan::reserved::check_update(w, &update).map_err(refused)?;
+        plan::plan_update_lease(w, lease.id, &update, &parse, &mut Uuid::new_v4, now).map_err(refused)
+    })?;
     ctx.reservations.leases_changed();
     Ok(Resp::ok(json!({"lease": lease_view(&lease)})))
 }

@@ -144,6 +144,34 @@ pub fn held_of_lease(world: &World, lease_id: Uuid) -> Vec<Uuid> {
     builds_for(world, &slot_reservations(world, lease_id), true)
 }
 
+/// Refuse a lease update that would leave its `RESERVED` servers without
+/// their slots: an instance reservation holding N held servers cannot go
+/// below N slots (deleting `RESERVED` servers shrinks it), nor change the
+/// slot shape its servers were admitted with. Growing it is allowed (the
+/// extra slots serve boots with the reservation's flavor).
+pub fn check_update(world: &World, update: &crate::LeaseUpdate) -> Result<()> {
+    for change in &update.reservations {
+        let held = builds_for(world, &BTreeSet::from([change.id]), true).len() as i64;
+        if held == 0 {
+            continue;
+        }
+        if change.amount.is_some_and(|amount| amount < held) {
+            return Err(ComputeError::Invalid(format!(
+                "Reservation {} holds {held} RESERVED servers: its amount cannot go below {held} \
+                 (delete RESERVED servers to shrink it)",
+                change.id
+            )));
+        }
+        if change.vcpus.is_some() || change.memory_mb.is_some() || change.disk_gb.is_some() {
+            return Err(ComputeError::Invalid(format!(
+                "Reservation {} holds {held} RESERVED servers: its vcpus, memory_mb and disk_gb follow their flavor",
+                change.id
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The lease change that goes with deleting the held build request of
 /// `instance`: its lease loses a slot, or is deleted with its last held
 /// server. Nothing for a lease that has started or is gone (the lease

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::leases::{advance, rsv, wait_lease};
+use super::leases::{advance, assert_blazar_error, rsv, wait_lease};
 use super::support::{wait_gone, wait_status, Cloud, Hosts, Nova};
 use crate::support::Client;
 
@@ -277,6 +277,16 @@ async fn bad_reserved_hints_are_refused_and_deleting_a_reserved_server_frees_its
     assert_eq!(lease["reservations"][0]["amount"], json!(2), "{lease}");
     let full = nova.boot("full", &flavor, &image, reserved_hints(&lease_params("full"), false)).await;
     assert_nova_error(&full, 409, "Not enough hosts available");
+
+    // The lease follows its servers: it cannot shrink below them nor
+    // change their slot shape (nothing written).
+    let (lease_id, rid) = (lease["id"].as_str().unwrap().to_owned(), lease["reservations"][0]["id"].clone());
+    let path = format!("/reservation/v1/leases/{lease_id}");
+    let shrink = admin.put(&path, &json!({"reservations": [{"id": rid, "amount": 1}]})).await;
+    assert_blazar_error(&shrink, 400, "cannot go below 2");
+    let reshape = admin.put(&path, &json!({"reservations": [{"id": rid, "vcpus": 1}]})).await;
+    assert_blazar_error(&reshape, 400, "follow their flavor");
+    assert_eq!(leases(&admin).await[0]["reservations"][0]["amount"], json!(2));
 
     // Actions wait for the server to exist.
     let stop = nova.post(&format!("/servers/{}/action", ids[0]), &json!({"os-stop": null})).await;
