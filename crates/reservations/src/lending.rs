@@ -63,7 +63,19 @@ impl Reservations {
         {
             let mut known = self.draining.lock().unwrap_or_else(|p| p.into_inner());
             let started = draining.difference(&known).count() as u64;
-            let finished = known.difference(&draining).count() as u64;
+            // Reclaimed: drained hosts still enrolled and carrying no
+            // ordinary server (not those whose lease went away meanwhile).
+            let left: Vec<i64> = known.difference(&draining).copied().collect();
+            let finished = read(&*self.compute.control, |w| {
+                left.iter()
+                    .filter(|id| {
+                        w.compute.leases.hosts.get(id).is_some_and(|h| {
+                            lending::ordinary_servers(w, h).is_empty()
+                                && w.compute.leases.next_needed(**id, now) < i64::MAX
+                        })
+                    })
+                    .count() as u64
+            });
             self.metrics.drains_started.fetch_add(started, Ordering::Relaxed);
             self.metrics.hosts_reclaimed.fetch_add(finished, Ordering::Relaxed);
             *known = draining;
@@ -117,11 +129,12 @@ impl Reservations {
             self.metrics.hosts_swapped.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%lease_id, busy, replacement, "lease start: a held host was still busy; replaced");
         }
-        if report.late.is_empty() {
-            self.metrics.starts_on_time.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.metrics.starts_late.fetch_add(1, Ordering::Relaxed);
-            self.metrics.drains_late.fetch_add(report.late.len() as u64, Ordering::Relaxed);
+        {
+            let mut checks = self.start_checks.lock().unwrap_or_else(|p| p.into_inner());
+            let late = checks.entry(lease_id).or_insert(0);
+            *late = (*late).max(report.late.len());
+        }
+        if !report.late.is_empty() {
             tracing::warn!(
                 %lease_id, hosts = ?report.late,
                 "lease starts degraded (resources_changed): held hosts still carry lent servers and no free \
@@ -129,6 +142,26 @@ impl Reservations {
             );
         }
         true
+    }
+}
+
+impl Reservations {
+    /// Count the finished starts once each: on time, or late with how many
+    /// held hosts were still busy (a start retried is not counted again).
+    pub(crate) fn count_finished_starts(&self, leases: impl Iterator<Item = Uuid>) {
+        let mut checks = self.start_checks.lock().unwrap_or_else(|p| p.into_inner());
+        for lease_id in leases {
+            match checks.remove(&lease_id) {
+                Some(0) => {
+                    self.metrics.starts_on_time.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(late) => {
+                    self.metrics.starts_late.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.drains_late.fetch_add(late as u64, Ordering::Relaxed);
+                }
+                None => {}
+            }
+        }
     }
 }
 

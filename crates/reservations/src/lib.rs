@@ -98,6 +98,10 @@ pub struct Reservations {
     /// Reclaimed pool hosts still carrying lent servers at the last drain
     /// pass.
     draining: Mutex<BTreeSet<i64>>,
+    /// Lease starts checked (`start_on_free_hosts`) and not finished yet:
+    /// the most held hosts a check found late (counted once, when the
+    /// start finishes, however often it was retried).
+    start_checks: Mutex<HashMap<uuid::Uuid, usize>>,
     /// Power management counters and energy.
     pub power_metrics: power::PowerMetrics,
     /// The power pass's idle times and last pass.
@@ -123,6 +127,7 @@ impl Reservations {
             wake: tokio::sync::Notify::new(),
             suspects: Mutex::default(),
             draining: Mutex::default(),
+            start_checks: Mutex::default(),
             power_metrics: power::PowerMetrics::default(),
             power_state: Mutex::default(),
         })

@@ -542,6 +542,7 @@ impl Reservations {
             Ok(()) => {
                 if kind == EventType::StartLease {
                     self.build_reserved(&done);
+                    self.count_finished_starts(done.iter().map(|(lease_id, _)| *lease_id));
                 }
                 self.metrics.events_done.fetch_add(done.len() as u64, Ordering::Relaxed);
                 for (lease_id, _) in &done {
