@@ -17,7 +17,16 @@ case "$backend" in
   postgres)
     url=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
     sep='?'; case "$url" in *\?*) sep='&';; esac
-    cmd="exec $bin serve $common --database \"$url${sep}schema=conf_\$(echo {workdir} | md5sum | cut -c1-16)\"" ;;
+    run=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+    cmd="exec $bin serve $common --database \"$url${sep}schema=conf_${run}_\$(echo {workdir} | md5sum | cut -c1-16)\"" ;;
   *) echo "usage: $0 [sqlite|postgres] [run.py args]" >&2; exit 2 ;;
 esac
-exec python3 "$harness/run.py" --server-cmd "$cmd" "$@"
+status=0
+python3 "$harness/run.py" --server-cmd "$cmd" "$@" || status=$?
+# This run's schemas (and their cells'), when psql is at hand.
+if [ "$backend" = postgres ] && command -v psql >/dev/null 2>&1; then
+  base=${url%%\?*}
+  psql "$base" -Atqc "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'conf\_${run}\_%'" 2>/dev/null |
+    while read -r schema; do psql "$base" -qc "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" >/dev/null 2>&1 || true; done
+fi
+exit $status

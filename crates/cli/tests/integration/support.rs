@@ -27,10 +27,51 @@ pub(crate) fn fresh_dir(tag: &str) -> PathBuf {
 /// pass), else the embedded SQLite in the data directory.
 pub(crate) fn test_database(tag: &str) -> Option<String> {
     let url = std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty())?;
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| sweep_stale_schemas(&url));
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let sep = if url.contains('?') { '&' } else { '?' };
     Some(format!("{url}{sep}schema=it_{}_{}_{n}_{nanos}", tag.replace('-', "_"), std::process::id()))
+}
+
+/// Drop the schemas earlier test runs left (servers keep their data for
+/// restarts and siblings, so a run cannot drop its own when a test ends):
+/// `it_{tag}_{pid}_{n}_{nanos}` and its cells' `…_{cell}`, of test
+/// processes that are gone. A live process's (another run in parallel)
+/// are kept, so at most the latest run's schemas remain.
+fn sweep_stale_schemas(url: &str) {
+    let base = url.split('?').next().unwrap_or(url).to_owned();
+    let sweep = move || -> Result<usize, postgres::Error> {
+        let mut client = postgres::Client::connect(&base, postgres::NoTls)?;
+        let names: Vec<String> = client
+            .query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'it\\_%'", &[])?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut dropped = 0;
+        for name in names {
+            let parts: Vec<&str> = name.split('_').collect();
+            // The nanosecond stamp is the only long number; the pid is two
+            // parts before it.
+            let Some(at) = parts.iter().rposition(|p| p.len() >= 16 && p.bytes().all(|b| b.is_ascii_digit())) else {
+                continue;
+            };
+            let Some(pid) = at.checked_sub(2).and_then(|i| parts[i].parse::<u32>().ok()) else { continue };
+            if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))?;
+            dropped += 1;
+        }
+        Ok(dropped)
+    };
+    // The synchronous client must not run on a runtime's thread.
+    match std::thread::spawn(sweep).join() {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => eprintln!("stale test schemas not swept: {e}"),
+        Err(_) => eprintln!("stale test schemas not swept: the sweep panicked"),
+    }
 }
 
 /// A running berth server.
