@@ -15,11 +15,30 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh, empty directory under the system temp dir.
 pub(crate) fn fresh_dir(tag: &str) -> PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(sweep_stale_dirs);
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("berth-it-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create test dir");
     dir
+}
+
+/// Remove the directories earlier test processes left
+/// (`berth-it-{tag}-{pid}-{n}`, kept for restarts and siblings, or after a
+/// failure for a look), once their process is gone.
+fn sweep_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("berth-it-") else { continue };
+        let mut parts = rest.rsplit('-');
+        let (_n, pid) = (parts.next(), parts.next().and_then(|p| p.parse::<u32>().ok()));
+        let Some(pid) = pid else { continue };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// The database a test server should use: a fresh PostgreSQL schema when
