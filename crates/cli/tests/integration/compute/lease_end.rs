@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::leases::{assert_blazar_error, wait_lease};
+use super::leases::{advance, assert_blazar_error, wait_lease};
 use super::support::{wait_gone, wait_status, Cloud, Hosts, Nova};
 use crate::support::{Client, TestServer};
 
@@ -30,8 +30,7 @@ async fn clock_to(server: &TestServer, at: i64) {
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);
-    let reply = server.client().post("/admin/v1/test/clock", &json!({"advance": at - wall - offset})).await;
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    advance(server, at - wall - offset).await;
 }
 
 async fn enrol(client: &Client, name: &str) -> String {

@@ -246,9 +246,30 @@ pub(super) async fn wait_lease(client: &Client, id: &str, status: &str) -> Value
     }
 }
 
+/// Move the test clock on by `seconds`. Right after a jump longer than
+/// the service down time every host looks down until its next heartbeat
+/// (a second later): so after one, wait (bounded) until the compute
+/// services that were up before are up again, or a boot made at once
+/// would find no host.
 pub(super) async fn advance(server: &TestServer, seconds: i64) {
-    let reply = server.client().post("/admin/v1/test/clock", &json!({"advance": seconds})).await;
+    let client = server.client();
+    let up = || async {
+        let body = client.get("/compute/v2.1/os-services?binary=nova-compute").await.body;
+        body["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["state"] == json!("up"))
+            .filter_map(|s| s["host"].as_str().map(str::to_owned))
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    let before = if seconds > 60 { up().await } else { Default::default() };
+    let reply = client.post("/admin/v1/test/clock", &json!({"advance": seconds})).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !before.is_empty() && Instant::now() < deadline && !up().await.is_superset(&before) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
