@@ -449,7 +449,9 @@ async fn on_demand_boots_wake_pool_hosts_and_their_waits_are_reported() {
         power_args(&on, &off, &["--suspend-time", "60", "--spare-hosts", "1", "--pool-lend-lead", "600"]);
     let mut cloud = Cloud::start("pw-demand", &args).await;
     // Hosts take 4 s (wall) to boot: long enough to boot into the gap.
-    cloud.add_agent(Hosts::new("p", 3, &["--vcpus", "1", "--power-dir", &d, "--power-on-secs", "4"])).await;
+    // One vCPU at ratio 1: one server fills a host.
+    let shape = ["--vcpus", "1", "--cpu-ratio", "1", "--power-dir", &d, "--power-on-secs", "4"];
+    cloud.add_agent(Hosts::new("p", 3, &shape)).await;
     let admin = rsv(&cloud.server, "admin");
     let mut clock = Clock::start(&cloud, &admin).await;
     let nova = cloud.nova("admin");
@@ -469,7 +471,7 @@ async fn on_demand_boots_wake_pool_hosts_and_their_waits_are_reported() {
         on[0].clone()
     };
 
-    // An on-demand boot takes the spare (one vCPU: the host is full);
+    // An on-demand boot takes the spare (the host is full);
     // the spares drop below --spare-hosts, so one host is woken.
     let a = nova.boot_id("a", &flavor, &image).await;
     assert_eq!(nova.wait_settled(&a).await["OS-EXT-SRV-ATTR:host"], json!(spare));
