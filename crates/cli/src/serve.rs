@@ -917,12 +917,14 @@ mod tests {
         );
         assert_eq!(from_file.power_on_cmd.as_deref(), Some("wake.sh"));
         assert_eq!(from_file.power_off_cmd.as_deref(), Some("sleep.sh"));
-        let flags = resolve_args(&["--power-policy", "off", "--spare-hosts", "2", "--power-off-cmd", "x.sh"])
-            .expect("resolve");
+        let flags =
+            resolve_args(&["--power-policy", "off", "--spare-hosts", "2", "--power-off-cmd", "x.sh"]).expect("resolve");
         assert_eq!(flags.power.policy, PowerPolicy::Off, "flag beats file");
         assert_eq!((flags.power.spare_hosts, flags.power.suspend_time), (2, 903));
         assert_eq!(flags.power_off_cmd.as_deref(), Some("x.sh"));
-        for bad in ["power_policy: sometimes\n", "suspend_time: -1\n", "power_down_per_min: 0\n", "host_watts_idle: -3\n"] {
+        for bad in
+            ["power_policy: sometimes\n", "suspend_time: -1\n", "power_down_per_min: 0\n", "host_watts_idle: -3\n"]
+        {
             std::fs::write(&file, bad).expect("write config");
             assert!(resolve_args(&[]).is_err(), "{bad:?} is refused");
         }

@@ -212,10 +212,8 @@ pub fn decide(hosts: &[HostFacts], now: Timestamp, cfg: &PowerConfig, extra_want
     let horizon = now.saturating_add(lead).saturating_add(cfg.suspend_time);
     let usable = |h: &HostFacts| h.next_needed > horizon;
     let coming = hosts.iter().filter(|h| h.power.state == PowerState::PoweringOn && usable(h)).count();
-    let (mut spares, bridging): (Vec<&HostFacts>, Vec<&HostFacts>) = hosts
-        .iter()
-        .filter(|h| h.power.state == PowerState::On && !h.busy && !needed(h))
-        .partition(|h| usable(h));
+    let (mut spares, bridging): (Vec<&HostFacts>, Vec<&HostFacts>) =
+        hosts.iter().filter(|h| h.power.state == PowerState::On && !h.busy && !needed(h)).partition(|h| usable(h));
     // Idle for the suspend time (a guard against on-demand churn), or
     // with a known next need beyond the horizon and no power command
     // within the suspend time: then at once (the foreknowledge: it stays
@@ -448,14 +446,21 @@ pub fn plan_powered_off(world: &World, host_id: i64, now: Timestamp) -> Option<W
 /// failed power-off leaves it `on`. `issued_at`: when the command was
 /// recorded; a host whose state or `issued_at` moved meanwhile (a newer
 /// decision) is left alone (`None`).
-pub fn plan_command_failed(world: &World, host_id: i64, on: bool, issued_at: Timestamp, now: Timestamp) -> Option<WorldChangeSet> {
+pub fn plan_command_failed(
+    world: &World,
+    host_id: i64,
+    on: bool,
+    issued_at: Timestamp,
+    now: Timestamp,
+) -> Option<WorldChangeSet> {
     let mut host = world.compute.leases.hosts.get(&host_id)?.clone();
     if host.power.issued_at != Some(issued_at) {
         return None;
     }
     match (on, host.power.state) {
         (true, PowerState::PoweringOn) => {
-            host.power = HostPower { state: PowerState::Failed, since: now, issued_at: Some(issued_at), deadline: None };
+            host.power =
+                HostPower { state: PowerState::Failed, since: now, issued_at: Some(issued_at), deadline: None };
             host.reservable = false;
         }
         (false, PowerState::PoweringOff) => {

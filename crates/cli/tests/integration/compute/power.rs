@@ -445,8 +445,7 @@ async fn a_failed_power_command_fails_the_host_at_once_or_leaves_it_on() {
 async fn on_demand_boots_wake_pool_hosts_and_their_waits_are_reported() {
     let (dir, on, off) = power_dir("pw-demand");
     let d = dir.display().to_string();
-    let args =
-        power_args(&on, &off, &["--suspend-time", "60", "--spare-hosts", "1", "--pool-lend-lead", "600"]);
+    let args = power_args(&on, &off, &["--suspend-time", "60", "--spare-hosts", "1", "--pool-lend-lead", "600"]);
     let mut cloud = Cloud::start("pw-demand", &args).await;
     // Hosts take 4 s (wall) to boot: long enough to boot into the gap.
     // One vCPU at ratio 1: one server fills a host.
