@@ -345,13 +345,28 @@ impl ComputeServices {
             ),
             (
                 "berth_power_failures_total",
-                "Pool hosts switched on that did not report within --power-resume-timeout (failed).",
+                "Pool hosts switched on that did not come back (resume timeout or failed power-on command).",
                 self.reservations.power_metrics.failures.load(Relaxed),
             ),
             (
                 "berth_power_command_errors_total",
                 "Power commands that exited non-zero, timed out or could not run.",
                 self.reservations.power_metrics.command_errors.load(Relaxed),
+            ),
+            (
+                "berth_power_ondemand_waits_total",
+                "Boots that found no valid host while pool hosts were off or powering on (each wakes a host).",
+                self.reservations.power_metrics.ondemand_waits.load(Relaxed),
+            ),
+            (
+                "berth_power_ondemand_wait_seconds_total",
+                "Seconds from such a boot to the pool host woken for it being on, summed.",
+                self.reservations.power_metrics.ondemand_wait_secs.load(Relaxed),
+            ),
+            (
+                "berth_compute_boots_no_host_total",
+                "Boots that found no valid host (NoValidHost).",
+                m.boots_no_host.load(Relaxed),
             ),
             (
                 "berth_compute_reschedules_total",

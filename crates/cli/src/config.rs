@@ -88,6 +88,30 @@ pub(crate) struct FileConfig {
     /// Lend idle reservation-pool hosts to ordinary boots, looking this
     /// many seconds ahead.
     pub(crate) pool_lend_lead: Option<i64>,
+    /// Power management of the reservation pool: `off` or `reservations`.
+    pub(crate) power_policy: Option<String>,
+    /// Command switching a pool host on (`sh -c`, the host name as `$1`).
+    pub(crate) power_on_cmd: Option<String>,
+    /// Command switching a pool host off.
+    pub(crate) power_off_cmd: Option<String>,
+    /// Seconds a host switched on has to report before it is `failed`.
+    pub(crate) power_resume_timeout: Option<i64>,
+    /// Seconds a host takes to boot, as the policy plans it.
+    pub(crate) power_on_secs: Option<i64>,
+    /// Idle seconds before a pool host may be switched off.
+    pub(crate) suspend_time: Option<i64>,
+    /// Extra seconds of lead before a lease start.
+    pub(crate) power_margin: Option<i64>,
+    /// Idle pool hosts kept on for on-demand boots.
+    pub(crate) spare_hosts: Option<usize>,
+    /// Power-off commands per minute at most.
+    pub(crate) power_down_per_min: Option<usize>,
+    /// Power-on commands per minute at most.
+    pub(crate) power_up_per_min: Option<usize>,
+    /// Draw of an idle host (W).
+    pub(crate) host_watts_idle: Option<f64>,
+    /// Draw of a busy host (W).
+    pub(crate) host_watts_busy: Option<f64>,
     /// Resizes may choose the server's own host.
     pub(crate) allow_resize_to_same_host: Option<bool>,
     /// Heal every N sweep ticks (0: only when asked).

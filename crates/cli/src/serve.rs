@@ -327,9 +327,10 @@ struct Settings {
 }
 
 fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
-    let power = power_config(&opts)?;
-    let (power_on_cmd, power_off_cmd) = (opts.power_on_cmd.clone(), opts.power_off_cmd.clone());
     let file = FileConfig::load(opts.config.as_deref())?;
+    let power = power_config(&opts, &file)?;
+    let power_on_cmd = opts.power_on_cmd.clone().or_else(|| file.power_on_cmd.clone());
+    let power_off_cmd = opts.power_off_cmd.clone().or_else(|| file.power_off_cmd.clone());
     let listen = opts.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
     let listen: SocketAddr = listen.parse().with_context(|| format!("invalid --listen address {listen:?}"))?;
     let data_dir = opts.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
@@ -749,11 +750,11 @@ pub(crate) fn migrate(opts: MigrateOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The power management flags, checked.
-fn power_config(opts: &ServeOpts) -> anyhow::Result<berth_reservations::PowerConfig> {
+/// The power management flags (over the config file's keys), checked.
+fn power_config(opts: &ServeOpts, file: &FileConfig) -> anyhow::Result<berth_reservations::PowerConfig> {
     use berth_reservations::{PowerConfig, PowerPolicy};
     let d = PowerConfig::default();
-    let policy = match &opts.power_policy {
+    let policy = match opts.power_policy.as_ref().or(file.power_policy.as_ref()) {
         None => PowerPolicy::Off,
         Some(text) => PowerPolicy::parse(text)
             .with_context(|| format!("invalid --power-policy {text:?} (one of off, reservations)"))?,
@@ -778,15 +779,23 @@ fn power_config(opts: &ServeOpts) -> anyhow::Result<berth_reservations::PowerCon
     };
     Ok(PowerConfig {
         policy,
-        suspend_time: secs(opts.suspend_time, d.suspend_time, "suspend-time")?,
-        power_on_secs: secs(opts.power_on_secs, d.power_on_secs, "power-on-secs")?,
-        margin: secs(opts.power_margin, d.margin, "power-margin")?,
-        spare_hosts: opts.spare_hosts.unwrap_or(d.spare_hosts),
-        resume_timeout: secs(opts.power_resume_timeout, d.resume_timeout, "power-resume-timeout")?,
-        down_per_min: per_min(opts.power_down_per_min, d.down_per_min, "power-down-per-min")?,
-        up_per_min: per_min(opts.power_up_per_min, d.up_per_min, "power-up-per-min")?,
-        watts_idle: watts(opts.host_watts_idle, d.watts_idle, "host-watts-idle")?,
-        watts_busy: watts(opts.host_watts_busy, d.watts_busy, "host-watts-busy")?,
+        suspend_time: secs(opts.suspend_time.or(file.suspend_time), d.suspend_time, "suspend-time")?,
+        power_on_secs: secs(opts.power_on_secs.or(file.power_on_secs), d.power_on_secs, "power-on-secs")?,
+        margin: secs(opts.power_margin.or(file.power_margin), d.margin, "power-margin")?,
+        spare_hosts: opts.spare_hosts.or(file.spare_hosts).unwrap_or(d.spare_hosts),
+        resume_timeout: secs(
+            opts.power_resume_timeout.or(file.power_resume_timeout),
+            d.resume_timeout,
+            "power-resume-timeout",
+        )?,
+        down_per_min: per_min(
+            opts.power_down_per_min.or(file.power_down_per_min),
+            d.down_per_min,
+            "power-down-per-min",
+        )?,
+        up_per_min: per_min(opts.power_up_per_min.or(file.power_up_per_min), d.up_per_min, "power-up-per-min")?,
+        watts_idle: watts(opts.host_watts_idle.or(file.host_watts_idle), d.watts_idle, "host-watts-idle")?,
+        watts_busy: watts(opts.host_watts_busy.or(file.host_watts_busy), d.watts_busy, "host-watts-busy")?,
     })
 }
 
@@ -865,6 +874,60 @@ mod tests {
         let overridden =
             resolve_args(&["--config", file.to_str().expect("utf8 path"), "--max-allocation-candidates", "9"]);
         assert_eq!(overridden.expect("ok").max_candidates, Some(9), "flag beats file");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every power management flag has its config-file key; flags beat
+    /// the file; bad values in the file are refused as the flags' are.
+    #[test]
+    fn power_config_file_keys() {
+        use berth_reservations::{PowerConfig, PowerPolicy};
+        let dir = std::env::temp_dir().join(format!("berth-power-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("berth.yaml");
+        let path = file.to_str().expect("utf8 path").to_owned();
+        let resolve_args = |args: &[&str]| {
+            let mut all = vec!["berth", "--config", &path];
+            all.extend_from_slice(args);
+            resolve(Wrapper::try_parse_from(all).expect("parse").opts).map(|s| s.compute.reservations)
+        };
+        std::fs::write(
+            &file,
+            "power_policy: reservations\npower_on_cmd: wake.sh\npower_off_cmd: sleep.sh\n\
+             power_resume_timeout: 901\npower_on_secs: 902\nsuspend_time: 903\npower_margin: 904\n\
+             spare_hosts: 5\npower_down_per_min: 6\npower_up_per_min: 7\nhost_watts_idle: 80.5\n\
+             host_watts_busy: 300\n",
+        )
+        .expect("write config");
+        let from_file = resolve_args(&[]).expect("resolve");
+        assert_eq!(
+            from_file.power,
+            PowerConfig {
+                policy: PowerPolicy::Reservations,
+                suspend_time: 903,
+                power_on_secs: 902,
+                margin: 904,
+                spare_hosts: 5,
+                resume_timeout: 901,
+                down_per_min: 6,
+                up_per_min: 7,
+                watts_idle: 80.5,
+                watts_busy: 300.0,
+            }
+        );
+        assert_eq!(from_file.power_on_cmd.as_deref(), Some("wake.sh"));
+        assert_eq!(from_file.power_off_cmd.as_deref(), Some("sleep.sh"));
+        let flags =
+            resolve_args(&["--power-policy", "off", "--spare-hosts", "2", "--power-off-cmd", "x.sh"]).expect("resolve");
+        assert_eq!(flags.power.policy, PowerPolicy::Off, "flag beats file");
+        assert_eq!((flags.power.spare_hosts, flags.power.suspend_time), (2, 903));
+        assert_eq!(flags.power_off_cmd.as_deref(), Some("x.sh"));
+        for bad in
+            ["power_policy: sometimes\n", "suspend_time: -1\n", "power_down_per_min: 0\n", "host_watts_idle: -3\n"]
+        {
+            std::fs::write(&file, bad).expect("write config");
+            assert!(resolve_args(&[]).is_err(), "{bad:?} is refused");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

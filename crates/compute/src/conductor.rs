@@ -409,6 +409,8 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
             Ok(found) => found,
             Err(no_host) => {
                 tracing::debug!(instances = pending.len(), reason = %no_host, "no valid host");
+                compute.metrics.last_no_host_at.store(now, Ordering::Relaxed);
+                compute.metrics.boots_no_host.fetch_add(1, Ordering::Relaxed);
                 reason = no_host.0;
                 break;
             }

@@ -161,6 +161,11 @@ pub struct Metrics {
     pub heal_allocations_created: AtomicU64,
     /// Findings the heal reported without fixing (summed over runs).
     pub heal_unresolved: AtomicU64,
+    /// Boots (requests) that found no valid host: the on-demand demand
+    /// the power pass of the reservation pool answers by waking hosts.
+    pub boots_no_host: AtomicU64,
+    /// When the last of them found none (the clock's seconds).
+    pub last_no_host_at: std::sync::atomic::AtomicI64,
 }
 
 /// Named points where a test can hold the conductor (only with

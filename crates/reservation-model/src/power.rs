@@ -165,9 +165,11 @@ pub fn issued_last_minute(hosts: &[HostFacts], now: Timestamp) -> (usize, usize)
 ///   when it reports again (these follow the facts, whatever the policy);
 /// - with the `reservations` policy: an `off` host needed before
 ///   `now + lead` is switched on (earliest need first); idle `on` hosts
-///   not needed before `now + lead` are *spares*: `spare_hosts` (plus
-///   `extra_wanted`) of them stay on, more are woken when there are too
-///   few, and the others, idle for `suspend_time`, are switched off; at
+///   not needed before `now + lead + suspend_time` are *spares*:
+///   `spare_hosts` (plus `extra_wanted`) of them stay on, more are woken
+///   when there are too few; the other idle hosts not needed within the
+///   lead are switched off once idle for `suspend_time`, or at once when
+///   their next known need lies beyond `now + lead + suspend_time`; at
 ///   most `down_per_min` / `up_per_min` commands a minute.
 pub fn decide(hosts: &[HostFacts], now: Timestamp, cfg: &PowerConfig, extra_wanted: usize) -> PowerDecision {
     let mut d = PowerDecision::default();
@@ -203,15 +205,27 @@ pub fn decide(hosts: &[HostFacts], now: Timestamp, cfg: &PowerConfig, extra_want
         d.power_on.push(h.id);
     }
 
-    // Spares: idle hosts on (or coming on) that no lease needs soon.
+    // Spares: idle hosts on (or coming on) free for longer than the lead
+    // plus the suspend time, so they can take an on-demand boot; an idle
+    // host needed sooner bridges the gap to its lease and is no spare.
     let want = cfg.spare_hosts + extra_wanted;
-    let coming = hosts.iter().filter(|h| h.power.state == PowerState::PoweringOn && !needed(h)).count();
-    let mut spares: Vec<&HostFacts> =
-        hosts.iter().filter(|h| h.power.state == PowerState::On && !h.busy && !needed(h)).collect();
-    let eligible = |h: &HostFacts| now - h.idle_since >= cfg.suspend_time;
-    // Kept first: hosts not yet idle long enough, then those needed
-    // latest (a spare serves on-demand boots; one needed soon cannot take
-    // a long one).
+    let horizon = now.saturating_add(lead).saturating_add(cfg.suspend_time);
+    let usable = |h: &HostFacts| h.next_needed > horizon;
+    let coming = hosts.iter().filter(|h| h.power.state == PowerState::PoweringOn && usable(h)).count();
+    let (mut spares, bridging): (Vec<&HostFacts>, Vec<&HostFacts>) =
+        hosts.iter().filter(|h| h.power.state == PowerState::On && !h.busy && !needed(h)).partition(|h| usable(h));
+    // Idle for the suspend time (a guard against on-demand churn), or
+    // with a known next need beyond the horizon and no power command
+    // within the suspend time: then at once (the foreknowledge: it stays
+    // off until `next_needed - lead` and comes back in time).
+    let eligible = |h: &HostFacts| {
+        now - h.idle_since >= cfg.suspend_time
+            || (h.next_needed != Timestamp::MAX
+                && h.next_needed > horizon
+                && h.power.issued_at.is_none_or(|t| now - t >= cfg.suspend_time))
+    };
+    // Kept first: hosts not yet idle long enough (they stay on anyway),
+    // then those needed latest.
     spares.sort_by_key(|h| (eligible(h), std::cmp::Reverse(h.next_needed), h.id));
     let have = spares.len() + coming;
     if have < want {
@@ -223,15 +237,14 @@ pub fn decide(hosts: &[HostFacts], now: Timestamp, cfg: &PowerConfig, extra_want
             up_budget -= 1;
             d.power_on.push(h.id);
         }
-    } else {
-        let keep = want.saturating_sub(coming);
-        for h in spares.into_iter().skip(keep).filter(|h| eligible(h)) {
-            if down_budget == 0 {
-                break;
-            }
-            down_budget -= 1;
-            d.power_off.push(h.id);
+    }
+    let keep = want.saturating_sub(coming);
+    for h in spares.into_iter().skip(keep).chain(bridging).filter(|h| eligible(h)) {
+        if down_budget == 0 {
+            break;
         }
+        down_budget -= 1;
+        d.power_off.push(h.id);
     }
     d
 }
@@ -427,6 +440,40 @@ pub fn plan_powered_off(world: &World, host_id: i64, now: Timestamp) -> Option<W
     plan_power(world, &decision, now, &PowerConfig::default()).map(|(set, _)| set)
 }
 
+/// A power command that failed (exited non-zero or could not run), in one
+/// write: a failed power-on makes the host `failed` at once (unreservable:
+/// its leases heal onto other hosts, as after the resume timeout); a
+/// failed power-off leaves it `on`. `issued_at`: when the command was
+/// recorded; a host whose state or `issued_at` moved meanwhile (a newer
+/// decision) is left alone (`None`).
+pub fn plan_command_failed(
+    world: &World,
+    host_id: i64,
+    on: bool,
+    issued_at: Timestamp,
+    now: Timestamp,
+) -> Option<WorldChangeSet> {
+    let mut host = world.compute.leases.hosts.get(&host_id)?.clone();
+    if host.power.issued_at != Some(issued_at) {
+        return None;
+    }
+    match (on, host.power.state) {
+        (true, PowerState::PoweringOn) => {
+            host.power =
+                HostPower { state: PowerState::Failed, since: now, issued_at: Some(issued_at), deadline: None };
+            host.reservable = false;
+        }
+        (false, PowerState::PoweringOff) => {
+            host.power = HostPower { state: PowerState::On, since: now, issued_at: Some(issued_at), deadline: None };
+        }
+        _ => return None,
+    }
+    host.updated_at = Some(now);
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutReservableHost(host));
+    Some(set)
+}
+
 /// Pool hosts per power state (every state listed).
 pub fn hosts_by_state(world: &World) -> Vec<(PowerState, usize)> {
     let hosts = &world.compute.leases.hosts;
@@ -475,6 +522,41 @@ mod tests {
         // kept as the spare): 3 and 4 go off.
         assert_eq!(d.power_off, vec![3, 4]);
         assert!(d.power_on.is_empty());
+    }
+
+    #[test]
+    fn a_host_with_a_far_known_need_goes_off_at_once_and_a_near_one_is_no_spare() {
+        let now = 10_000;
+        // lead 600 + suspend 600: the horizon is now + 1,200.
+        let hosts = [
+            // Just idle, no known need: the spare.
+            host(1, PowerState::On, false, now, Timestamp::MAX),
+            // Just idle, needed in 2 hours: off at once.
+            host(2, PowerState::On, false, now, now + 7_200),
+            // Just idle, needed in 1,000 s: bridges the gap, stays on.
+            host(3, PowerState::On, false, now, now + 1_000),
+        ];
+        let d = decide(&hosts, now, &cfg(), 0);
+        assert_eq!(d.power_off, vec![2]);
+        assert!(d.power_on.is_empty());
+        // A host whose power-off failed a moment ago is not tried again at
+        // once.
+        let mut retried = hosts;
+        retried[1].power.issued_at = Some(now - 10);
+        assert!(decide(&retried, now, &cfg(), 0).power_off.is_empty());
+        // Without the free host, the bridging host is no spare: an off
+        // host is woken for on-demand boots instead.
+        let hosts = [hosts[2], host(4, PowerState::Off, false, 0, Timestamp::MAX)];
+        let d = decide(&hosts, now, &cfg(), 0);
+        assert_eq!(d.power_on, vec![4]);
+        // Waiting on-demand boots want more spares.
+        let hosts = [
+            host(1, PowerState::On, false, now, Timestamp::MAX),
+            host(4, PowerState::Off, false, 0, Timestamp::MAX),
+            host(5, PowerState::Off, false, 0, Timestamp::MAX),
+        ];
+        assert!(decide(&hosts, now, &cfg(), 0).power_on.is_empty());
+        assert_eq!(decide(&hosts, now, &cfg(), 2).power_on, vec![5, 4]);
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub struct PowerMetrics {
     pub command_errors: std::sync::atomic::AtomicU64,
     /// Energy (Wh) per power state, integrated over host-time.
     pub energy_wh: std::sync::Mutex<[f64; 5]>,
+    /// Boots that found no valid host while pool hosts were off or
+    /// powering on (each makes the pass wake a host).
+    pub ondemand_waits: std::sync::atomic::AtomicU64,
+    /// Seconds from such a boot to the host woken for it being `on`,
+    /// summed.
+    pub ondemand_wait_secs: std::sync::atomic::AtomicU64,
 }
 
 /// The runtime state of the power pass.
@@ -43,6 +49,11 @@ pub(crate) struct PowerRun {
     pub(crate) idle_since: HashMap<i64, i64>,
     /// The previous pass (energy integration).
     pub(crate) last_pass: Option<i64>,
+    /// `boots_no_host` as the previous pass saw it.
+    pub(crate) no_host_seen: u64,
+    /// Hosts woken for on-demand boots that found none: since when the
+    /// boot waits.
+    pub(crate) demand_wakes: HashMap<i64, i64>,
 }
 
 fn state_index(state: PowerState) -> usize {
@@ -82,7 +93,39 @@ impl Reservations {
         if cfg.policy == PowerPolicy::Off && facts.iter().all(|f| f.power.state == PowerState::On) {
             return Vec::new();
         }
-        let decision = power::decide(&facts, now, &cfg, 0);
+        // On-demand boots that found no host since the last pass, while
+        // pool hosts are off or coming on: each wants one more spare (the
+        // boot itself was refused, as Nova's NoValidHost; the woken host
+        // takes the next one).
+        let no_host = self.compute.metrics.boots_no_host.load(Ordering::Relaxed);
+        let no_host_at = self.compute.metrics.last_no_host_at.load(Ordering::Relaxed);
+        let demand = {
+            let mut state = self.power_state.lock().unwrap_or_else(|p| p.into_inner());
+            let new = no_host.saturating_sub(state.no_host_seen);
+            state.no_host_seen = no_host;
+            let dark = facts.iter().any(|f| matches!(f.power.state, PowerState::Off | PowerState::PoweringOn));
+            if dark && cfg.policy == PowerPolicy::Reservations {
+                self.power_metrics.ondemand_waits.fetch_add(new, Ordering::Relaxed);
+                new as usize
+            } else {
+                0
+            }
+        };
+        let decision = power::decide(&facts, now, &cfg, demand);
+        if demand > 0 {
+            // The hosts this decision wakes that no lease needs soon are
+            // the ones woken for the waiting boots.
+            let lead = now.saturating_add(cfg.lead());
+            let mut state = self.power_state.lock().unwrap_or_else(|p| p.into_inner());
+            let spare_wakes = decision
+                .power_on
+                .iter()
+                .filter(|id| facts.iter().any(|f| f.id == **id && f.next_needed > lead))
+                .take(demand);
+            for id in spare_wakes {
+                state.demand_wakes.insert(*id, no_host_at.min(now));
+            }
+        }
 
         if decision.is_empty() {
             return Vec::new();
@@ -109,6 +152,20 @@ impl Reservations {
         }
         for host in &outcome.came_on {
             tracing::info!(host, "pool host is on");
+        }
+        {
+            let mut state = self.power_state.lock().unwrap_or_else(|p| p.into_inner());
+            for host in &outcome.came_on {
+                if let Some(since) = state.demand_wakes.remove(host) {
+                    m.ondemand_wait_secs.fetch_add((now - since).max(0) as u64, Ordering::Relaxed);
+                }
+            }
+            // A host woken for demand that failed: the wait ended there.
+            for host in &outcome.failed {
+                if let Some(since) = state.demand_wakes.remove(host) {
+                    m.ondemand_wait_secs.fetch_add((now - since).max(0) as u64, Ordering::Relaxed);
+                }
+            }
         }
         for host in &outcome.went_off {
             tracing::info!(host, "pool host is off");
@@ -165,6 +222,24 @@ impl Reservations {
         };
         if !ok {
             self.power_metrics.command_errors.fetch_add(1, Ordering::Relaxed);
+            // A power-on that failed will not bring the host back: `failed`
+            // at once (its leases heal now, not after the resume timeout).
+            // A power-off that failed leaves the host running: `on`.
+            let (host_id, on) = (command.host_id, command.on);
+            let written = write(&*self.compute.control, |w| {
+                let set = power::plan_command_failed(w, host_id, on, now, now);
+                let wrote = set.is_some();
+                Ok((set.unwrap_or_default(), wrote))
+            });
+            match written {
+                Err(e) => tracing::warn!(host_id, error = %e, "failed power command not recorded; the deadline will"),
+                Ok(true) if on => {
+                    self.power_metrics.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(host = %command.host_name, "power-on command failed: host failed");
+                }
+                Ok(true) => tracing::warn!(host = %command.host_name, "power-off command failed: host stays on"),
+                Ok(false) => {}
+            }
             return;
         }
         tracing::info!(host = %command.host_name, on = command.on, "power command issued");

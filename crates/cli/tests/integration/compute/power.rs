@@ -274,31 +274,40 @@ async fn a_host_that_does_not_come_back_fails_and_its_lease_takes_another() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_power_down_rate_limit_holds_for_many_idle_hosts() {
-    // 20 idle hosts could all go off at once; at 5 a minute, 5 do.
+async fn the_power_down_rate_limit_holds_when_500_hosts_could_go_off_at_once() {
+    // The issue's scale: 500 idle pool hosts (fake hosts inside the
+    // server) could all go off at once; at the default 60 a minute (Slurm's),
+    // 60 do, and 60 more a minute later.
     let (dir, on, off) = power_dir("pw-rate");
-    let d = dir.display().to_string();
-    let args = power_args(&on, &off, &["--suspend-time", "60", "--spare-hosts", "0", "--power-down-per-min", "5"]);
-    let mut cloud = Cloud::start("pw-rate", &args).await;
-    cloud.add_agent(Hosts::new("p", 20, &["--vcpus", "4", "--power-dir", &d])).await;
+    let args = power_args(&on, &off, &["--suspend-time", "60", "--spare-hosts", "0", "--fake-hosts", "500"]);
+    let cloud = Cloud::start("pw-rate", &args).await;
+    let names: Vec<String> = (0..500).map(|i| format!("fake-{i}")).collect();
+    cloud.wait_hosts(&names).await;
     let admin = rsv(&cloud.server, "admin");
     // The clock jumps before the hosts join the pool: idle times count
     // from the jump.
     let mut clock = Clock::start(&cloud, &admin).await;
-    for i in 0..20 {
-        enrol(&admin, &format!("p{i}"), json!({})).await;
+    for name in &names {
+        enrol(&admin, name, json!({})).await;
     }
     settle().await;
-    clock.set(&cloud, 61).await;
-    eventually("5 off", || async { log_lines(&dir).len() >= 5 }).await;
+    // Every host idle for more than the suspend time.
+    clock.set(&cloud, 600).await;
+    eventually("60 off", || async { log_lines(&dir).len() >= 60 }).await;
     tokio::time::sleep(Duration::from_millis(3000)).await;
-    assert_eq!(log_lines(&dir).len(), 5, "{:?}", log_lines(&dir));
-    assert_eq!(cloud.server.metric("berth_power_downs_total").await, 5);
-    clock.set(&cloud, 122).await;
-    eventually("10 off", || async { log_lines(&dir).len() == 10 }).await;
-    tokio::time::sleep(Duration::from_millis(2000)).await;
-    assert_eq!(log_lines(&dir).len(), 10, "{:?}", log_lines(&dir));
-    assert_eq!(cloud.server.metric("berth_power_hosts_off").await, 10);
+    assert_eq!(log_lines(&dir).len(), 60, "{:?}", log_lines(&dir));
+    assert_eq!(cloud.server.metric("berth_power_downs_total").await, 60);
+    assert_eq!(cloud.server.metric("berth_power_hosts_off").await, 60);
+    assert_eq!(cloud.server.metric("berth_power_hosts_on").await, 440);
+    // A minute later, 60 more (and not one before the minute is over).
+    clock.set(&cloud, 600 + 50).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(log_lines(&dir).len(), 60, "{:?}", log_lines(&dir));
+    clock.set(&cloud, 600 + 65).await;
+    eventually("120 off", || async { log_lines(&dir).len() >= 120 }).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(log_lines(&dir).len(), 120, "{:?}", log_lines(&dir));
+    assert_eq!(cloud.server.metric("berth_power_hosts_off").await, 120);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -341,4 +350,151 @@ async fn a_restart_during_a_power_up_does_not_run_the_command_again() {
     clock.set(&cloud, 3610).await;
     wait_lease(&admin, &lease_id, "ACTIVE").await;
     assert_eq!(power_of(&admin, "p0").await, "on");
+}
+
+/// Commands that fail (exit 1, logged as `off-failed`/`on-failed`) for a
+/// host whose `DIR/{host}.broken` exists.
+fn failing_commands(dir: &Path) -> (String, String) {
+    let d = dir.display().to_string();
+    let off = format!(
+        "if [ -e '{d}'/\"$1\".broken ]; then echo \"off-failed $1\" >> '{d}'/log; exit 1; fi; \
+         touch '{d}'/\"$1\".off && echo \"off $1\" >> '{d}'/log"
+    );
+    let on = format!(
+        "if [ -e '{d}'/\"$1\".broken ]; then echo \"on-failed $1\" >> '{d}'/log; exit 1; fi; \
+         rm -f '{d}'/\"$1\".off; echo \"on $1\" >> '{d}'/log"
+    );
+    (on, off)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_power_command_fails_the_host_at_once_or_leaves_it_on() {
+    let dir = fresh_dir("pw-cmdfail-power");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    let (on, off) = failing_commands(&dir);
+    // The resume timeout is long: a failed host below is failed by its
+    // command, not by the timeout.
+    let args = power_args(
+        &on,
+        &off,
+        &[
+            "--suspend-time",
+            "60",
+            "--spare-hosts",
+            "0",
+            "--power-on-secs",
+            "120",
+            "--power-margin",
+            "60",
+            "--power-resume-timeout",
+            "3000",
+        ],
+    );
+    let mut cloud = Cloud::start("pw-cmdfail", &args).await;
+    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let mut clock = Clock::start(&cloud, &admin).await;
+    for h in ["p0", "p1"] {
+        enrol(&admin, h, json!({})).await;
+    }
+    // p0's power-off fails: p0 stays on (counted), p1 goes off.
+    std::fs::write(dir.join("p0.broken"), "").unwrap();
+    settle().await;
+    clock.set(&cloud, 120).await;
+    wait_power(&admin, "p1", "off").await;
+    eventually("p0's power-off failed", || async { log_lines(&dir).contains(&"off-failed p0".to_owned()) }).await;
+    settle().await;
+    assert_eq!(power_of(&admin, "p0").await, "on");
+    assert!(!dir.join("p0.off").exists());
+    assert_eq!(cloud.server.metric("berth_power_command_errors_total").await, 1);
+    assert_eq!(cloud.server.metric("berth_power_hosts_on").await, 1);
+    assert_eq!(cloud.server.metric("berth_power_hosts_off").await, 1);
+    // Not tried again before the suspend time; once the command works,
+    // p0 goes off.
+    assert_eq!(log_lines(&dir).iter().filter(|l| l.starts_with("off-failed")).count(), 1, "{:?}", log_lines(&dir));
+    std::fs::remove_file(dir.join("p0.broken")).unwrap();
+    clock.set(&cloud, 300).await;
+    wait_power(&admin, "p0", "off").await;
+
+    // A lease at 01:00; its host's power-on fails at 00:57: failed at
+    // once (not after the 3000 s resume timeout), the lease heals onto
+    // the other host, which is woken and on at the start.
+    let reply = admin.post("/reservation/v1/leases", &host_lease("l", &at(3600), &at(7200), json!({}))).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    let first = lease_hosts(&admin, &lease_id).await;
+    assert_eq!(first.len(), 1);
+    let (dead, other) = if first[0] == "p0" { ("p0", "p1") } else { ("p1", "p0") };
+    std::fs::write(dir.join(format!("{dead}.broken")), "").unwrap();
+    clock.set(&cloud, 3425).await;
+    wait_power(&admin, dead, "failed").await;
+    assert!(log_lines(&dir).contains(&format!("on-failed {dead}")), "{:?}", log_lines(&dir));
+    assert_eq!(pool(&admin).await[dead]["reservable"], json!(false));
+    assert_eq!(cloud.server.metric("berth_power_failures_total").await, 1);
+    assert_eq!(cloud.server.metric("berth_power_command_errors_total").await, 2);
+    eventually("the lease moves", || async { lease_hosts(&admin, &lease_id).await == vec![other.to_owned()] }).await;
+    wait_power(&admin, other, "on").await;
+    clock.set(&cloud, 3610).await;
+    let lease = wait_lease(&admin, &lease_id, "ACTIVE").await;
+    assert_eq!(lease_hosts(&admin, &lease_id).await, vec![other.to_owned()], "{lease}");
+    assert_eq!(power_of(&admin, other).await, "on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_demand_boots_wake_pool_hosts_and_their_waits_are_reported() {
+    let (dir, on, off) = power_dir("pw-demand");
+    let d = dir.display().to_string();
+    let args = power_args(&on, &off, &["--suspend-time", "60", "--spare-hosts", "1", "--pool-lend-lead", "600"]);
+    let mut cloud = Cloud::start("pw-demand", &args).await;
+    // Hosts take 4 s (wall) to boot: long enough to boot into the gap.
+    // One vCPU at ratio 1: one server fills a host.
+    let shape = ["--vcpus", "1", "--cpu-ratio", "1", "--power-dir", &d, "--power-on-secs", "4"];
+    cloud.add_agent(Hosts::new("p", 3, &shape)).await;
+    let admin = rsv(&cloud.server, "admin");
+    let mut clock = Clock::start(&cloud, &admin).await;
+    let nova = cloud.nova("admin");
+    for h in ["p0", "p1", "p2"] {
+        enrol(&admin, h, json!({})).await;
+    }
+    let flavor = nova.flavor("one", 1, 128, 1).await;
+    let image = nova.image("img", json!({})).await;
+    settle().await;
+    clock.set(&cloud, 120).await;
+    // One spare stays on, two go off.
+    eventually("two off", || async { log_lines(&dir).len() == 2 }).await;
+    let spare = {
+        let hosts = pool(&admin).await;
+        let on: Vec<&String> = hosts.iter().filter(|(_, h)| h["power_state"] == json!("on")).map(|(n, _)| n).collect();
+        assert_eq!(on.len(), 1, "{hosts:?}");
+        on[0].clone()
+    };
+
+    // An on-demand boot takes the spare (the host is full);
+    // the spares drop below --spare-hosts, so one host is woken.
+    let a = nova.boot_id("a", &flavor, &image).await;
+    assert_eq!(nova.wait_settled(&a).await["OS-EXT-SRV-ATTR:host"], json!(spare));
+    eventually("a host woken for the spare", || async { log_lines(&dir).len() == 3 }).await;
+    let woken = log_lines(&dir)[2].strip_prefix("on ").unwrap().to_owned();
+    assert_eq!(power_of(&admin, &woken).await, "powering-on");
+
+    // A second boot while it is still booting finds no valid host: it is
+    // refused (NoValidHost, as Nova) and the last host is woken for it.
+    let b = nova.boot_id("b", &flavor, &image).await;
+    assert_eq!(nova.wait_settled(&b).await["status"], json!("ERROR"));
+    eventually("the last host woken", || async { log_lines(&dir).len() == 4 }).await;
+    assert_eq!(cloud.server.metric("berth_power_ondemand_waits_total").await, 1);
+    assert_eq!(cloud.server.metric("berth_power_ups_total").await, 2);
+    for host in ["p0", "p1", "p2"] {
+        wait_power(&admin, host, "on").await;
+    }
+    // The wait (from the refused boot to its host on) is reported: the
+    // fake host boots in 4 s of wall clock.
+    let waited = cloud.server.metric("berth_power_ondemand_wait_seconds_total").await;
+    assert!((1..=30).contains(&waited), "waited {waited} s");
+    // Retried, the boot finds a host now.
+    let c = nova.boot_id("c", &flavor, &image).await;
+    let host = nova.wait_settled(&c).await["OS-EXT-SRV-ATTR:host"].clone();
+    assert_ne!(host, json!(spare));
+    assert_eq!(nova.wait_settled(&c).await["status"], json!("ACTIVE"));
 }
