@@ -49,6 +49,7 @@ pub mod moves;
 pub mod servers;
 pub mod services;
 pub mod shelve;
+pub mod timing;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -161,6 +162,8 @@ pub struct Metrics {
     pub heal_allocations_created: AtomicU64,
     /// Findings the heal reported without fixing (summed over runs).
     pub heal_unresolved: AtomicU64,
+    /// Latency histograms: time to ACTIVE, scheduler runs, claims.
+    pub timings: crate::timing::Timings,
 }
 
 /// Named points where a test can hold the conductor (only with
