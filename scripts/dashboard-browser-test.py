@@ -191,7 +191,10 @@ def host_room(admin, name):
     uuid = admin.get(f"/resource_providers?name={name}")["resource_providers"][0]["uuid"]
     inv = admin.get(f"/resource_providers/{uuid}/inventories")["inventories"]
     use = admin.get(f"/resource_providers/{uuid}/usages")["usages"]
-    traits = set(admin.get(f"/resource_providers/{uuid}/traits")["traits"])
+    status, body = admin.call("GET", f"/resource_providers/{uuid}/traits",
+                              headers={"OpenStack-API-Version": "placement 1.6"})
+    check(status == 200, f"traits of {name}: {status} {body}")
+    traits = set(body["traits"])
     return inv, use, traits
 
 
