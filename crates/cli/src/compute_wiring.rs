@@ -408,7 +408,11 @@ impl ComputeServices {
                 &t.time_to_active,
             ),
             ("berth_compute_scheduler_seconds", "One scheduler run for one boot request (or a batch).", &t.scheduler),
-            ("berth_compute_claim_seconds", "One claim: the planned write of the chosen allocations, to durable.", &t.claim),
+            (
+                "berth_compute_claim_seconds",
+                "One claim: the planned write of the chosen allocations, to durable.",
+                &t.claim,
+            ),
         ]
     }
 

@@ -499,9 +499,10 @@ fn need<'a>(world: &'a World, flavor: &'a berth_compute_model::Flavor, isolate: 
     out.resources.retain(|_, amount| *amount != 0);
     if isolate {
         for aggregate in world.compute.aggregates.values() {
-            let isolated = aggregate.metadata.iter().any(|(k, v)| {
-                v == "required" && k.strip_prefix("trait:").is_some_and(|t| !out.required.contains(&t))
-            });
+            let isolated = aggregate
+                .metadata
+                .iter()
+                .any(|(k, v)| v == "required" && k.strip_prefix("trait:").is_some_and(|t| !out.required.contains(&t)));
             if isolated {
                 out.isolated.insert(aggregate.name.as_str());
             }
@@ -876,7 +877,11 @@ pub(crate) fn dashboard_metrics(services: &Services) -> String {
             }
         }
     }
-    family(&mut out, "berth_free_capacity_by_flavor_and_aggregate_total", "Free capacity by flavor, per host aggregate.");
+    family(
+        &mut out,
+        "berth_free_capacity_by_flavor_and_aggregate_total",
+        "Free capacity by flavor, per host aggregate.",
+    );
     for f in &flavors {
         let name = f["flavor"].as_str().unwrap_or_default();
         if let Some(aggregates) = f["by_aggregate"].as_object() {
@@ -994,13 +999,21 @@ mod tests {
     #[test]
     fn a_flavor_fits_as_often_as_its_scarcest_class_allows() {
         let world = World::default();
-        let h = host(vec![("VCPU", (16, 4, 16)), ("MEMORY_MB", (8192, 1024, 8192)), ("DISK_GB", (100, 0, 100))], &[], vec![]);
+        let h = host(
+            vec![("VCPU", (16, 4, 16)), ("MEMORY_MB", (8192, 1024, 8192)), ("DISK_GB", (100, 0, 100))],
+            &[],
+            vec![],
+        );
         assert_eq!(fit(&world, &flavor(2, 512, 10, &[]), &h, false), 6, "VCPU: 12 free / 2");
         assert_eq!(fit(&world, &flavor(2, 512, 10, &[]), &h, true), 8, "empty: 16 / 2");
         assert_eq!(fit(&world, &flavor(1, 2048, 1, &[]), &h, false), 3, "RAM: 7168 free / 2048");
         assert_eq!(fit(&world, &flavor(32, 512, 1, &[]), &h, false), 0, "above max_unit");
         let no_disk = host(vec![("VCPU", (16, 4, 16)), ("MEMORY_MB", (8192, 1024, 8192))], &[], vec![]);
-        assert_eq!(fit(&world, &flavor(1, 512, 1, &[]), &no_disk, false), 0, "no disk inventory for a flavor that needs disk");
+        assert_eq!(
+            fit(&world, &flavor(1, 512, 1, &[]), &no_disk, false),
+            0,
+            "no disk inventory for a flavor that needs disk"
+        );
         assert_eq!(fit(&world, &flavor(1, 512, 0, &[]), &no_disk, false), 12);
     }
 
@@ -1008,17 +1021,31 @@ mod tests {
     fn extra_specs_constrain_where_a_flavor_fits() {
         let world = World::default();
         let gpu = host(
-            vec![("VCPU", (16, 0, 16)), ("MEMORY_MB", (8192, 0, 8192)), ("DISK_GB", (100, 0, 100)), ("CUSTOM_GPU", (2, 1, 2))],
+            vec![
+                ("VCPU", (16, 0, 16)),
+                ("MEMORY_MB", (8192, 0, 8192)),
+                ("DISK_GB", (100, 0, 100)),
+                ("CUSTOM_GPU", (2, 1, 2)),
+            ],
             &["CUSTOM_FAST"],
             vec![],
         );
-        let plain = host(vec![("VCPU", (16, 0, 16)), ("MEMORY_MB", (8192, 0, 8192)), ("DISK_GB", (100, 0, 100))], &[], vec![]);
+        let plain =
+            host(vec![("VCPU", (16, 0, 16)), ("MEMORY_MB", (8192, 0, 8192)), ("DISK_GB", (100, 0, 100))], &[], vec![]);
         let needs_gpu = flavor(1, 512, 1, &[("resources:CUSTOM_GPU", "1")]);
-        assert_eq!((fit(&world, &needs_gpu, &gpu, false), fit(&world, &needs_gpu, &plain, false)), (1, 0), "custom resource: 1 GPU left");
+        assert_eq!(
+            (fit(&world, &needs_gpu, &gpu, false), fit(&world, &needs_gpu, &plain, false)),
+            (1, 0),
+            "custom resource: 1 GPU left"
+        );
         let fast = flavor(1, 512, 1, &[("trait:CUSTOM_FAST", "required")]);
         assert_eq!((fit(&world, &fast, &gpu, false), fit(&world, &fast, &plain, false)), (16, 0), "required trait");
         let not_fast = flavor(1, 512, 1, &[("trait:CUSTOM_FAST", "forbidden")]);
-        assert_eq!((fit(&world, &not_fast, &gpu, false), fit(&world, &not_fast, &plain, false)), (0, 16), "forbidden trait");
+        assert_eq!(
+            (fit(&world, &not_fast, &gpu, false), fit(&world, &not_fast, &plain, false)),
+            (0, 16),
+            "forbidden trait"
+        );
         let fewer = flavor(4, 512, 1, &[("resources:VCPU", "1")]);
         assert_eq!(fit(&world, &fewer, &plain, false), 16, "resources:VCPU overrides the flavor's vcpus");
         let pinned = flavor(2, 512, 1, &[("hw:cpu_policy", "dedicated")]);

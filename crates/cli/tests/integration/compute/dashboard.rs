@@ -71,7 +71,8 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
         let (cap, used) = placement_room(&admin, name, "VCPU").await;
         assert_eq!(host["resources"]["VCPU"], json!({"total": cap, "used": used}), "{name}");
         assert_eq!(host["reserved"], json!(host["host"] == json!(pool_host)), "{host}");
-        let (state, power) = if host["host"] == json!(pool_host) { (json!("free"), json!("on")) } else { (Value::Null, Value::Null) };
+        let (state, power) =
+            if host["host"] == json!(pool_host) { (json!("free"), json!("on")) } else { (Value::Null, Value::Null) };
         assert_eq!((&host["pool_state"], &host["power"]), (&state, &power), "{host}");
         assert_eq!(host["up"], json!(true));
         used_total += used;
@@ -90,7 +91,8 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     assert!(detail.body["allocations"].as_array().unwrap().iter().all(|a| a["server"] == json!(true)));
 
     // The pool host's detail shows its pool state and power.
-    let pool_uuid = capacity["hosts"].as_array().unwrap().iter().find(|h| h["host"] == json!(pool_host)).unwrap()["uuid"]
+    let pool_uuid = capacity["hosts"].as_array().unwrap().iter().find(|h| h["host"] == json!(pool_host)).unwrap()
+        ["uuid"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -117,7 +119,9 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     let agg_id = agg.body["aggregate"]["id"].clone();
     nova.post(&format!("/os-aggregates/{agg_id}/action"), &json!({"add_host": {"host": first}})).await;
     let gpu = nova.flavor("dash-gpu", 1, 256, 1).await;
-    let specs = nova.post(&format!("/flavors/{gpu}/os-extra_specs"), &json!({"extra_specs": {"resources:CUSTOM_GPU": "1"}})).await;
+    let specs = nova
+        .post(&format!("/flavors/{gpu}/os-extra_specs"), &json!({"extra_specs": {"resources:CUSTOM_GPU": "1"}}))
+        .await;
     assert_eq!(specs.status, 200, "{:?}", specs.body);
     let flavors = admin.get("/dashboard/api/flavors").await.body;
     let row_of = |body: &Value, name: &str| {
@@ -132,7 +136,9 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     let metrics = reqwest::get(format!("{}/metrics", server.base)).await.unwrap().text().await.unwrap();
     for gauge in [
         format!("berth_free_capacity_by_flavor_total{{flavor=\"dash-f\"}} {want}"),
-        format!("berth_free_capacity_by_flavor_and_aggregate_total{{flavor=\"dash-f\",aggregate=\"dash-agg\"}} {first_fit}"),
+        format!(
+            "berth_free_capacity_by_flavor_and_aggregate_total{{flavor=\"dash-f\",aggregate=\"dash-agg\"}} {first_fit}"
+        ),
         format!("berth_free_pool_capacity_by_flavor_total{{flavor=\"dash-f\"}} {pool_want}"),
         "berth_free_capacity_by_flavor_total{flavor=\"dash-gpu\"} 0".to_owned(),
     ] {
@@ -184,7 +190,11 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     for (t, pool) in [(y2040 - 3600, pool_want), (y2040 + 3600, 0), (y2040 + 86_400 + 3600, pool_want)] {
         let later = admin.get(&at(t)).await.body;
         let row = row_of(&later, "dash-f");
-        assert_eq!((&later["at"], &row["free"], &row["pool_free"]), (&json!(t), &json!(want), &json!(pool)), "{t}: {row}");
+        assert_eq!(
+            (&later["at"], &row["free"], &row["pool_free"]),
+            (&json!(t), &json!(want), &json!(pool)),
+            "{t}: {row}"
+        );
     }
 
     // Projects: usage against quota; carol sees her project only.
@@ -213,7 +223,8 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     }
     assert_eq!(activity["boots"]["active"], activity["counters"]["berth_compute_instances_active_total"]);
     let metrics = reqwest::get(format!("{}/metrics", server.base)).await.unwrap().text().await.unwrap();
-    let timed = format!("berth_compute_time_to_active_seconds_count {}", activity["timings"]["time_to_active"]["count"]);
+    let timed =
+        format!("berth_compute_time_to_active_seconds_count {}", activity["timings"]["time_to_active"]["count"]);
     assert!(metrics.lines().any(|l| l == timed), "no {timed:?} in /metrics");
 
     // Who may read what, and bad input.
