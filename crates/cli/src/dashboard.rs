@@ -258,40 +258,79 @@ const CLASSES: [&str; 3] = ["VCPU", "MEMORY_MB", "DISK_GB"];
 /// (summed over the node's provider tree).
 type Room = (i64, i64, i64);
 
-/// A compute node's provider tree, summed: each class's room and the
-/// traits of any of its providers.
+/// A compute node's provider tree, summed: each class's room ([`CLASSES`]
+/// in place, any other class in `other`; no allocation for a node with
+/// only those), and its providers (for traits, read only when a flavor
+/// asks for some).
 struct Tree<'a> {
-    rooms: Vec<(&'a str, Room)>,
-    traits: BTreeSet<&'a str>,
+    rooms: [Option<Room>; 3],
+    other: Vec<(&'a str, Room)>,
+    providers: Providers<'a>,
+}
+
+/// The trait sets of a node tree's providers: the root's alone (most
+/// nodes), or all.
+enum Providers<'a> {
+    Root(&'a BTreeSet<String>),
+    All(Vec<&'a BTreeSet<String>>),
+    None,
 }
 
 impl Tree<'_> {
     fn room(&self, class: &str) -> Option<Room> {
-        self.rooms.iter().find(|(c, _)| *c == class).map(|(_, r)| *r)
+        match CLASSES.iter().position(|c| *c == class) {
+            Some(i) => self.rooms[i],
+            None => self.other.iter().find(|(c, _)| *c == class).map(|(_, r)| *r),
+        }
+    }
+
+    /// Is `name` a trait of any provider of the tree?
+    fn has_trait(&self, name: &str) -> bool {
+        match &self.providers {
+            Providers::Root(traits) => traits.contains(name),
+            Providers::All(all) => all.iter().any(|traits| traits.contains(name)),
+            Providers::None => false,
+        }
     }
 }
 
 fn tree(world: &World, root: Uuid) -> Tree<'_> {
-    let mut rooms: Vec<(&str, Room)> = Vec::new();
-    let mut traits = BTreeSet::new();
-    let mut stack = vec![root];
-    while let Some(id) = stack.pop() {
-        let Some(provider) = world.placement.providers.get(&id) else { continue };
+    let mut out = Tree { rooms: [None; 3], other: Vec::new(), providers: Providers::None };
+    let add = |out: &mut Tree<'_>, class: &str, room: Room| {
+        let slot = match CLASSES.iter().position(|c| *c == class) {
+            Some(i) => &mut out.rooms[i],
+            None => return false,
+        };
+        let entry = slot.get_or_insert((0, 0, 0));
+        entry.0 += room.0;
+        entry.1 += room.1;
+        entry.2 = entry.2.max(room.2);
+        true
+    };
+    let Some(top) = world.placement.providers.get(&root) else { return out };
+    let mut all: Vec<&BTreeSet<String>> = Vec::new();
+    let mut stack = vec![top];
+    while let Some(provider) = stack.pop() {
         for (class, inv) in &provider.inventories {
-            let used = provider.usages.get(class).copied().unwrap_or(0);
-            match rooms.iter_mut().find(|(c, _)| c == class) {
-                Some((_, room)) => {
-                    room.0 += inv.capacity();
-                    room.1 += used;
-                    room.2 = room.2.max(inv.max_unit);
+            let room = (inv.capacity(), provider.usages.get(class).copied().unwrap_or(0), inv.max_unit);
+            if !add(&mut out, class, room) {
+                match out.other.iter_mut().find(|(c, _)| c == class) {
+                    Some((_, r)) => {
+                        r.0 += room.0;
+                        r.1 += room.1;
+                        r.2 = r.2.max(room.2);
+                    }
+                    None => out.other.push((class.as_str(), room)),
                 }
-                None => rooms.push((class.as_str(), (inv.capacity(), used, inv.max_unit))),
             }
         }
-        traits.extend(provider.traits.iter().map(String::as_str));
-        stack.extend(provider.children.iter().copied());
+        if !provider.children.is_empty() || !all.is_empty() {
+            all.push(&provider.traits);
+        }
+        stack.extend(provider.children.iter().filter_map(|c| world.placement.providers.get(c)));
     }
-    Tree { rooms, traits }
+    out.providers = if all.is_empty() { Providers::Root(&top.traits) } else { Providers::All(all) };
+    out
 }
 
 /// Aggregate names and availability zones per host.
@@ -406,14 +445,15 @@ fn capacity(world: &World, health: &dyn HostHealth, now: i64, rules: Rules) -> S
             out.push(',');
         }
         let aggregates: Vec<String> = h.aggregates.iter().map(|a| quoted(a)).collect();
-        let (pool_state, power) = match h.pool {
-            Some(p) => (format!("\"{}\"", p.state.as_str()), format!("\"{}\"", p.power.as_str())),
-            None => ("null".to_owned(), "null".to_owned()),
+        let (pool_state, power, q) = match h.pool {
+            Some(p) => (p.state.as_str(), p.power.as_str(), "\""),
+            None => ("null", "null", ""),
         };
         let _ = write!(
             out,
             "{{\"uuid\":\"{}\",\"host\":{},\"node\":{},\"cell\":{},\"aggregates\":[{}],\"availability_zone\":{},\
-             \"up\":{},\"disabled\":{},\"reserved\":{},\"pool_state\":{pool_state},\"power\":{power},\"resources\":{{",
+             \"up\":{},\"disabled\":{},\"reserved\":{},\"pool_state\":{q}{pool_state}{q},\"power\":{q}{power}{q},\
+             \"resources\":{{",
             h.uuid,
             quoted(h.host),
             quoted(h.node),
@@ -515,8 +555,8 @@ fn need<'a>(world: &'a World, flavor: &'a berth_compute_model::Flavor, isolate: 
 /// rules it out or one does not fit a single allocation's `max_unit`);
 /// `empty`: count as if nothing ran on it.
 fn fits(need: &Need, host: &HostView, empty: bool) -> i64 {
-    if need.required.iter().any(|t| !host.tree.traits.contains(t))
-        || need.forbidden.iter().any(|t| host.tree.traits.contains(t))
+    if need.required.iter().any(|t| !host.tree.has_trait(t))
+        || need.forbidden.iter().any(|t| host.tree.has_trait(t))
         || host.aggregates.iter().any(|a| need.isolated.contains(a))
     {
         return 0;
@@ -687,7 +727,6 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64, rules:
     // calendar's filters; traits as indices into `traits`), its pool
     // state and power (admin only).
     let groups = host_groups(world);
-    let nodes: HashMap<&str, Uuid> = world.compute.compute_nodes.values().map(|n| (n.node.as_str(), n.uuid)).collect();
     let mut trait_index: BTreeMap<&str, usize> = BTreeMap::new();
     let mut out = String::with_capacity(bars.len() + lease_list.len() + 260 * tables.hosts.len() + 100);
     let _ = write!(out, "{{\"start\":{start},\"end\":{end},\"now\":{now},\"hosts\":[");
@@ -699,7 +738,7 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64, rules:
             .get(h.service_name.as_str())
             .map(|(names, _)| names.iter().map(|a| quoted(a)).collect())
             .unwrap_or_default();
-        let root = nodes.get(h.hypervisor_hostname.as_str()).and_then(|u| world.placement.providers.get(u));
+        let root = world.placement.provider_names.get(&h.hypervisor_hostname).and_then(|u| world.placement.providers.get(u));
         let traits: Vec<String> = root
             .map(|p| {
                 p.traits
@@ -978,7 +1017,7 @@ mod tests {
     }
 
     fn host<'a>(rooms: Vec<(&'a str, Room)>, traits: &[&'a str], aggregates: Vec<&'a str>) -> HostView<'a> {
-        HostView {
+        let mut h = HostView {
             uuid: Uuid::nil(),
             host: "h",
             node: "h",
@@ -988,8 +1027,19 @@ mod tests {
             up: true,
             disabled: false,
             pool: None,
-            tree: Tree { rooms, traits: traits.iter().copied().collect() },
+            tree: Tree { rooms: [None; 3], other: Vec::new(), providers: Providers::None },
+        };
+        for (class, room) in rooms {
+            match CLASSES.iter().position(|c| *c == class) {
+                Some(i) => h.tree.rooms[i] = Some(room),
+                None => h.tree.other.push((class, room)),
+            }
         }
+        if !traits.is_empty() {
+            let set: BTreeSet<String> = traits.iter().map(|t| (*t).to_owned()).collect();
+            h.tree.providers = Providers::Root(Box::leak(Box::new(set)));
+        }
+        h
     }
 
     fn fit(world: &World, flavor: &berth_compute_model::Flavor, host: &HostView, empty: bool) -> i64 {
