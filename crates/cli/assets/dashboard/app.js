@@ -154,7 +154,19 @@ async function viewCapacity() {
   const poolSummary = pool.length ? el("p", { class: "hint", id: "pool-summary" },
     `Pool: ${pool.length} hosts · ` + ["free", "reserved", "lent", "reclaimed", "recycling"].map((s) => `${s} ${poolCount("pool_state", s)}`).join(" · ") +
     " · power " + ["on", "off", "powering-on", "powering-off", "failed"].map((s) => `${s} ${poolCount("power", s)}`).join(" · ")) : null;
-  const groups = el("div", { id: "capacity-groups" });
+  // One set of listeners for all the squares (thousands of hosts).
+  const byUuid = new Map(data.hosts.map((h) => [h.uuid, h]));
+  const hostOf = (e) => { const c = e.target.closest(".cell"); return c ? byUuid.get(c.dataset.uuid) : null; };
+  const tipOf = (h) => {
+    const r = h.resources[capacityClass] || { used: 0, total: 0 };
+    return `${h.host} (${h.node})\n${capacityClass} ${r.used} / ${r.total}` +
+      `${h.up ? "" : "\ndown"}${h.disabled ? "\ndisabled" : ""}` +
+      `${h.reserved ? `\nreservation pool: ${h.pool_state}\npower: ${h.power}` : ""}`;
+  };
+  const groups = el("div", { id: "capacity-groups",
+    onmousemove: (e) => { const h = hostOf(e); tooltip(e, h ? tipOf(h) : null); },
+    onmouseleave: (e) => tooltip(e, null),
+    onclick: (e) => { const h = hostOf(e); if (h) showHost(h.uuid); } });
   const detail = el("div", { id: "host-detail", hidden: "" });
   root.append(el("h2", { text: "Capacity" }), summary,
     el("div", { class: "controls" }, el("label", {}, "Colour by ", classSel), el("label", {}, "Group by ", groupSel)),
@@ -177,15 +189,10 @@ async function viewCapacity() {
         const power = h.power && h.power !== "on" ? (h.power === "failed" ? "power-failed" : "power-off") : "";
         const cls = ["cell", h.disabled ? "disabled" : "", h.up ? "" : "down", h.reserved ? "reserved" : "",
           h.pool_state === "lent" ? "lent" : "", power].join(" ");
-        const tip = `${h.host} (${h.node})\n${capacityClass} ${r.used} / ${r.total}` +
-          `${h.up ? "" : "\ndown"}${h.disabled ? "\ndisabled" : ""}` +
-          `${h.reserved ? `\nreservation pool: ${h.pool_state}\npower: ${h.power}` : ""}`;
         cells.append(el("div", {
           class: cls, style: `background-color:${heat(pct(r.used, r.total))}`,
           "data-host": h.host, "data-uuid": h.uuid, "data-used": r.used, "data-total": r.total,
           "data-pool-state": h.pool_state, "data-power": h.power,
-          onmousemove: (e) => tooltip(e, tip), onmouseleave: (e) => tooltip(e, null),
-          onclick: () => showHost(h.uuid),
         }));
       }
       groups.append(el("div", { class: "group" }, el("h3", { text: `${name} (${hosts.length})` }), cells));
