@@ -383,6 +383,50 @@ impl HostView<'_> {
     }
 }
 
+/// Pool hosts' `pool_state` at `now`, as
+/// `berth_reservation_model::end_policy::pool_state` decides it, for many
+/// hosts at once: the hosts an ended lease still lists as recycling are
+/// gathered in one pass over the leases (the only bookings an ended lease
+/// keeps), and a host's other bookings are found by time, not scanned.
+struct PoolStates<'a> {
+    world: &'a World,
+    recycling: std::collections::HashSet<i64>,
+    now: i64,
+    lend_lead: Option<i64>,
+}
+
+impl<'a> PoolStates<'a> {
+    fn new(world: &'a World, now: i64, lend_lead: Option<i64>) -> Self {
+        let tables = &world.compute.leases;
+        let recycling = tables
+            .leases
+            .values()
+            .filter(|l| l.is_over())
+            .flat_map(|l| l.reservations.iter().flat_map(|r| r.recycling.iter().copied()))
+            .filter(|h| tables.bookings.contains_key(h))
+            .collect();
+        PoolStates { world, recycling, now, lend_lead }
+    }
+
+    fn of(&self, host: &berth_compute_model::lease::ReservableHost) -> PoolState {
+        let tables = &self.world.compute.leases;
+        if self.recycling.contains(&host.id) {
+            return PoolState::Recycling;
+        }
+        if tables.overlapping(host.id, self.now, self.now.saturating_add(1), None).next().is_some() {
+            return PoolState::Reserved;
+        }
+        match self.lend_lead {
+            None => PoolState::Free,
+            Some(_) if tables.lent(host.id, self.now, self.lend_lead) && host.power.state == PowerState::On => {
+                PoolState::Lent
+            }
+            Some(_) if tables.lent(host.id, self.now, self.lend_lead) => PoolState::Free,
+            Some(_) => PoolState::Reclaimed,
+        }
+    }
+}
+
 /// Lending's lead (`--pool-lend-lead`; `None`: lending off) and whether
 /// isolated aggregates are filtered, from the scheduler's settings.
 #[derive(Clone, Copy)]
@@ -399,6 +443,7 @@ fn rules(compute: &berth_compute::Compute) -> Rules {
 fn host_views<'a>(world: &'a World, health: &dyn HostHealth, now: i64, rules: Rules) -> Vec<HostView<'a>> {
     let groups = host_groups(world);
     let tables = &world.compute.leases;
+    let states = PoolStates::new(world, now, rules.lend_lead);
     let mut nodes: Vec<_> = world.compute.compute_nodes.values().collect();
     nodes.sort_by(|a, b| (a.host.as_str(), a.node.as_str()).cmp(&(b.host.as_str(), b.node.as_str())));
     nodes
@@ -407,7 +452,7 @@ fn host_views<'a>(world: &'a World, health: &dyn HostHealth, now: i64, rules: Ru
             let (aggregates, zones) = groups.get(node.host.as_str()).cloned().unwrap_or_default();
             let pool = tables.host_of_service(&node.host).map(|h| PoolHost {
                 id: h.id,
-                state: berth_reservations::pool_state(world, h.id, now, rules.lend_lead),
+                state: states.of(h),
                 power: h.power.state,
                 reservable: h.reservable,
             });
@@ -728,6 +773,7 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64, rules:
     // state and power (admin only).
     let groups = host_groups(world);
     let mut trait_index: BTreeMap<&str, usize> = BTreeMap::new();
+    let states = PoolStates::new(world, now, rules.lend_lead);
     let mut out = String::with_capacity(bars.len() + lease_list.len() + 260 * tables.hosts.len() + 100);
     let _ = write!(out, "{{\"start\":{start},\"end\":{end},\"now\":{now},\"hosts\":[");
     let mut first = true;
@@ -751,7 +797,7 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64, rules:
             })
             .unwrap_or_default();
         let (pool_state, power) = if caller.admin {
-            let state = berth_reservations::pool_state(world, h.id, now, rules.lend_lead);
+            let state = states.of(h);
             (format!("\"{}\"", state.as_str()), format!("\"{}\"", h.power.state.as_str()))
         } else {
             ("null".to_owned(), "null".to_owned())
