@@ -62,6 +62,9 @@ pub(crate) struct DashboardOpts {
     /// Extra arguments for `berth serve`.
     #[arg(long = "serve-arg", allow_hyphen_values = true)]
     serve_arg: Vec<String>,
+    /// Write the figures (each endpoint's p50/p99 and bytes) as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
 }
 
 /// POST every body to `path` with `concurrency` clients; (created, refused
@@ -206,6 +209,7 @@ pub(crate) async fn run(opts: DashboardOpts, binaries: &Binaries) -> anyhow::Res
         "/dashboard/api/capacity".to_owned(),
         format!("/dashboard/api/hosts/{host}"),
         "/dashboard/api/flavors".to_owned(),
+        format!("/dashboard/api/flavors?at={}", now + 3 * DAY),
         week,
         month,
         "/dashboard/api/projects".to_owned(),
@@ -213,6 +217,7 @@ pub(crate) async fn run(opts: DashboardOpts, binaries: &Binaries) -> anyhow::Res
     ];
     let client = reqwest::Client::new();
     let mut worst = Duration::ZERO;
+    let mut figures = Vec::new();
     println!("{:<60} {:>9} {:>9} {:>10}", "endpoint", "p50 ms", "p99 ms", "bytes");
     for path in &endpoints {
         let mut took = Vec::with_capacity(opts.queries);
@@ -227,8 +232,16 @@ pub(crate) async fn run(opts: DashboardOpts, binaries: &Binaries) -> anyhow::Res
         took.sort();
         worst = worst.max(percentile(&took, 0.99));
         println!("{path:<60} {:>9.2} {:>9.2} {bytes:>10}", ms(percentile(&took, 0.5)), ms(percentile(&took, 0.99)));
+        figures.push(json!({"endpoint": path, "p50_ms": ms(percentile(&took, 0.5)),
+                            "p99_ms": ms(percentile(&took, 0.99)), "bytes": bytes}));
     }
-    println!("dashboard: worst endpoint p99 {:.2} ms; server RSS {:.0} MiB", ms(worst), rss_mib(berth.child.id()));
+    let rss = rss_mib(berth.child.id());
+    println!("dashboard: worst endpoint p99 {:.2} ms; server RSS {rss:.0} MiB", ms(worst));
+    if let Some(path) = &opts.json {
+        let body = json!({"hosts": opts.hosts, "servers": opts.servers, "leases": opts.leases,
+                          "endpoints": figures, "worst_p99_ms": ms(worst), "rss_mib": rss});
+        std::fs::write(path, serde_json::to_string_pretty(&body)?)?;
+    }
     if opts.keep {
         println!("dashboard: serving at {url}/dashboard/ (Ctrl-C to stop)");
         tokio::signal::ctrl_c().await?;

@@ -413,6 +413,24 @@ impl ComputeServices {
     }
 
     /// Gauges for `/metrics`.
+    /// The compute runtime's latency histograms: name, help, histogram.
+    pub(crate) fn histograms(&self) -> [(&'static str, &'static str, &berth_compute::timing::Histogram); 3] {
+        let t = &self.compute.metrics.timings;
+        [
+            (
+                "berth_compute_time_to_active_seconds",
+                "From POST /servers accepting a boot to the instance going ACTIVE (boots accepted by this process).",
+                &t.time_to_active,
+            ),
+            ("berth_compute_scheduler_seconds", "One scheduler run for one boot request (or a batch).", &t.scheduler),
+            (
+                "berth_compute_claim_seconds",
+                "One claim: the planned write of the chosen allocations, to durable.",
+                &t.claim,
+            ),
+        ]
+    }
+
     pub(crate) fn gauges(&self) -> Vec<(&'static str, &'static str, f64)> {
         let world = self.compute.control.as_ref();
         let (pending, mappings) = berth_compute::control::read(world, |w| {

@@ -12,8 +12,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::body::Body;
 use axum::http::{header, Method, Response, StatusCode};
+use berth_compute_model::lease::PowerState;
 use berth_compute_model::quota;
 use berth_compute_model::World;
+use berth_reservations::PoolState;
 use berth_scheduler::HostHealth;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -105,7 +107,7 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
             }
             let health = runtime.health.at(now);
             let world = services.core.read();
-            let body = capacity(&world, &health);
+            let body = capacity(&world, &health, now, rules(runtime));
             drop(world);
             respond(StatusCode::OK, "application/json", body)
         }
@@ -113,9 +115,17 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
             if let Some(refused) = admin_only(&caller) {
                 return refused;
             }
+            let at = match param("at") {
+                None | Some("") => now,
+                Some(v) => match v.parse::<i64>() {
+                    Ok(at) if at >= now => at,
+                    Ok(_) => return error(StatusCode::BAD_REQUEST, "at must not be in the past."),
+                    Err(_) => return error(StatusCode::BAD_REQUEST, "Invalid at: expected seconds since the epoch."),
+                },
+            };
             let health = runtime.health.at(now);
             let world = services.core.read();
-            json_response(StatusCode::OK, &json!({"flavors": free_by_flavor(&world, &health)}))
+            json_response(StatusCode::OK, &free_by_flavor(&world, &health, now, at, rules(runtime)))
         }
         "leases" => {
             // `Err(key)`: that parameter is not an integer.
@@ -135,7 +145,7 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
                 return error(StatusCode::BAD_REQUEST, "end must be later than start.");
             }
             let world = services.core.read();
-            let body = leases(&world, &caller, start, end, now);
+            let body = leases(&world, &caller, start, end, now, rules(runtime));
             drop(world);
             respond(StatusCode::OK, "application/json", body)
         }
@@ -161,9 +171,26 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
                 })
                 .collect();
             let (requests, client_errors, server_errors) = services.server.metrics.status_totals();
+            let timings: BTreeMap<&str, Value> = [
+                ("time_to_active", &runtime.metrics.timings.time_to_active),
+                ("scheduler", &runtime.metrics.timings.scheduler),
+                ("claim", &runtime.metrics.timings.claim),
+            ]
+            .into_iter()
+            .map(|(name, h)| {
+                let s = h.summary();
+                (name, json!({"count": s.count, "mean": s.mean, "p50": s.p50, "p99": s.p99}))
+            })
+            .collect();
+            let count = |name: &str| counters.get(name).copied().unwrap_or(0);
+            let boots = json!({"accepted": count("berth_compute_boots_accepted_total"),
+                               "active": count("berth_compute_instances_active_total"),
+                               "failed": count("berth_compute_builds_failed_total"),
+                               "buried": count("berth_compute_instances_buried_total")});
             json_response(
                 StatusCode::OK,
                 &json!({"now": now, "counters": counters, "gauges": gauges, "latency": latency,
+                        "timings": timings, "boots": boots,
                         "requests": {"total": requests, "4xx": client_errors, "5xx": server_errors}}),
             )
         }
@@ -176,7 +203,7 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
                     return error(StatusCode::BAD_REQUEST, "Invalid host: expected a compute node uuid.");
                 };
                 let world = services.core.read();
-                match host_detail(&world, uuid) {
+                match host_detail(&world, uuid, now, rules(runtime)) {
                     Some(body) => json_response(StatusCode::OK, &body),
                     None => error(StatusCode::NOT_FOUND, &format!("No compute node {uuid}.")),
                 }
@@ -224,30 +251,85 @@ async fn login(services: &Services, request: axum::extract::Request) -> Response
     }
 }
 
-/// The classes the dashboard draws.
+/// The classes the capacity view draws.
 const CLASSES: [&str; 3] = ["VCPU", "MEMORY_MB", "DISK_GB"];
 
 /// One class on one node: usable capacity, used, largest `max_unit`
-/// (summed over the node's provider tree); `None` without inventory.
-type Room = Option<(i64, i64, i64)>;
+/// (summed over the node's provider tree).
+type Room = (i64, i64, i64);
 
-/// Capacity and usage of one compute node's provider tree, per class of
-/// [`CLASSES`].
-fn tree_capacity(world: &World, root: Uuid) -> [Room; 3] {
-    let mut out = [None; 3];
-    let mut stack = vec![root];
-    while let Some(id) = stack.pop() {
-        let Some(provider) = world.placement.providers.get(&id) else { continue };
-        for (slot, class) in out.iter_mut().zip(CLASSES) {
-            if let Some(inv) = provider.inventories.get(class) {
-                let entry = slot.get_or_insert((0, 0, 0));
-                entry.0 += inv.capacity();
-                entry.1 += provider.usages.get(class).copied().unwrap_or(0);
-                entry.2 = entry.2.max(inv.max_unit);
+/// A compute node's provider tree, summed: each class's room ([`CLASSES`]
+/// in place, any other class in `other`; no allocation for a node with
+/// only those), and its providers (for traits, read only when a flavor
+/// asks for some).
+struct Tree<'a> {
+    rooms: [Option<Room>; 3],
+    other: Vec<(&'a str, Room)>,
+    providers: Providers<'a>,
+}
+
+/// The trait sets of a node tree's providers: the root's alone (most
+/// nodes), or all.
+enum Providers<'a> {
+    Root(&'a BTreeSet<String>),
+    All(Vec<&'a BTreeSet<String>>),
+    None,
+}
+
+impl Tree<'_> {
+    fn room(&self, class: &str) -> Option<Room> {
+        match CLASSES.iter().position(|c| *c == class) {
+            Some(i) => self.rooms[i],
+            None => self.other.iter().find(|(c, _)| *c == class).map(|(_, r)| *r),
+        }
+    }
+
+    /// Is `name` a trait of any provider of the tree?
+    fn has_trait(&self, name: &str) -> bool {
+        match &self.providers {
+            Providers::Root(traits) => traits.contains(name),
+            Providers::All(all) => all.iter().any(|traits| traits.contains(name)),
+            Providers::None => false,
+        }
+    }
+}
+
+fn tree(world: &World, root: Uuid) -> Tree<'_> {
+    let mut out = Tree { rooms: [None; 3], other: Vec::new(), providers: Providers::None };
+    let add = |out: &mut Tree<'_>, class: &str, room: Room| {
+        let slot = match CLASSES.iter().position(|c| *c == class) {
+            Some(i) => &mut out.rooms[i],
+            None => return false,
+        };
+        let entry = slot.get_or_insert((0, 0, 0));
+        entry.0 += room.0;
+        entry.1 += room.1;
+        entry.2 = entry.2.max(room.2);
+        true
+    };
+    let Some(top) = world.placement.providers.get(&root) else { return out };
+    let mut all: Vec<&BTreeSet<String>> = Vec::new();
+    let mut stack = vec![top];
+    while let Some(provider) = stack.pop() {
+        for (class, inv) in &provider.inventories {
+            let room = (inv.capacity(), provider.usages.get(class).copied().unwrap_or(0), inv.max_unit);
+            if !add(&mut out, class, room) {
+                match out.other.iter_mut().find(|(c, _)| c == class) {
+                    Some((_, r)) => {
+                        r.0 += room.0;
+                        r.1 += room.1;
+                        r.2 = r.2.max(room.2);
+                    }
+                    None => out.other.push((class.as_str(), room)),
+                }
             }
         }
-        stack.extend(provider.children.iter().copied());
+        if !provider.children.is_empty() || !all.is_empty() {
+            all.push(&provider.traits);
+        }
+        stack.extend(provider.children.iter().filter_map(|c| world.placement.providers.get(c)));
     }
+    out.providers = if all.is_empty() { Providers::Root(&top.traits) } else { Providers::All(all) };
     out
 }
 
@@ -266,6 +348,18 @@ fn host_groups(world: &World) -> HashMap<&str, (Vec<&str>, Vec<&str>)> {
     out
 }
 
+/// A reservation-pool host as the dashboard shows it.
+#[derive(Clone, Copy)]
+struct PoolHost {
+    /// The enrolled host's id (os-hosts).
+    id: i64,
+    /// `pool_state` now: free, reserved, recycling, lent or reclaimed.
+    state: PoolState,
+    /// Power (issue 22).
+    power: PowerState,
+    reservable: bool,
+}
+
 /// One compute node as the capacity views see it.
 struct HostView<'a> {
     uuid: Uuid,
@@ -277,25 +371,91 @@ struct HostView<'a> {
     up: bool,
     disabled: bool,
     /// Enrolled in the reservation pool (Blazar's os-hosts).
-    reserved: bool,
-    capacity: [Room; 3],
+    pool: Option<PoolHost>,
+    tree: Tree<'a>,
 }
 
 impl HostView<'_> {
-    /// May general scheduling place a new server here now?
+    /// May general scheduling place a new server here now? (A pool host
+    /// only while lent.)
     fn schedulable(&self) -> bool {
-        self.up && !self.disabled && !self.reserved
+        self.up && !self.disabled && self.pool.is_none_or(|p| p.state == PoolState::Lent)
     }
 }
 
-fn host_views<'a>(world: &'a World, health: &dyn HostHealth) -> Vec<HostView<'a>> {
+/// Pool hosts' `pool_state` at `now`, as
+/// `berth_reservation_model::end_policy::pool_state` decides it, for many
+/// hosts at once: the hosts an ended lease still lists as recycling are
+/// gathered in one pass over the leases (the only bookings an ended lease
+/// keeps), and a host's other bookings are found by time, not scanned.
+struct PoolStates<'a> {
+    world: &'a World,
+    recycling: std::collections::HashSet<i64>,
+    now: i64,
+    lend_lead: Option<i64>,
+}
+
+impl<'a> PoolStates<'a> {
+    fn new(world: &'a World, now: i64, lend_lead: Option<i64>) -> Self {
+        let tables = &world.compute.leases;
+        let recycling = tables
+            .leases
+            .values()
+            .filter(|l| l.is_over())
+            .flat_map(|l| l.reservations.iter().flat_map(|r| r.recycling.iter().copied()))
+            .filter(|h| tables.bookings.contains_key(h))
+            .collect();
+        PoolStates { world, recycling, now, lend_lead }
+    }
+
+    fn of(&self, host: &berth_compute_model::lease::ReservableHost) -> PoolState {
+        let tables = &self.world.compute.leases;
+        if self.recycling.contains(&host.id) {
+            return PoolState::Recycling;
+        }
+        if tables.overlapping(host.id, self.now, self.now.saturating_add(1), None).next().is_some() {
+            return PoolState::Reserved;
+        }
+        match self.lend_lead {
+            None => PoolState::Free,
+            Some(_) if tables.lent(host.id, self.now, self.lend_lead) && host.power.state == PowerState::On => {
+                PoolState::Lent
+            }
+            Some(_) if tables.lent(host.id, self.now, self.lend_lead) => PoolState::Free,
+            Some(_) => PoolState::Reclaimed,
+        }
+    }
+}
+
+/// Lending's lead (`--pool-lend-lead`; `None`: lending off) and whether
+/// isolated aggregates are filtered, from the scheduler's settings.
+#[derive(Clone, Copy)]
+struct Rules {
+    lend_lead: Option<i64>,
+    isolate: bool,
+}
+
+fn rules(compute: &berth_compute::Compute) -> Rules {
+    let scheduler = &compute.config.scheduler;
+    Rules { lend_lead: scheduler.pool_lend_lead, isolate: scheduler.enable_isolated_aggregate_filtering }
+}
+
+fn host_views<'a>(world: &'a World, health: &dyn HostHealth, now: i64, rules: Rules) -> Vec<HostView<'a>> {
     let groups = host_groups(world);
+    let tables = &world.compute.leases;
+    let states = PoolStates::new(world, now, rules.lend_lead);
     let mut nodes: Vec<_> = world.compute.compute_nodes.values().collect();
     nodes.sort_by(|a, b| (a.host.as_str(), a.node.as_str()).cmp(&(b.host.as_str(), b.node.as_str())));
     nodes
         .into_iter()
         .map(|node| {
             let (aggregates, zones) = groups.get(node.host.as_str()).cloned().unwrap_or_default();
+            let pool = tables.host_of_service(&node.host).map(|h| PoolHost {
+                id: h.id,
+                state: states.of(h),
+                power: h.power.state,
+                reservable: h.reservable,
+            });
             HostView {
                 uuid: node.uuid,
                 host: &node.host,
@@ -305,8 +465,8 @@ fn host_views<'a>(world: &'a World, health: &dyn HostHealth) -> Vec<HostView<'a>
                 zone: zones.first().copied().unwrap_or("nova"),
                 up: health.is_up(&node.host),
                 disabled: health.is_disabled(&node.host),
-                reserved: world.compute.leases.host_by_service.contains_key(&node.host),
-                capacity: tree_capacity(world, node.uuid),
+                pool,
+                tree: tree(world, node.uuid),
             }
         })
         .collect()
@@ -319,21 +479,26 @@ fn quoted(s: &str) -> String {
 
 /// `/dashboard/api/capacity`, written straight into a string (thousands
 /// of hosts: no `Value` tree).
-fn capacity(world: &World, health: &dyn HostHealth) -> String {
+fn capacity(world: &World, health: &dyn HostHealth, now: i64, rules: Rules) -> String {
     use std::fmt::Write;
-    let hosts = host_views(world, health);
+    let hosts = host_views(world, health, now, rules);
     let mut totals = [(0i64, 0i64); 3];
-    let mut out = String::with_capacity(320 * hosts.len() + 200);
+    let mut out = String::with_capacity(360 * hosts.len() + 200);
     out.push_str("{\"hosts\":[");
     for (i, h) in hosts.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
         let aggregates: Vec<String> = h.aggregates.iter().map(|a| quoted(a)).collect();
+        let (pool_state, power, q) = match h.pool {
+            Some(p) => (p.state.as_str(), p.power.as_str(), "\""),
+            None => ("null", "null", ""),
+        };
         let _ = write!(
             out,
             "{{\"uuid\":\"{}\",\"host\":{},\"node\":{},\"cell\":{},\"aggregates\":[{}],\"availability_zone\":{},\
-             \"up\":{},\"disabled\":{},\"reserved\":{},\"resources\":{{",
+             \"up\":{},\"disabled\":{},\"reserved\":{},\"pool_state\":{q}{pool_state}{q},\"power\":{q}{power}{q},\
+             \"resources\":{{",
             h.uuid,
             quoted(h.host),
             quoted(h.node),
@@ -342,11 +507,11 @@ fn capacity(world: &World, health: &dyn HostHealth) -> String {
             quoted(h.zone),
             h.up,
             h.disabled,
-            h.reserved
+            h.pool.is_some(),
         );
         let mut first = true;
-        for ((room, class), total) in h.capacity.iter().zip(CLASSES).zip(totals.iter_mut()) {
-            if let Some((cap, used, _)) = room {
+        for (class, total) in CLASSES.iter().zip(totals.iter_mut()) {
+            if let Some((cap, used, _)) = h.tree.room(class) {
                 total.0 += cap;
                 total.1 += used;
                 let comma = if first { "" } else { "," };
@@ -365,19 +530,92 @@ fn capacity(world: &World, health: &dyn HostHealth) -> String {
     out
 }
 
-/// How many more servers of `flavor` fit on a host now (0 when one does
-/// not fit in a single allocation's `max_unit`).
-fn fits(flavor: &berth_compute_model::Flavor, capacity: &[Room; 3]) -> i64 {
-    let need = [flavor.vcpus, flavor.memory_mb, flavor.root_gb + flavor.ephemeral_gb];
+/// What one server of a flavor asks of a host, as the scheduler's
+/// placement query builds it from the flavor and its extra specs:
+/// amounts per class (`resources[S]:CLASS=N` overriding the flavor's,
+/// `hw:cpu_policy=dedicated` asking PCPU), required and forbidden traits
+/// (`trait[S]:NAME=required|forbidden`), and the isolated aggregates
+/// (metadata `trait:X=required` for an X the flavor does not require)
+/// it may not use when `enable_isolated_aggregate_filtering` is on. All
+/// request groups are summed over the host's provider tree.
+#[derive(Debug, Default, PartialEq)]
+struct Need<'a> {
+    resources: BTreeMap<String, i64>,
+    required: Vec<&'a str>,
+    forbidden: Vec<&'a str>,
+    isolated: BTreeSet<&'a str>,
+}
+
+fn need<'a>(world: &'a World, flavor: &'a berth_compute_model::Flavor, isolate: bool) -> Need<'a> {
+    use berth_compute_model::extra_specs::{parse_granular, GranularKey};
+    let mut out = Need::default();
+    for (key, value) in &flavor.extra_specs {
+        match parse_granular(key) {
+            Some(GranularKey::Resource { class, .. }) => {
+                if let Ok(amount) = value.trim().parse::<i64>() {
+                    if amount >= 0 {
+                        *out.resources.entry(class.to_owned()).or_insert(0) += amount;
+                    }
+                }
+            }
+            Some(GranularKey::Trait { name, .. }) => match value.as_str() {
+                "required" => out.required.push(name),
+                "forbidden" => out.forbidden.push(name),
+                _ => {}
+            },
+            None => {}
+        }
+    }
+    let spec = |key: &str| flavor.extra_specs.get(key).map(String::as_str);
+    if spec("hw:cpu_policy") == Some("dedicated") {
+        let extra = i64::from(spec("hw:emulator_threads_policy") == Some("isolate"));
+        *out.resources.entry("PCPU".to_owned()).or_insert(0) += flavor.vcpus + extra;
+        match spec("hw:cpu_thread_policy") {
+            Some("isolate") => out.forbidden.push("HW_CPU_HYPERTHREADING"),
+            Some("require") => out.required.push("HW_CPU_HYPERTHREADING"),
+            _ => {}
+        }
+    }
+    if !out.resources.contains_key("VCPU") && !out.resources.contains_key("PCPU") {
+        out.resources.insert("VCPU".to_owned(), flavor.vcpus);
+    }
+    out.resources.entry("MEMORY_MB".to_owned()).or_insert(flavor.memory_mb);
+    out.resources.entry("DISK_GB".to_owned()).or_insert(flavor.disk_gb());
+    out.resources.retain(|_, amount| *amount != 0);
+    if isolate {
+        for aggregate in world.compute.aggregates.values() {
+            let isolated = aggregate
+                .metadata
+                .iter()
+                .any(|(k, v)| v == "required" && k.strip_prefix("trait:").is_some_and(|t| !out.required.contains(&t)));
+            if isolated {
+                out.isolated.insert(aggregate.name.as_str());
+            }
+        }
+    }
+    out
+}
+
+/// How many more servers needing `need` fit on `host` (0 when a trait
+/// rules it out or one does not fit a single allocation's `max_unit`);
+/// `empty`: count as if nothing ran on it.
+fn fits(need: &Need, host: &HostView, empty: bool) -> i64 {
+    if need.required.iter().any(|t| !host.tree.has_trait(t))
+        || need.forbidden.iter().any(|t| host.tree.has_trait(t))
+        || host.aggregates.iter().any(|a| need.isolated.contains(a))
+    {
+        return 0;
+    }
     let mut count = i64::MAX;
-    for (amount, room) in need.into_iter().zip(capacity) {
-        if amount <= 0 {
+    for (class, amount) in &need.resources {
+        if *amount < 0 {
             continue;
         }
-        let Some((cap, used, max_unit)) = room else { return 0 };
-        if amount > *max_unit {
+        let Some((cap, used, max_unit)) = host.tree.room(class) else { return 0 };
+        if *amount > max_unit {
             return 0;
         }
+        let used = if empty { 0 } else { used };
         count = count.min((cap - used).max(0) / amount);
     }
     if count == i64::MAX {
@@ -387,42 +625,104 @@ fn fits(flavor: &berth_compute_model::Flavor, capacity: &[Room; 3]) -> i64 {
     }
 }
 
-/// Free capacity by flavor: how many more of each enabled flavor fit now
-/// on the hosts general scheduling may use (up, enabled, not in the
-/// reservation pool), overall and per availability zone. Reservation
-/// flavors (Blazar's `reservation:ID`, one per instance reservation) are
-/// left out: their slots are the lease's. Also the source of the
-/// `berth_free_capacity_by_flavor_total` gauges.
-pub(crate) fn free_by_flavor(world: &World, health: &dyn HostHealth) -> Vec<Value> {
-    let hosts = host_views(world, health);
-    let usable: Vec<&HostView> = hosts.iter().filter(|h| h.schedulable()).collect();
-    world
-        .compute
-        .flavors
-        .values()
-        .filter(|f| !f.disabled && !f.extra_specs.contains_key(berth_compute_model::lease::RESERVATION_SPEC))
-        .map(|flavor| {
-            let mut total = 0;
-            let mut hosts_with_room = 0;
-            let mut by_zone: BTreeMap<&str, i64> = BTreeMap::new();
-            for host in &usable {
-                let n = fits(flavor, &host.capacity);
+/// A host at time `at`: may general scheduling use it (on demand), may a
+/// new lease take it (a free pool host), and will it be empty (a lease
+/// holding it now ends by then, its servers gone).
+#[derive(Clone, Copy, Default)]
+struct AtTime {
+    on_demand: bool,
+    pool_free: bool,
+    empty: bool,
+}
+
+/// Each host at `at` (≥ `now`), from the reservations timeline: a pool
+/// host booked by a lease live at `at` is not free; one whose every
+/// current lease ends by `at` is empty then; with lending on, a pool host
+/// no lease needs within the lead of `at` is lent to general scheduling
+/// (powered on only). Health (up, disabled) and usage are today's.
+fn at_time(world: &World, host: &HostView, now: i64, at: i64, rules: Rules) -> AtTime {
+    let healthy = host.up && !host.disabled;
+    let Some(pool) = host.pool else { return AtTime { on_demand: healthy, ..AtTime::default() } };
+    let tables = &world.compute.leases;
+    let booked = tables.overlapping(pool.id, at, at.saturating_add(1), None).next().is_some();
+    let empty = at > now && {
+        let mut holding = tables.overlapping(pool.id, now, now.saturating_add(1), None).peekable();
+        holding.peek().is_some() && holding.all(|b| b.end <= at)
+    };
+    AtTime {
+        on_demand: healthy && pool.power == PowerState::On && tables.lent(pool.id, at, rules.lend_lead),
+        pool_free: healthy && pool.reservable && !booked && pool.power != PowerState::Failed,
+        empty,
+    }
+}
+
+/// Free capacity by flavor at `at` (≥ `now`): for each enabled flavor
+/// that names no reservation, how many more servers fit on the hosts
+/// general scheduling may use then (`free`, with `hosts_with_room`, and
+/// per availability zone and aggregate), and how many a new lease could
+/// reserve on the pool hosts no lease holds then (`pool_free`), honouring
+/// the flavor's extra specs ([`Need`]). Reservation flavors (one per
+/// instance reservation, naming it in `RESERVATION_SPEC`) are listed
+/// apart in `reservation_flavors` when their lease is live at `at`: their
+/// slots are the lease's. Also the source of the
+/// `berth_free_capacity_by_flavor_*` gauges.
+fn free_by_flavor(world: &World, health: &dyn HostHealth, now: i64, at: i64, rules: Rules) -> Value {
+    use berth_compute_model::lease::{ReservationStatus, RESERVATION_SPEC};
+    let hosts = host_views(world, health, now, rules);
+    let times: Vec<AtTime> = hosts.iter().map(|h| at_time(world, h, now, at, rules)).collect();
+    let mut flavors = Vec::new();
+    let mut reservation_flavors = Vec::new();
+    for flavor in world.compute.flavors.values() {
+        if let Some(reservation) = flavor.extra_specs.get(RESERVATION_SPEC) {
+            let found = Uuid::parse_str(reservation).ok().and_then(|id| world.compute.leases.reservation(id));
+            let Some((lease, r)) = found else { continue };
+            if lease.is_over() || r.status == ReservationStatus::Deleted || !(lease.start <= at && at < lease.end) {
+                continue;
+            }
+            let slots: i64 = r.allocations.iter().map(|a| a.slots).sum();
+            reservation_flavors.push(json!({"flavor": flavor.name, "id": flavor.flavorid, "vcpus": flavor.vcpus,
+                "ram": flavor.memory_mb, "disk": flavor.disk_gb(), "lease": lease.id.to_string(),
+                "lease_name": lease.name, "project": lease.project_id, "reservation": r.id.to_string(),
+                "start": lease.start, "end": lease.end, "status": lease.status.as_str(), "slots": slots}));
+            continue;
+        }
+        if flavor.disabled {
+            continue;
+        }
+        let need = need(world, flavor, rules.isolate);
+        let (mut total, mut hosts_with_room, mut pool_free) = (0, 0, 0);
+        let mut by_zone: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut by_aggregate: BTreeMap<&str, i64> = BTreeMap::new();
+        for (host, time) in hosts.iter().zip(&times) {
+            if time.on_demand {
+                let n = fits(&need, host, time.empty);
                 total += n;
                 hosts_with_room += i64::from(n > 0);
                 *by_zone.entry(host.zone).or_default() += n;
+                for aggregate in &host.aggregates {
+                    *by_aggregate.entry(aggregate).or_default() += n;
+                }
             }
-            json!({"flavor": flavor.name, "id": flavor.flavorid, "vcpus": flavor.vcpus,
-                   "ram": flavor.memory_mb, "disk": flavor.root_gb + flavor.ephemeral_gb,
-                   "free": total, "hosts_with_room": hosts_with_room, "by_zone": by_zone})
-        })
-        .collect()
+            if time.pool_free {
+                pool_free += fits(&need, host, time.empty);
+            }
+        }
+        flavors.push(json!({"flavor": flavor.name, "id": flavor.flavorid, "vcpus": flavor.vcpus,
+               "ram": flavor.memory_mb, "disk": flavor.disk_gb(),
+               "free": total, "hosts_with_room": hosts_with_room, "by_zone": by_zone,
+               "by_aggregate": by_aggregate, "pool_free": pool_free,
+               "needs": {"resources": need.resources, "required": need.required, "forbidden": need.forbidden,
+                         "isolated_aggregates": need.isolated}}));
+    }
+    json!({"now": now, "at": at, "lending": rules.lend_lead.is_some(), "flavors": flavors,
+           "reservation_flavors": reservation_flavors})
 }
 
 /// `/dashboard/api/leases`: the bars of the lease calendar in
 /// `[start, end)`: one per (reservation, host), the caller's project only
 /// unless admin; rows are the enrolled hosts (for a non-admin, those its
 /// bars are on).
-fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64) -> String {
+fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64, rules: Rules) -> String {
     use std::fmt::Write;
     let tables = &world.compute.leases;
     // Written straight into strings: a month of ten thousand leases is
@@ -468,26 +768,60 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64) -> Str
             }
         }
     }
-    let mut out = String::with_capacity(bars.len() + lease_list.len() + 160 * tables.hosts.len() + 100);
+    // Each host's aggregates and its root provider's traits (the
+    // calendar's filters; traits as indices into `traits`), its pool
+    // state and power (admin only).
+    let groups = host_groups(world);
+    let mut trait_index: BTreeMap<&str, usize> = BTreeMap::new();
+    let states = PoolStates::new(world, now, rules.lend_lead);
+    let mut out = String::with_capacity(bars.len() + lease_list.len() + 260 * tables.hosts.len() + 100);
     let _ = write!(out, "{{\"start\":{start},\"end\":{end},\"now\":{now},\"hosts\":[");
     let mut first = true;
     for h in tables.hosts.values().filter(|h| caller.admin || on_hosts.contains(&h.id)) {
         let comma = if first { "" } else { "," };
         first = false;
+        let aggregates: Vec<String> = groups
+            .get(h.service_name.as_str())
+            .map(|(names, _)| names.iter().map(|a| quoted(a)).collect())
+            .unwrap_or_default();
+        let root = world.placement.provider_names.get(&h.hypervisor_hostname).and_then(|u| world.placement.providers.get(u));
+        let traits: Vec<String> = root
+            .map(|p| {
+                p.traits
+                    .iter()
+                    .map(|t| {
+                        let next = trait_index.len();
+                        trait_index.entry(t.as_str()).or_insert(next).to_string()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (pool_state, power) = if caller.admin {
+            let state = states.of(h);
+            (format!("\"{}\"", state.as_str()), format!("\"{}\"", h.power.state.as_str()))
+        } else {
+            ("null".to_owned(), "null".to_owned())
+        };
         let _ = write!(
             out,
             "{comma}{{\"id\":\"{}\",\"name\":{},\"host\":{},\"availability_zone\":{},\"reservable\":{},\
-             \"vcpus\":{},\"memory_mb\":{}}}",
+             \"vcpus\":{},\"memory_mb\":{},\"aggregates\":[{}],\"traits\":[{}],\"pool_state\":{pool_state},\
+             \"power\":{power}}}",
             h.id,
             quoted(&h.hypervisor_hostname),
             quoted(&h.service_name),
             quoted(&h.availability_zone),
             h.reservable,
             h.vcpus,
-            h.memory_mb
+            h.memory_mb,
+            aggregates.join(","),
+            traits.join(",")
         );
     }
-    let _ = write!(out, "],\"leases\":[{lease_list}],\"bars\":[{bars}]}}");
+    let mut names: Vec<(&str, usize)> = trait_index.into_iter().collect();
+    names.sort_by_key(|(_, i)| *i);
+    let names: Vec<String> = names.into_iter().map(|(t, _)| quoted(t)).collect();
+    let _ = write!(out, "],\"traits\":[{}],\"leases\":[{lease_list}],\"bars\":[{bars}]}}", names.join(","));
     out
 }
 
@@ -528,7 +862,7 @@ fn projects(world: &World, caller: &Caller) -> Vec<Value> {
 /// `/dashboard/api/hosts/{uuid}`: a compute node's providers (tree),
 /// inventories, usages, traits and aggregates, and the allocations
 /// against them (servers: consumers with an instance mapping).
-fn host_detail(world: &World, root: Uuid) -> Option<Value> {
+fn host_detail(world: &World, root: Uuid, now: i64, rules: Rules) -> Option<Value> {
     let node = world.compute.compute_nodes.get(&root)?;
     let mut providers = Vec::new();
     let mut consumers = BTreeSet::new();
@@ -571,9 +905,16 @@ fn host_detail(world: &World, root: Uuid) -> Option<Value> {
                    "resources": resources})
         })
         .collect();
+    let tables = &world.compute.leases;
+    let pool = tables.host_of_service(&node.host).map(|h| {
+        let next = tables.next_needed(h.id, now);
+        json!({"id": h.id.to_string(), "pool_state": berth_reservations::pool_state(world, h.id, now, rules.lend_lead).as_str(),
+               "power": h.power.state.as_str(), "power_since": h.power.since, "reservable": h.reservable,
+               "next_needed": (next != i64::MAX).then_some(next)})
+    });
     Some(json!({"uuid": root.to_string(), "host": node.host, "node": node.node,
                 "cell": world.compute.cells.get(&node.cell).map(|c| c.name.clone()),
-                "providers": providers, "allocations": allocations}))
+                "pool": pool, "providers": providers, "allocations": allocations}))
 }
 
 /// The dashboard's gauges in Prometheus text format: free capacity by
@@ -587,9 +928,12 @@ fn host_detail(world: &World, root: Uuid) -> Option<Value> {
 pub(crate) fn dashboard_metrics(services: &Services) -> String {
     let Some(compute) = &services.compute else { return String::new() };
     let runtime = &compute.compute;
-    let health = runtime.health.at(runtime.now());
+    let now = runtime.now();
+    let health = runtime.health.at(now);
+    let rules = rules(runtime);
     let world = services.core.read();
-    let flavors = free_by_flavor(&world, &health);
+    let free = free_by_flavor(&world, &health, now, now, rules);
+    let flavors = free["flavors"].as_array().cloned().unwrap_or_default();
     let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
     let mut out = String::new();
     let family = |out: &mut String, name: &str, help: &str| {
@@ -618,10 +962,41 @@ pub(crate) fn dashboard_metrics(services: &Services) -> String {
             }
         }
     }
+    family(
+        &mut out,
+        "berth_free_capacity_by_flavor_and_aggregate_total",
+        "Free capacity by flavor, per host aggregate.",
+    );
+    for f in &flavors {
+        let name = f["flavor"].as_str().unwrap_or_default();
+        if let Some(aggregates) = f["by_aggregate"].as_object() {
+            for (aggregate, n) in aggregates {
+                out.push_str(&format!(
+                    "berth_free_capacity_by_flavor_and_aggregate_total{{flavor=\"{}\",aggregate=\"{}\"}} {}\n",
+                    escape(name),
+                    escape(aggregate),
+                    n
+                ));
+            }
+        }
+    }
+    family(
+        &mut out,
+        "berth_free_pool_capacity_by_flavor_total",
+        "How many servers of each flavor a new lease could reserve now on the pool hosts no lease holds.",
+    );
+    for f in &flavors {
+        let name = f["flavor"].as_str().unwrap_or_default();
+        out.push_str(&format!(
+            "berth_free_pool_capacity_by_flavor_total{{flavor=\"{}\"}} {}\n",
+            escape(name),
+            f["pool_free"]
+        ));
+    }
     let mut by_zone: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
-    for host in host_views(&world, &health).iter().filter(|h| h.schedulable()) {
-        for (room, class) in host.capacity.iter().zip(CLASSES) {
-            if let Some((cap, used, _)) = room {
+    for host in host_views(&world, &health, now, rules).iter().filter(|h| h.schedulable()) {
+        for class in CLASSES {
+            if let Some((cap, used, _)) = host.tree.room(class) {
                 let entry = by_zone.entry((host.zone, class)).or_default();
                 entry.0 += cap;
                 entry.1 += used;
@@ -677,18 +1052,100 @@ pub(crate) fn dashboard_metrics(services: &Services) -> String {
 mod tests {
     use super::*;
 
-    fn flavor(vcpus: i64, ram: i64, disk: i64) -> berth_compute_model::Flavor {
-        berth_compute_model::Flavor { vcpus, memory_mb: ram, root_gb: disk, ..Default::default() }
+    fn flavor(vcpus: i64, ram: i64, disk: i64, specs: &[(&str, &str)]) -> berth_compute_model::Flavor {
+        berth_compute_model::Flavor {
+            vcpus,
+            memory_mb: ram,
+            root_gb: disk,
+            extra_specs: specs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn host<'a>(rooms: Vec<(&'a str, Room)>, traits: &[&'a str], aggregates: Vec<&'a str>) -> HostView<'a> {
+        let mut h = HostView {
+            uuid: Uuid::nil(),
+            host: "h",
+            node: "h",
+            cell: "cell1",
+            aggregates,
+            zone: "nova",
+            up: true,
+            disabled: false,
+            pool: None,
+            tree: Tree { rooms: [None; 3], other: Vec::new(), providers: Providers::None },
+        };
+        for (class, room) in rooms {
+            match CLASSES.iter().position(|c| *c == class) {
+                Some(i) => h.tree.rooms[i] = Some(room),
+                None => h.tree.other.push((class, room)),
+            }
+        }
+        if !traits.is_empty() {
+            let set: BTreeSet<String> = traits.iter().map(|t| (*t).to_owned()).collect();
+            h.tree.providers = Providers::Root(Box::leak(Box::new(set)));
+        }
+        h
+    }
+
+    fn fit(world: &World, flavor: &berth_compute_model::Flavor, host: &HostView, empty: bool) -> i64 {
+        fits(&need(world, flavor, false), host, empty)
     }
 
     #[test]
     fn a_flavor_fits_as_often_as_its_scarcest_class_allows() {
-        let mut cap = [Some((16, 4, 16)), Some((8192, 1024, 8192)), Some((100, 0, 100))];
-        assert_eq!(fits(&flavor(2, 512, 10), &cap), 6, "VCPU: 12 free / 2");
-        assert_eq!(fits(&flavor(1, 2048, 1), &cap), 3, "RAM: 7168 free / 2048");
-        assert_eq!(fits(&flavor(32, 512, 1), &cap), 0, "above max_unit");
-        cap[2] = None;
-        assert_eq!(fits(&flavor(1, 512, 1), &cap), 0, "no disk inventory for a flavor that needs disk");
-        assert_eq!(fits(&flavor(1, 512, 0), &cap), 12);
+        let world = World::default();
+        let h = host(
+            vec![("VCPU", (16, 4, 16)), ("MEMORY_MB", (8192, 1024, 8192)), ("DISK_GB", (100, 0, 100))],
+            &[],
+            vec![],
+        );
+        assert_eq!(fit(&world, &flavor(2, 512, 10, &[]), &h, false), 6, "VCPU: 12 free / 2");
+        assert_eq!(fit(&world, &flavor(2, 512, 10, &[]), &h, true), 8, "empty: 16 / 2");
+        assert_eq!(fit(&world, &flavor(1, 2048, 1, &[]), &h, false), 3, "RAM: 7168 free / 2048");
+        assert_eq!(fit(&world, &flavor(32, 512, 1, &[]), &h, false), 0, "above max_unit");
+        let no_disk = host(vec![("VCPU", (16, 4, 16)), ("MEMORY_MB", (8192, 1024, 8192))], &[], vec![]);
+        assert_eq!(
+            fit(&world, &flavor(1, 512, 1, &[]), &no_disk, false),
+            0,
+            "no disk inventory for a flavor that needs disk"
+        );
+        assert_eq!(fit(&world, &flavor(1, 512, 0, &[]), &no_disk, false), 12);
+    }
+
+    #[test]
+    fn extra_specs_constrain_where_a_flavor_fits() {
+        let world = World::default();
+        let gpu = host(
+            vec![
+                ("VCPU", (16, 0, 16)),
+                ("MEMORY_MB", (8192, 0, 8192)),
+                ("DISK_GB", (100, 0, 100)),
+                ("CUSTOM_GPU", (2, 1, 2)),
+            ],
+            &["CUSTOM_FAST"],
+            vec![],
+        );
+        let plain =
+            host(vec![("VCPU", (16, 0, 16)), ("MEMORY_MB", (8192, 0, 8192)), ("DISK_GB", (100, 0, 100))], &[], vec![]);
+        let needs_gpu = flavor(1, 512, 1, &[("resources:CUSTOM_GPU", "1")]);
+        assert_eq!(
+            (fit(&world, &needs_gpu, &gpu, false), fit(&world, &needs_gpu, &plain, false)),
+            (1, 0),
+            "custom resource: 1 GPU left"
+        );
+        let fast = flavor(1, 512, 1, &[("trait:CUSTOM_FAST", "required")]);
+        assert_eq!((fit(&world, &fast, &gpu, false), fit(&world, &fast, &plain, false)), (16, 0), "required trait");
+        let not_fast = flavor(1, 512, 1, &[("trait:CUSTOM_FAST", "forbidden")]);
+        assert_eq!(
+            (fit(&world, &not_fast, &gpu, false), fit(&world, &not_fast, &plain, false)),
+            (0, 16),
+            "forbidden trait"
+        );
+        let fewer = flavor(4, 512, 1, &[("resources:VCPU", "1")]);
+        assert_eq!(fit(&world, &fewer, &plain, false), 16, "resources:VCPU overrides the flavor's vcpus");
+        let pinned = flavor(2, 512, 1, &[("hw:cpu_policy", "dedicated")]);
+        assert_eq!(fit(&world, &pinned, &plain, false), 0, "dedicated CPUs need PCPU inventory");
+        assert_eq!(need(&world, &pinned, false).resources.get("PCPU"), Some(&2));
     }
 }

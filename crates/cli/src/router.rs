@@ -219,6 +219,11 @@ fn operational(services: &Services, path: &str) -> Response<Body> {
     }
     let (counters, gauges) = collect_metrics(services);
     let mut text = services.server.metrics.render(&counters, &gauges);
+    if let Some(compute) = &services.compute {
+        for (name, help, histogram) in compute.histograms() {
+            text.push_str(&histogram.render(name, help));
+        }
+    }
     text.push_str(&crate::dashboard::dashboard_metrics(services));
     Response::builder()
         .status(StatusCode::OK)

@@ -393,10 +393,12 @@ impl Compute {
             "spawned" if applied => {
                 self.health.build_succeeded(&event.host);
                 self.metrics.instances_active.fetch_add(1, Ordering::Relaxed);
+                self.metrics.timings.finished(uuid, true);
             }
             "build_failed" if applied => {
                 let failures = self.health.build_failed(&event.host);
                 self.metrics.builds_failed.fetch_add(1, Ordering::Relaxed);
+                self.metrics.timings.finished(uuid, false);
                 let threshold = self.config.auto_disable_after_failed_builds;
                 if threshold > 0 && failures == threshold {
                     self.auto_disable(&event.host, failures).await;

@@ -316,7 +316,9 @@ async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     let now = compute.now();
     let requests: Vec<&[InstanceChoices]> = per_boot.iter().map(|(c, _)| c.as_slice()).collect();
     let lend_lead = compute.config.scheduler.pool_lend_lead;
+    let started = std::time::Instant::now();
     let claim = write(&*compute.control, |w| plan_claim_boots(w, &requests, now, lend_lead));
+    compute.metrics.timings.claim.observe(started.elapsed());
     // Tests hold here: the claim is in the world and still in flight.
     compute.hooks.pass("after-claim-write").await;
     // Claimed (now in the world) or not: no longer in flight.
@@ -375,7 +377,8 @@ fn schedule_round<'c>(
 ) -> Result<Round<'c>, berth_scheduler::NoValidHost> {
     let seed = compute.next_seed();
     compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
-    compute.in_flight.decide(|in_flight| {
+    let started = std::time::Instant::now();
+    let round = compute.in_flight.decide(|in_flight| {
         read(&*compute.control, |w| {
             // A claim already committed is in this snapshot: count it once.
             let pending: Vec<berth_model::AllocationMap> = in_flight
@@ -392,7 +395,9 @@ fn schedule_round<'c>(
                 (choices, cells)
             })
         })
-    })
+    });
+    compute.metrics.timings.scheduler.observe(started.elapsed());
+    round
 }
 
 /// Schedule and claim one boot, in up to `schedule_retries` rounds (rows
@@ -425,10 +430,12 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
         compute.hooks.pass("before-claim").await;
         let now = compute.now();
         let lend_lead = compute.config.scheduler.pool_lend_lead;
+        let started = std::time::Instant::now();
         let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now, lend_lead)? {
             Ok((set, claimed)) => Ok((set, Ok(claimed))),
             Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
         });
+        compute.metrics.timings.claim.observe(started.elapsed());
         compute.hooks.pass("after-claim-write").await;
         // Claimed (now in the world) or not: no longer in flight.
         drop(in_flight);

@@ -49,6 +49,7 @@ pub mod moves;
 pub mod servers;
 pub mod services;
 pub mod shelve;
+pub mod timing;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,6 +167,8 @@ pub struct Metrics {
     pub boots_no_host: AtomicU64,
     /// When the last of them found none (the clock's seconds).
     pub last_no_host_at: std::sync::atomic::AtomicI64,
+    /// Latency histograms: time to ACTIVE, scheduler runs, claims.
+    pub timings: crate::timing::Timings,
 }
 
 /// Named points where a test can hold the conductor (only with

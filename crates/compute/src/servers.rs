@@ -261,6 +261,7 @@ impl Compute {
             Ok((set, (admitted, is_held)))
         })?;
         self.metrics.boots_accepted.fetch_add(admitted.len() as u64, Ordering::Relaxed);
+        self.metrics.timings.accepted(&admitted);
         match (held, &extension) {
             (true, Some(extension)) => extension.admitted(),
             _ => self.submit(BootJob { instances: admitted.clone(), request_id: request_id.to_owned() }),

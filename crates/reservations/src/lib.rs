@@ -28,6 +28,7 @@
 pub mod lending;
 pub mod power;
 
+pub use berth_reservation_model::end_policy::{pool_state, PoolState};
 pub use berth_reservation_model::power::{PowerConfig, PowerPolicy};
 pub mod query;
 pub mod runner;

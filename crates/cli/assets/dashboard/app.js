@@ -88,7 +88,7 @@ async function start() {
 }
 
 async function enter() {
-  try { state.session = await api("/dashboard/api/session"); } catch (e) { return; }
+  try { state.session = await api("/dashboard/api/session"); state.sessionAt = Date.now(); } catch (e) { return; }
   $("#login").hidden = true;
   $("#logout").hidden = false;
   const s = state.session;
@@ -145,12 +145,32 @@ async function viewCapacity() {
     el("span", {}, el("i", { style: `background:${heat(1)}` }), "full"),
     el("span", {}, el("i", { style: "outline:2px solid #555" }), "disabled"),
     el("span", {}, el("i", { style: "background:repeating-linear-gradient(45deg,#ccc 0 3px,#555 3px 5px)" }), "down"),
-    el("span", {}, el("i", { style: "border:3px solid #7b3fe4;box-sizing:border-box" }), "reservation pool"));
-  const groups = el("div", { id: "capacity-groups" });
+    el("span", {}, el("i", { style: "border:3px solid #7b3fe4;box-sizing:border-box" }), "reservation pool"),
+    el("span", {}, el("i", { style: "border:3px dashed #0a8f8f;box-sizing:border-box" }), "pool host lent"),
+    el("span", {}, el("i", { class: "mark-power-off" }), "powered off / switching"),
+    el("span", {}, el("i", { class: "mark-power-failed" }), "power-on failed"));
+  const pool = data.hosts.filter((h) => h.pool_state);
+  const poolCount = (k, v) => pool.filter((h) => h[k] === v).length;
+  const poolSummary = pool.length ? el("p", { class: "hint", id: "pool-summary" },
+    `Pool: ${pool.length} hosts · ` + ["free", "reserved", "lent", "reclaimed", "recycling"].map((s) => `${s} ${poolCount("pool_state", s)}`).join(" · ") +
+    " · power " + ["on", "off", "powering-on", "powering-off", "failed"].map((s) => `${s} ${poolCount("power", s)}`).join(" · ")) : null;
+  // One set of listeners for all the squares (thousands of hosts).
+  const byUuid = new Map(data.hosts.map((h) => [h.uuid, h]));
+  const hostOf = (e) => { const c = e.target.closest(".cell"); return c ? byUuid.get(c.dataset.uuid) : null; };
+  const tipOf = (h) => {
+    const r = h.resources[capacityClass] || { used: 0, total: 0 };
+    return `${h.host} (${h.node})\n${capacityClass} ${r.used} / ${r.total}` +
+      `${h.up ? "" : "\ndown"}${h.disabled ? "\ndisabled" : ""}` +
+      `${h.reserved ? `\nreservation pool: ${h.pool_state}\npower: ${h.power}` : ""}`;
+  };
+  const groups = el("div", { id: "capacity-groups",
+    onmousemove: (e) => { const h = hostOf(e); tooltip(e, h ? tipOf(h) : null); },
+    onmouseleave: (e) => tooltip(e, null),
+    onclick: (e) => { const h = hostOf(e); if (h) showHost(h.uuid); } });
   const detail = el("div", { id: "host-detail", hidden: "" });
   root.append(el("h2", { text: "Capacity" }), summary,
     el("div", { class: "controls" }, el("label", {}, "Colour by ", classSel), el("label", {}, "Group by ", groupSel)),
-    legend, groups, detail);
+    legend, poolSummary, groups, detail);
   view().replaceChildren(root);
 
   function draw() {
@@ -166,14 +186,13 @@ async function viewCapacity() {
       const cells = el("div", { class: "cells" });
       for (const h of hosts) {
         const r = h.resources[capacityClass] || { used: 0, total: 0 };
-        const cls = ["cell", h.disabled ? "disabled" : "", h.up ? "" : "down", h.reserved ? "reserved" : ""].join(" ");
-        const tip = `${h.host} (${h.node})\n${capacityClass} ${r.used} / ${r.total}` +
-          `${h.up ? "" : "\ndown"}${h.disabled ? "\ndisabled" : ""}${h.reserved ? "\nreservation pool" : ""}`;
+        const power = h.power && h.power !== "on" ? (h.power === "failed" ? "power-failed" : "power-off") : "";
+        const cls = ["cell", h.disabled ? "disabled" : "", h.up ? "" : "down", h.reserved ? "reserved" : "",
+          h.pool_state === "lent" ? "lent" : "", power].join(" ");
         cells.append(el("div", {
           class: cls, style: `background-color:${heat(pct(r.used, r.total))}`,
           "data-host": h.host, "data-uuid": h.uuid, "data-used": r.used, "data-total": r.total,
-          onmousemove: (e) => tooltip(e, tip), onmouseleave: (e) => tooltip(e, null),
-          onclick: () => showHost(h.uuid),
+          "data-pool-state": h.pool_state, "data-power": h.power,
         }));
       }
       groups.append(el("div", { class: "group" }, el("h3", { text: `${name} (${hosts.length})` }), cells));
@@ -201,7 +220,12 @@ async function viewCapacity() {
         el("td", { text: Object.entries(a.resources).map(([k, v]) => `${k}=${v}`).join(", ") })));
     }
     const traits = d.providers.flatMap((p) => p.traits);
-    detail.replaceChildren(el("h3", { id: "host-detail-name", text: `${d.host} · ${d.node} · cell ${d.cell || ""}` }),
+    const pool = d.pool ? el("p", { id: "host-pool" }, "Reservation pool: ",
+      el("b", { id: "host-pool-state", text: d.pool.pool_state }), " · power ", el("b", { id: "host-power", text: d.pool.power }),
+      ` (since ${fmtDate(d.pool.power_since)})`, d.pool.reservable ? "" : " · not reservable",
+      d.pool.next_needed ? ` · next needed by a lease ${fmtDate(d.pool.next_needed)}` : " · no lease ahead")
+      : el("p", { class: "hint", id: "host-pool", text: "Not in the reservation pool." });
+    detail.replaceChildren(el("h3", { id: "host-detail-name", text: `${d.host} · ${d.node} · cell ${d.cell || ""}` }), pool,
       el("h4", { text: "Inventories" }), provs,
       el("p", { class: "hint", text: `Traits: ${traits.join(", ") || "none"}` }),
       el("h4", { text: `Allocations (${d.allocations.length})` }), allocs);
@@ -211,25 +235,59 @@ async function viewCapacity() {
 
 // ---------------------------------------------------------------- flavors
 
+let flavorsAhead = 0;
+let flavorsGroup = "availability_zone";
+
+function serverNow() {
+  return state.session.now + Math.floor((Date.now() - state.sessionAt) / 1000);
+}
+
 async function viewFlavors() {
-  const data = await api("/dashboard/api/flavors");
+  const at = flavorsAhead > 0 ? serverNow() + Math.round(flavorsAhead * 3600) : null;
+  const data = await api(`/dashboard/api/flavors${at === null ? "" : `?at=${at}`}`);
+  const byKey = flavorsGroup === "aggregate" ? "by_aggregate" : "by_zone";
+  const groups = [...new Set(data.flavors.flatMap((f) => Object.keys(f[byKey])))].sort();
   const max = Math.max(1, ...data.flavors.map((f) => f.free));
-  const zones = [...new Set(data.flavors.flatMap((f) => Object.keys(f.by_zone)))].sort();
-  const table = el("table", { id: "flavor-table" },
+  const when = data.at === data.now ? "now" : `at ${fmtDate(data.at)}`;
+  const table = el("table", { id: "flavor-table", "data-at": data.at },
     el("tr", {}, el("th", { text: "flavor" }), el("th", { class: "num", text: "vCPU" }), el("th", { class: "num", text: "RAM MiB" }),
-      el("th", { class: "num", text: "disk GiB" }), el("th", { class: "num", text: "fit now" }), el("th", { text: "" }),
-      el("th", { class: "num", text: "hosts with room" }), ...zones.map((z) => el("th", { class: "num", text: `AZ ${z}` }))));
+      el("th", { class: "num", text: "disk GiB" }), el("th", { text: "extra specs" }), el("th", { class: "num", text: `fit ${when}` }), el("th", { text: "" }),
+      el("th", { class: "num", text: "hosts with room" }), el("th", { class: "num", text: "pool: free for leases" }),
+      ...groups.map((g) => el("th", { class: "num", text: `${flavorsGroup === "aggregate" ? "" : "AZ "}${g}` }))));
   for (const f of data.flavors) {
+    const n = f.needs;
+    const specs = [...Object.entries(n.resources).filter(([c]) => !["VCPU", "MEMORY_MB", "DISK_GB"].includes(c)).map(([c, v]) => `${c}=${v}`),
+      ...n.required.map((t) => `+${t}`), ...n.forbidden.map((t) => `!${t}`)];
     table.append(el("tr", { "data-flavor": f.flavor },
       el("td", { text: f.flavor }), el("td", { class: "num", text: String(f.vcpus) }), el("td", { class: "num", text: String(f.ram) }),
-      el("td", { class: "num", text: String(f.disk) }), el("td", { class: "num free", text: String(f.free) }),
+      el("td", { class: "num", text: String(f.disk) }), el("td", { class: "specs", text: specs.join(" ") }),
+      el("td", { class: "num free", text: String(f.free) }),
       el("td", {}, el("span", { class: "bar", style: `width:${Math.round(200 * f.free / max)}px` })),
       el("td", { class: "num", text: String(f.hosts_with_room) }),
-      ...zones.map((z) => el("td", { class: "num", text: String(f.by_zone[z] || 0) }))));
+      el("td", { class: "num pool-free", text: String(f.pool_free) }),
+      ...groups.map((g) => el("td", { class: "num", "data-group": g, text: String(f[byKey][g] || 0) }))));
+  }
+  const ahead = el("select", { id: "flavors-ahead", onchange: (e) => { flavorsAhead = Number(e.target.value); route(); } },
+    ...[[0, "now"], [1, "in 1 hour"], [3, "in 3 hours"], [6, "in 6 hours"], [24, "in 1 day"], [72, "in 3 days"], [168, "in 1 week"], [720, "in 30 days"]]
+      .map(([h, t]) => el("option", { value: String(h), selected: h === flavorsAhead ? "" : null, text: t })));
+  const groupSel = el("select", { id: "flavors-group", onchange: (e) => { flavorsGroup = e.target.value; route(); } },
+    ...[["availability_zone", "availability zone"], ["aggregate", "aggregate"]].map(([v, t]) =>
+      el("option", { value: v, selected: v === flavorsGroup ? "" : null, text: t })));
+  const resv = el("table", { id: "reservation-flavors" },
+    el("tr", {}, ...["reservation flavor", "lease", "project", "window", "slots", "vCPU", "RAM MiB", "disk GiB"].map((t) => el("th", { text: t }))));
+  for (const r of data.reservation_flavors) {
+    resv.append(el("tr", { "data-reservation": r.reservation }, el("td", { text: r.flavor }), el("td", { text: r.lease_name }),
+      el("td", { text: r.project }), el("td", { text: `${fmtDate(r.start)} → ${fmtDate(r.end)}` }),
+      el("td", { class: "num", text: String(r.slots) }), el("td", { class: "num", text: String(r.vcpus) }),
+      el("td", { class: "num", text: String(r.ram) }), el("td", { class: "num", text: String(r.disk) })));
   }
   view().replaceChildren(el("h2", { text: "Free capacity by flavor" }),
-    el("p", { class: "hint", text: "How many more servers of each flavor fit now on hosts that are up, enabled and outside the reservation pool." }),
-    data.flavors.length ? table : el("p", { text: "No flavors." }));
+    el("div", { class: "controls" }, el("label", {}, "When ", ahead), el("label", {}, "Per ", groupSel),
+      el("span", { class: "hint", id: "flavors-when", text: `${when}${data.lending ? " · pool lending on" : ""}` })),
+    el("p", { class: "hint", text: "Fit: how many more servers of each flavor general scheduling can place (hosts up and enabled, outside the reservation pool or lent from it), honouring the flavor's resources/trait extra specs. Pool: how many a new lease could reserve on pool hosts no lease holds then. At a future time, hosts booked by leases live then are taken, and hosts whose leases have ended are counted empty." }),
+    data.flavors.length ? table : el("p", { text: "No flavors." }),
+    el("h3", { text: `Reservation flavors (instance reservations live ${when}): their slots belong to the lease` }),
+    data.reservation_flavors.length ? resv : el("p", { class: "hint", text: "None." }));
 }
 
 // ---------------------------------------------------------------- lease calendar
@@ -248,6 +306,12 @@ async function viewCalendar() {
     type: "button", id: `zoom-${r}`, disabled: r === state.range ? "" : null,
     onclick: () => { state.range = r; route(); } , text: r })));
   const filter = el("input", { id: "calendar-filter", placeholder: "filter by project or lease", oninput: () => draw() });
+  const aggregates = [...new Set(data.hosts.flatMap((h) => h.aggregates || []))].sort();
+  const aggregateSel = el("select", { id: "calendar-aggregate", onchange: () => draw() },
+    el("option", { value: "", text: "all aggregates" }), ...aggregates.map((a) => el("option", { value: a, text: a })));
+  const traitSel = el("select", { id: "calendar-trait", onchange: () => draw() },
+    el("option", { value: "", text: "any trait" }),
+    ...(data.traits || []).map((t, i) => [t, i]).sort().map(([t, i]) => el("option", { value: String(i), text: t })));
   const finder = el("form", { id: "finder", onsubmit: (e) => { e.preventDefault(); findSlot(); } },
     el("fieldset", {}, el("legend", { text: "Earliest free slot" }),
       el("label", {}, "type ", el("select", { id: "finder-type" },
@@ -261,7 +325,7 @@ async function viewCalendar() {
       el("span", { id: "finder-result" })));
   const svgBox = el("div", { id: "gantt" });
   root.append(el("h2", { text: "Lease calendar" }),
-    el("div", { class: "controls" }, zoom, filter,
+    el("div", { class: "controls" }, zoom, filter, aggregateSel, traitSel,
       el("span", { class: "hint", text: `${fmtDate(startT)} → ${fmtDate(endT)} · ${data.bars.length} bars on ${data.hosts.length} hosts` })),
     state.session.admin ? finder : el("span"), svgBox);
   view().replaceChildren(root);
@@ -273,7 +337,9 @@ async function viewCalendar() {
   function draw() {
     const q = filter.value.trim().toLowerCase();
     const bars = data.bars.filter((b) => !q || b.project.toLowerCase().includes(q) || (b.name || "").toLowerCase().includes(q) || b.lease.includes(q));
-    const hosts = data.hosts;
+    const agg = aggregateSel.value, trait = traitSel.value;
+    const hosts = data.hosts.filter((h) => (!agg || (h.aggregates || []).includes(agg)) &&
+      (trait === "" || (h.traits || []).includes(Number(trait))));
     const rowOf = new Map(hosts.map((h, i) => [h.id, i]));
     const height = top + Math.max(1, hosts.length) * rowH + 4;
     const svg = el("svg:svg", { width, height, id: "gantt-svg", "data-start": startT, "data-end": endT,
@@ -285,8 +351,21 @@ async function viewCalendar() {
       svg.append(el("svg:line", { x1: x(t), x2: x(t), y1: top - 4, y2: height, stroke: "#dde" }));
       svg.append(el("svg:text", { x: x(t) + 2, y: 12 }, fmtDate(t).slice(5, state.range === "day" ? 16 : 10)));
     }
+    const nextStart = new Map();
+    for (const b of data.bars) {
+      if (b.end > data.now && (!nextStart.has(b.host) || b.start < nextStart.get(b.host))) nextStart.set(b.host, b.start);
+    }
     hosts.forEach((h, i) => {
-      svg.append(el("svg:text", { x: 4, y: top + i * rowH + 13, "data-row": h.id }, h.name));
+      if (h.pool_state === "lent") {
+        // Lent to general scheduling from now until a lease needs it.
+        const until = Math.max(data.now, nextStart.get(h.id) || endT);
+        svg.append(el("svg:rect", { class: "lent-band", x: x(data.now), y: top + i * rowH + 1, width: Math.max(1, x(until) - x(data.now)),
+          height: rowH - 2, "data-host": h.id, onmousemove: (e) => tooltip(e, `${h.name}: lent to general scheduling`),
+          onmouseleave: (e) => tooltip(e, null) }));
+      }
+      const marks = (h.power && h.power !== "on" ? ` ⏻${h.power}` : "") + (h.pool_state === "lent" ? " ⇄" : "");
+      svg.append(el("svg:text", { x: 4, y: top + i * rowH + 13, "data-row": h.id, "data-pool-state": h.pool_state, "data-power": h.power,
+        class: h.power && h.power !== "on" ? `power-${h.power === "failed" ? "failed" : "off"}` : null }, h.name + marks));
       svg.append(el("svg:line", { x1: labelW, x2: width, y1: top + (i + 1) * rowH, y2: top + (i + 1) * rowH, stroke: "#eef" }));
     });
     const colors = new Map();
@@ -395,9 +474,29 @@ async function drawActivity() {
     lat.append(el("tr", {}, el("td", { text: l.route }), el("td", { text: l.method }), el("td", { class: "num", text: String(l.count) }),
       el("td", { class: "num", text: (l.mean * 1000).toFixed(2) }), el("td", { class: "num", text: String(l.p50 * 1000) }), el("td", { class: "num", text: String(l.p99 * 1000) })));
   }
+  const ms = (sec) => (sec * 1000).toFixed(sec < 0.01 ? 1 : 0);
+  const figure = (id, label, value, raw) => el("div", { class: "figure" },
+    el("span", { class: "figure-label", text: label }), el("b", { id, "data-value": raw, text: value }));
+  const t = d.timings;
+  const boots = prev ? rate("berth_compute_boots_accepted_total") : "—";
+  const actives = prev ? rate("berth_compute_instances_active_total") : "—";
+  const figures = el("div", { class: "figures", id: "activity-figures" },
+    figure("boots-rate", "boots accepted", boots, ""),
+    figure("active-rate", "gone ACTIVE", actives, ""),
+    figure("tta-p50", "time to ACTIVE p50 ≤ ms", ms(t.time_to_active.p50), t.time_to_active.p50),
+    figure("tta-p99", "time to ACTIVE p99 ≤ ms", ms(t.time_to_active.p99), t.time_to_active.p99),
+    figure("sched-p50", "scheduler p50 ≤ ms", ms(t.scheduler.p50), t.scheduler.p50),
+    figure("sched-p99", "scheduler p99 ≤ ms", ms(t.scheduler.p99), t.scheduler.p99),
+    figure("claim-p50", "claim p50 ≤ ms", ms(t.claim.p50), t.claim.p50),
+    figure("claim-p99", "claim p99 ≤ ms", ms(t.claim.p99), t.claim.p99),
+    figure("builds-failed", "builds failed", String(d.boots.failed), d.boots.failed),
+    figure("boots-buried", "no valid host", String(d.boots.buried), d.boots.buried));
+  const counts = `${t.time_to_active.count} boots timed to ACTIVE, ${t.scheduler.count} scheduler runs, ${t.claim.count} claims` +
+    ` (bucket upper bounds; means ${ms(t.time_to_active.mean)} / ${ms(t.scheduler.mean)} / ${ms(t.claim.mean)} ms)`;
   view().replaceChildren(el("h2", { text: "Activity" }),
     el("p", { class: "summary" }, `Requests ${d.requests.total} · 4xx ${d.requests["4xx"]} · 5xx `, el("b", { id: "errors-5xx", text: String(d.requests["5xx"]) }),
-      ` · refreshed ${new Date().toISOString().slice(11, 19)}Z (every 5 s)`),
+      ` · refreshed `, el("span", { id: "activity-refreshed", "data-now": d.now, text: `${new Date().toISOString().slice(11, 19)}Z` }), " (every 5 s)"),
+    figures, el("p", { class: "hint", id: "activity-timed", text: counts }),
     el("h3", { text: "Request latency (busiest routes)" }), lat,
     el("h3", { text: "Counters" }), counters, el("h3", { text: "Gauges" }), gauges);
   view().dataset.ready = "true";

@@ -71,6 +71,9 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
         let (cap, used) = placement_room(&admin, name, "VCPU").await;
         assert_eq!(host["resources"]["VCPU"], json!({"total": cap, "used": used}), "{name}");
         assert_eq!(host["reserved"], json!(host["host"] == json!(pool_host)), "{host}");
+        let (state, power) =
+            if host["host"] == json!(pool_host) { (json!("free"), json!("on")) } else { (Value::Null, Value::Null) };
+        assert_eq!((&host["pool_state"], &host["power"]), (&state, &power), "{host}");
         assert_eq!(host["up"], json!(true));
         used_total += used;
     }
@@ -87,23 +90,60 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     assert_eq!(json!(allocated), busy["resources"]["VCPU"]["used"]);
     assert!(detail.body["allocations"].as_array().unwrap().iter().all(|a| a["server"] == json!(true)));
 
-    // Free capacity by flavor: the hosts outside the pool, from placement.
-    let mut want = 0;
-    for host in capacity["hosts"].as_array().unwrap().iter().filter(|h| h["host"] != json!(pool_host)) {
-        let name = host["node"].as_str().unwrap();
+    // The pool host's detail shows its pool state and power.
+    let pool_uuid = capacity["hosts"].as_array().unwrap().iter().find(|h| h["host"] == json!(pool_host)).unwrap()
+        ["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let detail = admin.get(&format!("/dashboard/api/hosts/{pool_uuid}")).await.body;
+    assert_eq!((&detail["pool"]["pool_state"], &detail["pool"]["power"]), (&json!("free"), &json!("on")), "{detail}");
+    assert_eq!(detail["pool"]["next_needed"], Value::Null, "no lease yet");
+
+    // Free capacity by flavor: the hosts outside the pool, from placement;
+    // per aggregate; extra specs that no host can meet give 0.
+    let mut fits = BTreeMap::new();
+    for host in capacity["hosts"].as_array().unwrap() {
+        let name = host["node"].as_str().unwrap().to_owned();
         let mut fit = i64::MAX;
         for (class, need) in [("VCPU", 2), ("MEMORY_MB", 512), ("DISK_GB", 1)] {
-            let (cap, used) = placement_room(&admin, name, class).await;
+            let (cap, used) = placement_room(&admin, &name, class).await;
             fit = fit.min((cap - used) / need);
         }
-        want += fit;
+        fits.insert(name, (fit, host["host"] == json!(pool_host), host["host"].as_str().unwrap().to_owned()));
     }
+    let want: i64 = fits.values().filter(|(_, pool, _)| !pool).map(|(n, _, _)| n).sum();
+    let pool_want: i64 = fits.values().filter(|(_, pool, _)| *pool).map(|(n, _, _)| n).sum();
+    let (first_fit, _, first) = fits.values().next().unwrap().clone();
+    let agg = nova.post("/os-aggregates", &json!({"aggregate": {"name": "dash-agg"}})).await;
+    let agg_id = agg.body["aggregate"]["id"].clone();
+    nova.post(&format!("/os-aggregates/{agg_id}/action"), &json!({"add_host": {"host": first}})).await;
+    let gpu = nova.flavor("dash-gpu", 1, 256, 1).await;
+    let specs = nova
+        .post(&format!("/flavors/{gpu}/os-extra_specs"), &json!({"extra_specs": {"resources:CUSTOM_GPU": "1"}}))
+        .await;
+    assert_eq!(specs.status, 200, "{:?}", specs.body);
     let flavors = admin.get("/dashboard/api/flavors").await.body;
-    let row = flavors["flavors"].as_array().unwrap().iter().find(|f| f["flavor"] == json!("dash-f")).unwrap().clone();
-    assert_eq!(row["free"], json!(want), "{row}");
+    let row_of = |body: &Value, name: &str| {
+        body["flavors"].as_array().unwrap().iter().find(|f| f["flavor"] == json!(name)).unwrap().clone()
+    };
+    let row = row_of(&flavors, "dash-f");
+    assert_eq!((&row["free"], &row["pool_free"]), (&json!(want), &json!(pool_want)), "{row}");
+    assert_eq!(flavors["at"], flavors["now"]);
+    assert_eq!(row["by_aggregate"], json!({"dash-agg": first_fit}), "{row}");
+    let gpu_row = row_of(&flavors, "dash-gpu");
+    assert_eq!((&gpu_row["free"], &gpu_row["needs"]["resources"]["CUSTOM_GPU"]), (&json!(0), &json!(1)), "{gpu_row}");
     let metrics = reqwest::get(format!("{}/metrics", server.base)).await.unwrap().text().await.unwrap();
-    let gauge = format!("berth_free_capacity_by_flavor_total{{flavor=\"dash-f\"}} {want}");
-    assert!(metrics.lines().any(|l| l == gauge), "no {gauge:?} in /metrics");
+    for gauge in [
+        format!("berth_free_capacity_by_flavor_total{{flavor=\"dash-f\"}} {want}"),
+        format!(
+            "berth_free_capacity_by_flavor_and_aggregate_total{{flavor=\"dash-f\",aggregate=\"dash-agg\"}} {first_fit}"
+        ),
+        format!("berth_free_pool_capacity_by_flavor_total{{flavor=\"dash-f\"}} {pool_want}"),
+        "berth_free_capacity_by_flavor_total{flavor=\"dash-gpu\"} 0".to_owned(),
+    ] {
+        assert!(metrics.lines().any(|l| l == gauge), "no {gauge:?} in /metrics");
+    }
 
     // Leases: admin's and carol's; carol sees hers only.
     let lease = |name: &str| {
@@ -140,6 +180,22 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     assert!(!projects.is_empty() && projects.iter().all(|p| **p == json!("pc")), "{theirs}");
     assert_eq!(theirs["leases"].as_array().unwrap().len(), 1);
     assert_eq!(theirs["hosts"].as_array().unwrap().len(), 1, "only the host her bar is on");
+    assert_eq!(theirs["hosts"][0]["pool_state"], Value::Null, "pool state is for admins");
+    assert_eq!(all["hosts"][0]["pool_state"], json!("free"), "{all}");
+
+    // Free capacity at a future time: the lease holds the only pool host
+    // for 2040-01-01; before and after, the pool is free again. On-demand
+    // capacity (lending off) does not change.
+    let at = |t: i64| format!("/dashboard/api/flavors?at={t}");
+    for (t, pool) in [(y2040 - 3600, pool_want), (y2040 + 3600, 0), (y2040 + 86_400 + 3600, pool_want)] {
+        let later = admin.get(&at(t)).await.body;
+        let row = row_of(&later, "dash-f");
+        assert_eq!(
+            (&later["at"], &row["free"], &row["pool_free"]),
+            (&json!(t), &json!(want), &json!(pool)),
+            "{t}: {row}"
+        );
+    }
 
     // Projects: usage against quota; carol sees her project only.
     let projects = admin.get("/dashboard/api/projects").await.body;
@@ -160,6 +216,16 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     let activity = admin.get("/dashboard/api/activity").await.body;
     assert!(activity["counters"]["berth_compute_boots_accepted_total"].as_u64() >= Some(3), "{activity}");
     assert!(activity["latency"].as_array().is_some_and(|l| !l.is_empty()));
+    for (name, at_least) in [("time_to_active", 3), ("scheduler", 1), ("claim", 1)] {
+        let t = &activity["timings"][name];
+        assert!(t["count"].as_u64() >= Some(at_least) && t["p99"].as_f64() >= t["p50"].as_f64(), "{name}: {t}");
+        assert!(t["p50"].as_f64() > Some(0.0), "{name}: {t}");
+    }
+    assert_eq!(activity["boots"]["active"], activity["counters"]["berth_compute_instances_active_total"]);
+    let metrics = reqwest::get(format!("{}/metrics", server.base)).await.unwrap().text().await.unwrap();
+    let timed =
+        format!("berth_compute_time_to_active_seconds_count {}", activity["timings"]["time_to_active"]["count"]);
+    assert!(metrics.lines().any(|l| l == timed), "no {timed:?} in /metrics");
 
     // Who may read what, and bad input.
     let anonymous = as_token(server, "").get("/dashboard/api/session").await;
@@ -171,6 +237,8 @@ async fn dashboard_data_equals_the_apis_and_is_scoped_to_the_caller() {
     for (path, status) in [
         ("/dashboard/api/leases?start=yesterday", 400),
         ("/dashboard/api/leases?start=100&end=50", 400),
+        ("/dashboard/api/flavors?at=tomorrow", 400),
+        ("/dashboard/api/flavors?at=100", 400),
         ("/dashboard/api/hosts/not-a-uuid", 400),
         ("/dashboard/api/hosts/00000000-0000-0000-0000-000000000000", 404),
         ("/dashboard/api/nothing", 404),
