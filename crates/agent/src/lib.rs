@@ -33,6 +33,7 @@
 //! store, no compute runtime): it is what a real nova-compute would be.
 
 pub mod placement;
+pub mod pull;
 pub mod reshape;
 
 use std::collections::{HashMap, HashSet};
@@ -193,6 +194,9 @@ pub struct AgentConfig {
     pub power_dir: Option<std::path::PathBuf>,
     /// Boot time of a switched-off host (`--power-on-secs`).
     pub power_on_time: Duration,
+    /// Pull mode: take boots from the NATS queues ([`pull`]); `None`:
+    /// builds come pushed through `/work` only.
+    pub pull: Option<pull::PullConfig>,
 }
 
 impl AgentConfig {
@@ -593,6 +597,7 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         })
     };
 
+    let (in_flight_pull, events_pull) = (in_flight.clone(), events_tx.clone());
     // Work loop.
     let work = {
         let (link, config) = (link.clone(), config.clone());
@@ -632,6 +637,12 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         })
     };
 
+    // Pull mode: boots come from the queues.
+    let puller = config.pull.clone().map(|pull| {
+        let counters = Arc::new(pull::PullCounters::default());
+        tokio::spawn(pull::run(link.clone(), config.clone(), pull, events_pull, in_flight_pull, counters))
+    });
+
     // Layout changes (SIGHUP): report every tree again, reshaping where
     // inventory moves. A failure stops the agent: its hosts' trees are
     // then as before the failed reshape (it is one write), and running on
@@ -657,6 +668,9 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
     };
     heartbeat.abort();
     work.abort();
+    if let Some(puller) = puller {
+        puller.abort();
+    }
     reporter.abort();
     outcome
 }
@@ -687,6 +701,7 @@ mod tests {
             reshape_gate: None,
             power_dir: None,
             power_on_time: Duration::ZERO,
+            pull: None,
         };
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
