@@ -249,7 +249,7 @@ async fn groups_and_multi_create_are_routed_to_push_and_counted() {
     let flavor = nova.flavor("small", 1, 512, 1).await;
     let image = nova.image("cirros", json!({})).await;
     let group =
-        nova.post("/os-server-groups", &json!({"server_group": {"name": "g", "policies": ["anti-affinity"]}})).await;
+        nova.post("/os-server-groups", &json!({"server_group": {"name": "g", "policy": "anti-affinity"}})).await;
     assert_eq!(group.status, 200, "{:?}", group.body);
     let group_id = group.body["server_group"]["id"].as_str().expect("group id").to_owned();
     for i in 0..3 {
