@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::support::{by_status, Cloud, Hosts, Nova};
+use crate::support::Proxy;
 
 fn nats_url() -> String {
     std::env::var("BERTH_TEST_NATS_URL")
@@ -150,7 +151,12 @@ async fn hundred_boots_for_ten_slots_never_overcommit() {
     assert_eq!(cloud.server.metric("berth_pull_claims_total").await, 10);
     assert_eq!(cloud.server.metric("berth_pull_timed_out_total").await, 90);
     assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 10, "only the ACTIVE hold vCPUs");
-    // A full agent leaves the queue: the naks stop once no host fits.
+    // A full agent leaves the queue: refusals are bounded and stop once
+    // no host fits (the 90 left are not offered to anyone any more).
+    let refused = cloud.server.metric("berth_pull_claims_refused_total").await;
+    assert!(refused < 1000, "{refused} refused claims");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cloud.server.metric("berth_pull_claims_refused_total").await, refused, "full agents stopped fetching");
     let stats = queues.stats().await;
     assert_eq!(stats.consumers, 1, "{stats:?}");
     cloud.check_invariants().await;
@@ -270,5 +276,49 @@ async fn groups_and_multi_create_are_routed_to_push_and_counted() {
     assert_eq!(cloud.server.metric("berth_pull_routed_server_group_total").await, 3);
     assert_eq!(cloud.server.metric("berth_pull_routed_multi_create_total").await, 1);
     assert_eq!(cloud.server.metric("berth_pull_published_total").await, 0);
+    cloud.check_invariants().await;
+}
+
+/// NATS unreachable from the server: boots are accepted as usual (202,
+/// no 5xx) and stay in BUILD; once NATS is back the outbox sweep publishes
+/// them and they go ACTIVE, each once.
+#[tokio::test]
+async fn nats_down_boots_wait_in_build_and_go_when_it_is_back() {
+    let queues = Queues::new();
+    let upstream = queues.url.trim_start_matches("nats://").to_owned();
+    let proxy = Proxy::start(upstream).await;
+    let via_proxy = format!("nats://127.0.0.1:{}", proxy.port);
+    let mut args = queues.serve_args("120");
+    let at = args.iter().position(|a| a == "--nats-url").expect("flag") + 1;
+    args[at] = via_proxy;
+    let mut cloud = Cloud::start("pull-down", &strs(&args)).await;
+    let agent = queues.agent_args(&[]);
+    cloud.add_agent(Hosts::new("pd", 2, &strs(&agent))).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    proxy.cut();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(nova.boot_id(&format!("d{i}"), &flavor, &image).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cloud.server.metric("berth_pull_publish_failures_total").await == 0 {
+        assert!(Instant::now() < deadline, "publishing never failed with NATS cut off");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in &ids {
+        let server = nova.get(&format!("/servers/{id}")).await;
+        assert_eq!(server.status, 200, "{:?}", server.body);
+        assert_eq!(server.body["server"]["status"], "BUILD", "{:?}", server.body);
+    }
+    assert_eq!(nova.get("/servers/detail").await.status, 200, "the API answers while NATS is down");
+    proxy.restore();
+    for id in &ids {
+        let server = nova.wait_settled(id).await;
+        assert_eq!(server["status"], "ACTIVE", "{server}");
+    }
+    assert_eq!(cloud.server.metric("berth_pull_claims_total").await, 3);
+    assert_eq!(nova.all_servers().await.len(), 3);
     cloud.check_invariants().await;
 }
