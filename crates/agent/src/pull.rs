@@ -9,7 +9,8 @@
 //!    messages over all queues (back-pressure);
 //! 3. each boot is claimed for one of the hosts that can take it
 //!    (`POST /agent/v1/claim`, one planned write, idempotent per
-//!    instance): `claimed` → build, report `spawned` (as a pushed build),
+//!    instance; up to 8 hosts, starting at one picked by the instance's
+//!    uuid so concurrent boots spread): `claimed` → build, report `spawned` (as a pushed build),
 //!    ack; `gone` → ack and drop; `refused` on every host tried → nak with
 //!    a delay, so another agent takes it;
 //! 4. after every build, and every `refresh`, the queue set is evaluated
@@ -134,9 +135,10 @@ pub(crate) async fn run(
             }
             Err(err) => tracing::warn!(error = %err, "evaluating the pull queues failed"),
         }
-        // After a build (debounced), or every `refresh`.
+        // After a build, or every `refresh`; at most every 200 ms (each
+        // evaluation runs the filters for every host and queue).
         let _ = tokio::time::timeout(shared.pull.refresh, shared.changed.notified()).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -209,7 +211,10 @@ async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
         shared.counters.redelivered.fetch_add(1, Ordering::Relaxed);
     }
     let instance = delivery.boot.instance.to_string();
-    for host in hosts.iter().take(HOSTS_PER_BOOT) {
+    // Concurrent boots start at different hosts (a hash of the instance),
+    // so they do not all race for the first host of the list.
+    let start = if hosts.is_empty() { 0 } else { (delivery.boot.instance.as_u128() % hosts.len() as u128) as usize };
+    for host in hosts.iter().cycle().skip(start).take(HOSTS_PER_BOOT.min(hosts.len())) {
         let body = json!({"instance": instance, "host": host});
         let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
             Ok((200, answer)) => answer,

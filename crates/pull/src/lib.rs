@@ -233,8 +233,7 @@ impl Queues {
         Ok(out)
     }
 
-    /// Totals over the boot stream: (consumers, messages waiting,
-    /// messages redelivered now).
+    /// Totals over the boot stream (see [`QueueStats`]).
     pub async fn stats(&self) -> anyhow::Result<QueueStats> {
         let mut stream = self.js.get_stream(self.names.stream()).await.map_err(|e| anyhow!("{e}"))?;
         let messages = stream.info().await.map_err(|e| anyhow!("{e}"))?.state.messages;
@@ -244,6 +243,7 @@ impl Queues {
             let info = info.map_err(|e| anyhow!("{e}"))?;
             stats.consumers += 1;
             stats.redelivered += info.num_redelivered as u64;
+            stats.deliveries += info.delivered.consumer_sequence;
         }
         Ok(stats)
     }
@@ -268,6 +268,9 @@ pub struct QueueStats {
     pub messages: u64,
     /// Messages delivered more than once and not yet acked.
     pub redelivered: u64,
+    /// Deliveries so far, first ones and again (nak'd or unacked in time)
+    /// alike, over every consumer.
+    pub deliveries: u64,
 }
 
 /// A fetched boot.
