@@ -27,7 +27,9 @@
 //!    `shelved`, `offloaded`, `unshelved`, `live_migration_prepared`,
 //!    `live_migrated`, `live_migration_failed`), batched.
 //!
-//! No message broker: the kubelet model.
+//! No message broker: the kubelet model. In pull mode ([`pull`]) the
+//! agent also takes boots from NATS JetStream queues and claims them over
+//! the same HTTP API.
 //!
 //! It must not reach the control plane other than over its HTTP APIs (no
 //! store, no compute runtime): it is what a real nova-compute would be.
