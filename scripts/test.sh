@@ -16,7 +16,10 @@ PG_PID=""
 PG_DIR=""
 KEYSTONE_PID=""
 KEYSTONE_DIR=""
+NATS_PID=""
+NATS_DIR=""
 cleanup() {
+  if [ -n "$NATS_PID" ]; then bash scripts/nats-throwaway.sh stop "$NATS_PID" "$NATS_DIR" || true; fi
   if [ -n "$PG_PID" ]; then bash scripts/pg-throwaway.sh stop "$PG_PID" "$PG_DIR" || true; fi
   if [ -n "$KEYSTONE_PID" ]; then bash scripts/keystone-throwaway.sh stop "$KEYSTONE_PID" "$KEYSTONE_DIR" || true; fi
 }
@@ -31,6 +34,18 @@ if [ -z "${BERTH_TEST_KEYSTONE_URL:-}" ]; then
   eval "$(bash scripts/keystone-throwaway.sh start)"
   export BERTH_TEST_KEYSTONE_URL="$KEYSTONE_URL" BERTH_TEST_KEYSTONE_ADMIN_PASSWORD="$KEYSTONE_ADMIN_PASSWORD"
 fi
+
+# NATS with JetStream for the pull-mode tests: $BERTH_TEST_NATS_URL, else
+# nats://127.0.0.1:4222; when nothing answers there, a throwaway
+# `nats-server -js` on a free port, stopped by PID at exit.
+NATS_TRY="${BERTH_TEST_NATS_URL:-nats://127.0.0.1:4222}"
+NATS_HOSTPORT="${NATS_TRY#nats://}"
+if ! (echo > "/dev/tcp/${NATS_HOSTPORT%:*}/${NATS_HOSTPORT##*:}") 2>/dev/null; then
+  echo "== starting a throwaway NATS (JetStream) =="
+  eval "$(bash scripts/nats-throwaway.sh start)"
+  NATS_TRY="$NATS_URL"
+fi
+export BERTH_TEST_NATS_URL="$NATS_TRY"
 
 echo "== berth tests on SQLite =="
 env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"

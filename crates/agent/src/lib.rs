@@ -27,12 +27,15 @@
 //!    `shelved`, `offloaded`, `unshelved`, `live_migration_prepared`,
 //!    `live_migrated`, `live_migration_failed`), batched.
 //!
-//! No message broker: the kubelet model.
+//! No message broker: the kubelet model. In pull mode ([`pull`]) the
+//! agent also takes boots from NATS JetStream queues and claims them over
+//! the same HTTP API.
 //!
 //! It must not reach the control plane other than over its HTTP APIs (no
 //! store, no compute runtime): it is what a real nova-compute would be.
 
 pub mod placement;
+pub mod pull;
 pub mod reshape;
 
 use std::collections::{HashMap, HashSet};
@@ -193,6 +196,9 @@ pub struct AgentConfig {
     pub power_dir: Option<std::path::PathBuf>,
     /// Boot time of a switched-off host (`--power-on-secs`).
     pub power_on_time: Duration,
+    /// Pull mode: take boots from the NATS queues ([`pull`]); `None`:
+    /// builds come pushed through `/work` only.
+    pub pull: Option<pull::PullConfig>,
 }
 
 impl AgentConfig {
@@ -593,6 +599,7 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         })
     };
 
+    let (in_flight_pull, events_pull) = (in_flight.clone(), events_tx.clone());
     // Work loop.
     let work = {
         let (link, config) = (link.clone(), config.clone());
@@ -632,6 +639,12 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         })
     };
 
+    // Pull mode: boots come from the queues.
+    let puller = config.pull.clone().map(|pull| {
+        let counters = Arc::new(pull::PullCounters::default());
+        tokio::spawn(pull::run(link.clone(), config.clone(), pull, events_pull, in_flight_pull, counters))
+    });
+
     // Layout changes (SIGHUP): report every tree again, reshaping where
     // inventory moves. A failure stops the agent: its hosts' trees are
     // then as before the failed reshape (it is one write), and running on
@@ -657,6 +670,9 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
     };
     heartbeat.abort();
     work.abort();
+    if let Some(puller) = puller {
+        puller.abort();
+    }
     reporter.abort();
     outcome
 }
@@ -687,6 +703,7 @@ mod tests {
             reshape_gate: None,
             power_dir: None,
             power_on_time: Duration::ZERO,
+            pull: None,
         };
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");

@@ -60,9 +60,25 @@ pub(crate) struct BootOpts {
     /// time-to-ACTIVE. Polling much faster mostly measures the polling.
     #[arg(long, default_value_t = 50)]
     poll_ms: u64,
-    /// Write the figures as JSON here.
+    /// Write the figures as JSON here (one object per run; a list of
+    /// them with `--scheduling both`).
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// `push` (default), `pull` (NATS JetStream queues; see
+    /// docs/pull-vs-push.md) or `both`: push, then pull on a fresh server
+    /// and fleet, in the same run.
+    #[arg(long, default_value = "push")]
+    scheduling: String,
+    /// NATS server of pull mode.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// A mixed workload: five flavors (1, 2, 4 and 8 vCPUs, and a 2-vCPU
+    /// one needing a trait only `--rare-hosts` hosts have) instead of one.
+    #[arg(long)]
+    mix: bool,
+    /// Hosts with the rare trait (`--mix`; default 5 % of the hosts).
+    #[arg(long)]
+    rare_hosts: Option<usize>,
 }
 
 /// The CPU time (clock ticks) of the processes a boot run involves, read
@@ -96,10 +112,110 @@ fn uses_postgres(serve_args: &[String]) -> bool {
     })
 }
 
+/// One flavor of the workload: name, vCPUs, RAM (MiB), share of the
+/// boots (percent), and whether it needs the rare trait.
+struct Shape {
+    name: &'static str,
+    vcpus: i64,
+    ram: i64,
+    weight: u64,
+    rare: bool,
+}
+
+/// `--mix`: five flavors, one needing a trait few hosts have.
+const MIX: [Shape; 5] = [
+    Shape { name: "small", vcpus: 1, ram: 512, weight: 40, rare: false },
+    Shape { name: "medium", vcpus: 2, ram: 2048, weight: 25, rare: false },
+    Shape { name: "large", vcpus: 4, ram: 8192, weight: 15, rare: false },
+    Shape { name: "xlarge", vcpus: 8, ram: 16384, weight: 10, rare: false },
+    Shape { name: "rare", vcpus: 2, ram: 2048, weight: 10, rare: true },
+];
+
+/// The trait of the rare hosts (`--mix`).
+const RARE_TRAIT: &str = "CUSTOM_BENCH_RARE";
+
+/// The flavor of boot `n` (a fixed, interleaved sequence).
+fn shape_of(n: usize, shapes: usize) -> usize {
+    if shapes == 1 {
+        return 0;
+    }
+    let slot = (n as u64).wrapping_mul(7919) % 100;
+    let mut acc = 0;
+    for (idx, shape) in MIX.iter().enumerate() {
+        acc += shape.weight;
+        if slot < acc {
+            return idx;
+        }
+    }
+    0
+}
+
 pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<()> {
+    let modes: Vec<&str> = match opts.scheduling.as_str() {
+        "push" => vec!["push"],
+        "pull" => vec!["pull"],
+        "both" => vec!["push", "pull"],
+        other => anyhow::bail!("--scheduling {other:?}: push, pull or both"),
+    };
+    let mut results = Vec::new();
+    for mode in modes {
+        results.push(run_mode(&opts, binaries, mode).await?);
+    }
+    if let Some(path) = &opts.json {
+        // One object per run (a list when the run compares modes).
+        let body = if results.len() == 1 { results.remove(0) } else { Value::Array(results) };
+        std::fs::write(path, serde_json::to_string_pretty(&body)?)?;
+    }
+    Ok(())
+}
+
+/// Every server listed (all tenants, following markers): (servers, ids
+/// listed more than once).
+async fn list_all(nova: &Nova) -> anyhow::Result<(usize, usize)> {
+    let mut marker: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
+    let mut twice = 0;
+    loop {
+        let path = match &marker {
+            Some(m) => format!("/servers?all_tenants=1&limit=1000&marker={m}"),
+            None => "/servers?all_tenants=1&limit=1000".to_owned(),
+        };
+        let (status, body) = nova.call(reqwest::Method::GET, &path, None).await?;
+        anyhow::ensure!(status == 200, "listing servers: {status}");
+        let servers = body["servers"].as_array().cloned().unwrap_or_default();
+        if servers.is_empty() {
+            return Ok((seen.len(), twice));
+        }
+        for server in &servers {
+            if !seen.insert(server["id"].as_str().unwrap_or("").to_owned()) {
+                twice += 1;
+            }
+        }
+        marker = servers.last().and_then(|s| s["id"].as_str()).map(str::to_owned);
+    }
+}
+
+async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::Result<Value> {
+    let pull = mode == "pull";
+    let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
+    let mut serve_args = opts.run.serve_arg.clone();
+    let mut pull_args: Vec<String> = Vec::new();
+    if pull {
+        serve_args.extend(
+            ["--scheduling", "pull", "--nats-url", &opts.nats_url, "--nats-prefix", &prefix]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        serve_args.extend(["--pull-build-timeout-secs".to_owned(), "600".to_owned()]);
+        pull_args.extend(
+            ["--scheduling", "pull", "--nats-url", &opts.nats_url, "--nats-prefix", &prefix]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+    }
     let mut servers: Vec<Spawned> = Vec::new();
     for _ in 0..opts.run.processes.max(1) {
-        servers.push(spawn_berth(binaries, &opts.run.serve_arg).await?);
+        servers.push(spawn_berth(binaries, &serve_args).await?);
     }
     let url = servers[0].url.clone();
     let admin = reqwest::Client::new();
@@ -117,19 +233,30 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     }
     let started = Instant::now();
     let mut agents = Vec::new();
-    let per_agent = opts.hosts.div_ceil(opts.agents.max(1));
+    // `--mix`: the rare-trait hosts are an agent of their own.
+    let rare_hosts = if opts.mix { opts.rare_hosts.unwrap_or((opts.hosts / 20).max(1)).min(opts.hosts) } else { 0 };
+    let common_hosts = opts.hosts - rare_hosts;
+    let per_agent = common_hosts.div_ceil(opts.agents.max(1));
+    let mut groups: Vec<(usize, usize, Vec<String>)> = Vec::new();
     for idx in 0..opts.agents.max(1) {
         let first = idx * per_agent;
-        if first >= opts.hosts {
+        if first >= common_hosts {
             break;
         }
-        let count = per_agent.min(opts.hosts - first);
+        groups.push((first, per_agent.min(common_hosts - first), Vec::new()));
+    }
+    if rare_hosts > 0 {
+        groups.push((common_hosts, rare_hosts, vec!["--traits".to_owned(), RARE_TRAIT.to_owned()]));
+    }
+    for (idx, (first, count, extra)) in groups.iter().enumerate() {
         let cell = &cell_names[idx % cell_names.len()];
         let child = Command::new(&binaries.agent)
             .args(["agent", "--url", &url, "--log", "warn", "--prefix", "bench-", "--cell", cell])
             .args(["--hosts", &count.to_string(), "--first-index", &first.to_string()])
             .args(["--vcpus", &opts.host_vcpus.to_string(), "--memory-mb", "262144", "--disk-gb", "4000"])
             .args(["--report-interval-secs", "10", "--concurrency", "16"])
+            .args(extra)
+            .args(&pull_args)
             .args(&opts.run.agent_arg)
             .stdout(Stdio::null())
             .spawn()
@@ -137,10 +264,30 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
         agents.push(Agent(child));
     }
     hosts_ready(&url, opts.hosts).await?;
-    println!("{} hosts registered and reported in {:.1} s", opts.hosts, started.elapsed().as_secs_f64());
+    println!("[{mode}] {} hosts registered and reported in {:.1} s", opts.hosts, started.elapsed().as_secs_f64());
 
     let nova = Nova::new(&format!("{url}/compute/v2.1"), opts.concurrency * 2)?;
     let (flavor, image) = crate::common::boot_inputs(&nova, &url, ("bench", 1, 64, 1)).await?;
+    // The flavors booted: the one above, or the mix.
+    let mut flavors: Vec<(String, &'static str)> = Vec::new();
+    if opts.mix {
+        for shape in &MIX {
+            let body = json!({"flavor": {"name": shape.name, "vcpus": shape.vcpus, "ram": shape.ram, "disk": 1}});
+            let (status, answer) = nova.call(reqwest::Method::POST, "/flavors", Some(body)).await?;
+            anyhow::ensure!(status == 200, "flavor {}: {status} {answer}", shape.name);
+            let id = answer["flavor"]["id"].as_str().unwrap_or("").to_owned();
+            if shape.rare {
+                let specs = json!({"extra_specs": {format!("trait:{RARE_TRAIT}"): "required"}});
+                let (status, answer) =
+                    nova.call(reqwest::Method::POST, &format!("/flavors/{id}/os-extra_specs"), Some(specs)).await?;
+                anyhow::ensure!(status == 200, "extra specs of {}: {status} {answer}", shape.name);
+            }
+            flavors.push((id, shape.name));
+        }
+    } else {
+        flavors.push((flavor, "bench"));
+    }
+    let flavors = Arc::new(flavors);
 
     // Boot until ACTIVE.
     let navs: Vec<Nova> = servers
@@ -148,7 +295,7 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
         .map(|s| Nova::new(&format!("{}/compute/v2.1", s.url), opts.concurrency * 2))
         .collect::<anyhow::Result<_>>()?;
     let next = Arc::new(AtomicUsize::new(0));
-    let times: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let times: Arc<Mutex<Vec<(usize, Duration)>>> = Arc::default();
     let errors = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
     let retries_before = metric(&url, "berth_compute_claim_retries_total").await;
@@ -158,21 +305,23 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     let exhausted_before = metric(&url, "berth_compute_reschedules_exhausted_total").await;
     let postgres = uses_postgres(&opts.run.serve_arg);
     let cpu_before = CpuReading::now(&servers, &agents, postgres);
+    let nats_before = cpu_ticks_named("nats-server");
     let t0 = Instant::now();
     let mut workers = Vec::new();
     for w in 0..opts.concurrency.max(1) {
         let nova = navs[w % navs.len()].clone();
         let (next, times, errors, refused) = (next.clone(), times.clone(), errors.clone(), refused.clone());
-        let (flavor, image, total, poll) =
-            (flavor.clone(), image.clone(), opts.boots, Duration::from_millis(opts.poll_ms));
+        let (flavors, image, total, poll) =
+            (flavors.clone(), image.clone(), opts.boots, Duration::from_millis(opts.poll_ms));
         workers.push(tokio::spawn(async move {
             loop {
                 let n = next.fetch_add(1, Ordering::SeqCst);
                 if n >= total {
                     return Ok::<(), anyhow::Error>(());
                 }
+                let shape = shape_of(n, flavors.len());
                 let begin = Instant::now();
-                let body = json!({"server": {"name": format!("b{n}"), "flavorRef": flavor, "imageRef": image, "networks": "none"}});
+                let body = json!({"server": {"name": format!("b{n}"), "flavorRef": flavors[shape].0, "imageRef": image, "networks": "none"}});
                 let (status, answer) = nova.call(reqwest::Method::POST, "/servers", Some(body)).await?;
                 if status != 202 {
                     refused.fetch_add(1, Ordering::SeqCst);
@@ -184,7 +333,7 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
                     let (_, shown) = nova.call(reqwest::Method::GET, &format!("/servers/{id}"), None).await?;
                     match shown["server"]["status"].as_str() {
                         Some("ACTIVE") => {
-                            times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(begin.elapsed());
+                            times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push((shape, begin.elapsed()));
                             break;
                         }
                         Some("ERROR") => {
@@ -202,12 +351,19 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     }
     let elapsed = t0.elapsed();
     let cpu_after = CpuReading::now(&servers, &agents, postgres);
-    let mut times = times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    let nats_after = cpu_ticks_named("nats-server");
+    let by_shape = times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    let mut times: Vec<Duration> = by_shape.iter().map(|(_, t)| *t).collect();
     times.sort();
     let active = times.len();
     println!(
-        "boot: {} hosts, {} boots, {} clients, {} process(es), {} cell(s)",
-        opts.hosts, opts.boots, opts.concurrency, opts.run.processes, opts.cells
+        "[{mode}] boot: {} hosts, {} boots, {} clients, {} process(es), {} cell(s){}",
+        opts.hosts,
+        opts.boots,
+        opts.concurrency,
+        opts.run.processes,
+        opts.cells,
+        if opts.mix { format!(", mixed flavors ({rare_hosts} rare-trait hosts)") } else { String::new() }
     );
     let (n_errors, n_refused) = (errors.load(Ordering::SeqCst), refused.load(Ordering::SeqCst));
     let boots_per_s = active as f64 / elapsed.as_secs_f64();
@@ -219,6 +375,16 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
         (ms(percentile(&times, 0.5)), ms(percentile(&times, 0.9)), ms(percentile(&times, 0.99)));
     let max_ms = ms(times.last().copied().unwrap_or_default());
     println!("  time to ACTIVE: p50 {p50_ms:.1} ms, p90 {p90_ms:.1} ms, p99 {p99_ms:.1} ms, max {max_ms:.1} ms");
+    let mut per_flavor = serde_json::Map::new();
+    for (idx, (_, name)) in flavors.iter().enumerate() {
+        let mut mine: Vec<Duration> = by_shape.iter().filter(|(s, _)| *s == idx).map(|(_, t)| *t).collect();
+        mine.sort();
+        let (p50, p99) = (ms(percentile(&mine, 0.5)), ms(percentile(&mine, 0.99)));
+        if flavors.len() > 1 {
+            println!("    {name}: {} ACTIVE, p50 {p50:.1} ms, p99 {p99:.1} ms", mine.len());
+        }
+        per_flavor.insert((*name).to_owned(), json!({"active": mine.len(), "p50_ms": p50, "p99_ms": p99}));
+    }
     let scheduler_runs = metric(&url, "berth_compute_scheduler_runs_total").await - runs_before;
     let claim_retries = metric(&url, "berth_compute_claim_retries_total").await - retries_before;
     println!("  scheduler runs {scheduler_runs}, claim retries (placement conflicts) {claim_retries}");
@@ -228,6 +394,29 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     println!(
         "  builds failed {builds_failed}, rescheduled onto an alternate {rescheduled}, out of alternates {out_of_alternates}"
     );
+    // Pull: queues, refused claims, deliveries beyond the first.
+    let (mut queues, mut naks, mut redeliveries, mut claims_refused, mut routed) = (0, 0, 0, 0, 0);
+    if pull {
+        queues = metric(&url, "berth_pull_queues").await;
+        claims_refused = metric(&url, "berth_pull_claims_refused_total").await;
+        routed = metric(&url, "berth_pull_routed_to_push_total").await;
+        let published = metric(&url, "berth_pull_published_total").await;
+        let settings = berth_pull::Settings {
+            url: opts.nats_url.clone(),
+            prefix: prefix.clone(),
+            ack_wait: Duration::from_secs(30),
+        };
+        let nats = berth_pull::Queues::connect(&settings).await?;
+        let stats = nats.stats().await?;
+        // No agent dies in the bench: every redelivery follows a nak.
+        redeliveries = stats.deliveries.saturating_sub(published);
+        naks = redeliveries;
+        println!(
+            "  pull: {queues} queues, {published} published, {} deliveries ({redeliveries} again after a nak), {claims_refused} claims refused, {routed} routed to push",
+            stats.deliveries
+        );
+        nats.delete().await?;
+    }
     let mut rss = Vec::new();
     for (idx, server) in servers.iter().enumerate() {
         rss.push(rss_mib(server.child.id()));
@@ -242,43 +431,93 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
     // theirs, and this is 0.
     let db_cpu = per_boot(cpu_before.database, cpu_after.database);
     let bench_cpu = per_boot(cpu_before.bench, cpu_after.bench);
+    let nats_cpu = per_boot(nats_before, nats_after);
     println!(
-        "  CPU per ACTIVE boot: server {server_cpu:.2} ms, agents {agents_cpu:.2} ms, database {db_cpu:.2} ms ({}), bench {bench_cpu:.2} ms",
+        "  CPU per ACTIVE boot: server {server_cpu:.2} ms, agents {agents_cpu:.2} ms, NATS {nats_cpu:.2} ms, database {db_cpu:.2} ms ({}), bench {bench_cpu:.2} ms",
         if postgres { "postgres processes" } else { "SQLite, inside the server" }
     );
-    let (overcommitted, n_providers) = count_overcommitted(&nova.at(&url, "placement 1.39")).await?;
-    println!("  overcommitted resource providers (usage above capacity) {overcommitted} of {n_providers}");
-    if let Some(path) = &opts.json {
-        let body = json!({
-            "hosts": opts.hosts, "boots": opts.boots, "concurrency": opts.concurrency,
-            "processes": opts.run.processes, "agents": opts.agents, "cells": opts.cells,
-            "database": if postgres { "postgres" } else { "sqlite" },
-            "active": active, "error": n_errors, "refused": n_refused, "elapsed_s": elapsed.as_secs_f64(),
-            "boots_per_s": boots_per_s, "p50_ms": p50_ms, "p90_ms": p90_ms, "p99_ms": p99_ms, "max_ms": max_ms,
-            "scheduler_runs": scheduler_runs, "claim_retries": claim_retries, "builds_failed": builds_failed,
-            "rescheduled": rescheduled, "out_of_alternates": out_of_alternates,
-            "overcommitted": overcommitted, "providers_checked": n_providers, "server_rss_mib": rss,
-            "server_cpu_ms_per_boot": server_cpu, "agents_cpu_ms_per_boot": agents_cpu,
-            "db_cpu_ms_per_boot": db_cpu, "bench_cpu_ms_per_boot": bench_cpu,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&body)?)?;
+    let packing = packing(&nova.at(&url, "placement 1.39")).await?;
+    let overcommitted = packing.overcommitted;
+    println!("  overcommitted resource providers (usage above capacity) {overcommitted} of {}", packing.providers);
+    let largest_fit = MIX
+        .iter()
+        .rev()
+        .filter(|shape| !shape.rare)
+        .find(|shape| packing.free.iter().any(|(vcpu, ram)| *vcpu >= shape.vcpus && *ram >= shape.ram))
+        .map(|shape| shape.name)
+        .unwrap_or("none");
+    println!(
+        "  packing: {} hosts used, VCPU utilisation of used hosts mean {:.2} min {:.2} max {:.2} sd {:.2}; largest flavor still fitting: {largest_fit}",
+        packing.hosts_used, packing.util_mean, packing.util_min, packing.util_max, packing.util_sd
+    );
+    let (listed, listed_twice) = list_all(&nova).await?;
+    let accepted = opts.boots - n_refused;
+    let duplicated = listed_twice + listed.saturating_sub(accepted);
+    println!("  servers listed {listed} (accepted {accepted}), duplicated {duplicated}");
+    let body = json!({
+        "mode": mode, "hosts": opts.hosts, "boots": opts.boots, "concurrency": opts.concurrency,
+        "processes": opts.run.processes, "agents": agents.len(), "cells": opts.cells, "mix": opts.mix,
+        "rare_hosts": rare_hosts, "database": if postgres { "postgres" } else { "sqlite" },
+        "active": active, "error": n_errors, "refused": n_refused, "elapsed_s": elapsed.as_secs_f64(),
+        "boots_per_s": boots_per_s, "p50_ms": p50_ms, "p90_ms": p90_ms, "p99_ms": p99_ms, "max_ms": max_ms,
+        "scheduler_runs": scheduler_runs, "claim_retries": claim_retries, "builds_failed": builds_failed,
+        "rescheduled": rescheduled, "out_of_alternates": out_of_alternates,
+        "naks": naks, "redeliveries": redeliveries, "queues": queues, "claims_refused": claims_refused,
+        "routed_to_push": routed,
+        "duplicated": duplicated, "listed": listed,
+        "overcommitted": overcommitted, "providers_checked": packing.providers, "server_rss_mib": rss,
+        "server_cpu_ms_per_boot": server_cpu, "agents_cpu_ms_per_boot": agents_cpu,
+        "nats_cpu_ms_per_boot": nats_cpu,
+        "db_cpu_ms_per_boot": db_cpu, "bench_cpu_ms_per_boot": bench_cpu,
+    });
+    let mut body = body;
+    let extra = json!({
+        "per_flavor": per_flavor,
+        "hosts_used": packing.hosts_used, "util_mean": packing.util_mean, "util_min": packing.util_min,
+        "util_max": packing.util_max, "util_sd": packing.util_sd, "largest_flavor_fitting": largest_fit,
+    });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
     }
 
     if opts.listing > 0 {
-        listing(&nova, &flavor, &image, opts.listing, opts.concurrency).await?;
+        listing(&nova, &flavors[0].0, &image, opts.listing, opts.concurrency).await?;
     }
     drop(agents);
-    Ok(())
+    Ok(body)
 }
 
-/// The resource providers whose usage exceeds their capacity for some
-/// resource class, and the providers checked, read through the Placement
+/// How the servers sit on the providers after a run.
+struct Packing {
+    overcommitted: usize,
+    providers: usize,
+    /// Providers with some VCPU in use.
+    hosts_used: usize,
+    util_mean: f64,
+    util_min: f64,
+    util_max: f64,
+    util_sd: f64,
+    /// Free (VCPU, MEMORY_MB) of every provider with VCPU inventory.
+    free: Vec<(i64, i64)>,
+}
+
+/// Overcommitted providers and the packing, read through the Placement
 /// API (`placement` is at the server's root).
-async fn count_overcommitted(placement: &Nova) -> anyhow::Result<(usize, usize)> {
+async fn packing(placement: &Nova) -> anyhow::Result<Packing> {
     let (status, body) = placement.call(reqwest::Method::GET, "/resource_providers", None).await?;
     anyhow::ensure!(status == 200, "listing resource providers: {status}");
     let providers = body["resource_providers"].as_array().cloned().unwrap_or_default();
-    let mut n_overcommitted = 0;
+    let mut out = Packing {
+        overcommitted: 0,
+        providers: providers.len(),
+        hosts_used: 0,
+        util_mean: 0.0,
+        util_min: 0.0,
+        util_max: 0.0,
+        util_sd: 0.0,
+        free: Vec::new(),
+    };
+    let mut utils = Vec::new();
     for provider in &providers {
         let uuid = provider["uuid"].as_str().unwrap_or_default();
         let (status, inventories) =
@@ -287,11 +526,30 @@ async fn count_overcommitted(placement: &Nova) -> anyhow::Result<(usize, usize)>
         let (status, usages) =
             placement.call(reqwest::Method::GET, &format!("/resource_providers/{uuid}/usages"), None).await?;
         anyhow::ensure!(status == 200, "usages of {uuid}: {status}");
-        if overcommitted(&inventories["inventories"], &usages["usages"]) {
-            n_overcommitted += 1;
+        let (inventories, usages) = (&inventories["inventories"], &usages["usages"]);
+        if overcommitted(inventories, usages) {
+            out.overcommitted += 1;
+        }
+        if inventories.get("VCPU").is_some() {
+            let capacity = crate::common::capacity(&inventories["VCPU"]);
+            let used = usages["VCPU"].as_i64().unwrap_or(0);
+            let ram_free =
+                crate::common::capacity(&inventories["MEMORY_MB"]) - usages["MEMORY_MB"].as_i64().unwrap_or(0);
+            out.free.push((capacity - used, ram_free));
+            if used > 0 {
+                out.hosts_used += 1;
+                utils.push(used as f64 / capacity.max(1) as f64);
+            }
         }
     }
-    Ok((n_overcommitted, providers.len()))
+    if !utils.is_empty() {
+        let n = utils.len() as f64;
+        out.util_mean = utils.iter().sum::<f64>() / n;
+        out.util_min = utils.iter().copied().fold(f64::INFINITY, f64::min);
+        out.util_max = utils.iter().copied().fold(0.0, f64::max);
+        out.util_sd = (utils.iter().map(|u| (u - out.util_mean).powi(2)).sum::<f64>() / n).sqrt();
+    }
+    Ok(out)
 }
 
 /// Whether some class's usage exceeds its capacity, `(total − reserved) ×

@@ -167,6 +167,28 @@ pub(crate) struct AgentOpts {
     /// Concurrent placement requests while reporting provider trees.
     #[arg(long)]
     pub(crate) concurrency: Option<usize>,
+    /// `push` (default: builds come through /agent/v1/work) or `pull`
+    /// (boots are taken from the NATS JetStream queues the hosts can
+    /// satisfy, and claimed).
+    #[arg(long, env = "BERTH_SCHEDULING")]
+    pub(crate) scheduling: Option<String>,
+    /// NATS server (pull mode; default `nats://127.0.0.1:4222`).
+    #[arg(long, env = "BERTH_NATS_URL")]
+    pub(crate) nats_url: Option<String>,
+    /// Stream and subject prefix, as the control plane's `--nats-prefix`.
+    #[arg(long, env = "BERTH_NATS_PREFIX")]
+    pub(crate) nats_prefix: Option<String>,
+    /// Most boots held at once in pull mode (default 64).
+    #[arg(long)]
+    pub(crate) pull_max_in_flight: Option<usize>,
+    /// Milliseconds a boot no host here takes waits before redelivery
+    /// (default 500).
+    #[arg(long)]
+    pub(crate) pull_nak_delay_ms: Option<u64>,
+    /// Ack wait of the queues' consumers in seconds, as the control
+    /// plane's `--pull-ack-wait-secs` (default 30).
+    #[arg(long)]
+    pub(crate) pull_ack_wait_secs: Option<u64>,
     /// Log filter.
     #[arg(long)]
     pub(crate) log: Option<String>,
@@ -232,6 +254,12 @@ impl AgentOpts {
             power_on_secs,
             report_interval_secs,
             concurrency,
+            scheduling,
+            nats_url,
+            nats_prefix,
+            pull_max_in_flight,
+            pull_nak_delay_ms,
+            pull_ack_wait_secs,
             log,
             log_color
         ))
@@ -308,6 +336,20 @@ impl AgentOpts {
             reshape_gate,
             power_dir: opts.power_dir,
             power_on_time: Duration::from_secs(opts.power_on_secs.unwrap_or(0)),
+            pull: match opts.scheduling.as_deref().unwrap_or("push") {
+                "push" => None,
+                "pull" => Some(berth_agent::pull::PullConfig {
+                    nats: berth_pull::Settings {
+                        url: opts.nats_url.unwrap_or_else(|| crate::serve::DEFAULT_NATS_URL.to_owned()),
+                        prefix: opts.nats_prefix.unwrap_or_else(|| "berth".to_owned()),
+                        ack_wait: Duration::from_secs(opts.pull_ack_wait_secs.unwrap_or(30).max(1)),
+                    },
+                    max_in_flight: opts.pull_max_in_flight.unwrap_or(64).max(1),
+                    nak_delay: Duration::from_millis(opts.pull_nak_delay_ms.unwrap_or(500)),
+                    refresh: Duration::from_secs(1),
+                }),
+                other => anyhow::bail!("invalid --scheduling {other:?} (push or pull)"),
+            },
         })
     }
 }

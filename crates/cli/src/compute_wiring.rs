@@ -106,6 +106,49 @@ pub(crate) struct ComputeSettings {
     pub(crate) test_hooks: bool,
     /// Where the test clock keeps its offset (with test hooks).
     pub(crate) clock_file: Option<std::path::PathBuf>,
+    /// Pull-mode scheduling (`--scheduling pull`); `None`: push.
+    pub(crate) pull: Option<PullWiring>,
+}
+
+/// How this process reaches the pull queues.
+#[derive(Debug, Clone)]
+pub(crate) struct PullWiring {
+    /// NATS and the queue names.
+    pub(crate) nats: berth_pull::Settings,
+    /// Seconds a boot may wait for a claim before it is buried.
+    pub(crate) build_timeout_secs: i64,
+}
+
+/// The pull queues on NATS JetStream as `berth-compute` publishes to
+/// them: connected on first use (the server starts with NATS down), each
+/// queue's durable consumer created before its first publish (the
+/// queue-list manager's set of consumers).
+struct NatsBroker {
+    nats: berth_pull::Settings,
+    queues: tokio::sync::OnceCell<berth_pull::Queues>,
+    consumers: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl berth_compute::pull::Broker for NatsBroker {
+    fn publish(
+        &self,
+        boot: berth_compute::pull::Publication,
+    ) -> berth_compute::pull::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let queues = self
+                .queues
+                .get_or_try_init(|| berth_pull::Queues::connect(&self.nats))
+                .await
+                .map_err(|e| e.to_string())?;
+            let known = self.consumers.lock().unwrap_or_else(|p| p.into_inner()).contains(&boot.queue);
+            if !known {
+                queues.consumer(&boot.queue).await.map_err(|e| e.to_string())?;
+                self.consumers.lock().unwrap_or_else(|p| p.into_inner()).insert(boot.queue.clone());
+            }
+            let message = berth_pull::Boot { instance: boot.instance, queue: boot.queue, attempt: boot.attempt };
+            queues.publish(&message).await.map(|_| ()).map_err(|e| e.to_string())
+        })
+    }
 }
 
 impl ComputeServices {
@@ -128,6 +171,17 @@ impl ComputeServices {
             None => SystemClock::default(),
         });
         let compute = Compute::new(core.clone(), cells, clock, settings.config.clone());
+        if let Some(pull) = &settings.pull {
+            // Before `start`: boots resumed at start-up are published too.
+            let broker = NatsBroker {
+                nats: pull.nats.clone(),
+                queues: tokio::sync::OnceCell::new(),
+                consumers: std::sync::Mutex::default(),
+            };
+            compute.set_pull_broker(Arc::new(broker), pull.build_timeout_secs);
+            berth_compute::pull::spawn_outbox(compute.clone(), Duration::from_secs(1));
+            tracing::info!(nats = %pull.nats.url, prefix = %pull.nats.prefix, "pull-mode scheduling");
+        }
         compute.start();
         let reservations =
             Reservations::new(compute.clone(), settings.reservations.clone(), Some(berth_reservation_api::lease_view));
@@ -243,7 +297,7 @@ impl ComputeServices {
     pub(crate) fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
         use std::sync::atomic::Ordering::Relaxed;
         let m = &self.compute.metrics;
-        vec![
+        let mut counters = vec![
             (
                 "berth_compute_boots_accepted_total",
                 "Instances accepted by POST /servers.",
@@ -409,6 +463,57 @@ impl ComputeServices {
                 "Heal findings reported without a fix (summed over runs).",
                 m.heal_unresolved.load(Relaxed),
             ),
+        ];
+        counters.extend(self.pull_counters());
+        counters
+    }
+
+    /// Pull mode's counters (none in push mode).
+    fn pull_counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pull = &self.compute.pull;
+        if !pull.enabled() {
+            return Vec::new();
+        }
+        let m = &pull.metrics;
+        let routed = m.routed_to_push.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let reason = |r: &str| routed.get(r).copied().unwrap_or(0);
+        vec![
+            ("berth_pull_published_total", "Boots published to their pull queue.", m.published.load(Relaxed)),
+            (
+                "berth_pull_publish_failures_total",
+                "Publishes that failed (the outbox sweep retries).",
+                m.publish_failures.load(Relaxed),
+            ),
+            ("berth_pull_claims_total", "Pull claims that placed an instance.", m.claims.load(Relaxed)),
+            (
+                "berth_pull_claims_refused_total",
+                "Pull claims refused: the host cannot take the boot now.",
+                m.claims_refused.load(Relaxed),
+            ),
+            (
+                "berth_pull_claims_gone_total",
+                "Pull claims for boots claimed elsewhere, buried or deleted.",
+                m.claims_gone.load(Relaxed),
+            ),
+            (
+                "berth_pull_timed_out_total",
+                "Boots buried because no host claimed them within --pull-build-timeout-secs.",
+                m.timed_out.load(Relaxed),
+            ),
+            (
+                "berth_pull_routed_to_push_total",
+                "Boots a pull queue cannot carry, scheduled by the push scheduler.",
+                routed.values().sum(),
+            ),
+            ("berth_pull_routed_server_group_total", "Boots routed to push: server group.", reason("server_group")),
+            ("berth_pull_routed_multi_create_total", "Boots routed to push: multi-create.", reason("multi_create")),
+            ("berth_pull_routed_forced_host_total", "Boots routed to push: forced host.", reason("forced_host")),
+            (
+                "berth_pull_routed_host_hints_total",
+                "Boots routed to push: same_host/different_host hints.",
+                reason("host_hints"),
+            ),
         ]
     }
 
@@ -440,7 +545,13 @@ impl ComputeServices {
         let power: Vec<usize> = self.reservations.power_gauges().into_iter().map(|(_, n)| n).collect();
         let wh = self.reservations.energy_wh();
         let energy: f64 = wh.iter().sum();
-        vec![
+        let mut pull = Vec::new();
+        if self.compute.pull.enabled() {
+            pull.push(("berth_pull_queues", "Pull queues in use (one durable consumer each).", {
+                self.compute.pull.queues().len() as f64
+            }));
+        }
+        let mut gauges = vec![
             (
                 "berth_lease_pool_hosts_recycling",
                 "Pool hosts kept out of the pool by an ended recycle lease whose servers still run.",
@@ -468,7 +579,9 @@ impl ComputeServices {
             ("berth_power_hosts_failed", "Pool hosts that did not come back after a power-on.", power[4] as f64),
             ("berth_power_energy_wh_total", "Energy drawn by pool hosts (Wh, from --host-watts-idle/busy).", energy),
             ("berth_power_energy_off_state_wh_total", "Energy drawn by pool hosts while off (always 0).", wh[2]),
-        ]
+        ];
+        gauges.extend(pull);
+        gauges
     }
 }
 

@@ -128,6 +128,16 @@ pub(crate) struct FileConfig {
     pub(crate) default_availability_zone: Option<String>,
     /// Scheduler settings (Nova's `[scheduler]`/`[filter_scheduler]`).
     pub(crate) scheduler: Option<SchedulerFile>,
+    /// `push` (default) or `pull` (agents take boots from NATS queues).
+    pub(crate) scheduling: Option<String>,
+    /// NATS server of pull mode (default `nats://127.0.0.1:4222`).
+    pub(crate) nats_url: Option<String>,
+    /// Prefix of pull mode's stream and subjects (default `berth`).
+    pub(crate) nats_prefix: Option<String>,
+    /// Seconds a pull-mode boot waits for a claim before it is buried.
+    pub(crate) pull_build_timeout_secs: Option<i64>,
+    /// Seconds a fetched boot may stay unacked before redelivery.
+    pub(crate) pull_ack_wait_secs: Option<u64>,
 }
 
 /// The `scheduler:` section of the config file.

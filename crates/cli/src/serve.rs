@@ -23,6 +23,8 @@ const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// Default change-feed poll interval: bounds how stale another process's
 /// writes can look here.
 const DEFAULT_CHANGE_POLL_MS: u64 = 20;
+/// NATS server of pull mode when none is given.
+pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
 /// Options of `berth serve`.
 #[derive(Debug, clap::Args)]
@@ -283,6 +285,26 @@ pub(crate) struct ServeOpts {
     /// Scheduler: require `COMPUTE_IMAGE_TYPE_<disk_format>` on hosts.
     #[arg(long, env = "BERTH_SCHEDULER_QUERY_PLACEMENT_FOR_IMAGE_TYPE_SUPPORT")]
     scheduler_query_placement_for_image_type_support: bool,
+    /// Scheduling mode: `push` (the scheduler picks a host; default) or
+    /// `pull` (boots go to NATS JetStream queues and agents claim them;
+    /// see docs/pull-vs-push.md).
+    #[arg(long, env = "BERTH_SCHEDULING")]
+    scheduling: Option<String>,
+    /// NATS server of pull mode (default `nats://127.0.0.1:4222`).
+    #[arg(long, env = "BERTH_NATS_URL")]
+    nats_url: Option<String>,
+    /// Prefix of pull mode's JetStream stream and subjects (default
+    /// `berth`; tests use one each).
+    #[arg(long, env = "BERTH_NATS_PREFIX")]
+    nats_prefix: Option<String>,
+    /// Seconds a pull-mode boot waits for a claim before it is buried in
+    /// ERROR (default 120).
+    #[arg(long, env = "BERTH_PULL_BUILD_TIMEOUT_SECS")]
+    pull_build_timeout_secs: Option<i64>,
+    /// Seconds a fetched boot may stay unacked before JetStream delivers it
+    /// again (default 30).
+    #[arg(long, env = "BERTH_PULL_ACK_WAIT_SECS")]
+    pull_ack_wait_secs: Option<u64>,
 }
 
 /// Options of `berth migrate`.
@@ -486,6 +508,20 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         cell_timeout: std::time::Duration::from_millis(opts.cell_timeout_ms.or(file.cell_timeout_ms).unwrap_or(2000)),
         test_hooks: opts.test_hooks,
         clock_file: opts.test_hooks.then(|| data_dir.join("test-clock-offset")),
+        pull: match opts.scheduling.or(file.scheduling).as_deref().unwrap_or("push") {
+            "push" => None,
+            "pull" => Some(crate::compute_wiring::PullWiring {
+                nats: berth_pull::Settings {
+                    url: opts.nats_url.or(file.nats_url).unwrap_or_else(|| DEFAULT_NATS_URL.to_owned()),
+                    prefix: opts.nats_prefix.or(file.nats_prefix).unwrap_or_else(|| "berth".to_owned()),
+                    ack_wait: std::time::Duration::from_secs(
+                        opts.pull_ack_wait_secs.or(file.pull_ack_wait_secs).unwrap_or(30).max(1),
+                    ),
+                },
+                build_timeout_secs: opts.pull_build_timeout_secs.or(file.pull_build_timeout_secs).unwrap_or(120).max(1),
+            }),
+            other => anyhow::bail!("invalid --scheduling {other:?} (push or pull)"),
+        },
     };
     Ok(Settings {
         compute,
@@ -667,6 +703,12 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 reshape_gate: None,
                 power_dir: None,
                 power_on_time: std::time::Duration::ZERO,
+                pull: settings.compute.pull.as_ref().map(|pull| berth_agent::pull::PullConfig {
+                    nats: pull.nats.clone(),
+                    max_in_flight: 64,
+                    nak_delay: std::time::Duration::from_millis(500),
+                    refresh: std::time::Duration::from_secs(1),
+                }),
             };
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {

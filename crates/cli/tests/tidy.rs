@@ -176,6 +176,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("compute", 5),
     ("reservations", 5),
     ("agent", 5),
+    ("pull", 5),
     // HTTP: the foundation, then the APIs.
     ("http", 6),
     ("placement-api", 7),

@@ -150,6 +150,8 @@ pub fn agent_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         Route::new("/heartbeat", vec![v1a(M::POST, agents::heartbeat)]),
         Route::new("/work", vec![v1a(M::GET, agents::work)]),
         Route::new("/events", vec![v1a(M::POST, agents::events)]),
+        Route::new("/queues", vec![v1s(M::GET, agents::queues)]),
+        Route::new("/claim", vec![v1a(M::POST, agents::claim)]),
     ];
     Ok(Api {
         name: "agent",

@@ -31,6 +31,7 @@ pub mod heal;
 pub mod lease;
 pub mod moves;
 pub mod plan;
+pub mod pull;
 pub mod quota;
 pub mod rehome;
 mod state;

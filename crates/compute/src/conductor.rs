@@ -202,14 +202,14 @@ fn event(name: &str, at: i64) -> ActionEvent {
 
 /// A boot with what it needs to be scheduled, read from the control
 /// state.
-struct Loaded {
-    job: BootJob,
+pub(crate) struct Loaded {
+    pub(crate) job: BootJob,
     /// Its build requests still there, in launch order.
-    builds: Vec<BuildRequest>,
-    spec: RequestSpec,
+    pub(crate) builds: Vec<BuildRequest>,
+    pub(crate) spec: RequestSpec,
 }
 
-fn load(compute: &Compute, job: BootJob) -> Option<Loaded> {
+pub(crate) fn load(compute: &Compute, job: BootJob) -> Option<Loaded> {
     let (builds, spec) = read(&*compute.control, |w| {
         let builds: Vec<BuildRequest> =
             job.instances.iter().filter_map(|i| w.compute.build_requests.get(i).filter(|b| !b.held).cloned()).collect();
@@ -252,6 +252,12 @@ fn batch_key(spec: &RequestSpec) -> Option<RequestSpec> {
 /// boot, and any boot of a batch whose joint run fails, runs on its own
 /// as before ([`boot_rounds`]).
 pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
+    // Pull mode: boots a queue can carry are published, not scheduled;
+    // the rest (groups, multi-create, forced hosts) go on here.
+    let jobs = if compute.pull.enabled() { crate::pull::deliver(compute, jobs).await } else { jobs };
+    if jobs.is_empty() {
+        return;
+    }
     if jobs.len() == 1 {
         for job in jobs {
             run_boot(compute, job).await;
@@ -346,7 +352,7 @@ async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     }
     if !claimed.is_empty() {
         compute.hooks.pass("after-claim").await;
-        finish_claims(compute, claimed.iter().map(|(b, c, i)| (&b.job, c, i)).collect()).await;
+        finish_claims(compute, claimed.iter().map(|(b, c, i)| (&b.job, c, i)).collect(), true).await;
     }
     alone(compute, retry).await;
 }
@@ -369,7 +375,7 @@ type Round<'c> = (Vec<InstanceChoices>, Vec<Option<Uuid>>, Ticket<'c>);
 /// keeps the first choices counted as in flight for the scheduler runs
 /// after this one ([`crate::inflight`]) until it is dropped, once the
 /// claim committed or failed.
-fn schedule_round<'c>(
+pub(crate) fn schedule_round<'c>(
     compute: &'c Compute,
     spec: &RequestSpec,
     instances: &[Uuid],
@@ -444,7 +450,7 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
                 // Claimed, not yet handed to a host: the window the heal
                 // must leave alone (tests hold builds here).
                 compute.hooks.pass("after-claim").await;
-                finish_claims(compute, vec![(&job, &claimed, &inserted)]).await;
+                finish_claims(compute, vec![(&job, &claimed, &inserted)], true).await;
                 return;
             }
             Ok(Err(ClaimFailure::NoRoom(instance))) => {
@@ -463,7 +469,7 @@ async fn boot_rounds(compute: &Arc<Compute>, boot: Loaded, mut inserted: HashMap
 /// The ops writing the instances' rows (scheduling, no host) into their
 /// chosen cells, moving any row written by an earlier round to another
 /// cell; `inserted` records where each row now is.
-fn row_ops(
+pub(crate) fn row_ops(
     job: &BootJob,
     builds: &[BuildRequest],
     choices: &[InstanceChoices],
@@ -497,7 +503,7 @@ fn row_ops(
 }
 
 /// Commit each cell's ops (one write per cell).
-async fn write_cells(compute: &Arc<Compute>, ops: HashMap<Uuid, Vec<CellOp>>) -> anyhow::Result<()> {
+pub(crate) async fn write_cells(compute: &Arc<Compute>, ops: HashMap<Uuid, Vec<CellOp>>) -> anyhow::Result<()> {
     for (cell_id, ops) in ops {
         let mapping = compute.cell(&cell_id).ok_or_else(|| anyhow::anyhow!("cell {cell_id} vanished"))?;
         compute.cells.get(&mapping)?.write(ops).await?;
@@ -507,8 +513,14 @@ async fn write_cells(compute: &Arc<Compute>, ops: HashMap<Uuid, Vec<CellOp>>) ->
 
 /// Hand claimed boots to their hosts: each row gets its host and
 /// `spawning` (one write per cell for all the boots), then each agent its
-/// build.
-async fn finish_claims(compute: &Arc<Compute>, boots: Vec<(&BootJob, &Claimed, &HashMap<Uuid, Uuid>)>) {
+/// build (`push_to_hub`; otherwise the caller hands it over, and the hub
+/// only notes it as handed out). Returns the instances handed out.
+pub(crate) async fn finish_claims(
+    compute: &Arc<Compute>,
+    boots: Vec<(&BootJob, &Claimed, &HashMap<Uuid, Uuid>)>,
+    push_to_hub: bool,
+) -> Vec<Uuid> {
+    let mut handed: Vec<Uuid> = Vec::new();
     let now = compute.now();
     // Per cell: (instance, host, request id, op).
     let mut ops: HashMap<Uuid, Vec<(Uuid, String, &str, CellOp)>> = HashMap::new();
@@ -551,9 +563,14 @@ async fn finish_claims(compute: &Arc<Compute>, boots: Vec<(&BootJob, &Claimed, &
                         continue;
                     }
                     if outcome == CellOutcome::Done {
+                        handed.push(*instance);
                         if let Some(task) = Task::new(*instance, host, task_state::SPAWNING) {
                             compute.remember_build_request_id(*instance, request_id);
-                            compute.hub.push(task);
+                            if push_to_hub {
+                                compute.hub.push(task);
+                            } else {
+                                compute.hub.mark_handed_out(&task);
+                            }
                         }
                     } else {
                         // Deleted while being claimed (whoever deleted the
@@ -589,9 +606,10 @@ async fn finish_claims(compute: &Arc<Compute>, boots: Vec<(&BootJob, &Claimed, &
             }
         }
     }
+    handed
 }
 
-async fn bury(
+pub(crate) async fn bury(
     compute: &Arc<Compute>,
     job: &BootJob,
     builds: &[BuildRequest],

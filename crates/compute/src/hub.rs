@@ -284,6 +284,13 @@ impl Hub {
         }
     }
 
+    /// `task` went to its agent another way (pull mode's claim answers
+    /// with the build): the sweep does not offer it again before
+    /// `resend_after`, so it is not built twice.
+    pub fn mark_handed_out(&self, task: &Task) {
+        self.lock().handed_out.insert(task.id.clone(), Instant::now());
+    }
+
     /// The agent reported the task (done or failed).
     pub fn completed(&self, task_id: &str) {
         self.lock().handed_out.remove(task_id);

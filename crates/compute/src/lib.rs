@@ -13,6 +13,9 @@
 //! - [`servers`]: what the API asks of servers: show, list across cells,
 //!   delete, start/stop/reboot;
 //! - [`agents`]: what agents ask: register, heartbeat, work, events.
+//! - [`pull`]: pull-mode scheduling's control-plane side: publishing
+//!   boots to their queues (through a registered broker), the queues a
+//!   host can take, the claim for one host, the outbox sweep;
 //! - [`extension`]: the boot path's extension point ([`extension::BootExtension`],
 //!   reserved servers), registered by the process wiring;
 //! - [`error`] and [`action`]: the error every operation returns and the
@@ -46,6 +49,7 @@ pub mod inflight;
 pub mod live;
 pub mod lock;
 pub mod moves;
+pub mod pull;
 pub mod servers;
 pub mod services;
 pub mod shelve;
@@ -248,6 +252,8 @@ pub struct Compute {
     pub hooks: TestHooks,
     /// Scheduling decisions whose claims are in flight.
     pub in_flight: inflight::InFlight,
+    /// Pull-mode scheduling (off unless a broker is registered).
+    pub pull: pull::Pull,
     /// When this process started (its clock): hosts get `service_down_time`
     /// to report before lease healing may judge them down.
     pub started_at: Timestamp,
@@ -289,6 +295,7 @@ impl Compute {
             metrics: Metrics::default(),
             hooks: TestHooks::default(),
             in_flight: inflight::InFlight::default(),
+            pull: pull::Pull::default(),
             heal_running: std::sync::atomic::AtomicBool::new(false),
             seed: AtomicU64::new(seed),
             build_request_ids: Mutex::new(std::collections::HashMap::new()),

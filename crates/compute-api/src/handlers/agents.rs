@@ -175,6 +175,59 @@ pub fn events(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 }
 
 // ---------------------------------------------------------------------------
+// Pull mode: queues and claims
+// ---------------------------------------------------------------------------
+
+/// `GET /agent/v1/queues?agent=ID` (or `&host=NAME`, repeatable): the pull
+/// queues each of the agent's hosts can take now, as
+/// `{"queues": {"KEY": ["host", ...]}, "mode": "pull"|"push"}`.
+pub fn queues(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    admin_only(req, "agent:manage")?;
+    let mut hosts: Vec<String> = req.query_all("host").map(str::to_owned).collect();
+    if let Some(agent) = req.query_one("agent") {
+        let Some(own) = ctx.compute.hub.hosts_of(agent) else {
+            return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
+        };
+        hosts.extend(own);
+    }
+    if hosts.is_empty() {
+        return Err(ApiError::bad_request("'agent' or 'host' query parameter required"));
+    }
+    hosts.sort();
+    hosts.dedup();
+    ctx.compute.check_agent_identity(&caller(req), hosts.iter().map(String::as_str)).nova()?;
+    let mode = if ctx.compute.pull.enabled() { "pull" } else { "push" };
+    let queues = berth_compute::pull::queues_for_hosts(&ctx.compute, &hosts);
+    Ok(Resp::ok(json!({"mode": mode, "queues": queues})))
+}
+
+/// `POST /agent/v1/claim {"instance": UUID, "host": NAME}`: claim a boot
+/// fetched from a pull queue for `host` (one planned write, idempotent per
+/// instance). `{"result": "claimed", "task": {...}}` (build it),
+/// `"gone"` (claimed elsewhere or deleted: drop it) or `"refused"` with a
+/// `reason` (let another host take it).
+pub fn claim(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "agent:manage")?;
+        let body = json_body(&req)?;
+        let instance =
+            Uuid::parse_str(text(&body, "instance")?).map_err(|_| ApiError::bad_request("bad instance uuid"))?;
+        let host = text(&body, "host")?.to_owned();
+        ctx.compute.check_agent_identity(&caller(&req), [host.as_str()]).nova()?;
+        if !ctx.compute.pull.enabled() {
+            return Err(ApiError::conflict("This server schedules in push mode; claims are for pull mode."));
+        }
+        let answer = match berth_compute::pull::claim_on_host(&ctx.compute, instance, &host).await {
+            berth_compute::pull::PullClaim::Claimed(t) => json!({"result": "claimed", "task": {
+                "id": t.id, "kind": t.kind.as_str(), "instance": t.instance.to_string(), "host": t.host}}),
+            berth_compute::pull::PullClaim::Gone => json!({"result": "gone"}),
+            berth_compute::pull::PullClaim::Refused(reason) => json!({"result": "refused", "reason": reason}),
+        };
+        Ok(Resp::ok(answer))
+    })
+}
+
+// ---------------------------------------------------------------------------
 // Admin: cells, discovery, test hooks
 // ---------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ mod lock;
 mod moves;
 mod power;
 mod prefilters;
+mod pull;
 mod quota;
 mod race;
 mod reschedule;

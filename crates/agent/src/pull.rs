@@ -1,0 +1,262 @@
+//! Pull mode: the agent takes boots from the NATS JetStream queues its
+//! hosts can satisfy, instead of waiting for the scheduler to push them.
+//!
+//! 1. `GET /agent/v1/queues?agent=ID` says which queues each of its hosts
+//!    can take now (the control plane runs the scheduler's filters for
+//!    each host on its own state);
+//! 2. one worker per such queue binds to the queue's shared durable
+//!    consumer and fetches, never holding more than `max_in_flight`
+//!    messages over all queues (back-pressure);
+//! 3. each boot is claimed for one of the hosts that can take it
+//!    (`POST /agent/v1/claim`, one planned write, idempotent per
+//!    instance; up to 8 hosts, starting at one picked by the instance's
+//!    uuid so concurrent boots spread): `claimed` → build, report `spawned` (as a pushed build),
+//!    ack; `gone` → ack and drop; `refused` on every host tried → nak with
+//!    a delay, so another agent takes it;
+//! 4. after every build, and every `refresh`, the queue set is evaluated
+//!    again: a queue no host can take any more is left (a full agent stops
+//!    receiving).
+//!
+//! A message fetched and never acked (the agent died) comes back after the
+//! consumer's ack wait; the claim's idempotency leaves one server.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use berth_pull::{Delivery, Queues, Settings};
+use serde_json::{json, Value};
+
+use crate::{run_task, AgentConfig, Link};
+
+/// How an agent pulls.
+#[derive(Debug, Clone)]
+pub struct PullConfig {
+    /// NATS and the queue names.
+    pub nats: Settings,
+    /// Most boots held (fetched, not yet acked or naked) at once.
+    pub max_in_flight: usize,
+    /// How long a refused boot waits before it is delivered again.
+    pub nak_delay: Duration,
+    /// How often the queue set is evaluated again without a build.
+    pub refresh: Duration,
+}
+
+/// Counters of one pulling agent.
+#[derive(Debug, Default)]
+pub struct PullCounters {
+    /// Boots claimed and built.
+    pub claimed: AtomicU64,
+    /// Boots naked (refused by every host tried).
+    pub naks: AtomicU64,
+    /// Boots delivered more than once.
+    pub redelivered: AtomicU64,
+    /// Boots dropped as gone.
+    pub gone: AtomicU64,
+}
+
+struct Worker {
+    hosts: Arc<RwLock<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Shared by the workers of one agent.
+struct Shared {
+    link: Link,
+    config: Arc<AgentConfig>,
+    pull: PullConfig,
+    queues: Queues,
+    permits: Arc<tokio::sync::Semaphore>,
+    changed: Arc<tokio::sync::Notify>,
+    events: tokio::sync::mpsc::UnboundedSender<Value>,
+    in_flight: Arc<Mutex<HashSet<String>>>,
+    counters: Arc<PullCounters>,
+}
+
+/// Run the pull side of an agent until aborted.
+pub(crate) async fn run(
+    link: Link,
+    config: Arc<AgentConfig>,
+    pull: PullConfig,
+    events: tokio::sync::mpsc::UnboundedSender<Value>,
+    in_flight: Arc<Mutex<HashSet<String>>>,
+    counters: Arc<PullCounters>,
+) {
+    let queues = loop {
+        match Queues::connect(&pull.nats).await {
+            Ok(queues) => break queues,
+            Err(err) => {
+                tracing::warn!(error = %err, "connecting to NATS failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    let shared = Arc::new(Shared {
+        permits: Arc::new(tokio::sync::Semaphore::new(pull.max_in_flight.max(1))),
+        changed: Arc::new(tokio::sync::Notify::new()),
+        link,
+        config,
+        pull,
+        queues,
+        events,
+        in_flight,
+        counters,
+    });
+    let mut workers: HashMap<String, Worker> = HashMap::new();
+    loop {
+        match evaluate(&shared).await {
+            Ok(wanted) => {
+                workers.retain(|key, worker| {
+                    let keep = wanted.contains_key(key);
+                    if !keep {
+                        tracing::debug!(queue = %key, "leaving a queue no host can take");
+                        worker.stop.store(true, Ordering::Relaxed);
+                    }
+                    keep
+                });
+                for (key, hosts) in wanted {
+                    match workers.get(&key) {
+                        Some(worker) => *worker.hosts.write().unwrap_or_else(|p| p.into_inner()) = hosts,
+                        None => {
+                            tracing::debug!(queue = %key, hosts = hosts.len(), "binding to a queue");
+                            let worker =
+                                Worker { hosts: Arc::new(RwLock::new(hosts)), stop: Arc::new(AtomicBool::new(false)) };
+                            tokio::spawn(work_queue(
+                                shared.clone(),
+                                key.clone(),
+                                worker.hosts.clone(),
+                                worker.stop.clone(),
+                            ));
+                            workers.insert(key, worker);
+                        }
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "evaluating the pull queues failed"),
+        }
+        // After a build, or every `refresh`; at most every 200 ms (each
+        // evaluation runs the filters for every host and queue).
+        let _ = tokio::time::timeout(shared.pull.refresh, shared.changed.notified()).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn evaluate(shared: &Shared) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let path = format!("/queues?agent={}", shared.config.agent_id);
+    let (status, body) = shared.link.agent(reqwest::Method::GET, &path, None).await?;
+    if status != 200 {
+        anyhow::bail!("GET /agent/v1/queues answered {status}: {body}");
+    }
+    let mut out = BTreeMap::new();
+    if let Some(queues) = body["queues"].as_object() {
+        for (key, hosts) in queues {
+            let hosts: Vec<String> =
+                hosts.as_array().into_iter().flatten().filter_map(|h| h.as_str().map(str::to_owned)).collect();
+            if !hosts.is_empty() {
+                out.insert(key.clone(), hosts);
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn work_queue(shared: Arc<Shared>, key: String, hosts: Arc<RwLock<Vec<String>>>, stop: Arc<AtomicBool>) {
+    let consumer = loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        match shared.queues.consumer(&key).await {
+            Ok(consumer) => break consumer,
+            Err(err) => {
+                tracing::warn!(queue = %key, error = %err, "binding to the queue failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        // Back-pressure: fetch only as many as may be held.
+        let Ok(first) = shared.permits.clone().acquire_owned().await else { return };
+        let mut permits = vec![first];
+        while permits.len() < 16 {
+            match shared.permits.clone().try_acquire_owned() {
+                Ok(permit) => permits.push(permit),
+                Err(_) => break,
+            }
+        }
+        let deliveries = match shared.queues.fetch(&consumer, permits.len(), Duration::from_secs(1)).await {
+            Ok(deliveries) => deliveries,
+            Err(err) => {
+                tracing::debug!(queue = %key, error = %err, "fetch failed");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        for delivery in deliveries {
+            let Some(permit) = permits.pop() else { break };
+            let (shared, hosts) = (shared.clone(), hosts.read().unwrap_or_else(|p| p.into_inner()).clone());
+            tokio::spawn(async move {
+                handle(&shared, delivery, &hosts).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Hosts tried for one boot before it is naked.
+const HOSTS_PER_BOOT: usize = 8;
+
+async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
+    if delivery.delivered > 1 {
+        shared.counters.redelivered.fetch_add(1, Ordering::Relaxed);
+    }
+    let instance = delivery.boot.instance.to_string();
+    // Concurrent boots start at different hosts (a hash of the instance),
+    // so they do not all race for the first host of the list.
+    let start = if hosts.is_empty() { 0 } else { (delivery.boot.instance.as_u128() % hosts.len() as u128) as usize };
+    for host in hosts.iter().cycle().skip(start).take(HOSTS_PER_BOOT.min(hosts.len())) {
+        let body = json!({"instance": instance, "host": host});
+        let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
+            Ok((200, answer)) => answer,
+            Ok((status, answer)) => {
+                tracing::warn!(status, %answer, "claim refused by the control plane");
+                let _ = delivery.nak(Duration::from_secs(1)).await;
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "claim failed");
+                let _ = delivery.nak(Duration::from_secs(1)).await;
+                return;
+            }
+        };
+        match answer["result"].as_str() {
+            Some("claimed") => {
+                let task = answer["task"].clone();
+                let id = task["id"].as_str().unwrap_or("").to_owned();
+                let fresh = shared.in_flight.lock().map(|mut s| s.insert(id)).unwrap_or(false);
+                if fresh {
+                    let event = run_task(&shared.config, &task).await;
+                    if !event.is_null() {
+                        let _ = shared.events.send(event);
+                    }
+                }
+                shared.counters.claimed.fetch_add(1, Ordering::Relaxed);
+                if let Err(err) = delivery.ack().await {
+                    tracing::warn!(%instance, error = %err, "ack failed (the claim is idempotent)");
+                }
+                shared.changed.notify_one();
+                return;
+            }
+            Some("gone") => {
+                shared.counters.gone.fetch_add(1, Ordering::Relaxed);
+                let _ = delivery.ack().await;
+                return;
+            }
+            _ => continue,
+        }
+    }
+    // No host of ours takes it now: someone else may.
+    shared.counters.naks.fetch_add(1, Ordering::Relaxed);
+    let _ = delivery.nak(shared.pull.nak_delay).await;
+    shared.changed.notify_one();
+}

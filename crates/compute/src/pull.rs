@@ -1,0 +1,368 @@
+//! Pull-mode scheduling, the control plane's side (`serve --scheduling
+//! pull`).
+//!
+//! Admission is unchanged (`plan_admit_boot`, one planned write). After
+//! it, instead of scheduling, the conductor hands each boot a queue can
+//! carry to the [`Broker`] ([`deliver`]), which publishes it to its queue
+//! (`berth_compute_model::pull::queue_key`); boots pull cannot express
+//! (`pull_routable`) go through the push scheduler and are counted.
+//! Agents ask which queues their hosts can take now ([`queues_for_hosts`]:
+//! the scheduler's placement query and filters, run for each host alone)
+//! and claim the boots they fetch ([`claim_on_host`]): the push path's
+//! claim with the destination forced to the claiming host, one planned
+//! write; the answer carries the build, so the hub does not push it too.
+//!
+//! Build requests are the outbox: [`spawn_outbox`] publishes admitted
+//! boots no publish of this process acknowledged (a crash in between, NATS
+//! down), and buries, as push buries a boot no host takes, boots nobody
+//! claimed within the build timeout.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use berth_compute_model::cell::task_state;
+use berth_compute_model::choice::host_of_instance;
+use berth_compute_model::plan::{plan_claim, ClaimFailure};
+use berth_compute_model::pull::{pull_routable, queue_key};
+use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet};
+use berth_scheduler::{schedule, ScheduleRequest};
+use berth_store::CellOp;
+use uuid::Uuid;
+
+use crate::conductor::{self, BootJob};
+use crate::control::{read, write};
+use crate::hub::Task;
+use crate::Compute;
+
+/// A boxed future (the broker is a trait object).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One boot to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    /// The instance.
+    pub instance: Uuid,
+    /// Its queue key.
+    pub queue: String,
+    /// Its build attempt (deduplication: one message per attempt).
+    pub attempt: i64,
+}
+
+/// Where boots are published (NATS JetStream in `berth serve`; the
+/// process wiring registers it).
+pub trait Broker: Send + Sync {
+    /// Publish `boot`; a second publish of the same instance and attempt
+    /// is dropped by the broker.
+    fn publish(&self, boot: Publication) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// Counters of pull mode (exported at `/metrics`).
+#[derive(Debug, Default)]
+pub struct PullMetrics {
+    /// Boots published (first publishes and the outbox's).
+    pub published: AtomicU64,
+    /// Publishes that failed (retried by the outbox sweep).
+    pub publish_failures: AtomicU64,
+    /// Boots sent through the push scheduler because a queue cannot carry
+    /// them, by reason.
+    pub routed_to_push: Mutex<BTreeMap<&'static str, u64>>,
+    /// Claims that placed an instance.
+    pub claims: AtomicU64,
+    /// Claims refused (the host cannot take it now).
+    pub claims_refused: AtomicU64,
+    /// Claims for instances claimed elsewhere or deleted.
+    pub claims_gone: AtomicU64,
+    /// Boots buried because nobody claimed them within the build timeout.
+    pub timed_out: AtomicU64,
+}
+
+/// Pull mode's state in one process.
+#[derive(Default)]
+pub struct Pull {
+    broker: OnceLock<Arc<dyn Broker>>,
+    /// The queue list: every queue key seen, with the spec that first
+    /// named it (what agents' hosts are evaluated against).
+    queues: Mutex<BTreeMap<String, RequestSpec>>,
+    /// Instances whose publish this process saw acknowledged.
+    published: Mutex<HashSet<Uuid>>,
+    /// Seconds a boot may wait for a claim before it is buried.
+    build_timeout_secs: std::sync::atomic::AtomicI64,
+    /// Counters.
+    pub metrics: PullMetrics,
+}
+
+impl std::fmt::Debug for Pull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pull").field("enabled", &self.enabled()).finish_non_exhaustive()
+    }
+}
+
+impl Pull {
+    /// Is this process in pull mode?
+    pub fn enabled(&self) -> bool {
+        self.broker.get().is_some()
+    }
+
+    /// The queue keys in use, sorted.
+    pub fn queues(&self) -> Vec<String> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+    }
+
+    fn note_queue(&self, key: &str, spec: &RequestSpec) {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_insert_with(|| spec.clone());
+    }
+
+    fn routed(&self, reason: &'static str) {
+        *self.metrics.routed_to_push.lock().unwrap_or_else(|p| p.into_inner()).entry(reason).or_insert(0) += 1;
+    }
+}
+
+impl Compute {
+    /// Switch this process to pull mode: boots a queue can carry go to
+    /// `broker`; nobody claiming one within `build_timeout_secs` buries
+    /// it. Once; a second call is ignored and returns false.
+    pub fn set_pull_broker(self: &Arc<Self>, broker: Arc<dyn Broker>, build_timeout_secs: i64) -> bool {
+        self.pull.build_timeout_secs.store(build_timeout_secs.max(1), Ordering::Relaxed);
+        if self.pull.broker.set(broker).is_err() {
+            return false;
+        }
+        // Queues of boots admitted before (a restart).
+        read(&*self.control, |w| {
+            for spec in w.compute.build_requests.keys().filter_map(|i| w.compute.request_specs.get(i)) {
+                if pull_routable(spec, 1).is_ok() {
+                    self.pull.note_queue(&queue_key(spec), spec);
+                }
+            }
+        });
+        true
+    }
+}
+
+async fn publish_one(compute: &Compute, boot: Publication) -> bool {
+    let Some(broker) = compute.pull.broker.get() else { return false };
+    let instance = boot.instance;
+    match broker.publish(boot).await {
+        Ok(()) => {
+            compute.pull.metrics.published.fetch_add(1, Ordering::Relaxed);
+            compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).insert(instance);
+            true
+        }
+        Err(err) => {
+            compute.pull.metrics.publish_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%instance, error = %err, "publishing a boot failed; the outbox sweep retries");
+            false
+        }
+    }
+}
+
+/// Publish the boots of `jobs` a queue can carry; returns the others
+/// (for the push scheduler).
+pub(crate) async fn deliver(compute: &Arc<Compute>, jobs: Vec<BootJob>) -> Vec<BootJob> {
+    let mut push = Vec::new();
+    for job in jobs {
+        let Some(boot) = conductor::load(compute, job.clone()) else { continue };
+        if boot.builds.is_empty() {
+            continue;
+        }
+        if let Err(reason) = pull_routable(&boot.spec, boot.builds.len()) {
+            compute.pull.routed(reason);
+            push.push(job);
+            continue;
+        }
+        let queue = queue_key(&boot.spec);
+        compute.pull.note_queue(&queue, &boot.spec);
+        let attempt = boot.spec.retry.attempts();
+        for build in &boot.builds {
+            publish_one(compute, Publication { instance: build.instance_uuid, queue: queue.clone(), attempt }).await;
+        }
+    }
+    push
+}
+
+/// Publish what no publish of this process acknowledged and bury what
+/// waited past the build timeout, every `interval`.
+pub fn spawn_outbox(compute: Arc<Compute>, interval: Duration) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            outbox_pass(&compute).await;
+        }
+    });
+}
+
+/// One outbox pass (see [`spawn_outbox`]).
+pub async fn outbox_pass(compute: &Arc<Compute>) {
+    let now = compute.now();
+    let timeout = compute.pull.build_timeout_secs.load(Ordering::Relaxed);
+    type Pending = Vec<(BuildRequest, RequestSpec)>;
+    let (to_publish, expired): (Pending, Pending) = read(&*compute.control, |w| {
+        let published = compute.pull.published.lock().unwrap_or_else(|p| p.into_inner());
+        let mut to_publish = Vec::new();
+        let mut expired = Vec::new();
+        for build in w.compute.build_requests.values() {
+            let Some(spec) = w.compute.request_specs.get(&build.instance_uuid) else { continue };
+            if build.held || pull_routable(spec, 1).is_err() {
+                continue;
+            }
+            if now - build.created_at >= timeout {
+                expired.push((build.clone(), spec.clone()));
+            } else if !published.contains(&build.instance_uuid) && now - build.created_at >= 1 {
+                to_publish.push((build.clone(), spec.clone()));
+            }
+        }
+        (to_publish, expired)
+    });
+    for (build, spec) in to_publish {
+        let queue = queue_key(&spec);
+        compute.pull.note_queue(&queue, &spec);
+        let attempt = spec.retry.attempts();
+        if !publish_one(compute, Publication { instance: build.instance_uuid, queue, attempt }).await {
+            // NATS is down: the next pass tries again.
+            break;
+        }
+    }
+    for (build, _) in expired {
+        let job = BootJob { instances: vec![build.instance_uuid], request_id: format!("req-{}", Uuid::new_v4()) };
+        let reason = format!("No host claimed the boot within {timeout} s (pull mode).");
+        let before = compute.metrics.instances_buried.load(Ordering::Relaxed);
+        conductor::bury(compute, &job, std::slice::from_ref(&build), &HashMap::new(), &reason).await;
+        if compute.metrics.instances_buried.load(Ordering::Relaxed) > before {
+            compute.pull.metrics.timed_out.fetch_add(1, Ordering::Relaxed);
+        }
+        compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).remove(&build.instance_uuid);
+    }
+}
+
+/// The queues each of `hosts` can take now: for every queue in use, the
+/// scheduler's placement query and filters for its spec, forced to that
+/// host (its own free capacity as placement sees it).
+pub fn queues_for_hosts(compute: &Compute, hosts: &[String]) -> BTreeMap<String, Vec<String>> {
+    let queues: Vec<(String, RequestSpec)> = compute
+        .pull
+        .queues
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, s)| (k.clone(), s.clone()))
+        .collect();
+    let now = compute.now();
+    let health = compute.health.at(now);
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    read(&*compute.control, |w| {
+        for (key, spec) in &queues {
+            let mut spec = spec.clone();
+            spec.force_node = None;
+            let probe = [spec.instance_uuid];
+            for host in hosts {
+                spec.force_host = Some(host.clone());
+                let request = ScheduleRequest { now, ..ScheduleRequest::new(&spec, &probe, 0) };
+                if schedule(w, &request, &health, &compute.config.scheduler).is_ok() {
+                    out.entry(key.clone()).or_default().push(host.clone());
+                }
+            }
+        }
+    });
+    out
+}
+
+/// What a claim answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PullClaim {
+    /// Claimed on the host (now, or before: the same answer): build it.
+    Claimed(Task),
+    /// Claimed elsewhere, buried or deleted: drop the message.
+    Gone,
+    /// The host cannot take it now (why): let another agent try.
+    Refused(String),
+}
+
+/// Claim `instance` for `host`: the conductor's claim with the destination
+/// forced to `host` (the scheduler's filters for that host, then
+/// `plan_claim`, one planned write), idempotent per instance.
+pub async fn claim_on_host(compute: &Arc<Compute>, instance: Uuid, host: &str) -> PullClaim {
+    let job = BootJob { instances: vec![instance], request_id: format!("req-{}", Uuid::new_v4()) };
+    let Some(boot) = conductor::load(compute, job.clone()).filter(|b| !b.builds.is_empty()) else {
+        // No build request: claimed already (here: the same answer), or
+        // buried, or deleted.
+        let here = read(&*compute.control, |w| {
+            w.compute.instance_mappings.get(&instance).is_some_and(|m| !m.queued_for_delete)
+                && host_of_instance(w, &instance).is_some_and(|n| n.host == host)
+        });
+        if here {
+            if let Some(task) = Task::new(instance, host, task_state::SPAWNING) {
+                compute.hub.mark_handed_out(&task);
+                return PullClaim::Claimed(task);
+            }
+        }
+        compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
+        return PullClaim::Gone;
+    };
+    let mut spec = boot.spec.clone();
+    spec.force_host = Some(host.to_owned());
+    spec.force_node = None;
+    compute.learn_unknown_hosts().await;
+    let now = compute.now();
+    let refused = |why: String| {
+        compute.pull.metrics.claims_refused.fetch_add(1, Ordering::Relaxed);
+        PullClaim::Refused(why)
+    };
+    let (choices, cells, in_flight) = match conductor::schedule_round(compute, &spec, &[instance], now) {
+        Ok(found) => found,
+        Err(no_host) => return refused(no_host.0),
+    };
+    let mut inserted = HashMap::new();
+    let mut ops = HashMap::new();
+    conductor::row_ops(&boot.job, &boot.builds, &choices, &cells, &mut inserted, now, &mut ops);
+    if let Err(err) = conductor::write_cells(compute, ops).await {
+        return refused(format!("writing the instance row failed: {err}"));
+    }
+    let now = compute.now();
+    let lend_lead = compute.config.scheduler.pool_lend_lead;
+    let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now, lend_lead)? {
+        Ok((set, claimed)) => Ok((set, Ok(claimed))),
+        Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
+    });
+    drop(in_flight);
+    let purge = |compute: &Arc<Compute>| {
+        let compute = compute.clone();
+        let inserted = inserted.clone();
+        async move {
+            for (instance, cell_id) in inserted {
+                if let Some(mapping) = compute.cell(&cell_id) {
+                    if let Ok(cell) = compute.cells.get(&mapping) {
+                        let _ = cell.write(vec![CellOp::PurgeInstance(instance)]).await;
+                    }
+                }
+            }
+        }
+    };
+    match claim {
+        Ok(Ok(claimed)) => {
+            if claimed.placed.iter().all(|(i, _)| *i != instance) {
+                // Deleted or buried meanwhile (the build request went).
+                purge(compute).await;
+                compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
+                return PullClaim::Gone;
+            }
+            compute.pull.metrics.claims.fetch_add(1, Ordering::Relaxed);
+            compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).remove(&instance);
+            let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
+            match Task::new(instance, host, task_state::SPAWNING) {
+                Some(task) if handed.contains(&instance) => PullClaim::Claimed(task),
+                _ => PullClaim::Gone,
+            }
+        }
+        Ok(Err(ClaimFailure::NoRoom(_))) => {
+            purge(compute).await;
+            refused("the host no longer fits it".to_owned())
+        }
+        Err(err) => {
+            purge(compute).await;
+            refused(format!("the claim failed: {err}"))
+        }
+    }
+}

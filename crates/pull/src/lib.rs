@@ -1,0 +1,330 @@
+//! Pull-mode scheduling's work queues on NATS JetStream.
+//!
+//! One stream per deployment (`{PREFIX}_BOOTS`, work-queue retention, file
+//! storage) holds every boot queue as a subject `{prefix}.boot.{queue}`;
+//! each queue has one durable pull consumer `boot_{queue}` filtered on
+//! exactly its subject (nats-server 2.9 takes one filter per consumer, and
+//! a work-queue stream refuses overlapping filters). The control plane
+//! publishes a boot with `Nats-Msg-Id` = `{instance}:{attempt}`, so a
+//! second publish of the same attempt (the outbox sweep after a crash, a
+//! restart) inside the stream's duplicate window is dropped by JetStream.
+//! Agents bind to the consumers of the queues their hosts can take, fetch
+//! with a bound on messages in flight, and ack after the build or nak with
+//! a delay (another agent takes it).
+//!
+//! It owns the NATS names and the JetStream calls, nothing else: which
+//! queue a boot goes to is `berth_compute_model::pull::queue_key`, and
+//! the claim is the control plane's one planned write. It does not touch
+//! the databases or serve HTTP.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+use async_nats::jetstream::{self, consumer, stream};
+use futures_util::StreamExt;
+use serde_json::json;
+use uuid::Uuid;
+
+/// Subject, stream and consumer names of one deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    prefix: String,
+}
+
+impl Names {
+    /// Names under `prefix` (letters, digits, `_` and `-` are kept; anything
+    /// else becomes `_`).
+    pub fn new(prefix: &str) -> Self {
+        let prefix: String =
+            prefix.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+        Names { prefix: if prefix.is_empty() { "berth".to_owned() } else { prefix } }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The boot stream.
+    pub fn stream(&self) -> String {
+        format!("{}_BOOTS", self.prefix.to_uppercase())
+    }
+
+    /// The subject of `queue`.
+    pub fn subject(&self, queue: &str) -> String {
+        format!("{}.boot.{queue}", self.prefix)
+    }
+
+    /// The durable consumer of `queue`.
+    pub fn consumer(&self, queue: &str) -> String {
+        format!("boot_{queue}")
+    }
+}
+
+/// The settings every user of the queues shares.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `nats://host:port`.
+    pub url: String,
+    /// Stream and subject prefix (tests use a random one each).
+    pub prefix: String,
+    /// How long a fetched message may stay unacked before JetStream
+    /// delivers it again.
+    pub ack_wait: Duration,
+}
+
+/// A boot as it travels on a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boot {
+    /// The instance.
+    pub instance: Uuid,
+    /// Its queue.
+    pub queue: String,
+    /// Its build attempt (1 for the first).
+    pub attempt: i64,
+}
+
+impl Boot {
+    fn payload(&self) -> String {
+        json!({"instance": self.instance.to_string(), "queue": self.queue, "attempt": self.attempt}).to_string()
+    }
+
+    fn parse(payload: &[u8]) -> Option<Self> {
+        let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+        Some(Boot {
+            instance: Uuid::parse_str(value["instance"].as_str()?).ok()?,
+            queue: value["queue"].as_str()?.to_owned(),
+            attempt: value["attempt"].as_i64().unwrap_or(1),
+        })
+    }
+
+    /// The deduplication id: one message per instance and attempt.
+    pub fn message_id(&self) -> String {
+        format!("{}:{}", self.instance, self.attempt)
+    }
+}
+
+/// A connection to the queues (cheap to clone).
+#[derive(Clone)]
+pub struct Queues {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    names: Names,
+    ack_wait: Duration,
+}
+
+impl std::fmt::Debug for Queues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queues").field("names", &self.names).finish_non_exhaustive()
+    }
+}
+
+impl Queues {
+    /// Connect to `settings.url`. The client keeps reconnecting in the
+    /// background, so this succeeds with NATS down: calls fail until it
+    /// is back.
+    pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(2))
+            .connect(settings.url.as_str())
+            .await
+            .with_context(|| format!("connecting to NATS at {}", settings.url))?;
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(Duration::from_secs(3));
+        Ok(Queues { client, js, names: Names::new(&settings.prefix), ack_wait: settings.ack_wait })
+    }
+
+    /// The names in use.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// Is the connection up now?
+    pub fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// The boot stream, created if missing.
+    pub async fn stream(&self) -> anyhow::Result<stream::Stream> {
+        let names = &self.names;
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: names.stream(),
+                subjects: vec![format!("{}.boot.*", names.prefix())],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| anyhow!("creating stream {}: {e}", names.stream()))
+    }
+
+    /// The durable pull consumer of `queue`, created if missing.
+    pub async fn consumer(&self, queue: &str) -> anyhow::Result<consumer::Consumer<consumer::pull::Config>> {
+        let stream = self.stream().await?;
+        let name = self.names.consumer(queue);
+        stream
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: self.names.subject(queue),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: self.ack_wait,
+                    max_ack_pending: 10_000,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| anyhow!("creating consumer {name}: {e}"))
+    }
+
+    /// Publish `boot` to its queue; `Ok(true)` when JetStream already had
+    /// this attempt (a duplicate it dropped).
+    pub async fn publish(&self, boot: &Boot) -> anyhow::Result<bool> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, boot.message_id().as_str());
+        let ack = self
+            .js
+            .publish_with_headers(self.names.subject(&boot.queue), headers, boot.payload().into())
+            .await
+            .map_err(|e| anyhow!("publishing {}: {e}", boot.instance))?
+            .await
+            .map_err(|e| anyhow!("publishing {}: {e}", boot.instance))?;
+        Ok(ack.duplicate)
+    }
+
+    /// Up to `max` boots from `queue`, waiting at most `wait` for the
+    /// first.
+    pub async fn fetch(
+        &self,
+        consumer: &consumer::Consumer<consumer::pull::Config>,
+        max: usize,
+        wait: Duration,
+    ) -> anyhow::Result<Vec<Delivery>> {
+        let mut batch = consumer
+            .batch()
+            .max_messages(max.max(1))
+            .expires(wait)
+            .messages()
+            .await
+            .map_err(|e| anyhow!("fetching: {e}"))?;
+        let mut out = Vec::new();
+        while let Some(message) = batch.next().await {
+            let message = match message {
+                Ok(message) => message,
+                Err(err) => {
+                    tracing::debug!(error = %err, "fetch ended");
+                    break;
+                }
+            };
+            let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+            match Boot::parse(&message.payload) {
+                Some(boot) => out.push(Delivery { boot, delivered, message }),
+                None => {
+                    // Not ours to understand: never deliver it again.
+                    tracing::warn!(subject = %message.subject, "dropping a malformed boot message");
+                    let _ = message.ack_with(jetstream::AckKind::Term).await;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Totals over the boot stream (see [`QueueStats`]).
+    pub async fn stats(&self) -> anyhow::Result<QueueStats> {
+        let mut stream = self.js.get_stream(self.names.stream()).await.map_err(|e| anyhow!("{e}"))?;
+        let messages = stream.info().await.map_err(|e| anyhow!("{e}"))?.state.messages;
+        let mut stats = QueueStats { messages, ..QueueStats::default() };
+        let mut consumers = stream.consumers();
+        while let Some(info) = consumers.next().await {
+            let info = info.map_err(|e| anyhow!("{e}"))?;
+            stats.consumers += 1;
+            stats.redelivered += info.num_redelivered as u64;
+            stats.deliveries += info.delivered.consumer_sequence;
+        }
+        Ok(stats)
+    }
+
+    /// Delete the boot stream and its consumers (tests and benchmarks
+    /// clean up their prefix).
+    pub async fn delete(&self) -> anyhow::Result<()> {
+        match self.js.delete_stream(self.names.stream()).await {
+            Ok(_) => Ok(()),
+            Err(err) if err.to_string().contains("not found") => Ok(()),
+            Err(err) => Err(anyhow!("deleting stream {}: {err}", self.names.stream())),
+        }
+    }
+}
+
+/// Totals of the boot stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Durable consumers (queues in use).
+    pub consumers: u64,
+    /// Messages in the stream (boots not yet acked).
+    pub messages: u64,
+    /// Messages delivered more than once and not yet acked.
+    pub redelivered: u64,
+    /// Deliveries so far, first ones and again (nak'd or unacked in time)
+    /// alike, over every consumer.
+    pub deliveries: u64,
+}
+
+/// A fetched boot.
+pub struct Delivery {
+    /// What it asks.
+    pub boot: Boot,
+    /// How many times JetStream delivered it (1 the first time).
+    pub delivered: i64,
+    message: jetstream::Message,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery").field("boot", &self.boot).field("delivered", &self.delivered).finish()
+    }
+}
+
+impl Delivery {
+    /// Done: the queue forgets it.
+    pub async fn ack(&self) -> anyhow::Result<()> {
+        self.message.ack().await.map_err(|e| anyhow!("ack: {e}"))
+    }
+
+    /// Not now: deliver it again after `delay` (to whichever agent asks).
+    pub async fn nak(&self, delay: Duration) -> anyhow::Result<()> {
+        self.message.ack_with(jetstream::AckKind::Nak(Some(delay))).await.map_err(|e| anyhow!("nak: {e}"))
+    }
+
+    /// Still working: restart the ack wait.
+    pub async fn in_progress(&self) -> anyhow::Result<()> {
+        self.message.ack_with(jetstream::AckKind::Progress).await.map_err(|e| anyhow!("progress: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_safe_and_distinct_per_prefix() {
+        let names = Names::new("it.a b");
+        assert_eq!(names.prefix(), "it_a_b");
+        assert_eq!(names.stream(), "IT_A_B_BOOTS");
+        assert_eq!(names.subject("m1-00ff"), "it_a_b.boot.m1-00ff");
+        assert_eq!(names.consumer("m1-00ff"), "boot_m1-00ff");
+        assert_eq!(Names::new("").prefix(), "berth");
+    }
+
+    #[test]
+    fn boots_round_trip_and_dedupe_per_attempt() {
+        let boot = Boot { instance: Uuid::new_v4(), queue: "q".into(), attempt: 2 };
+        assert_eq!(Boot::parse(boot.payload().as_bytes()), Some(boot.clone()));
+        assert_eq!(boot.message_id(), format!("{}:2", boot.instance));
+        assert_eq!(Boot::parse(b"{}"), None);
+        assert_eq!(Boot::parse(b"not json"), None);
+    }
+}
