@@ -784,7 +784,8 @@ fn leases(world: &World, caller: &Caller, start: i64, end: i64, now: i64, rules:
             .get(h.service_name.as_str())
             .map(|(names, _)| names.iter().map(|a| quoted(a)).collect())
             .unwrap_or_default();
-        let root = world.placement.provider_names.get(&h.hypervisor_hostname).and_then(|u| world.placement.providers.get(u));
+        let root =
+            world.placement.provider_names.get(&h.hypervisor_hostname).and_then(|u| world.placement.providers.get(u));
         let traits: Vec<String> = root
             .map(|p| {
                 p.traits
