@@ -607,7 +607,7 @@ fn chart(opts: &EnergyOpts, outcomes: &[Outcome]) -> String {
         let _ = writeln!(
             s,
             "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{stroke}\"/><text x=\"{}\" y=\"{}\">{} \
-             ({:.1} % saved)</text>",
+             ({:.2} % saved)</text>",
             y - 10.0,
             x + 16.0,
             y,
