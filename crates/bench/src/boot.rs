@@ -408,8 +408,10 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
         };
         let nats = berth_pull::Queues::connect(&settings).await?;
         let stats = nats.stats().await?;
-        // No agent dies in the bench: every redelivery follows a nak.
-        redeliveries = stats.deliveries.saturating_sub(published);
+        // Every accepted boot is one message (a second publish of it is
+        // dropped by JetStream); no agent dies in the bench, so every
+        // delivery beyond the first follows a nak.
+        redeliveries = stats.deliveries.saturating_sub((opts.boots - refused.load(Ordering::SeqCst)) as u64);
         naks = redeliveries;
         println!(
             "  pull: {queues} queues, {published} published, {} deliveries ({redeliveries} again after a nak), {claims_refused} claims refused, {routed} routed to push",

@@ -89,6 +89,8 @@ pub struct Pull {
     queues: Mutex<BTreeMap<String, RequestSpec>>,
     /// Instances whose publish this process saw acknowledged.
     published: Mutex<HashSet<Uuid>>,
+    /// Instances being published now (the outbox leaves them alone).
+    publishing: Mutex<HashSet<Uuid>>,
     /// Seconds a boot may wait for a claim before it is buried.
     build_timeout_secs: std::sync::atomic::AtomicI64,
     /// Counters.
@@ -145,7 +147,13 @@ impl Compute {
 async fn publish_one(compute: &Compute, boot: Publication) -> bool {
     let Some(broker) = compute.pull.broker.get() else { return false };
     let instance = boot.instance;
-    match broker.publish(boot).await {
+    if !compute.pull.publishing.lock().unwrap_or_else(|p| p.into_inner()).insert(instance) {
+        // Another publish of it is under way.
+        return true;
+    }
+    let outcome = broker.publish(boot).await;
+    compute.pull.publishing.lock().unwrap_or_else(|p| p.into_inner()).remove(&instance);
+    match outcome {
         Ok(()) => {
             compute.pull.metrics.published.fetch_add(1, Ordering::Relaxed);
             compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).insert(instance);
@@ -201,6 +209,7 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
     type Pending = Vec<(BuildRequest, RequestSpec)>;
     let (to_publish, expired): (Pending, Pending) = read(&*compute.control, |w| {
         let published = compute.pull.published.lock().unwrap_or_else(|p| p.into_inner());
+        let publishing = compute.pull.publishing.lock().unwrap_or_else(|p| p.into_inner());
         let mut to_publish = Vec::new();
         let mut expired = Vec::new();
         for build in w.compute.build_requests.values() {
@@ -210,7 +219,10 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
             }
             if now - build.created_at >= timeout {
                 expired.push((build.clone(), spec.clone()));
-            } else if !published.contains(&build.instance_uuid) && now - build.created_at >= 1 {
+            } else if !published.contains(&build.instance_uuid)
+                && !publishing.contains(&build.instance_uuid)
+                && now - build.created_at >= 1
+            {
                 to_publish.push((build.clone(), spec.clone()));
             }
         }

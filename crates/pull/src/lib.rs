@@ -197,21 +197,25 @@ impl Queues {
     }
 
     /// Up to `max` boots from `queue`, waiting at most `wait` for the
-    /// first.
+    /// first and not at all for the others (a batch request for `max`
+    /// would wait the whole `wait` when fewer are there).
     pub async fn fetch(
         &self,
         consumer: &consumer::Consumer<consumer::pull::Config>,
         max: usize,
         wait: Duration,
     ) -> anyhow::Result<Vec<Delivery>> {
-        let mut batch = consumer
-            .batch()
-            .max_messages(max.max(1))
-            .expires(wait)
-            .messages()
-            .await
-            .map_err(|e| anyhow!("fetching: {e}"))?;
+        let first = consumer.batch().max_messages(1).expires(wait).messages().await;
         let mut out = Vec::new();
+        self.collect(first.map_err(|e| anyhow!("fetching: {e}"))?, &mut out).await;
+        if !out.is_empty() && max > 1 {
+            let more = consumer.fetch().max_messages(max - 1).messages().await;
+            self.collect(more.map_err(|e| anyhow!("fetching: {e}"))?, &mut out).await;
+        }
+        Ok(out)
+    }
+
+    async fn collect(&self, mut batch: consumer::pull::Batch, out: &mut Vec<Delivery>) {
         while let Some(message) = batch.next().await {
             let message = match message {
                 Ok(message) => message,
@@ -230,7 +234,6 @@ impl Queues {
                 }
             }
         }
-        Ok(out)
     }
 
     /// Totals over the boot stream (see [`QueueStats`]).
