@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
 use berth_model::search_index::Topology;
-use berth_model::{Provider, State};
+use berth_model::{Inventory, Provider, State};
 use uuid::Uuid;
 
 use crate::{
@@ -145,14 +145,65 @@ struct GAreq {
 /// (upstream's capacity clause: used + amount <= capacity, min/max unit,
 /// step size).
 fn fit(p: &Provider, rc: &str, amount: i64) -> Option<(i64, i64)> {
-    let inv = p.inventories.get(rc)?;
-    let room = inv.capacity().saturating_sub(p.used(rc));
+    fits(p.inventories.get(rc)?, p.used(rc), amount)
+}
+
+/// The capacity clause for one inventory with `used` allocated.
+fn fits(inv: &Inventory, used: i64, amount: i64) -> Option<(i64, i64)> {
+    let room = inv.capacity().saturating_sub(used);
     (amount <= room
         && inv.min_unit <= amount
         && inv.max_unit >= amount
         && inv.step_size > 0
         && amount % inv.step_size == 0)
         .then_some((room, inv.max_unit))
+}
+
+/// [`fit`] for every requested class of a group at once. A provider's
+/// inventories and usages are both ordered by class name, so one merge
+/// walk over each replaces two map lookups per class (each a few string
+/// comparisons through pointers: the main cost of a scan over 10,000
+/// providers). `by_name` holds positions in `rcs` in class-name order;
+/// `rooms[k]` receives the headroom of `rcs[k]`.
+fn fit_all(p: &Provider, rcs: &[Rc<'_>], by_name: &[usize], rooms: &mut [(i64, i64)]) -> bool {
+    use std::cmp::Ordering;
+    let mut inventories = p.inventories.iter().peekable();
+    let mut usages = p.usages.iter().peekable();
+    for &k in by_name {
+        let (_, name, amount) = rcs[k];
+        let inv = loop {
+            let Some((class, inv)) = inventories.peek() else { return false };
+            match class.as_str().cmp(name) {
+                Ordering::Less => {
+                    inventories.next();
+                }
+                Ordering::Equal => break *inv,
+                Ordering::Greater => return false,
+            }
+        };
+        let used = loop {
+            let Some((class, used)) = usages.peek() else { break 0 };
+            match class.as_str().cmp(name) {
+                Ordering::Less => {
+                    usages.next();
+                }
+                Ordering::Equal => break **used,
+                Ordering::Greater => break 0,
+            }
+        };
+        match fits(inv, used, amount) {
+            Some(room) => rooms[k] = room,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Positions of `rcs` ordered by class name (for [`fit_all`]).
+fn by_name(rcs: &[Rc<'_>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..rcs.len()).collect();
+    order.sort_by_key(|k| rcs[*k].1);
+    order
 }
 
 /// In all of `aggs_all` (each inner list: any of); true when empty.
@@ -423,6 +474,8 @@ impl<'a> Search<'a> {
         }
         let base = out.len();
         let mut res: Vec<Res> = Vec::with_capacity(rcs.len());
+        let order = by_name(rcs);
+        let mut rooms: Vec<(i64, i64)> = vec![(0, 0); rcs.len()];
         for i in provs {
             if out.len() - base >= self.stop_after {
                 break;
@@ -432,14 +485,17 @@ impl<'a> Search<'a> {
             if !rcs.is_empty() && tree_root.is_some_and(|t| self.idx.root[i as usize] != t) {
                 continue;
             }
-            res.clear();
-            let fits_all = rcs.iter().all(|(id, name, amount)| match fit(p, name, *amount) {
-                Some((room, max_unit)) => {
-                    res.push(Res { rp: i, rc: *id, amount: *amount, room, max_unit });
-                    true
-                }
-                None => false,
-            });
+            let fits_all = fit_all(p, rcs, &order, &mut rooms);
+            if fits_all {
+                res.clear();
+                res.extend(rcs.iter().zip(&rooms).map(|(&(rc, _, amount), &(room, max_unit))| Res {
+                    rp: i,
+                    rc,
+                    amount,
+                    room,
+                    max_unit,
+                }));
+            }
             if !fits_all
                 || !in_aggs.map_or_else(|| in_all_aggregates(p, &group.member_of), |v| v[i as usize])
                 || bad_aggs.map_or_else(|| in_any_aggregate(p, &group.forbidden_aggregates), |v| v[i as usize])
@@ -1155,10 +1211,29 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         .into_iter()
         .map(|i| {
             let p = idx.prov(i);
-            // Upstream lists a provider's traits in trait id order.
-            let mut traits: Vec<(i64, &str)> =
-                p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();
-            traits.sort_unstable();
+            // Upstream lists a provider's traits in trait id order (one
+            // trait needs no lookup of its id).
+            let traits: Vec<&str> = if p.traits.len() <= 1 {
+                p.traits.iter().map(String::as_str).collect()
+            } else {
+                let mut by_id: Vec<(i64, &str)> =
+                    p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();
+                by_id.sort_unstable();
+                by_id.into_iter().map(|(_, t)| t).collect()
+            };
+            // Inventories and usages are both ordered by class name: one
+            // merge walk instead of a usage lookup per class.
+            let mut usages = p.usages.iter().peekable();
+            let mut used_of = |rc: &str| loop {
+                let Some((class, used)) = usages.peek() else { break 0 };
+                match class.as_str().cmp(rc) {
+                    std::cmp::Ordering::Less => {
+                        usages.next();
+                    }
+                    std::cmp::Ordering::Equal => break **used,
+                    std::cmp::Ordering::Greater => break 0,
+                }
+            };
             ProviderSummary {
                 uuid: p.uuid(),
                 parent: p.row.parent,
@@ -1169,10 +1244,10 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
                     .map(|(rc, inv)| SummaryResource {
                         resource_class: rc.as_str(),
                         capacity: inv.capacity(),
-                        used: p.used(rc),
+                        used: used_of(rc),
                     })
                     .collect(),
-                traits: traits.into_iter().map(|(_, t)| t).collect(),
+                traits,
             }
         })
         .collect();

@@ -231,6 +231,11 @@ fn instance_select_list() -> String {
     INSTANCE_COLUMNS.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
 }
 
+/// [`instance_select_list`] with an empty `spec`, for brief listings.
+fn brief_select_list() -> String {
+    INSTANCE_COLUMNS.iter().map(|(c, _)| if *c == "spec" { "'' AS spec" } else { c }).collect::<Vec<_>>().join(", ")
+}
+
 /// An instance as the values of [`INSTANCE_COLUMNS`]. The columns that
 /// duplicate spec fields are taken from the spec, so they always agree.
 pub fn instance_values(i: &Instance) -> Vec<Value> {
@@ -692,7 +697,11 @@ pub fn list_sql(dialect: Dialect, query: &InstanceQuery, marker: Option<&Marker>
         .collect();
     order.push(format!("uuid {}", if uuid_ascending { "ASC" } else { "DESC" }));
 
-    let mut text_sql = format!("SELECT {} FROM instances", instance_select_list());
+    // A brief listing builds each spec from the columns that duplicate it
+    // (`decode_instance`): the spec JSON, the row's largest value, is
+    // neither read nor copied.
+    let select = if query.brief { brief_select_list() } else { instance_select_list() };
+    let mut text_sql = format!("SELECT {select} FROM instances");
     if !conds.is_empty() {
         text_sql.push_str(" WHERE ");
         text_sql.push_str(&conds.join(" AND "));

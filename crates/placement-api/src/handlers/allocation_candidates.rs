@@ -450,8 +450,17 @@ impl JsonOut {
     /// A quoted, escaped string (escapes exactly what serde_json escapes:
     /// `"`, `\` and control characters below 0x20).
     fn str(&mut self, s: &str) {
-        self.buf.push(b'"');
         let bytes = s.as_bytes();
+        // Class and trait names never need escaping in practice: test all
+        // bytes at once (no early exit, so the check vectorises) and copy.
+        if !bytes.iter().fold(false, |any, &b| any | (b < 0x20) | (b == b'"') | (b == b'\\')) {
+            self.buf.reserve(bytes.len() + 2);
+            self.buf.push(b'"');
+            self.buf.extend_from_slice(bytes);
+            self.buf.push(b'"');
+            return;
+        }
+        self.buf.push(b'"');
         let mut start = 0;
         for (i, &b) in bytes.iter().enumerate() {
             let esc: &[u8] = match b {
