@@ -93,6 +93,25 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
 }
 
+/// Two pool hosts `p0` and `p1` switched through `dir` by `on` and `off`:
+/// off after a minute idle, no spare, 120 s to boot with a 60 s margin,
+/// failed when not back within `resume_timeout` seconds. The clock jumps
+/// to 2040 before the hosts join the pool, so idle times count from the
+/// jump.
+async fn two_host_pool(tag: &str, dir: &Path, on: &str, off: &str, resume_timeout: &str) -> (Cloud, Client, Clock) {
+    let mut args = power_args(on, off, &["--suspend-time", "60", "--spare-hosts", "0", "--power-on-secs", "120"]);
+    args.extend(["--power-margin", "60", "--power-resume-timeout", resume_timeout]);
+    let mut cloud = Cloud::start(tag, &args).await;
+    let d = dir.display().to_string();
+    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d])).await;
+    let admin = rsv(&cloud.server, "admin");
+    let clock = Clock::start(&cloud, &admin).await;
+    for h in ["p0", "p1"] {
+        enrol(&admin, h, json!({})).await;
+    }
+    (cloud, admin, clock)
+}
+
 fn power_args<'a>(on: &'a str, off: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["--power-policy", "reservations", "--power-on-cmd", on, "--power-off-cmd", off];
     args.extend_from_slice(extra);
@@ -216,32 +235,7 @@ async fn a_lease_an_hour_ahead_wakes_its_host_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_host_that_does_not_come_back_fails_and_its_lease_takes_another() {
     let (dir, on, off) = power_dir("pw-fail");
-    let d = dir.display().to_string();
-    let args = power_args(
-        &on,
-        &off,
-        &[
-            "--suspend-time",
-            "60",
-            "--spare-hosts",
-            "0",
-            "--power-on-secs",
-            "120",
-            "--power-margin",
-            "60",
-            "--power-resume-timeout",
-            "90",
-        ],
-    );
-    let mut cloud = Cloud::start("pw-fail", &args).await;
-    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d])).await;
-    let admin = rsv(&cloud.server, "admin");
-    // The clock jumps before the hosts join the pool: idle times count
-    // from the jump.
-    let mut clock = Clock::start(&cloud, &admin).await;
-    for h in ["p0", "p1"] {
-        enrol(&admin, h, json!({})).await;
-    }
+    let (cloud, admin, mut clock) = two_host_pool("pw-fail", &dir, &on, &off, "90").await;
     settle().await;
     clock.set(&cloud, 120).await;
     wait_power(&admin, "p0", "off").await;
@@ -371,33 +365,10 @@ fn failing_commands(dir: &Path) -> (String, String) {
 async fn a_failed_power_command_fails_the_host_at_once_or_leaves_it_on() {
     let dir = fresh_dir("pw-cmdfail-power");
     std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.display().to_string();
     let (on, off) = failing_commands(&dir);
     // The resume timeout is long: a failed host below is failed by its
     // command, not by the timeout.
-    let args = power_args(
-        &on,
-        &off,
-        &[
-            "--suspend-time",
-            "60",
-            "--spare-hosts",
-            "0",
-            "--power-on-secs",
-            "120",
-            "--power-margin",
-            "60",
-            "--power-resume-timeout",
-            "3000",
-        ],
-    );
-    let mut cloud = Cloud::start("pw-cmdfail", &args).await;
-    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d])).await;
-    let admin = rsv(&cloud.server, "admin");
-    let mut clock = Clock::start(&cloud, &admin).await;
-    for h in ["p0", "p1"] {
-        enrol(&admin, h, json!({})).await;
-    }
+    let (cloud, admin, mut clock) = two_host_pool("pw-cmdfail", &dir, &on, &off, "3000").await;
     // p0's power-off fails: p0 stays on (counted), p1 goes off.
     std::fs::write(dir.join("p0.broken"), "").unwrap();
     settle().await;
