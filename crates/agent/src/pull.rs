@@ -2,8 +2,9 @@
 //! hosts can satisfy, instead of waiting for the scheduler to push them.
 //!
 //! 1. `GET /agent/v1/queues?agent=ID` says which queues each of its hosts
-//!    can take now (the control plane runs the scheduler's filters for
-//!    each host on its own state);
+//!    can take now (the control plane runs the scheduler's placement
+//!    query and filters once per queue for all hosts, shares that for
+//!    200 ms between agents, and answers with this agent's hosts);
 //! 2. one worker per such queue binds to the queue's shared durable
 //!    consumer and fetches, never holding more than `max_in_flight`
 //!    messages over all queues (back-pressure);
@@ -57,7 +58,7 @@ pub struct PullCounters {
 }
 
 struct Worker {
-    hosts: Arc<RwLock<Vec<String>>>,
+    hosts: Arc<RwLock<Arc<Vec<String>>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -117,11 +118,13 @@ pub(crate) async fn run(
                 });
                 for (key, hosts) in wanted {
                     match workers.get(&key) {
-                        Some(worker) => *worker.hosts.write().unwrap_or_else(|p| p.into_inner()) = hosts,
+                        Some(worker) => *worker.hosts.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(hosts),
                         None => {
                             tracing::debug!(queue = %key, hosts = hosts.len(), "binding to a queue");
-                            let worker =
-                                Worker { hosts: Arc::new(RwLock::new(hosts)), stop: Arc::new(AtomicBool::new(false)) };
+                            let worker = Worker {
+                                hosts: Arc::new(RwLock::new(Arc::new(hosts))),
+                                stop: Arc::new(AtomicBool::new(false)),
+                            };
                             tokio::spawn(work_queue(
                                 shared.clone(),
                                 key.clone(),
@@ -135,8 +138,8 @@ pub(crate) async fn run(
             }
             Err(err) => tracing::warn!(error = %err, "evaluating the pull queues failed"),
         }
-        // After a build, or every `refresh`; at most every 200 ms (each
-        // evaluation runs the filters for every host and queue).
+        // After a build, or every `refresh`; at most every 200 ms (the
+        // control plane shares one evaluation per queue for 200 ms).
         let _ = tokio::time::timeout(shared.pull.refresh, shared.changed.notified()).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -161,7 +164,7 @@ async fn evaluate(shared: &Shared) -> anyhow::Result<BTreeMap<String, Vec<String
     Ok(out)
 }
 
-async fn work_queue(shared: Arc<Shared>, key: String, hosts: Arc<RwLock<Vec<String>>>, stop: Arc<AtomicBool>) {
+async fn work_queue(shared: Arc<Shared>, key: String, hosts: Arc<RwLock<Arc<Vec<String>>>>, stop: Arc<AtomicBool>) {
     let consumer = loop {
         if stop.load(Ordering::Relaxed) {
             return;
@@ -194,6 +197,7 @@ async fn work_queue(shared: Arc<Shared>, key: String, hosts: Arc<RwLock<Vec<Stri
         };
         for delivery in deliveries {
             let Some(permit) = permits.pop() else { break };
+            // The hosts' list is shared, not copied per boot.
             let (shared, hosts) = (shared.clone(), hosts.read().unwrap_or_else(|p| p.into_inner()).clone());
             tokio::spawn(async move {
                 handle(&shared, delivery, &hosts).await;

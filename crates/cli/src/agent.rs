@@ -346,7 +346,7 @@ impl AgentOpts {
                     },
                     max_in_flight: opts.pull_max_in_flight.unwrap_or(64).max(1),
                     nak_delay: Duration::from_millis(opts.pull_nak_delay_ms.unwrap_or(500)),
-                    refresh: Duration::from_secs(1),
+                    refresh: Duration::from_millis(250),
                 }),
                 other => anyhow::bail!("invalid --scheduling {other:?} (push or pull)"),
             },

@@ -502,6 +502,11 @@ impl ComputeServices {
                 m.timed_out.load(Relaxed),
             ),
             (
+                "berth_pull_queue_evaluations_total",
+                "Queue evaluations (one placement query and the filters over all hosts, shared by agents for 200 ms).",
+                m.queue_evaluations.load(Relaxed),
+            ),
+            (
                 "berth_pull_routed_to_push_total",
                 "Boots a pull queue cannot carry, scheduled by the push scheduler.",
                 routed.values().sum(),

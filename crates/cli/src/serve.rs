@@ -707,7 +707,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                     nats: pull.nats.clone(),
                     max_in_flight: 64,
                     nak_delay: std::time::Duration::from_millis(500),
-                    refresh: std::time::Duration::from_secs(1),
+                    refresh: std::time::Duration::from_millis(250),
                 }),
             };
             let mut stop = stop_rx.clone();

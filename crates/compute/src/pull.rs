@@ -7,7 +7,9 @@
 //! (`berth_compute_model::pull::queue_key`); boots pull cannot express
 //! (`pull_routable`) go through the push scheduler and are counted.
 //! Agents ask which queues their hosts can take now ([`queues_for_hosts`]:
-//! the scheduler's placement query and filters, run for each host alone)
+//! per queue, the scheduler's placement query and filters over all hosts
+//! at once, shared by every agent for 200 ms, intersected with the
+//! agent's hosts)
 //! and claim the boots they fetch ([`claim_on_host`]): the push path's
 //! claim with the destination forced to the claiming host, one planned
 //! write; the answer carries the build, so the hub does not push it too.
@@ -29,7 +31,7 @@ use berth_compute_model::choice::host_of_instance;
 use berth_compute_model::plan::{plan_claim, ClaimFailure};
 use berth_compute_model::pull::{pull_routable, queue_key};
 use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet};
-use berth_scheduler::{schedule, ScheduleRequest};
+use berth_scheduler::eligible_hosts;
 use berth_store::CellOp;
 use uuid::Uuid;
 
@@ -78,6 +80,10 @@ pub struct PullMetrics {
     pub claims_gone: AtomicU64,
     /// Boots buried because nobody claimed them within the build timeout.
     pub timed_out: AtomicU64,
+    /// Queue evaluations run (each: one placement query and the filters
+    /// over all hosts; shared by the agents' requests for
+    /// [`QUEUE_EVALUATION_MAX_AGE`]).
+    pub queue_evaluations: AtomicU64,
 }
 
 /// Pull mode's state in one process.
@@ -87,6 +93,8 @@ pub struct Pull {
     /// The queue list: every queue key seen, with the spec that first
     /// named it (what agents' hosts are evaluated against).
     queues: Mutex<BTreeMap<String, RequestSpec>>,
+    /// Per queue, the hosts that could take it when last evaluated.
+    evaluations: Mutex<HashMap<String, Evaluation>>,
     /// Instances whose publish this process saw acknowledged.
     published: Mutex<HashSet<Uuid>>,
     /// Instances being published now (the outbox leaves them alone).
@@ -249,9 +257,26 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
     }
 }
 
-/// The queues each of `hosts` can take now: for every queue in use, the
-/// scheduler's placement query and filters for its spec, forced to that
-/// host (its own free capacity as placement sees it).
+/// How long one evaluation of a queue (the hosts that can take it) is
+/// shared: the agents' requests within it get the same answer. A stale
+/// answer only costs a refused claim and a nak (the claim is the
+/// decision); it also bounds how late a time-dependent filter (service
+/// health) is seen.
+pub const QUEUE_EVALUATION_MAX_AGE: Duration = Duration::from_millis(200);
+
+/// One queue's shared evaluation.
+#[derive(Debug, Clone)]
+struct Evaluation {
+    at: std::time::Instant,
+    hosts: Arc<HashSet<String>>,
+}
+
+/// The queues each of `hosts` can take now: per queue in use, the hosts
+/// of the whole cloud that can take its spec (the scheduler's placement
+/// query and filters, one run for all hosts:
+/// `berth_scheduler::eligible_hosts`), evaluated at most once per
+/// [`QUEUE_EVALUATION_MAX_AGE`] and shared by every agent's request,
+/// intersected with `hosts`.
 pub fn queues_for_hosts(compute: &Compute, hosts: &[String]) -> BTreeMap<String, Vec<String>> {
     let queues: Vec<(String, RequestSpec)> = compute
         .pull
@@ -261,24 +286,39 @@ pub fn queues_for_hosts(compute: &Compute, hosts: &[String]) -> BTreeMap<String,
         .iter()
         .map(|(k, s)| (k.clone(), s.clone()))
         .collect();
-    let now = compute.now();
-    let health = compute.health.at(now);
+    let evaluated = evaluate_queues(compute, &queues);
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    read(&*compute.control, |w| {
-        for (key, spec) in &queues {
-            let mut spec = spec.clone();
-            spec.force_node = None;
-            let probe = [spec.instance_uuid];
-            for host in hosts {
-                spec.force_host = Some(host.clone());
-                let request = ScheduleRequest { now, ..ScheduleRequest::new(&spec, &probe, 0) };
-                if schedule(w, &request, &health, &compute.config.scheduler).is_ok() {
-                    out.entry(key.clone()).or_default().push(host.clone());
-                }
-            }
+    for (key, able) in evaluated {
+        let mine: Vec<String> = hosts.iter().filter(|h| able.contains(*h)).cloned().collect();
+        if !mine.is_empty() {
+            out.insert(key, mine);
         }
-    });
+    }
     out
+}
+
+/// The hosts able to take each of `queues` now, from the shared
+/// evaluations where fresh enough; the stale ones are evaluated again in
+/// one read of the world. Concurrent callers wait for one evaluation
+/// rather than each running it.
+fn evaluate_queues(compute: &Compute, queues: &[(String, RequestSpec)]) -> Vec<(String, Arc<HashSet<String>>)> {
+    let mut cache = compute.pull.evaluations.lock().unwrap_or_else(|p| p.into_inner());
+    let fresh = |e: &Evaluation| e.at.elapsed() < QUEUE_EVALUATION_MAX_AGE;
+    let stale: Vec<&(String, RequestSpec)> =
+        queues.iter().filter(|(key, _)| !cache.get(key).is_some_and(fresh)).collect();
+    if !stale.is_empty() {
+        let now = compute.now();
+        let health = compute.health.at(now);
+        let at = std::time::Instant::now();
+        read(&*compute.control, |w| {
+            for (key, spec) in stale {
+                let hosts = eligible_hosts(w, spec, &health, now, &compute.config.scheduler).unwrap_or_default();
+                compute.pull.metrics.queue_evaluations.fetch_add(1, Ordering::Relaxed);
+                cache.insert(key.clone(), Evaluation { at, hosts: Arc::new(hosts.into_iter().collect()) });
+            }
+        });
+    }
+    queues.iter().filter_map(|(key, _)| cache.get(key).map(|e| (key.clone(), e.hosts.clone()))).collect()
 }
 
 /// What a claim answered.

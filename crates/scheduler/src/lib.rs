@@ -228,6 +228,55 @@ pub struct Stats {
     pub filtered: usize,
 }
 
+/// Every host that could take one instance of `spec` now, by name,
+/// sorted: the placement query without its result limit (all hosts, one
+/// query) and the scheduler's filters, with no weighing and no selection.
+/// The same hosts as those for which [`schedule`] of one instance forced
+/// to the host succeeds (pull mode evaluates a queue for all hosts at
+/// once with this instead of one forced run per host). `spec`'s forced
+/// host and node are ignored.
+pub fn eligible_hosts(
+    world: &World,
+    spec: &RequestSpec,
+    health: &dyn HostHealth,
+    now: Timestamp,
+    config: &Config,
+) -> Result<Vec<String>, NoValidHost> {
+    let mut spec = spec.clone();
+    spec.force_host = None;
+    spec.force_node = None;
+    let mut query = placement_query(world, &spec, config)?;
+    query.request.skip_summaries = true;
+    query.request.limit = None;
+    query.request.rotate = None;
+    let candidates = berth_candidates::find(&world.placement, &query.request)
+        .map_err(|e| NoValidHost(format!("Placement refused the request: {e}")))?;
+    let mut roots: std::collections::BTreeSet<Uuid> = std::collections::BTreeSet::new();
+    for candidate in &candidates.allocation_requests {
+        if let Some(root) = host_root(world, candidate.allocations.iter().map(|(p, _)| p)) {
+            roots.insert(root);
+        }
+    }
+    let group: Option<&ServerGroup> = spec.group.and_then(|g| world.compute.server_groups.get(&g));
+    let members_on: HashMap<String, i64> = match group {
+        Some(group) => group_hosts(world, group, &std::collections::BTreeSet::new()),
+        None => HashMap::new(),
+    };
+    let mut out = Vec::new();
+    for root in roots {
+        let Some(node) = world.compute.compute_nodes.get(&root) else { continue };
+        let host = HostState { node, candidates: Vec::new(), free: weighers::Free::default(), lent_until: None };
+        if filters::passes_static(world, &host, &spec, health, &[], now, config.pool_lend_lead)
+            && group.is_none_or(|g| filters::group_passes(g, &node.host, &members_on))
+        {
+            out.push(node.host.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// Place every instance of `request`, or fail the whole request.
 pub fn schedule(
     world: &World,

@@ -411,3 +411,41 @@ fn claims_in_flight_count_as_taken() {
     let (choices, _) = schedule(&cloud.world, &request, &healthy(), &Config::default()).expect("placed");
     assert_eq!(choices[0].choices.iter().map(|c| c.root).collect::<Vec<_>>(), vec![cloud.roots[1]], "h0 is full");
 }
+
+/// The hosts for which one instance forced to the host schedules.
+fn forced_one_by_one(cloud: &Cloud, spec: &RequestSpec, health: &Health, config: &Config) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for root in &cloud.roots {
+        let host = cloud.world.compute.compute_nodes[root].host.clone();
+        let mut forced = spec.clone();
+        forced.force_host = Some(host.clone());
+        let instances = [Uuid::new_v4()];
+        if schedule(&cloud.world, &ScheduleRequest::new(&forced, &instances, 1), health, config).is_ok() {
+            out.push(host);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn eligible_hosts_are_the_hosts_a_forced_run_accepts_past_the_result_limit() {
+    // 20 hosts of 4 GiB, one of 1 GiB, one unmapped, one down.
+    let mut cloud = Cloud::new(&[4096; 20]);
+    cloud.add_host(1024, true);
+    cloud.add_host(65536, false);
+    let health = Health { down: ["h3".to_owned()].into(), failures: HashMap::new() };
+    // A limit of 3 placement results must not hide the other hosts.
+    let config = Config { max_placement_results: 3, ..Config::default() };
+    for ram in [512, 2048, 8192] {
+        let expected = forced_one_by_one(&cloud, &spec(ram), &health, &config);
+        let got = eligible_hosts(&cloud.world, &spec(ram), &health, 0, &config).unwrap_or_default();
+        assert_eq!(got, expected, "{ram} MiB");
+    }
+    let small = eligible_hosts(&cloud.world, &spec(512), &health, 0, &config).expect("hosts");
+    assert_eq!(small.len(), 20, "21 mapped hosts, h3 down: {small:?}");
+    assert!(!small.contains(&"h3".to_owned()) && !small.contains(&"h21".to_owned()));
+    let big = eligible_hosts(&cloud.world, &spec(2048), &health, 0, &config).expect("hosts");
+    assert_eq!(big.len(), 19, "the 1 GiB host h20 is out too: {big:?}");
+    assert!(eligible_hosts(&cloud.world, &spec(8192), &health, 0, &config).unwrap_or_default().is_empty());
+}
