@@ -72,6 +72,16 @@ until curl -sf -o /dev/null "http://127.0.0.1:$PORT/"; do
   sleep 0.1
 done
 
+# A reader runs the blocks once the fake hosts are up: wait (bounded) until
+# all four are compute nodes (enrolling one in the pool needs it).
+until [ "$(curl -sf -H 'X-Auth-Token: admin' "http://127.0.0.1:$PORT/compute/v2.1/os-hypervisors" |
+          python3 -c 'import json,sys; print(len(json.load(sys.stdin)["hypervisors"]))' 2>/dev/null)" = 4 ]; do
+  if [ "$SECONDS" -ge "$DEADLINE" ]; then
+    echo "readme-check: the four fake hosts never came up" >&2; tail -n 20 "$WORK/server.log" >&2; exit 1
+  fi
+  sleep 0.1
+done
+
 # The README's port is 8778; this server's is $PORT.
 sed "s/127\.0\.0\.1:8778/127.0.0.1:$PORT/g" "$WORK/blocks.sh" >"$WORK/run.sh"
 LEFT=$((DEADLINE - SECONDS))
