@@ -93,21 +93,31 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
 }
 
-/// Two pool hosts `p0` and `p1` switched through `dir` by `on` and `off`:
-/// off after a minute idle, no spare, 120 s to boot with a 60 s margin,
-/// failed when not back within `resume_timeout` seconds. The clock jumps
-/// to 2040 before the hosts join the pool, so idle times count from the
-/// jump.
-async fn two_host_pool(tag: &str, dir: &Path, on: &str, off: &str, resume_timeout: &str) -> (Cloud, Client, Clock) {
+/// `hosts` pool hosts `p0`, `p1`, … switched through `dir` by `on` and
+/// `off`: off after a minute idle, no spare, 120 s to boot with a 60 s
+/// margin, plus `serve_extra`; the agent takes `agent_extra`. The clock
+/// jumps to 2040 before the hosts join the pool, so idle times count
+/// from the jump.
+async fn power_pool(
+    tag: &str,
+    dir: &Path,
+    (on, off): (&str, &str),
+    serve_extra: &[&str],
+    hosts: usize,
+    agent_extra: &[&str],
+) -> (Cloud, Client, Clock) {
     let mut args = power_args(on, off, &["--suspend-time", "60", "--spare-hosts", "0", "--power-on-secs", "120"]);
-    args.extend(["--power-margin", "60", "--power-resume-timeout", resume_timeout]);
+    args.extend(["--power-margin", "60"]);
+    args.extend_from_slice(serve_extra);
     let mut cloud = Cloud::start(tag, &args).await;
     let d = dir.display().to_string();
-    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d])).await;
+    let mut agent = vec!["--vcpus", "4", "--power-dir", &d];
+    agent.extend_from_slice(agent_extra);
+    cloud.add_agent(Hosts::new("p", hosts, &agent)).await;
     let admin = rsv(&cloud.server, "admin");
     let clock = Clock::start(&cloud, &admin).await;
-    for h in ["p0", "p1"] {
-        enrol(&admin, h, json!({})).await;
+    for i in 0..hosts {
+        enrol(&admin, &format!("p{i}"), json!({})).await;
     }
     (cloud, admin, clock)
 }
@@ -189,21 +199,7 @@ async fn an_idle_pool_host_goes_off_but_never_one_with_a_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lease_an_hour_ahead_wakes_its_host_in_time() {
     let (dir, on, off) = power_dir("pw-wake");
-    let d = dir.display().to_string();
-    let args = power_args(
-        &on,
-        &off,
-        &["--suspend-time", "60", "--spare-hosts", "0", "--power-on-secs", "120", "--power-margin", "60"],
-    );
-    let mut cloud = Cloud::start("pw-wake", &args).await;
-    cloud.add_agent(Hosts::new("p", 2, &["--vcpus", "4", "--power-dir", &d, "--power-on-secs", "2"])).await;
-    let admin = rsv(&cloud.server, "admin");
-    // The clock jumps before the hosts join the pool: idle times count
-    // from the jump.
-    let mut clock = Clock::start(&cloud, &admin).await;
-    for h in ["p0", "p1"] {
-        enrol(&admin, h, json!({})).await;
-    }
+    let (cloud, admin, mut clock) = power_pool("pw-wake", &dir, (&on, &off), &[], 2, &["--power-on-secs", "2"]).await;
     settle().await;
     clock.set(&cloud, 120).await;
     wait_power(&admin, "p0", "off").await;
@@ -235,7 +231,8 @@ async fn a_lease_an_hour_ahead_wakes_its_host_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_host_that_does_not_come_back_fails_and_its_lease_takes_another() {
     let (dir, on, off) = power_dir("pw-fail");
-    let (cloud, admin, mut clock) = two_host_pool("pw-fail", &dir, &on, &off, "90").await;
+    let (cloud, admin, mut clock) =
+        power_pool("pw-fail", &dir, (&on, &off), &["--power-resume-timeout", "90"], 2, &[]).await;
     settle().await;
     clock.set(&cloud, 120).await;
     wait_power(&admin, "p0", "off").await;
@@ -307,21 +304,10 @@ async fn the_power_down_rate_limit_holds_when_500_hosts_could_go_off_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restart_during_a_power_up_does_not_run_the_command_again() {
     let (dir, on, off) = power_dir("pw-restart");
-    let d = dir.display().to_string();
-    let args = power_args(
-        &on,
-        &off,
-        &["--suspend-time", "60", "--spare-hosts", "0", "--power-on-secs", "120", "--power-margin", "60"],
-    );
-    let mut cloud = Cloud::start("pw-restart", &args).await;
     // The fake host takes 600 s (wall) to boot: it is still powering on
     // when the control plane is killed.
-    cloud.add_agent(Hosts::new("p", 1, &["--vcpus", "4", "--power-dir", &d, "--power-on-secs", "600"])).await;
-    let admin = rsv(&cloud.server, "admin");
-    // The clock jumps before the hosts join the pool: idle times count
-    // from the jump.
-    let mut clock = Clock::start(&cloud, &admin).await;
-    enrol(&admin, "p0", json!({})).await;
+    let (mut cloud, admin, mut clock) =
+        power_pool("pw-restart", &dir, (&on, &off), &[], 1, &["--power-on-secs", "600"]).await;
     settle().await;
     clock.set(&cloud, 120).await;
     wait_power(&admin, "p0", "off").await;
@@ -368,7 +354,8 @@ async fn a_failed_power_command_fails_the_host_at_once_or_leaves_it_on() {
     let (on, off) = failing_commands(&dir);
     // The resume timeout is long: a failed host below is failed by its
     // command, not by the timeout.
-    let (cloud, admin, mut clock) = two_host_pool("pw-cmdfail", &dir, &on, &off, "3000").await;
+    let (cloud, admin, mut clock) =
+        power_pool("pw-cmdfail", &dir, (&on, &off), &["--power-resume-timeout", "3000"], 2, &[]).await;
     // p0's power-off fails: p0 stays on (counted), p1 goes off.
     std::fs::write(dir.join("p0.broken"), "").unwrap();
     settle().await;
