@@ -33,7 +33,9 @@ use std::sync::atomic::Ordering;
 
 use berth_compute::control::{read, write};
 use berth_compute::servers::{Caller, ServiceError};
-use berth_compute_model::lease::{EndPolicy, EventType, LeaseStatus, PowerState, ReservationKind, RESERVATION_SPEC};
+use berth_compute_model::lease::{
+    named_reservation, EndPolicy, EventType, LeaseStatus, PowerState, ReservationKind, RESERVATION_SPEC,
+};
 use berth_compute_model::{ComputeError, World, WorldChangeSet};
 use berth_reservation_model::{self as plan, Query};
 use uuid::Uuid;
@@ -47,20 +49,16 @@ use crate::Reservations;
 fn servers_to_delete(world: &World, lease_id: Uuid) -> Vec<Uuid> {
     let mut out: BTreeSet<Uuid> = servers_of_lease(world, lease_id).into_iter().collect();
     let Some(lease) = world.compute.leases.leases.get(&lease_id) else { return Vec::new() };
-    let slots: BTreeSet<String> = lease
+    let slots: BTreeSet<Uuid> = lease
         .reservations
         .iter()
         .filter(|r| matches!(r.kind, ReservationKind::Instance { .. }))
-        .map(|r| r.id.to_string())
+        .map(|r| r.id)
         .collect();
     if !slots.is_empty() {
         for (instance, spec) in &world.compute.request_specs {
-            let named = spec
-                .hints
-                .get("reservation")
-                .and_then(|v| v.first())
-                .or_else(|| spec.flavor.extra_specs.get(RESERVATION_SPEC));
-            if named.is_some_and(|rid| slots.contains(rid)) && world.compute.instance_mappings.contains_key(instance) {
+            let named = named_reservation(spec).ok().flatten();
+            if named.is_some_and(|rid| slots.contains(&rid)) && world.compute.instance_mappings.contains_key(instance) {
                 out.insert(*instance);
             }
         }
