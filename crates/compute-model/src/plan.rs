@@ -1105,12 +1105,14 @@ pub fn check_host_owner<'a>(world: &World, caller: &str, hosts: impl IntoIterato
                 )));
             }
         }
-        let bound = if world.compute.agent_credentials.contains_key(host) {
-            Some(credential_identity(host))
+        // Compared without building the identity or copying the owner: an
+        // agent's long poll checks all its hosts (thousands) each time.
+        let bound_elsewhere = if world.compute.agent_credentials.contains_key(host) {
+            credential_host(caller) != Some(host)
         } else {
-            world.compute.host_mappings.get(host).and_then(|m| m.owner.clone())
+            world.compute.host_mappings.get(host).and_then(|m| m.owner.as_deref()).is_some_and(|owner| owner != caller)
         };
-        if bound.is_some_and(|owner| owner != caller) {
+        if bound_elsewhere {
             return Err(ComputeError::Forbidden(format!("Host {host} is bound to another agent identity.")));
         }
     }

@@ -197,6 +197,14 @@ impl berth_scheduler::HostHealth for HealthAt<'_> {
     fn failed_builds(&self, host: &str) -> i64 {
         self.health.hosts.read().unwrap_or_else(|p| p.into_inner()).get(host).map_or(0, |r| r.failed_builds)
     }
+    fn status(&self, host: &str) -> berth_scheduler::HostStatus {
+        let hosts = self.health.hosts.read().unwrap_or_else(|p| p.into_inner());
+        hosts.get(host).map_or(berth_scheduler::HostStatus::default(), |r| berth_scheduler::HostStatus {
+            up: !r.forced_down && r.last_seen.is_some_and(|t| self.now - t <= self.health.service_down_time),
+            disabled: r.disabled,
+            failed_builds: r.failed_builds,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -220,6 +228,20 @@ mod tests {
         assert_eq!(health.at(0).failed_builds("h"), 2);
         health.build_succeeded("h");
         assert_eq!(health.at(0).failed_builds("h"), 0);
+        // `status` (one lookup) says what the three questions say.
+        health.build_failed("h");
+        for (host, now) in [("h", 100), ("h", 161), ("nobody", 100)] {
+            let at = health.at(now);
+            let expected = berth_scheduler::HostStatus {
+                up: at.is_up(host),
+                disabled: at.is_disabled(host),
+                failed_builds: at.failed_builds(host),
+            };
+            assert_eq!(at.status(host), expected, "{host} at {now}");
+        }
+        health.set_flags("h", false, false);
+        assert!(health.at(160).status("h").up && !health.at(160).status("h").disabled);
+        assert_eq!(health.at(160).status("h").failed_builds, 1);
     }
 
     /// `known` counts each host once, from its first heartbeat or service

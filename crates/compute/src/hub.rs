@@ -164,7 +164,10 @@ impl Task {
 
 #[derive(Debug)]
 struct Agent {
-    hosts: HashSet<String>,
+    /// Shared, so that the agent's long poll (which checks all of them
+    /// against their binding) borrows them instead of copying thousands of
+    /// names each time.
+    hosts: Arc<HashSet<String>>,
     queue: VecDeque<Task>,
     queued: HashSet<String>,
     notify: Arc<tokio::sync::Notify>,
@@ -202,20 +205,20 @@ impl Hub {
     pub fn register(&self, agent: &str, hosts: &[String]) {
         let mut inner = self.lock();
         let entry = inner.agents.entry(agent.to_owned()).or_insert_with(|| Agent {
-            hosts: HashSet::new(),
+            hosts: Arc::default(),
             queue: VecDeque::new(),
             queued: HashSet::new(),
             notify: Arc::new(tokio::sync::Notify::new()),
         });
-        entry.hosts.extend(hosts.iter().cloned());
+        Arc::make_mut(&mut entry.hosts).extend(hosts.iter().cloned());
         for host in hosts {
             inner.host_agent.insert(host.clone(), agent.to_owned());
         }
     }
 
     /// The hosts `agent` registered here (None: unknown agent).
-    pub fn hosts_of(&self, agent: &str) -> Option<Vec<String>> {
-        self.lock().agents.get(agent).map(|a| a.hosts.iter().cloned().collect())
+    pub fn hosts_of(&self, agent: &str) -> Option<Arc<HashSet<String>>> {
+        self.lock().agents.get(agent).map(|a| a.hosts.clone())
     }
 
     /// Is `agent` known here?

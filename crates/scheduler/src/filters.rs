@@ -13,37 +13,81 @@ use berth_compute_model::choice::{group_allows, host_of_instance};
 use berth_compute_model::lease::named_reservation;
 use berth_compute_model::{RequestSpec, ServerGroup, Timestamp, World, CELL0_UUID};
 
-use crate::{HostHealth, HostState};
+use crate::{HostHealth, HostState, HostStatus};
 
 /// The filters whose answer does not change while one request's instances
-/// are placed.
-pub(crate) fn passes_static(
-    world: &World,
-    host: &HostState<'_>,
-    spec: &RequestSpec,
-    health: &dyn HostHealth,
-    ignore_hosts: &[String],
+/// are placed, with what they read from the request worked out once per
+/// scheduler run rather than once per host (a run weighs up to
+/// `max_placement_results` hosts).
+pub(crate) struct StaticFilters<'a> {
+    world: &'a World,
+    ignore_hosts: &'a [String],
     now: Timestamp,
     lend_lead: Option<Timestamp>,
-) -> bool {
-    let name = host.node.host.as_str();
-    if ignore_hosts.iter().any(|h| h == name) {
-        return false;
+    /// The reservation the request names; `Err`: a hint that is not a
+    /// reservation id, which matches no host.
+    reservation: Result<Option<uuid::Uuid>, ()>,
+    /// The flavor's scoped `aggregate_instance_extra_specs:` keys.
+    scoped: Vec<(&'a str, &'a str)>,
+    /// `same_host`: the hosts of the named instances (`None`: no hint).
+    same_host: Option<Vec<&'a str>>,
+    /// `different_host`: the hosts of the named instances.
+    different_host: Vec<&'a str>,
+}
+
+impl<'a> StaticFilters<'a> {
+    pub(crate) fn new(
+        world: &'a World,
+        spec: &'a RequestSpec,
+        ignore_hosts: &'a [String],
+        now: Timestamp,
+        lend_lead: Option<Timestamp>,
+    ) -> Self {
+        let hosts_of = |instances: &[uuid::Uuid]| -> Vec<&'a str> {
+            instances.iter().filter_map(|i| host_of_instance(world, i).map(|n| n.host.as_str())).collect()
+        };
+        StaticFilters {
+            world,
+            ignore_hosts,
+            now,
+            lend_lead,
+            reservation: named_reservation(spec).map_err(|_| ()),
+            scoped: scoped_extra_specs(spec),
+            same_host: (!spec.same_host.is_empty()).then(|| hosts_of(&spec.same_host)),
+            different_host: hosts_of(&spec.different_host),
+        }
     }
-    // Mapped to an enabled cell (a host without a host mapping is never
-    // chosen: its instances would be unreachable).
-    let Some(mapping) = world.compute.host_mappings.get(name) else { return false };
-    if mapping.cell == CELL0_UUID || world.compute.cells.get(&mapping.cell).is_none_or(|c| c.disabled) {
-        return false;
+
+    /// Does `host` pass? Its health when it does (the weighers read its
+    /// failed builds from it).
+    pub(crate) fn passes(&self, host: &HostState<'_>, health: &dyn HostHealth) -> Option<HostStatus> {
+        let world = self.world;
+        let name = host.node.host.as_str();
+        if self.ignore_hosts.iter().any(|h| h == name) {
+            return None;
+        }
+        // Mapped to an enabled cell (a host without a host mapping is never
+        // chosen: its instances would be unreachable).
+        let mapping = world.compute.host_mappings.get(name)?;
+        if mapping.cell == CELL0_UUID || world.compute.cells.get(&mapping.cell).is_none_or(|c| c.disabled) {
+            return None;
+        }
+        // ComputeFilter.
+        let status = health.status(name);
+        if !status.up || status.disabled {
+            return None;
+        }
+        // Blazar's filter: a host enrolled for reservations takes only
+        // boots for an active reservation that holds it, and such boots go
+        // nowhere else; with pool lending, a pool host no lease needs within
+        // the lead time takes ordinary boots too (`LeaseTables::host_allows`).
+        let Ok(reservation) = self.reservation else { return None };
+        let passes = world.compute.leases.host_allows(name, reservation, self.now, self.lend_lead)
+            && aggregate_extra_specs_pass(world, name, &self.scoped)
+            && self.same_host.as_ref().is_none_or(|hosts| hosts.contains(&name))
+            && !self.different_host.contains(&name);
+        passes.then_some(status)
     }
-    // ComputeFilter.
-    if !health.is_up(name) || health.is_disabled(name) {
-        return false;
-    }
-    reservation_pass(world, name, spec, now, lend_lead)
-        && aggregate_extra_specs_pass(world, name, spec)
-        && same_host_pass(world, name, spec)
-        && different_host_pass(world, name, spec)
 }
 
 /// The server group's hard policy, given the members already on each host.
@@ -51,45 +95,22 @@ pub(crate) fn group_passes(group: &ServerGroup, host: &str, members_on: &HashMap
     group_allows(group, host, members_on)
 }
 
-fn same_host_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
-    spec.same_host.is_empty()
-        || spec.same_host.iter().any(|i| host_of_instance(world, i).is_some_and(|n| n.host == host))
-}
-
-fn different_host_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
-    !spec.different_host.iter().any(|i| host_of_instance(world, i).is_some_and(|n| n.host == host))
-}
-
-/// Blazar's filter: a host enrolled for reservations takes only boots for
-/// an active reservation that holds it (scheduler hint `reservation`, or a
-/// reservation flavor's `aggregate_instance_extra_specs:reservation`), and
-/// such boots go nowhere else; with pool lending, a pool host no lease
-/// needs within the lead time takes ordinary boots too
-/// (`LeaseTables::host_allows`).
-fn reservation_pass(
-    world: &World,
-    host: &str,
-    spec: &RequestSpec,
-    now: Timestamp,
-    lend_lead: Option<Timestamp>,
-) -> bool {
-    match named_reservation(spec) {
-        Ok(reservation) => world.compute.leases.host_allows(host, reservation, now, lend_lead),
-        // A hint that is not a reservation id matches no host.
-        Err(_) => false,
-    }
-}
-
 const SCOPE: &str = "aggregate_instance_extra_specs";
 
-fn aggregate_extra_specs_pass(world: &World, host: &str, spec: &RequestSpec) -> bool {
-    let scoped: Vec<(&str, &str)> = spec
-        .flavor
+/// The flavor's `aggregate_instance_extra_specs:KEY` requirements, but
+/// the reservation's (Blazar's filter checks that one).
+fn scoped_extra_specs(spec: &RequestSpec) -> Vec<(&str, &str)> {
+    spec.flavor
         .extra_specs
         .iter()
         .filter_map(|(k, v)| k.strip_prefix(SCOPE).and_then(|k| k.strip_prefix(':')).map(|k| (k, v.as_str())))
         .filter(|(k, _)| *k != "reservation")
-        .collect();
+        .collect()
+}
+
+/// `AggregateInstanceExtraSpecsFilter`: every scoped key is matched by
+/// the metadata of one of the host's aggregates.
+fn aggregate_extra_specs_pass(world: &World, host: &str, scoped: &[(&str, &str)]) -> bool {
     if scoped.is_empty() {
         return true;
     }

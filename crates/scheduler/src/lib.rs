@@ -111,6 +111,22 @@ pub trait HostHealth {
     fn is_disabled(&self, host: &str) -> bool;
     /// Recent failed builds on the host (reset by a success).
     fn failed_builds(&self, host: &str) -> i64;
+    /// All three at once (a scheduler run asks for every host it weighs,
+    /// so an implementation that looks a host up once should say so here).
+    fn status(&self, host: &str) -> HostStatus {
+        HostStatus { up: self.is_up(host), disabled: self.is_disabled(host), failed_builds: self.failed_builds(host) }
+    }
+}
+
+/// A host's health as one scheduler run sees it ([`HostHealth::status`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostStatus {
+    /// [`HostHealth::is_up`].
+    pub up: bool,
+    /// [`HostHealth::is_disabled`].
+    pub disabled: bool,
+    /// [`HostHealth::failed_builds`].
+    pub failed_builds: i64,
 }
 
 /// No host can take the request (Nova's `NoValidHost`).
@@ -171,6 +187,17 @@ pub fn host_root<'p>(world: &World, providers: impl IntoIterator<Item = &'p Uuid
     })
 }
 
+/// [`host_root`]'s compute node.
+fn host_node<'w, 'p>(world: &'w World, providers: impl IntoIterator<Item = &'p Uuid>) -> Option<&'w ComputeNodeRef> {
+    providers.into_iter().find_map(|uuid| {
+        if world.placement.sharing_providers.contains(uuid) {
+            return None;
+        }
+        let root = world.placement.provider(uuid)?.row.root;
+        world.compute.compute_nodes.get(&root)
+    })
+}
+
 /// One allocation candidate, flat: `(provider, resource class, amount)`,
 /// each provider and class once.
 pub(crate) type Candidate<'a> = Vec<(Uuid, &'a str, i64)>;
@@ -186,6 +213,9 @@ pub(crate) struct HostState<'w> {
     /// A pool host lent to this ordinary boot: when the next lease needs
     /// it (`None`: not a lent host).
     pub(crate) lent_until: Option<Timestamp>,
+    /// Its recent failed builds (the build failure weigher's input, read
+    /// once per run).
+    pub(crate) failed_builds: i64,
 }
 
 /// What claims in flight and this request's earlier instances take, per
@@ -198,6 +228,8 @@ type Extra<'a> = HashMap<Uuid, HashMap<&'a str, i64>>;
 /// a provider with `extra` needs checking again: most hosts are untouched,
 /// and the check (a provider lookup, an inventory lookup by class name and
 /// a usage sum per amount) was half of a scheduler run at 1,000 hosts.
+/// [`schedule`] asks only for hosts it knows are touched (a map lookup
+/// per host and instance was a tenth of a run at 5,000 hosts).
 fn fits(world: &World, candidate: &Candidate<'_>, extra: &Extra<'_>) -> bool {
     if !candidate.iter().any(|(uuid, _, _)| extra.contains_key(uuid)) {
         return true;
@@ -262,11 +294,18 @@ pub fn eligible_hosts(
         Some(group) => group_hosts(world, group, &std::collections::BTreeSet::new()),
         None => HashMap::new(),
     };
+    let filters = filters::StaticFilters::new(world, &spec, &[], now, config.pool_lend_lead);
     let mut out = Vec::new();
     for root in roots {
         let Some(node) = world.compute.compute_nodes.get(&root) else { continue };
-        let host = HostState { node, candidates: Vec::new(), free: weighers::Free::default(), lent_until: None };
-        if filters::passes_static(world, &host, &spec, health, &[], now, config.pool_lend_lead)
+        let host = HostState {
+            node,
+            candidates: Vec::new(),
+            free: weighers::Free::default(),
+            lent_until: None,
+            failed_builds: 0,
+        };
+        if filters.passes(&host, health).is_some()
             && group.is_none_or(|g| filters::group_passes(g, &node.host, &members_on))
         {
             out.push(node.host.clone());
@@ -297,11 +336,12 @@ pub fn schedule(
     let mut stats = Stats { candidates: candidates.allocation_requests.len(), ..Stats::default() };
 
     // Group the candidates by host: the compute node whose tree their
-    // non-sharing providers are in.
-    let mut order: Vec<Uuid> = Vec::new();
-    let mut by_root: HashMap<Uuid, Vec<Candidate<'_>>> = HashMap::new();
+    // non-sharing providers are in (one map lookup per candidate; the
+    // groups keep the candidates' order).
+    let mut groups: Vec<(&ComputeNodeRef, Vec<Candidate<'_>>)> = Vec::new();
+    let mut group_of_root: HashMap<Uuid, usize> = HashMap::with_capacity(candidates.allocation_requests.len());
     for candidate in &candidates.allocation_requests {
-        let Some(root) = host_root(world, candidate.allocations.iter().map(|(p, _)| p)) else { continue };
+        let Some(node) = host_node(world, candidate.allocations.iter().map(|(p, _)| p)) else { continue };
         let mut flat: Candidate<'_> = Vec::with_capacity(candidate.allocations.len() * 2);
         for (provider, amounts) in &candidate.allocations {
             for (class, amount) in amounts {
@@ -312,18 +352,19 @@ pub fn schedule(
                 }
             }
         }
-        let entry = by_root.entry(root).or_default();
-        if entry.is_empty() {
-            order.push(root);
-        }
-        entry.push(flat);
+        let idx = *group_of_root.entry(node.uuid).or_insert_with(|| {
+            groups.push((node, Vec::new()));
+            groups.len() - 1
+        });
+        groups[idx].1.push(flat);
     }
-    stats.hosts = order.len();
+    stats.hosts = groups.len();
     let group: Option<&ServerGroup> = spec.group.and_then(|g| world.compute.server_groups.get(&g));
     // What other decisions' claims in flight take, per provider and per
-    // host (their hosts' free amounts as the weighers see them).
+    // host (their hosts' free amounts as the weighers see them), the
+    // latter by the index of the host's group of candidates.
     let mut extra: Extra<'_> = HashMap::new();
-    let mut in_flight_on: HashMap<Uuid, Vec<Candidate<'_>>> = HashMap::new();
+    let mut in_flight_on: Vec<(usize, Candidate<'_>)> = Vec::new();
     for allocations in request.in_flight {
         let mut flat: Candidate<'_> = Vec::new();
         for (provider, amounts) in allocations {
@@ -332,34 +373,36 @@ pub fn schedule(
                 flat.push((*provider, class.as_str(), *amount));
             }
         }
-        if let Some(root) = host_root(world, allocations.keys()) {
-            in_flight_on.entry(root).or_default().push(flat);
+        if let Some(idx) = host_root(world, allocations.keys()).and_then(|root| group_of_root.get(&root)) {
+            in_flight_on.push((*idx, flat));
         }
     }
+    in_flight_on.sort_by_key(|(idx, _)| *idx);
+    let mut in_flight_on = in_flight_on.iter().peekable();
     let ordinary = berth_compute_model::lease::named_reservation(spec) == Ok(None);
-    let mut hosts: Vec<HostState<'_>> = Vec::new();
-    for root in order {
-        let Some(node) = world.compute.compute_nodes.get(&root) else { continue };
+    let filters = filters::StaticFilters::new(world, spec, request.ignore_hosts, request.now, config.pool_lend_lead);
+    let mut hosts: Vec<HostState<'_>> = Vec::with_capacity(groups.len());
+    for (idx, (node, candidates)) in groups.into_iter().enumerate() {
+        let taken_in_flight = std::iter::from_fn(|| in_flight_on.next_if(|(on, _)| *on == idx));
         if request.cell.is_some_and(|cell| cell != node.cell) {
+            taken_in_flight.for_each(drop);
             continue;
         }
-        let mut host = HostState {
-            node,
-            candidates: by_root.remove(&root).unwrap_or_default(),
-            free: weighers::Free::default(),
-            lent_until: None,
-        };
-        if filters::passes_static(world, &host, spec, health, request.ignore_hosts, request.now, config.pool_lend_lead)
-        {
-            host.free = weighers::Free::of(world, root);
+        let mut host =
+            HostState { node, candidates, free: weighers::Free::default(), lent_until: None, failed_builds: 0 };
+        if let Some(status) = filters.passes(&host, health) {
+            host.failed_builds = status.failed_builds;
+            host.free = weighers::Free::of(world, node.uuid);
             if ordinary && config.pool_lend_lead.is_some() {
                 let tables = &world.compute.leases;
                 host.lent_until = tables.host_by_service.get(&node.host).map(|id| tables.next_needed(*id, request.now));
             }
-            for taken in in_flight_on.get(&root).into_iter().flatten() {
+            for (_, taken) in taken_in_flight {
                 host.free.take(taken);
             }
             hosts.push(host);
+        } else {
+            taken_in_flight.for_each(drop);
         }
     }
     stats.filtered = hosts.len();
@@ -370,6 +413,14 @@ pub fn schedule(
         Some(group) => group_hosts(world, group, &claiming),
         None => HashMap::new(),
     };
+    // Hosts with a candidate sharing a provider with `extra`: only their
+    // candidates are checked again ([`fits`]); the others' first candidate
+    // fits, as the candidate engine found on this snapshot.
+    let mut touched: Vec<bool> = if extra.is_empty() {
+        vec![false; hosts.len()]
+    } else {
+        hosts.iter().map(|h| h.candidates.iter().flatten().any(|(uuid, _, _)| extra.contains_key(uuid))).collect()
+    };
     let mut out = Vec::new();
     for instance in request.instances {
         // Hosts (with the first candidate that still fits) for this instance.
@@ -377,7 +428,14 @@ pub fn schedule(
             .iter()
             .enumerate()
             .filter(|(_, h)| group.is_none_or(|g| filters::group_passes(g, &h.node.host, &members_on)))
-            .filter_map(|(idx, h)| h.candidates.iter().position(|c| fits(world, c, &extra)).map(|c| (idx, c)))
+            .filter_map(|(idx, h)| {
+                if touched[idx] {
+                    h.candidates.iter().position(|c| fits(world, c, &extra))
+                } else {
+                    (!h.candidates.is_empty()).then_some(0)
+                }
+                .map(|c| (idx, c))
+            })
             .collect();
         if viable.is_empty() {
             return Err(NoValidHost(format!(
@@ -385,7 +443,7 @@ pub fn schedule(
                 stats.candidates, stats.hosts, stats.filtered
             )));
         }
-        let weights = weighers::weigh(&hosts, &viable, group, &members_on, health, config);
+        let weights = weighers::weigh(&hosts, &viable, group, &members_on, config);
         let mut ranked: Vec<usize> = (0..viable.len()).collect();
         // Lent pool hosts come after every other host, the ones a lease
         // needs latest first: lending adds capacity without sending
@@ -415,6 +473,21 @@ pub fn schedule(
         let taken = selected.candidates[cand_idx].clone();
         for (provider, class, amount) in &taken {
             *extra.entry(*provider).or_default().entry(*class).or_insert(0) += amount;
+        }
+        // Every host with a candidate on a provider just taken: the
+        // selected host, and, when the candidate took from a provider
+        // outside its tree (a sharing provider), any host whose candidates
+        // name that provider.
+        touched[host_idx] = true;
+        let outside = |uuid: &Uuid| {
+            world.placement.sharing_providers.contains(uuid)
+                || world.placement.provider(uuid).is_none_or(|p| p.row.root != selected.node.uuid)
+        };
+        if taken.iter().any(|(uuid, _, _)| outside(uuid)) {
+            for (host, touched) in hosts.iter().zip(touched.iter_mut()).filter(|(_, t)| !**t) {
+                *touched =
+                    host.candidates.iter().flatten().any(|(uuid, _, _)| taken.iter().any(|(p, _, _)| p == uuid));
+            }
         }
         let selected_host = selected.node.host.clone();
         hosts[host_idx].free.take(&taken);

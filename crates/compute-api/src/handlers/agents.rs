@@ -188,7 +188,7 @@ pub fn queues(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         let Some(own) = ctx.compute.hub.hosts_of(agent) else {
             return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
         };
-        hosts.extend(own);
+        hosts.extend(own.iter().cloned());
     }
     if hosts.is_empty() {
         return Err(ApiError::bad_request("'agent' or 'host' query parameter required"));
