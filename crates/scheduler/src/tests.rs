@@ -337,6 +337,24 @@ fn a_shared_disk_pool_is_never_the_host() {
     assert_eq!(host_root(&cloud.world, first.keys()), Some(hosts[0]));
 }
 
+/// An instance that takes from a sharing provider takes it for every
+/// host whose candidates use it: the next instance of the same run sees
+/// the pool as taken on the other host too, not only on the one chosen.
+#[test]
+fn a_shared_pool_taken_by_one_instance_is_taken_for_every_host() {
+    let mut cloud = Cloud::new(&[]);
+    let cell = cloud.cell;
+    let hosts = [cloud.add_host_in(4096, true, cell, false), cloud.add_host_in(2048, true, cell, false)];
+    let pool = share_disk(&mut cloud, &hosts);
+    let mut set = ChangeSet::new();
+    set.push(Change::SetInventories { provider: pool, inventories: [("DISK_GB".to_owned(), inv(1))].into() });
+    cloud.world.apply(&set.into());
+    let one = run(&cloud, &spec(512), 1, &healthy(), &Config::default()).expect("one root disk fits the pool");
+    assert_eq!(one[0].choices[0].root, hosts[0]);
+    let two = run(&cloud, &spec(512), 2, &healthy(), &Config::default());
+    assert!(two.is_err(), "the pool holds one root disk, whichever host the second instance would go to: {two:?}");
+}
+
 /// A move names the instance's cell: hosts of other cells are never
 /// considered, even when they would win the weighing.
 #[test]
