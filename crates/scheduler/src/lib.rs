@@ -485,8 +485,7 @@ pub fn schedule(
         };
         if taken.iter().any(|(uuid, _, _)| outside(uuid)) {
             for (host, touched) in hosts.iter().zip(touched.iter_mut()).filter(|(_, t)| !**t) {
-                *touched =
-                    host.candidates.iter().flatten().any(|(uuid, _, _)| taken.iter().any(|(p, _, _)| p == uuid));
+                *touched = host.candidates.iter().flatten().any(|(uuid, _, _)| taken.iter().any(|(p, _, _)| p == uuid));
             }
         }
         let selected_host = selected.node.host.clone();
