@@ -218,6 +218,10 @@ async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
     // Concurrent boots start at different hosts (a hash of the instance),
     // so they do not all race for the first host of the list.
     let start = if hosts.is_empty() { 0 } else { (delivery.boot.instance.as_u128() % hosts.len() as u128) as usize };
+    if !delivery.boot.gang.is_empty() {
+        let rotated: Vec<&String> = hosts.iter().cycle().skip(start).take(hosts.len()).collect();
+        return handle_gang(shared, delivery, &rotated).await;
+    }
     for host in hosts.iter().cycle().skip(start).take(HOSTS_PER_BOOT.min(hosts.len())) {
         let body = json!({"instance": instance, "host": host});
         let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
@@ -263,4 +267,60 @@ async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
     shared.counters.naks.fetch_add(1, Ordering::Relaxed);
     let _ = delivery.nak(shared.pull.nak_delay).await;
     shared.changed.notify_one();
+}
+
+/// A multi-create's gang: one claim for all its instances on this agent's
+/// hosts (all or none); claimed → build them all, then ack; refused → nak
+/// (an agent with more room takes it).
+async fn handle_gang(shared: &Shared, delivery: Delivery, hosts: &[&String]) {
+    let instances: Vec<String> = delivery.boot.gang.iter().map(ToString::to_string).collect();
+    let body = json!({"instances": instances, "hosts": hosts});
+    let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
+        Ok((200, answer)) => answer,
+        Ok((status, answer)) => {
+            tracing::warn!(status, %answer, "gang claim refused by the control plane");
+            let _ = delivery.nak(Duration::from_secs(1)).await;
+            return;
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "gang claim failed");
+            let _ = delivery.nak(Duration::from_secs(1)).await;
+            return;
+        }
+    };
+    match answer["result"].as_str() {
+        Some("claimed") => {
+            let tasks = answer["tasks"].as_array().cloned().unwrap_or_default();
+            let mut builds = tokio::task::JoinSet::new();
+            for task in tasks.iter().cloned() {
+                let (config, events, in_flight) =
+                    (shared.config.clone(), shared.events.clone(), shared.in_flight.clone());
+                builds.spawn(async move {
+                    let id = task["id"].as_str().unwrap_or("").to_owned();
+                    let fresh = in_flight.lock().map(|mut s| s.insert(id)).unwrap_or(false);
+                    if fresh {
+                        let event = run_task(&config, &task).await;
+                        if !event.is_null() {
+                            let _ = events.send(event);
+                        }
+                    }
+                });
+            }
+            while builds.join_next().await.is_some() {}
+            shared.counters.claimed.fetch_add(tasks.len() as u64, Ordering::Relaxed);
+            if let Err(err) = delivery.ack().await {
+                tracing::warn!(instance = %delivery.boot.instance, error = %err, "ack failed (the claim is idempotent)");
+            }
+            shared.changed.notify_one();
+        }
+        Some("gone") => {
+            shared.counters.gone.fetch_add(1, Ordering::Relaxed);
+            let _ = delivery.ack().await;
+        }
+        _ => {
+            shared.counters.naks.fetch_add(1, Ordering::Relaxed);
+            let _ = delivery.nak(shared.pull.nak_delay).await;
+            shared.changed.notify_one();
+        }
+    }
 }

@@ -145,7 +145,8 @@ impl berth_compute::pull::Broker for NatsBroker {
                 queues.consumer(&boot.queue).await.map_err(|e| e.to_string())?;
                 self.consumers.lock().unwrap_or_else(|p| p.into_inner()).insert(boot.queue.clone());
             }
-            let message = berth_pull::Boot { instance: boot.instance, queue: boot.queue, attempt: boot.attempt };
+            let message =
+                berth_pull::Boot { instance: boot.instance, queue: boot.queue, attempt: boot.attempt, gang: boot.gang };
             queues.publish(&message).await.map(|_| ()).map_err(|e| e.to_string())
         })
     }
@@ -511,8 +512,22 @@ impl ComputeServices {
                 "Boots a pull queue cannot carry, scheduled by the push scheduler.",
                 routed.values().sum(),
             ),
-            ("berth_pull_routed_server_group_total", "Boots routed to push: server group.", reason("server_group")),
-            ("berth_pull_routed_multi_create_total", "Boots routed to push: multi-create.", reason("multi_create")),
+            (
+                "berth_pull_routed_server_group_total",
+                "Boots routed to push: a server group whose policy is gone.",
+                reason("server_group"),
+            ),
+            ("berth_pull_routed_affinity_total", "Boots routed to push: hard affinity group.", reason("affinity")),
+            (
+                "berth_pull_routed_soft_policy_total",
+                "Boots routed to push: soft-affinity or soft-anti-affinity group (weighers).",
+                reason("soft_policy"),
+            ),
+            (
+                "berth_pull_routed_server_group_multi_create_total",
+                "Boots routed to push: a multi-create into a server group.",
+                reason("server_group_multi_create"),
+            ),
             ("berth_pull_routed_forced_host_total", "Boots routed to push: forced host.", reason("forced_host")),
             (
                 "berth_pull_routed_host_hints_total",

@@ -30,7 +30,7 @@ use berth_compute_model::cell::task_state;
 use berth_compute_model::choice::host_of_instance;
 use berth_compute_model::plan::{plan_claim, ClaimFailure};
 use berth_compute_model::pull::{pull_routable, queue_key};
-use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet};
+use berth_compute_model::{BuildRequest, GroupPolicy, RequestSpec, World, WorldChangeSet};
 use berth_scheduler::eligible_hosts;
 use berth_store::CellOp;
 use uuid::Uuid;
@@ -52,6 +52,9 @@ pub struct Publication {
     pub queue: String,
     /// Its build attempt (deduplication: one message per attempt).
     pub attempt: i64,
+    /// A multi-create's instances in launch order, `instance` first (one
+    /// message: a gang); empty for a single boot.
+    pub gang: Vec<Uuid>,
 }
 
 /// Where boots are published (NATS JetStream in `berth serve`; the
@@ -122,8 +125,16 @@ impl Pull {
         self.queues.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
     }
 
+    /// Remember queue `key` with the spec its hosts are evaluated against:
+    /// `spec` without its group and as one instance (neither is in the
+    /// key; the claim checks both).
     fn note_queue(&self, key: &str, spec: &RequestSpec) {
-        self.queues.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_insert_with(|| spec.clone());
+        self.queues.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_insert_with(|| {
+            let mut spec = spec.clone();
+            spec.group = None;
+            spec.num_instances = 1;
+            spec
+        });
     }
 
     fn routed(&self, reason: &'static str) {
@@ -143,13 +154,18 @@ impl Compute {
         // Queues of boots admitted before (a restart).
         read(&*self.control, |w| {
             for spec in w.compute.build_requests.keys().filter_map(|i| w.compute.request_specs.get(i)) {
-                if pull_routable(spec, 1).is_ok() {
+                if pull_routable(spec, 1, group_policy(w, spec)).is_ok() {
                     self.pull.note_queue(&queue_key(spec), spec);
                 }
             }
         });
         true
     }
+}
+
+/// The policy of `spec`'s server group, if it has one.
+fn group_policy<'w>(w: &'w World, spec: &RequestSpec) -> Option<&'w GroupPolicy> {
+    spec.group.and_then(|g| w.compute.server_groups.get(&g)).map(|g| &g.policy)
 }
 
 async fn publish_one(compute: &Compute, boot: Publication) -> bool {
@@ -159,12 +175,13 @@ async fn publish_one(compute: &Compute, boot: Publication) -> bool {
         // Another publish of it is under way.
         return true;
     }
+    let members = if boot.gang.is_empty() { vec![instance] } else { boot.gang.clone() };
     let outcome = broker.publish(boot).await;
     compute.pull.publishing.lock().unwrap_or_else(|p| p.into_inner()).remove(&instance);
     match outcome {
         Ok(()) => {
             compute.pull.metrics.published.fetch_add(1, Ordering::Relaxed);
-            compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).insert(instance);
+            compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).extend(members);
             true
         }
         Err(err) => {
@@ -184,7 +201,9 @@ pub(crate) async fn deliver(compute: &Arc<Compute>, jobs: Vec<BootJob>) -> Vec<B
         if boot.builds.is_empty() {
             continue;
         }
-        if let Err(reason) = pull_routable(&boot.spec, boot.builds.len()) {
+        let routable =
+            read(&*compute.control, |w| pull_routable(&boot.spec, boot.builds.len(), group_policy(w, &boot.spec)));
+        if let Err(reason) = routable {
             compute.pull.routed(reason);
             push.push(job);
             continue;
@@ -192,11 +211,19 @@ pub(crate) async fn deliver(compute: &Arc<Compute>, jobs: Vec<BootJob>) -> Vec<B
         let queue = queue_key(&boot.spec);
         compute.pull.note_queue(&queue, &boot.spec);
         let attempt = boot.spec.retry.attempts();
-        for build in &boot.builds {
-            publish_one(compute, Publication { instance: build.instance_uuid, queue: queue.clone(), attempt }).await;
-        }
+        publish_one(compute, publication(&boot.builds, queue, attempt)).await;
     }
     push
+}
+
+/// The message of `builds` (one boot, or a multi-create's gang in launch
+/// order, named by its first instance).
+fn publication(builds: &[BuildRequest], queue: String, attempt: i64) -> Publication {
+    let mut gang: Vec<(i64, Uuid)> = builds.iter().map(|b| (b.spec.launch_index, b.instance_uuid)).collect();
+    gang.sort();
+    let gang: Vec<Uuid> = gang.into_iter().map(|(_, i)| i).collect();
+    let instance = gang.first().copied().unwrap_or_default();
+    Publication { instance, queue, attempt, gang: if gang.len() > 1 { gang } else { Vec::new() } }
 }
 
 /// Publish what no publish of this process acknowledged and bury what
@@ -222,7 +249,8 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
         let mut expired = Vec::new();
         for build in w.compute.build_requests.values() {
             let Some(spec) = w.compute.request_specs.get(&build.instance_uuid) else { continue };
-            if build.held || pull_routable(spec, 1).is_err() {
+            let instances = spec.num_instances.max(1) as usize;
+            if build.held || pull_routable(spec, instances, group_policy(w, spec)).is_err() {
                 continue;
             }
             if now - build.created_at >= timeout {
@@ -236,11 +264,22 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
         }
         (to_publish, expired)
     });
+    // A multi-create's members go as one gang again (its reservation id
+    // names it), in launch order as when first published.
+    let mut messages: BTreeMap<String, (Vec<BuildRequest>, RequestSpec)> = BTreeMap::new();
     for (build, spec) in to_publish {
+        let key = if spec.num_instances > 1 {
+            format!("gang:{}", spec.reservation_id)
+        } else {
+            format!("one:{}", build.instance_uuid)
+        };
+        messages.entry(key).or_insert_with(|| (Vec::new(), spec)).0.push(build);
+    }
+    for (builds, spec) in messages.into_values() {
         let queue = queue_key(&spec);
         compute.pull.note_queue(&queue, &spec);
         let attempt = spec.retry.attempts();
-        if !publish_one(compute, Publication { instance: build.instance_uuid, queue, attempt }).await {
+        if !publish_one(compute, publication(&builds, queue, attempt)).await {
             // NATS is down: the next pass tries again.
             break;
         }
@@ -330,6 +369,8 @@ pub enum PullClaim {
     Gone,
     /// The host cannot take it now (why): let another agent try.
     Refused(String),
+    /// A gang claimed on the agent's hosts (now, or before): build each.
+    ClaimedAll(Vec<Task>),
 }
 
 /// Claim `instance` for `host`: the conductor's claim with the destination
@@ -414,6 +455,141 @@ pub async fn claim_on_host(compute: &Arc<Compute>, instance: Uuid, host: &str) -
         }
         Err(err) => {
             purge(compute).await;
+            refused(format!("the claim failed: {err}"))
+        }
+    }
+}
+
+/// Hosts tried for each instance of a gang before the gang is refused.
+const GANG_HOSTS_PER_INSTANCE: usize = 8;
+
+/// Claim a multi-create's `instances` (a gang, launch order) on `hosts`
+/// (the claiming agent's hosts that can take its queue): each instance
+/// goes to the first of `hosts`, from where the previous one went, that
+/// the forced-host scheduler round finds room on (the rounds before it
+/// count as in flight, so a gang packs a host without overfilling it in
+/// the view), then ONE planned write claims them all or none
+/// (`plan_claim`). Idempotent: a gang claimed before on these hosts gets
+/// the same answer. [`PullClaim::ClaimedAll`] carries one build per
+/// instance.
+pub async fn claim_gang(compute: &Arc<Compute>, instances: &[Uuid], hosts: &[String]) -> PullClaim {
+    let job = BootJob { instances: instances.to_vec(), request_id: format!("req-{}", Uuid::new_v4()) };
+    let refused = |why: String| {
+        compute.pull.metrics.claims_refused.fetch_add(1, Ordering::Relaxed);
+        PullClaim::Refused(why)
+    };
+    let Some(boot) = conductor::load(compute, job.clone()).filter(|b| !b.builds.is_empty()) else {
+        // Claimed already (here: the same answer), or buried, or deleted.
+        let placed: Option<Vec<(Uuid, String)>> = read(&*compute.control, |w| {
+            instances
+                .iter()
+                .map(|i| {
+                    let mapped = w.compute.instance_mappings.get(i).is_some_and(|m| !m.queued_for_delete);
+                    host_of_instance(w, i).filter(|n| mapped && hosts.contains(&n.host)).map(|n| (*i, n.host.clone()))
+                })
+                .collect()
+        });
+        if let Some(placed) = placed {
+            let tasks: Vec<Task> =
+                placed.iter().filter_map(|(i, host)| Task::new(*i, host, task_state::SPAWNING)).collect();
+            for task in &tasks {
+                compute.hub.mark_handed_out(task);
+            }
+            return PullClaim::ClaimedAll(tasks);
+        }
+        compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
+        return PullClaim::Gone;
+    };
+    if hosts.is_empty() {
+        return refused("no host given".to_owned());
+    }
+    compute.learn_unknown_hosts().await;
+    let now = compute.now();
+    let mut choices = Vec::new();
+    let mut cells = Vec::new();
+    let mut rounds = Vec::new();
+    let mut at = 0;
+    for build in &boot.builds {
+        let mut why = String::from("There are not enough hosts available.");
+        let mut found = false;
+        for _ in 0..GANG_HOSTS_PER_INSTANCE.min(hosts.len()) {
+            let mut spec = boot.spec.clone();
+            spec.force_host = Some(hosts[at % hosts.len()].clone());
+            spec.force_node = None;
+            match conductor::schedule_round(compute, &spec, &[build.instance_uuid], now) {
+                Ok((mut chosen, mut in_cells, in_flight)) => {
+                    choices.append(&mut chosen);
+                    cells.append(&mut in_cells);
+                    rounds.push(in_flight);
+                    found = true;
+                    break;
+                }
+                Err(no_host) => {
+                    why = no_host.0;
+                    at += 1;
+                }
+            }
+        }
+        if !found {
+            return refused(format!("the gang of {} does not fit these hosts: {why}", boot.builds.len()));
+        }
+    }
+    let mut inserted = HashMap::new();
+    let mut ops = HashMap::new();
+    conductor::row_ops(&boot.job, &boot.builds, &choices, &cells, &mut inserted, now, &mut ops);
+    let purge = |compute: &Arc<Compute>, inserted: HashMap<Uuid, Uuid>| {
+        let compute = compute.clone();
+        async move {
+            for (instance, cell_id) in inserted {
+                if let Some(mapping) = compute.cell(&cell_id) {
+                    if let Ok(cell) = compute.cells.get(&mapping) {
+                        let _ = cell.write(vec![CellOp::PurgeInstance(instance)]).await;
+                    }
+                }
+            }
+        }
+    };
+    if let Err(err) = conductor::write_cells(compute, ops).await {
+        purge(compute, inserted).await;
+        return refused(format!("writing the instance rows failed: {err}"));
+    }
+    let now = compute.now();
+    let lend_lead = compute.config.scheduler.pool_lend_lead;
+    let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now, lend_lead)? {
+        Ok((set, claimed)) => Ok((set, Ok(claimed))),
+        Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
+    });
+    drop(rounds);
+    match claim {
+        Ok(Ok(claimed)) => {
+            if claimed.placed.is_empty() {
+                // Deleted or buried meanwhile.
+                purge(compute, inserted).await;
+                compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
+                return PullClaim::Gone;
+            }
+            compute.pull.metrics.claims.fetch_add(claimed.placed.len() as u64, Ordering::Relaxed);
+            {
+                let mut published = compute.pull.published.lock().unwrap_or_else(|p| p.into_inner());
+                for (instance, _) in &claimed.placed {
+                    published.remove(instance);
+                }
+            }
+            let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
+            let tasks: Vec<Task> = claimed
+                .placed
+                .iter()
+                .filter(|(i, _)| handed.contains(i))
+                .filter_map(|(i, node)| Task::new(*i, &node.host, task_state::SPAWNING))
+                .collect();
+            PullClaim::ClaimedAll(tasks)
+        }
+        Ok(Err(ClaimFailure::NoRoom(_))) => {
+            purge(compute, inserted).await;
+            refused("the hosts no longer fit the gang".to_owned())
+        }
+        Err(err) => {
+            purge(compute, inserted).await;
             refused(format!("the claim failed: {err}"))
         }
     }

@@ -82,19 +82,35 @@ pub struct Boot {
     pub queue: String,
     /// Its build attempt (1 for the first).
     pub attempt: i64,
+    /// A multi-create's instances, `instance` first (a gang: claimed all
+    /// or nothing by one agent); empty for a single boot.
+    pub gang: Vec<Uuid>,
 }
 
 impl Boot {
     fn payload(&self) -> String {
-        json!({"instance": self.instance.to_string(), "queue": self.queue, "attempt": self.attempt}).to_string()
+        let mut payload = json!({"instance": self.instance.to_string(), "queue": self.queue, "attempt": self.attempt});
+        if !self.gang.is_empty() {
+            payload["gang"] = self.gang.iter().map(Uuid::to_string).collect();
+        }
+        payload.to_string()
     }
 
     fn parse(payload: &[u8]) -> Option<Self> {
         let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+        let gang = match value.get("gang") {
+            None => Vec::new(),
+            Some(list) => list
+                .as_array()?
+                .iter()
+                .map(|u| u.as_str().and_then(|u| Uuid::parse_str(u).ok()))
+                .collect::<Option<Vec<Uuid>>>()?,
+        };
         Some(Boot {
             instance: Uuid::parse_str(value["instance"].as_str()?).ok()?,
             queue: value["queue"].as_str()?.to_owned(),
             attempt: value["attempt"].as_i64().unwrap_or(1),
+            gang,
         })
     }
 
@@ -324,9 +340,16 @@ mod tests {
 
     #[test]
     fn boots_round_trip_and_dedupe_per_attempt() {
-        let boot = Boot { instance: Uuid::new_v4(), queue: "q".into(), attempt: 2 };
+        let boot = Boot { instance: Uuid::new_v4(), queue: "q".into(), attempt: 2, gang: Vec::new() };
         assert_eq!(Boot::parse(boot.payload().as_bytes()), Some(boot.clone()));
         assert_eq!(boot.message_id(), format!("{}:2", boot.instance));
+        let gang = Boot { gang: vec![boot.instance, Uuid::new_v4()], ..boot.clone() };
+        assert_eq!(Boot::parse(gang.payload().as_bytes()), Some(gang.clone()));
+        assert_eq!(gang.message_id(), boot.message_id(), "a gang is named by its first instance");
+        assert_eq!(
+            Boot::parse(br#"{"instance": "00000000-0000-0000-0000-000000000001", "queue": "q", "gang": [1]}"#),
+            None
+        );
         assert_eq!(Boot::parse(b"{}"), None);
         assert_eq!(Boot::parse(b"not json"), None);
     }

@@ -206,20 +206,51 @@ pub fn queues(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// instance). `{"result": "claimed", "task": {...}}` (build it),
 /// `"gone"` (claimed elsewhere or deleted: drop it) or `"refused"` with a
 /// `reason` (let another host take it).
+///
+/// `{"instances": [UUID, ...], "hosts": [NAME, ...]}`: claim a
+/// multi-create's gang on those hosts, all or none:
+/// `{"result": "claimed", "tasks": [...]}`, `"gone"` or `"refused"`.
 pub fn claim(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         admin_only(&req, "agent:manage")?;
         let body = json_body(&req)?;
-        let instance =
-            Uuid::parse_str(text(&body, "instance")?).map_err(|_| ApiError::bad_request("bad instance uuid"))?;
-        let host = text(&body, "host")?.to_owned();
-        ctx.compute.check_agent_identity(&caller(&req), [host.as_str()]).nova()?;
+        let task_view = |t: &berth_compute::hub::Task| json!({"id": t.id, "kind": t.kind.as_str(), "instance": t.instance.to_string(), "host": t.host});
+        let uuids = |key: &str| -> Result<Vec<Uuid>, ApiError> {
+            let list = body[key].as_array().ok_or_else(|| ApiError::bad_request(format!("'{key}' must be a list")))?;
+            list.iter()
+                .map(|u| u.as_str().and_then(|u| Uuid::parse_str(u).ok()))
+                .collect::<Option<Vec<Uuid>>>()
+                .ok_or_else(|| ApiError::bad_request(format!("'{key}' must be a list of instance uuids")))
+        };
+        let (instances, hosts) = if body.get("instances").is_some() {
+            let instances = uuids("instances")?;
+            let hosts: Vec<String> = body["hosts"]
+                .as_array()
+                .and_then(|l| l.iter().map(|h| h.as_str().map(str::to_owned)).collect::<Option<Vec<String>>>())
+                .ok_or_else(|| ApiError::bad_request("'hosts' must be a list of host names"))?;
+            if instances.is_empty() || hosts.is_empty() || instances.len() > 1000 || hosts.len() > 1000 {
+                return Err(ApiError::bad_request("'instances' and 'hosts' need 1 to 1000 entries"));
+            }
+            (instances, hosts)
+        } else {
+            let instance =
+                Uuid::parse_str(text(&body, "instance")?).map_err(|_| ApiError::bad_request("bad instance uuid"))?;
+            (vec![instance], vec![text(&body, "host")?.to_owned()])
+        };
+        ctx.compute.check_agent_identity(&caller(&req), hosts.iter().map(String::as_str)).nova()?;
         if !ctx.compute.pull.enabled() {
             return Err(ApiError::conflict("This server schedules in push mode; claims are for pull mode."));
         }
-        let answer = match berth_compute::pull::claim_on_host(&ctx.compute, instance, &host).await {
-            berth_compute::pull::PullClaim::Claimed(t) => json!({"result": "claimed", "task": {
-                "id": t.id, "kind": t.kind.as_str(), "instance": t.instance.to_string(), "host": t.host}}),
+        let claim = if body.get("instances").is_some() {
+            berth_compute::pull::claim_gang(&ctx.compute, &instances, &hosts).await
+        } else {
+            berth_compute::pull::claim_on_host(&ctx.compute, instances[0], &hosts[0]).await
+        };
+        let answer = match claim {
+            berth_compute::pull::PullClaim::Claimed(t) => json!({"result": "claimed", "task": task_view(&t)}),
+            berth_compute::pull::PullClaim::ClaimedAll(tasks) => {
+                json!({"result": "claimed", "tasks": tasks.iter().map(task_view).collect::<Vec<_>>()})
+            }
             berth_compute::pull::PullClaim::Gone => json!({"result": "gone"}),
             berth_compute::pull::PullClaim::Refused(reason) => json!({"result": "refused", "reason": reason}),
         };
