@@ -618,13 +618,22 @@ mod tests {
             ],
             ..Default::default()
         };
+        fn areq<'a>(
+            allocations: Vec<(Uuid, Vec<(&'a str, i64)>)>,
+            mappings: Vec<(&'a str, Vec<Uuid>)>,
+        ) -> AllocationRequest<'a> {
+            AllocationRequest {
+                allocations: allocations.into_iter().map(|(rp, amounts)| (rp, amounts.into_iter().collect())).collect(),
+                mappings: mappings.into_iter().map(|(suffix, rps)| (suffix, rps.into_iter().collect())).collect(),
+            }
+        }
         let candidates = Candidates {
             allocation_requests: vec![
-                AllocationRequest {
-                    allocations: vec![(u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]), (u(2), vec![("DISK_GB", -5)])],
-                    mappings: vec![("", vec![u(1)]), ("_X", vec![u(2), u(3)])],
-                },
-                AllocationRequest { allocations: vec![(u(3), vec![("DISK_GB", 1234567890123)])], mappings: vec![] },
+                areq(
+                    vec![(u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]), (u(2), vec![("DISK_GB", -5)])],
+                    vec![("", vec![u(1)]), ("_X", vec![u(2), u(3)])],
+                ),
+                areq(vec![(u(3), vec![("DISK_GB", 1234567890123)])], vec![]),
             ],
             provider_summaries: vec![
                 ProviderSummary {
