@@ -1617,7 +1617,8 @@ pub(crate) mod tests {
     fn requeue_releases_counts_and_a_claim_on_another_host_takes_it_once() {
         let (mut world, roots) = world_with_hosts(3);
         let instance = claimed_alone(&mut world, roots[0]);
-        let node = |i: usize| world.compute.compute_nodes[&roots[i]].clone();
+        let nodes: Vec<ComputeNodeRef> = roots.iter().map(|r| world.compute.compute_nodes[r].clone()).collect();
+        let node = |i: usize| nodes[i].clone();
 
         // Failed on h0: allocations released, attempt 2 waiting.
         let (set, decided) = plan_requeue(&world, &instance, "h0", 3, 3).expect("plan");
