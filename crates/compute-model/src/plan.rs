@@ -288,7 +288,8 @@ pub fn plan_claim_boots(
             if let Some(spec) = world.compute.request_specs.get(&choices.instance) {
                 if !alternates.is_empty() || spec.retry != BuildRetry::default() {
                     let mut spec = spec.clone();
-                    spec.retry = BuildRetry { num_attempts: 1, failed_hosts: Vec::new(), alternates, requeued_at: None };
+                    spec.retry =
+                        BuildRetry { num_attempts: 1, failed_hosts: Vec::new(), alternates, requeued_at: None };
                     boot_specs.push(spec);
                 }
             }
@@ -631,8 +632,8 @@ pub fn plan_claim_requeued(
         consumer_type: Some(CONSUMER_TYPE_INSTANCE.to_owned()),
         allocations: choice.allocations.clone(),
     };
-    let placement =
-        plan_replace_allocations(&world.placement, &[request], now).map_err(|e| ComputeError::Conflict(format!("{e:?}")))?;
+    let placement = plan_replace_allocations(&world.placement, &[request], now)
+        .map_err(|e| ComputeError::Conflict(format!("{e:?}")))?;
     set.placement(placement);
     let mut spec = spec.clone();
     spec.retry.requeued_at = None;
@@ -1627,7 +1628,10 @@ pub(crate) mod tests {
         assert!(vcpus_on(&world, &instance).is_empty(), "no allocations while queued");
         assert_eq!(world.compute.counted("p", None).cores, 1, "counted as pending (its flavor) for quota");
         let retry = &world.compute.request_specs[&instance].retry;
-        assert_eq!((retry.num_attempts, retry.failed_hosts.clone(), retry.requeued_at), (2, vec!["h0".into()], Some(3)));
+        assert_eq!(
+            (retry.num_attempts, retry.failed_hosts.clone(), retry.requeued_at),
+            (2, vec!["h0".into()], Some(3))
+        );
         // The same report again: nothing written, still waiting.
         let (again, decided) = plan_requeue(&world, &instance, "h0", 3, 4).expect("plan");
         assert!(again.is_empty());

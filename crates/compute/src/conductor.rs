@@ -406,8 +406,12 @@ pub(crate) fn schedule_round_ignoring<'c>(
                 .filter(|(instance, _)| w.placement.consumers.get(instance).is_none_or(|c| c.allocations.is_empty()))
                 .map(|(_, allocations)| allocations.clone())
                 .collect();
-            let request =
-                ScheduleRequest { in_flight: &pending, ignore_hosts, now, ..ScheduleRequest::new(spec, instances, seed) };
+            let request = ScheduleRequest {
+                in_flight: &pending,
+                ignore_hosts,
+                now,
+                ..ScheduleRequest::new(spec, instances, seed)
+            };
             schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
                 let cells = choices
                     .iter()
@@ -837,9 +841,9 @@ pub(crate) async fn redrive_reschedules(compute: &Compute, handle: &Arc<Cell>) {
         }
         // Pull mode: requeued and waiting for a claim (the outbox
         // publishes it and buries it after the build timeout).
-        if let Some(since) = read(&*compute.control, |w| {
-            requeue_waiting(w, &row.uuid).and_then(|(spec, _)| spec.retry.requeued_at)
-        }) {
+        if let Some(since) =
+            read(&*compute.control, |w| requeue_waiting(w, &row.uuid).and_then(|(spec, _)| spec.retry.requeued_at))
+        {
             crate::pull::requeued(compute, row.uuid, since, false);
             continue;
         }

@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use berth_compute_model::cell::task_state;
-use berth_compute_model::choice::host_of_instance;
 use berth_compute_model::cell::{vm_state, Fault};
+use berth_compute_model::choice::host_of_instance;
 use berth_compute_model::plan::{
     plan_claim, plan_claim_requeued, plan_expire_requeued, requeue_waiting, ClaimFailure, InstanceChoices, RequeueClaim,
 };
@@ -670,7 +670,8 @@ async fn claim_requeued(compute: &Arc<Compute>, instance: Uuid, host: &str) -> O
         host: Some(last_failed),
         ..Expect::default()
     };
-    let mut ops = vec![CellOp::UpdateInstance { uuid: instance, expect, update: conductor::spawning_on(compute, &node, now) }];
+    let mut ops =
+        vec![CellOp::UpdateInstance { uuid: instance, expect, update: conductor::spawning_on(compute, &node, now) }];
     if let Some(request_id) = &request_id {
         ops.push(CellOp::StartEvent {
             instance,

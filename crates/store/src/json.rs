@@ -195,7 +195,8 @@ fn build_retry(retry: &BuildRetry) -> Value {
             json!({"root": choice.root.to_string(), "allocations": allocations})
         })
         .collect();
-    let mut v = json!({"num_attempts": retry.num_attempts, "failed_hosts": retry.failed_hosts, "alternates": alternates});
+    let mut v =
+        json!({"num_attempts": retry.num_attempts, "failed_hosts": retry.failed_hosts, "alternates": alternates});
     if let Some(at) = retry.requeued_at {
         v["requeued_at"] = json!(at);
     }

@@ -358,7 +358,10 @@ async fn failed_builds_are_requeued_and_go_active_on_a_healthy_host() {
     wait_metric(&cloud, "berth_pull_claims_refused_total", 1).await;
     for id in &ids {
         let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
-        assert_eq!((server["status"].as_str(), server["OS-EXT-STS:task_state"].as_str()), (Some("BUILD"), Some("scheduling")));
+        assert_eq!(
+            (server["status"].as_str(), server["OS-EXT-STS:task_state"].as_str()),
+            (Some("BUILD"), Some("scheduling"))
+        );
     }
     assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "released while queued");
     assert_eq!(cloud.server.metric("berth_pull_requeued_waiting").await, 3);
