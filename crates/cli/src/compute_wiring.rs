@@ -503,6 +503,16 @@ impl ComputeServices {
                 m.timed_out.load(Relaxed),
             ),
             (
+                "berth_pull_requeued_total",
+                "Failed builds put back on their pull queue as their next attempt (counted against max_attempts).",
+                m.requeued.load(Relaxed),
+            ),
+            (
+                "berth_pull_requeued_claims_total",
+                "Pull claims that placed a requeued build (also in berth_pull_claims_total).",
+                m.requeued_claims.load(Relaxed),
+            ),
+            (
                 "berth_pull_queue_evaluations_total",
                 "Queue evaluations (one placement query and the filters over all hosts, shared by agents for 200 ms).",
                 m.queue_evaluations.load(Relaxed),
@@ -570,6 +580,11 @@ impl ComputeServices {
             pull.push(("berth_pull_queues", "Pull queues in use (one durable consumer each).", {
                 self.compute.pull.queues().len() as f64
             }));
+            pull.push((
+                "berth_pull_requeued_waiting",
+                "Requeued failed builds waiting for a claim (known to this process).",
+                self.compute.pull.requeued_waiting() as f64,
+            ));
         }
         let mut gauges = vec![
             (

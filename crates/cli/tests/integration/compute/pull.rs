@@ -531,3 +531,192 @@ async fn nats_restarted_during_200_boots_loses_and_duplicates_nothing() {
     drop(queues);
     drop(nats);
 }
+
+/// Wait until `name` at the server's `/metrics` reaches `at_least`.
+async fn wait_metric(cloud: &Cloud, name: &str, at_least: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let value = cloud.server.metric(name).await;
+        if value >= at_least {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} stayed at {value} (waited for {at_least})");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 23, item 3: a build that fails on its host goes back to its
+/// queue as its next attempt, with its allocations released, and another
+/// agent's host takes it; the failed host never takes it back.
+#[tokio::test]
+async fn failed_builds_are_requeued_and_go_active_on_a_healthy_host() {
+    let queues = Queues::new();
+    let mut cloud = pull_cloud("pull-requeue", &queues, "60").await;
+    let bad = queues.agent_args(&["--bad-hosts", "rqb0"]);
+    cloud.add_agent(Hosts::new("rqb", 1, &strs(&bad))).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(nova.boot_id(&format!("rq{i}"), &flavor, &image).await);
+    }
+    // Each failed once on the only host and waits on its queue: BUILD,
+    // `scheduling`, no allocations; the failed host refuses it.
+    wait_metric(&cloud, "berth_pull_requeued_total", 3).await;
+    wait_metric(&cloud, "berth_pull_claims_refused_total", 1).await;
+    for id in &ids {
+        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
+        assert_eq!(
+            (server["status"].as_str(), server["OS-EXT-STS:task_state"].as_str()),
+            (Some("BUILD"), Some("scheduling"))
+        );
+    }
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "released while queued");
+    assert_eq!(cloud.server.metric("berth_pull_requeued_waiting").await, 3);
+    assert_eq!(cloud.server.metric("berth_pull_claims_total").await, 3);
+
+    let good = queues.agent_args(&[]);
+    cloud.add_agent(Hosts::new("rqg", 1, &strs(&good))).await;
+    for id in &ids {
+        let server = nova.wait_settled(id).await;
+        assert_eq!(server["status"], "ACTIVE", "{server}");
+        assert_eq!(server["OS-EXT-SRV-ATTR:host"], "rqg0", "{server}");
+        let attempts = super::reschedule::build_attempts(&nova, id).await;
+        assert_eq!(
+            attempts,
+            vec![("rqb0".to_owned(), "Error".to_owned()), ("rqg0".to_owned(), "Success".to_owned())],
+            "two attempts, counted"
+        );
+    }
+    assert_eq!(cloud.server.metric("berth_pull_requeued_total").await, 3);
+    assert_eq!(cloud.server.metric("berth_pull_requeued_claims_total").await, 3);
+    assert_eq!(cloud.server.metric("berth_pull_claims_total").await, 6);
+    assert_eq!(cloud.server.metric("berth_pull_requeued_waiting").await, 0);
+    assert_eq!(cloud.server.metric("berth_pull_timed_out_total").await, 0);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 3);
+    // Every message (first attempts and requeued ones) was acked.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queues.stats().await.messages > 0 {
+        assert!(Instant::now() < deadline, "a message was never acked: {:?}", queues.stats().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(nova.all_servers().await.len(), 3);
+    cloud.check_invariants().await;
+}
+
+/// Every host fails its builds: with `max_attempts` 3 the server goes to
+/// ERROR with Nova's MaxRetriesExceeded fault after exactly 3 attempts on
+/// 3 different hosts (a fourth host is never tried), holding nothing.
+#[tokio::test]
+async fn every_host_failing_errors_after_max_attempts_requeues() {
+    let queues = Queues::new();
+    let mut args = queues.serve_args("60");
+    args.extend(["--scheduler-max-attempts".to_owned(), "3".to_owned()]);
+    let mut cloud = Cloud::start("pull-maxatt", &strs(&args)).await;
+    let bad = queues.agent_args(&["--bad-hosts", "rqx0,rqx1,rqx2,rqx3"]);
+    cloud.add_agent(Hosts::new("rqx", 4, &strs(&bad))).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    let id = nova.boot_id("doomed", &flavor, &image).await;
+    let server = nova.wait_settled(&id).await;
+    assert_eq!(server["status"], "ERROR", "{server}");
+    let message = server["fault"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(&format!(
+            "Exceeded maximum number of retries. Exceeded max scheduling attempts 3 for instance {id}. Last \
+             exception: "
+        )),
+        "{server}"
+    );
+    let attempts = super::reschedule::build_attempts(&nova, &id).await;
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    assert!(attempts.iter().all(|(_, result)| result == "Error"), "{attempts:?}");
+    let hosts: std::collections::HashSet<&str> = attempts.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(hosts.len(), 3, "three different hosts: {attempts:?}");
+    assert_eq!(cloud.server.metric("berth_pull_requeued_total").await, 2);
+    assert_eq!(cloud.server.metric("berth_pull_claims_total").await, 3);
+    assert_eq!(cloud.server.metric("berth_pull_requeued_waiting").await, 0);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "no allocations left");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queues.stats().await.messages > 0 {
+        assert!(Instant::now() < deadline, "a message was never acked: {:?}", queues.stats().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cloud.check_invariants().await;
+}
+
+/// NATS unreachable from the server when a build fails: the requeue is
+/// written (allocations released) and its publish fails; once NATS is
+/// back the outbox publishes it and a healthy host takes it, once.
+#[tokio::test]
+async fn a_requeue_is_published_by_the_outbox_when_nats_is_back() {
+    let queues = Queues::new();
+    let proxy = Proxy::start(queues.url.trim_start_matches("nats://").to_owned()).await;
+    let mut args = queues.serve_args("60");
+    let at = args.iter().position(|a| a == "--nats-url").expect("flag") + 1;
+    args[at] = format!("nats://127.0.0.1:{}", proxy.port);
+    let mut cloud = Cloud::start("pull-requeue-down", &strs(&args)).await;
+    let bad = queues.agent_args(&["--bad-hosts", "rdb0", "--build-time-ms", "1500"]);
+    cloud.add_agent(Hosts::new("rdb", 1, &strs(&bad))).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    let id = nova.boot_id("vm1", &flavor, &image).await;
+    // Claimed and building: cut the server off NATS before the build fails.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nova.get(&format!("/servers/{id}")).await.body["server"]["OS-EXT-SRV-ATTR:host"].as_str().is_none() {
+        assert!(Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.cut();
+    wait_metric(&cloud, "berth_pull_requeued_total", 1).await;
+    wait_metric(&cloud, "berth_pull_publish_failures_total", 1).await;
+    assert_eq!(nova.get(&format!("/servers/{id}")).await.body["server"]["status"], "BUILD");
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "released while queued");
+    proxy.restore();
+    let good = queues.agent_args(&[]);
+    cloud.add_agent(Hosts::new("rdg", 1, &strs(&good))).await;
+    let server = nova.wait_settled(&id).await;
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], "rdg0", "{server}");
+    let attempts = super::reschedule::build_attempts(&nova, &id).await;
+    assert_eq!(attempts, vec![("rdb0".to_owned(), "Error".to_owned()), ("rdg0".to_owned(), "Success".to_owned())]);
+    assert_eq!(cloud.server.metric("berth_pull_published_total").await, 2, "the boot, then its requeue");
+    assert_eq!(cloud.server.metric("berth_pull_requeued_claims_total").await, 1);
+    assert_eq!(nova.all_servers().await.len(), 1);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 1);
+    cloud.check_invariants().await;
+}
+
+/// A requeued boot no host claims within the build timeout goes to ERROR
+/// with a fault and no allocations, counted as timed out.
+#[tokio::test]
+async fn a_requeued_boot_nobody_claims_is_buried_after_the_build_timeout() {
+    let queues = Queues::new();
+    let mut cloud = pull_cloud("pull-requeue-timeout", &queues, "4").await;
+    let bad = queues.agent_args(&["--bad-hosts", "rtb0"]);
+    cloud.add_agent(Hosts::new("rtb", 1, &strs(&bad))).await;
+    let nova = cloud.nova("admin");
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    let id = nova.boot_id("vm1", &flavor, &image).await;
+    wait_metric(&cloud, "berth_pull_requeued_total", 1).await;
+    let server = nova.wait_settled(&id).await;
+    assert_eq!(server["status"], "ERROR", "{server}");
+    let message = server["fault"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("No host claimed the requeued boot within 4 s"), "{server}");
+    assert!(server["OS-EXT-SRV-ATTR:host"].is_null(), "{server}");
+    assert_eq!(cloud.server.metric("berth_pull_timed_out_total").await, 1);
+    assert_eq!(cloud.server.metric("berth_pull_requeued_waiting").await, 0);
+    assert_eq!(cloud.server.metric("berth_pull_requeued_claims_total").await, 0);
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0);
+    // Its message is dropped: the claim answers gone once it is buried.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queues.stats().await.messages > 0 {
+        assert!(Instant::now() < deadline, "the requeued message was never dropped: {:?}", queues.stats().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cloud.check_invariants().await;
+}
