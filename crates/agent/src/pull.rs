@@ -20,6 +20,13 @@
 //!
 //! A message fetched and never acked (the agent died) comes back after the
 //! consumer's ack wait; the claim's idempotency leaves one server.
+//!
+//! Every other task for its hosts (a delete, a start or stop, a move, the
+//! build of a boot the control plane routed to push) comes on each host's
+//! NATS subject `{prefix}.host.{host}` ([`take_host_tasks`]): the agent
+//! answers that it took it, then runs it as a long-polled task (the same
+//! in-flight set, the same events). The long poll stays: the control
+//! plane falls back to it when no answer comes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +62,8 @@ pub struct PullCounters {
     pub redelivered: AtomicU64,
     /// Boots dropped as gone.
     pub gone: AtomicU64,
+    /// Tasks taken on the hosts' subjects.
+    pub host_tasks: AtomicU64,
 }
 
 struct Worker {
@@ -104,6 +113,7 @@ pub(crate) async fn run(
         in_flight,
         counters,
     });
+    tokio::spawn(take_host_tasks(shared.clone()));
     let mut workers: HashMap<String, Worker> = HashMap::new();
     loop {
         match evaluate(&shared).await {
@@ -322,5 +332,56 @@ async fn handle_gang(shared: &Shared, delivery: Delivery, hosts: &[&String]) {
             let _ = delivery.nak(shared.pull.nak_delay).await;
             shared.changed.notify_one();
         }
+    }
+}
+
+/// Take the tasks sent on the subjects of the agent's hosts and run them
+/// as long-polled tasks are run.
+async fn take_host_tasks(shared: Arc<Shared>) {
+    let hosts = shared.config.host_names();
+    let mut tasks = loop {
+        match shared.queues.host_tasks(&hosts).await {
+            Ok(tasks) => break tasks,
+            Err(err) => {
+                tracing::warn!(error = %err, "subscribing to the host subjects failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    tracing::debug!(hosts = hosts.len(), "taking tasks on the host subjects");
+    while let Some(received) = tasks.next().await {
+        let task: Value = match serde_json::from_slice(&received.payload) {
+            Ok(task) => task,
+            Err(err) => {
+                tracing::warn!(host = %received.host, error = %err, "ignoring a malformed host task");
+                continue;
+            }
+        };
+        if task["host"].as_str() != Some(received.host.as_str()) {
+            // Not for this host: unanswered, so the control plane falls
+            // back to the long poll.
+            tracing::warn!(host = %received.host, %task, "ignoring a task for another host");
+            continue;
+        }
+        if let Err(err) = received.accept().await {
+            // The sender falls back to the long poll: a second delivery,
+            // ignored while this one runs.
+            tracing::debug!(error = %err, "answering a host task failed");
+        }
+        shared.counters.host_tasks.fetch_add(1, Ordering::Relaxed);
+        let id = task["id"].as_str().unwrap_or("").to_owned();
+        let fresh = shared.in_flight.lock().map(|mut s| s.insert(id)).unwrap_or(false);
+        if !fresh {
+            continue;
+        }
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let event = run_task(&shared.config, &task).await;
+            if !event.is_null() {
+                let _ = shared.events.send(event);
+            }
+            // A delete frees room: evaluate the queue set again.
+            shared.changed.notify_one();
+        });
     }
 }

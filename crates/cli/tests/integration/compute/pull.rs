@@ -113,7 +113,8 @@ async fn boot_goes_active_through_a_pull_queue() {
     let stats = queues.stats().await;
     assert_eq!((stats.consumers, stats.messages), (1, 0), "{stats:?}");
     cloud.check_invariants().await;
-    // Deletes work as in push mode (the host's agent gets them).
+    // The delete reaches the host's agent (on the host's subject: see
+    // `delete_travels_on_the_host_subject`).
     assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
     super::support::wait_gone(&nova, &id).await;
     assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "allocation released");
@@ -718,5 +719,84 @@ async fn a_requeued_boot_nobody_claims_is_buried_after_the_build_timeout() {
         assert!(Instant::now() < deadline, "the requeued message was never dropped: {:?}", queues.stats().await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    cloud.check_invariants().await;
+}
+
+/// An ACTIVE server booted through a pull queue and its allocations.
+async fn booted(nova: &Nova, cloud: &Cloud, host: &str) -> String {
+    let flavor = nova.flavor("small", 1, 512, 1).await;
+    let image = nova.image("cirros", json!({})).await;
+    let id = nova.boot_id("vm1", &flavor, &image).await;
+    let server = nova.wait_settled(&id).await;
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], host, "{server}");
+    let allocations = cloud.server.client().get(&format!("/allocations/{id}")).await.body["allocations"].clone();
+    assert_eq!(allocations.as_object().map(|a| a.len()), Some(1), "{allocations}");
+    id
+}
+
+/// Deleted: 404, no allocations, no usage.
+async fn assert_deleted(nova: &Nova, cloud: &Cloud, id: &str) {
+    super::support::wait_gone(nova, id).await;
+    let allocations = cloud.server.client().get(&format!("/allocations/{id}")).await.body["allocations"].clone();
+    assert_eq!(allocations, json!({}), "allocations released");
+    assert_eq!(super::support::project_vcpus(&cloud.server, "admin").await, 0, "usage released");
+}
+
+/// A delete in pull mode travels on the host's NATS subject
+/// `{prefix}.host.{host}`: an observer subscribed there beside the agent
+/// sees the task the long poll would have handed out, the agent takes it
+/// from there (counted), and the server is gone with its allocations.
+#[tokio::test]
+async fn delete_travels_on_the_host_subject() {
+    let queues = Queues::new();
+    let mut cloud = pull_cloud("pull-hostsub", &queues, "60").await;
+    let args = queues.agent_args(&[]);
+    cloud.add_agent(Hosts::new("ph", 1, &strs(&args))).await;
+    let nova = cloud.nova("admin");
+    let id = booted(&nova, &cloud, "ph0").await;
+    // The build came with the claim, not on the host's subject.
+    assert_eq!(cloud.server.metric("berth_pull_host_published_total").await, 0);
+    let nats = berth_pull::Queues::connect(&queues.settings()).await.expect("nats");
+    let mut observed = nats.host_tasks(&["ph0".to_owned()]).await.expect("subscribe to the host subject");
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    let seen = tokio::time::timeout(Duration::from_secs(10), observed.next())
+        .await
+        .expect("no task on the host subject within 10 s")
+        .expect("subscription open");
+    assert_eq!(seen.host, "ph0");
+    let task: serde_json::Value = serde_json::from_slice(&seen.payload).expect("task JSON");
+    assert_eq!(
+        task,
+        json!({"id": format!("{id}:deleting@ph0"), "kind": "delete", "instance": id, "host": "ph0"}),
+        "the long poll's task JSON"
+    );
+    assert_deleted(&nova, &cloud, &id).await;
+    assert_eq!(cloud.server.metric("berth_pull_host_published_total").await, 1, "the agent took it there");
+    assert_eq!(cloud.server.metric("berth_pull_host_fallbacks_total").await, 0, "not through the long poll");
+    cloud.check_invariants().await;
+}
+
+/// The server cut off from NATS after the boot: the host's subject takes
+/// nothing, the delete falls back to the agent API's long poll (counted)
+/// and the server is gone all the same.
+#[tokio::test]
+async fn delete_falls_back_to_the_long_poll_without_the_host_subject() {
+    let queues = Queues::new();
+    let upstream = queues.url.trim_start_matches("nats://").to_owned();
+    let proxy = Proxy::start(upstream).await;
+    let mut args = queues.serve_args("60");
+    let at = args.iter().position(|a| a == "--nats-url").expect("flag") + 1;
+    args[at] = format!("nats://127.0.0.1:{}", proxy.port);
+    let mut cloud = Cloud::start("pull-hostfall", &strs(&args)).await;
+    let agent = queues.agent_args(&[]);
+    cloud.add_agent(Hosts::new("pf", 1, &strs(&agent))).await;
+    let nova = cloud.nova("admin");
+    let id = booted(&nova, &cloud, "pf0").await;
+    proxy.cut();
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    assert_deleted(&nova, &cloud, &id).await;
+    assert_eq!(cloud.server.metric("berth_pull_host_fallbacks_total").await, 1, "sent by long poll");
+    assert_eq!(cloud.server.metric("berth_pull_host_published_total").await, 0);
     cloud.check_invariants().await;
 }
