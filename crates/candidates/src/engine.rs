@@ -1224,7 +1224,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
             let p = idx.prov(i);
             // Upstream lists a provider's traits in trait id order (one
             // trait needs no lookup of its id).
-            let traits: Vec<&str> = if p.traits.len() <= 1 {
+            let traits: SmallVec<[&str; 4]> = if p.traits.len() <= 1 {
                 p.traits.iter().map(String::as_str).collect()
             } else {
                 let mut by_id: Vec<(i64, &str)> =

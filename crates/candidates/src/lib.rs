@@ -165,10 +165,12 @@ pub struct ProviderSummary<'a> {
     pub parent: Option<Uuid>,
     /// Root provider.
     pub root: Uuid,
-    /// Every inventory of the provider, by resource class name.
-    pub resources: Vec<SummaryResource<'a>>,
-    /// Trait names in trait id order (standard traits first), as upstream.
-    pub traits: Vec<&'a str>,
+    /// Every inventory of the provider, by resource class name (inline up
+    /// to a compute node's three).
+    pub resources: SmallVec<[SummaryResource<'a>; 3]>,
+    /// Trait names in trait id order (standard traits first), as upstream
+    /// (inline up to four).
+    pub traits: SmallVec<[&'a str; 4]>,
 }
 
 /// The answer: allocation requests and summaries of the providers involved.

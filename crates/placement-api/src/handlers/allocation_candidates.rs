@@ -594,7 +594,7 @@ mod tests {
                     .collect();
                 let mut out = json!({"resources": resources});
                 if at_least(17) {
-                    out["traits"] = json!(s.traits);
+                    out["traits"] = json!(s.traits.as_slice());
                 }
                 if at_least(29) {
                     out["parent_provider_uuid"] = json!(s.parent.map(|u| u.to_string()));
@@ -640,14 +640,22 @@ mod tests {
                     uuid: u(1),
                     parent: None,
                     root: u(1),
-                    resources: vec![
+                    resources: [
                         SummaryResource { resource_class: "VCPU", capacity: 8, used: 0 },
                         SummaryResource { resource_class: "CUSTOM_\"Q\\\n", capacity: i64::MAX, used: i64::MIN },
                         SummaryResource { resource_class: "MEMORY_MB", capacity: 1, used: 2 },
-                    ],
-                    traits: vec!["HW_CPU_X86_AVX2", "CUSTOM_\u{1}\u{1f}\u{8}\u{c}\t\r\u{7f}é"],
+                    ]
+                    .into_iter()
+                    .collect(),
+                    traits: ["HW_CPU_X86_AVX2", "CUSTOM_\u{1}\u{1f}\u{8}\u{c}\t\r\u{7f}é"].into_iter().collect(),
                 },
-                ProviderSummary { uuid: u(2), parent: Some(u(1)), root: u(1), resources: vec![], traits: vec![] },
+                ProviderSummary {
+                    uuid: u(2),
+                    parent: Some(u(1)),
+                    root: u(1),
+                    resources: Default::default(),
+                    traits: Default::default(),
+                },
             ],
             capped: false,
         };
