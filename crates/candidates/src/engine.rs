@@ -1206,7 +1206,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
                 .zip(&f.chosen)
                 .zip(&per_group)
                 .map(|((g, chosen), areqs)| {
-                    let mut uuids: SmallVec<[Uuid; 1]> =
+                    let mut uuids: crate::Providers =
                         areqs[*chosen as usize].rps.iter().map(|rp| uuid_of(*rp)).collect();
                     uuids.sort_unstable();
                     (g.suffix.as_str(), uuids)

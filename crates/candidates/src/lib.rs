@@ -136,8 +136,12 @@ pub struct AllocationRequest<'a> {
     pub allocations: SmallVec<[(Uuid, Amounts<'a>); 1]>,
     /// Group suffix -> providers satisfying that group (sorted), groups in
     /// request order.
-    pub mappings: SmallVec<[(&'a str, SmallVec<[Uuid; 1]>); 1]>,
+    pub mappings: SmallVec<[(&'a str, Providers); 1]>,
 }
+
+/// The providers satisfying one group of a candidate (sorted; inline
+/// when one).
+pub type Providers = SmallVec<[Uuid; 1]>;
 
 /// One provider's (resource class, amount) pairs of a candidate. The
 /// lists of a candidate are inline up to the common sizes (one provider,
