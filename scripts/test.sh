@@ -38,6 +38,8 @@ fi
 # NATS with JetStream for the pull-mode tests: $BERTH_TEST_NATS_URL, else
 # nats://127.0.0.1:4222; when nothing answers there, a throwaway
 # `nats-server -js` on a free port, stopped by PID at exit.
+# $BERTH_TEST_NATS_SERVER: the binary the NATS restart test starts and
+# stops itself (found or installed by scripts/nats-throwaway.sh bin).
 NATS_TRY="${BERTH_TEST_NATS_URL:-nats://127.0.0.1:4222}"
 NATS_HOSTPORT="${NATS_TRY#nats://}"
 if ! (echo > "/dev/tcp/${NATS_HOSTPORT%:*}/${NATS_HOSTPORT##*:}") 2>/dev/null; then
@@ -46,6 +48,11 @@ if ! (echo > "/dev/tcp/${NATS_HOSTPORT%:*}/${NATS_HOSTPORT##*:}") 2>/dev/null; t
   NATS_TRY="$NATS_URL"
 fi
 export BERTH_TEST_NATS_URL="$NATS_TRY"
+# The NATS restart test runs a server of its own: it needs the binary.
+if [ -z "${BERTH_TEST_NATS_SERVER:-}" ]; then
+  BERTH_TEST_NATS_SERVER=$(bash scripts/nats-throwaway.sh bin)
+  export BERTH_TEST_NATS_SERVER
+fi
 
 echo "== berth tests on SQLite =="
 env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"

@@ -29,7 +29,8 @@
 //!
 //! No message broker: the kubelet model. In pull mode ([`pull`]) the
 //! agent also takes boots from NATS JetStream queues and claims them over
-//! the same HTTP API.
+//! the same HTTP API, and takes its hosts' other tasks on their NATS
+//! subjects (the long poll stays as the fallback).
 //!
 //! It must not reach the control plane other than over its HTTP APIs (no
 //! store, no compute runtime): it is what a real nova-compute would be.
@@ -347,7 +348,9 @@ async fn register(link: &Link, config: &AgentConfig) -> anyhow::Result<Vec<Regis
                    "local_gb": shape.disk_gb, "hypervisor_type": "fake"})
         })
         .collect();
-    let mut body = json!({"agent": config.agent_id, "hosts": hosts});
+    // In pull mode the control plane sends this agent's tasks on its
+    // hosts' NATS subjects ([`pull`]).
+    let mut body = json!({"agent": config.agent_id, "hosts": hosts, "pull": config.pull.is_some()});
     if let Some(cell) = &config.cell {
         body["cell"] = json!(cell);
     }

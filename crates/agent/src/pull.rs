@@ -20,6 +20,13 @@
 //!
 //! A message fetched and never acked (the agent died) comes back after the
 //! consumer's ack wait; the claim's idempotency leaves one server.
+//!
+//! Every other task for its hosts (a delete, a start or stop, a move, the
+//! build of a boot the control plane routed to push) comes on each host's
+//! NATS subject `{prefix}.host.{host}` ([`take_host_tasks`]): the agent
+//! answers that it took it, then runs it as a long-polled task (the same
+//! in-flight set, the same events). The long poll stays: the control
+//! plane falls back to it when no answer comes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +62,8 @@ pub struct PullCounters {
     pub redelivered: AtomicU64,
     /// Boots dropped as gone.
     pub gone: AtomicU64,
+    /// Tasks taken on the hosts' subjects.
+    pub host_tasks: AtomicU64,
 }
 
 struct Worker {
@@ -104,6 +113,7 @@ pub(crate) async fn run(
         in_flight,
         counters,
     });
+    tokio::spawn(take_host_tasks(shared.clone()));
     let mut workers: HashMap<String, Worker> = HashMap::new();
     loop {
         match evaluate(&shared).await {
@@ -218,6 +228,10 @@ async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
     // Concurrent boots start at different hosts (a hash of the instance),
     // so they do not all race for the first host of the list.
     let start = if hosts.is_empty() { 0 } else { (delivery.boot.instance.as_u128() % hosts.len() as u128) as usize };
+    if !delivery.boot.gang.is_empty() {
+        let rotated: Vec<&String> = hosts.iter().cycle().skip(start).take(hosts.len()).collect();
+        return handle_gang(shared, delivery, &rotated).await;
+    }
     for host in hosts.iter().cycle().skip(start).take(HOSTS_PER_BOOT.min(hosts.len())) {
         let body = json!({"instance": instance, "host": host});
         let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
@@ -263,4 +277,111 @@ async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
     shared.counters.naks.fetch_add(1, Ordering::Relaxed);
     let _ = delivery.nak(shared.pull.nak_delay).await;
     shared.changed.notify_one();
+}
+
+/// A multi-create's gang: one claim for all its instances on this agent's
+/// hosts (all or none); claimed → build them all, then ack; refused → nak
+/// (an agent with more room takes it).
+async fn handle_gang(shared: &Shared, delivery: Delivery, hosts: &[&String]) {
+    let instances: Vec<String> = delivery.boot.gang.iter().map(ToString::to_string).collect();
+    let body = json!({"instances": instances, "hosts": hosts});
+    let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
+        Ok((200, answer)) => answer,
+        Ok((status, answer)) => {
+            tracing::warn!(status, %answer, "gang claim refused by the control plane");
+            let _ = delivery.nak(Duration::from_secs(1)).await;
+            return;
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "gang claim failed");
+            let _ = delivery.nak(Duration::from_secs(1)).await;
+            return;
+        }
+    };
+    match answer["result"].as_str() {
+        Some("claimed") => {
+            let tasks = answer["tasks"].as_array().cloned().unwrap_or_default();
+            let mut builds = tokio::task::JoinSet::new();
+            for task in tasks.iter().cloned() {
+                let (config, events, in_flight) =
+                    (shared.config.clone(), shared.events.clone(), shared.in_flight.clone());
+                builds.spawn(async move {
+                    let id = task["id"].as_str().unwrap_or("").to_owned();
+                    let fresh = in_flight.lock().map(|mut s| s.insert(id)).unwrap_or(false);
+                    if fresh {
+                        let event = run_task(&config, &task).await;
+                        if !event.is_null() {
+                            let _ = events.send(event);
+                        }
+                    }
+                });
+            }
+            while builds.join_next().await.is_some() {}
+            shared.counters.claimed.fetch_add(tasks.len() as u64, Ordering::Relaxed);
+            if let Err(err) = delivery.ack().await {
+                tracing::warn!(instance = %delivery.boot.instance, error = %err, "ack failed (the claim is idempotent)");
+            }
+            shared.changed.notify_one();
+        }
+        Some("gone") => {
+            shared.counters.gone.fetch_add(1, Ordering::Relaxed);
+            let _ = delivery.ack().await;
+        }
+        _ => {
+            shared.counters.naks.fetch_add(1, Ordering::Relaxed);
+            let _ = delivery.nak(shared.pull.nak_delay).await;
+            shared.changed.notify_one();
+        }
+    }
+}
+
+/// Take the tasks sent on the subjects of the agent's hosts and run them
+/// as long-polled tasks are run.
+async fn take_host_tasks(shared: Arc<Shared>) {
+    let hosts = shared.config.host_names();
+    let mut tasks = loop {
+        match shared.queues.host_tasks(&hosts).await {
+            Ok(tasks) => break tasks,
+            Err(err) => {
+                tracing::warn!(error = %err, "subscribing to the host subjects failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    tracing::debug!(hosts = hosts.len(), "taking tasks on the host subjects");
+    while let Some(received) = tasks.next().await {
+        let task: Value = match serde_json::from_slice(&received.payload) {
+            Ok(task) => task,
+            Err(err) => {
+                tracing::warn!(host = %received.host, error = %err, "ignoring a malformed host task");
+                continue;
+            }
+        };
+        if task["host"].as_str() != Some(received.host.as_str()) {
+            // Not for this host: unanswered, so the control plane falls
+            // back to the long poll.
+            tracing::warn!(host = %received.host, %task, "ignoring a task for another host");
+            continue;
+        }
+        if let Err(err) = received.accept().await {
+            // The sender falls back to the long poll: a second delivery,
+            // ignored while this one runs.
+            tracing::debug!(error = %err, "answering a host task failed");
+        }
+        shared.counters.host_tasks.fetch_add(1, Ordering::Relaxed);
+        let id = task["id"].as_str().unwrap_or("").to_owned();
+        let fresh = shared.in_flight.lock().map(|mut s| s.insert(id)).unwrap_or(false);
+        if !fresh {
+            continue;
+        }
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let event = run_task(&shared.config, &task).await;
+            if !event.is_null() {
+                let _ = shared.events.send(event);
+            }
+            // A delete frees room: evaluate the queue set again.
+            shared.changed.notify_one();
+        });
+    }
 }

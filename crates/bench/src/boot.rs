@@ -79,6 +79,24 @@ pub(crate) struct BootOpts {
     /// Hosts with the rare trait (`--mix`; default 5 % of the hosts).
     #[arg(long)]
     rare_hosts: Option<usize>,
+    /// Percent of the boots that are members of hard anti-affinity
+    /// server groups of five (group scheduling: in pull mode they ride
+    /// their flavor's queue and the claim enforces the policy).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100))]
+    anti_affinity_pct: u64,
+}
+
+/// Members per anti-affinity group (`--anti-affinity-pct`).
+const GROUP_SIZE: usize = 5;
+
+/// The anti-affinity group of boot `n`, if it is a member: the first
+/// `pct` of every hundred boots are, five to a group in boot order.
+fn group_of(n: usize, pct: u64) -> Option<usize> {
+    let pct = pct as usize;
+    if n % 100 >= pct {
+        return None;
+    }
+    Some(((n / 100) * pct + n % 100) / GROUP_SIZE)
 }
 
 /// The CPU time (clock ticks) of the processes a boot run involves, read
@@ -167,6 +185,49 @@ pub(crate) async fn run(opts: BootOpts, binaries: &Binaries) -> anyhow::Result<(
         std::fs::write(path, serde_json::to_string_pretty(&body)?)?;
     }
     Ok(())
+}
+
+/// Anti-affinity groups (of `ids`) with two members on one host.
+async fn anti_affinity_violations(nova: &Nova, ids: &[String]) -> anyhow::Result<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut host_of: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let mut path = "/servers/detail?all_tenants=1&limit=1000".to_owned();
+        if let Some(m) = &marker {
+            path.push_str(&format!("&marker={m}"));
+        }
+        let (status, body) = nova.call(reqwest::Method::GET, &path, None).await?;
+        anyhow::ensure!(status == 200, "listing servers: {status}");
+        let servers = body["servers"].as_array().cloned().unwrap_or_default();
+        if servers.is_empty() {
+            break;
+        }
+        for server in &servers {
+            if let (Some(id), Some(host)) = (server["id"].as_str(), server["OS-EXT-SRV-ATTR:host"].as_str()) {
+                host_of.insert(id.to_owned(), host.to_owned());
+            }
+        }
+        marker = servers.last().and_then(|s| s["id"].as_str()).map(str::to_owned);
+    }
+    let mut violations = 0;
+    for id in ids {
+        let (status, body) = nova.call(reqwest::Method::GET, &format!("/os-server-groups/{id}"), None).await?;
+        anyhow::ensure!(status == 200, "server group {id}: {status}");
+        let hosts: Vec<&String> = body["server_group"]["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.as_str().and_then(|m| host_of.get(m)))
+            .collect();
+        let distinct: std::collections::HashSet<&&String> = hosts.iter().collect();
+        if distinct.len() < hosts.len() {
+            violations += 1;
+        }
+    }
+    Ok(violations)
 }
 
 /// Every server listed (all tenants, following markers): (servers, ids
@@ -288,6 +349,22 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
         flavors.push((flavor, "bench"));
     }
     let flavors = Arc::new(flavors);
+    // `--anti-affinity-pct`: the groups, created before the clock starts.
+    let mut group_ids: Vec<String> = Vec::new();
+    let members = (0..opts.boots).filter(|n| group_of(*n, opts.anti_affinity_pct).is_some()).count();
+    if members > 0 {
+        let limits = json!({"quota_set": {"server_groups": -1, "server_group_members": -1}});
+        let (status, answer) = nova.call(reqwest::Method::PUT, "/os-quota-sets/admin", Some(limits)).await?;
+        anyhow::ensure!(status == 200, "server group quotas: {status} {answer}");
+    }
+    for g in 0..members.div_ceil(GROUP_SIZE) {
+        let body = json!({"server_group": {"name": format!("aa{g}"), "policy": "anti-affinity"}});
+        let (status, answer) = nova.call(reqwest::Method::POST, "/os-server-groups", Some(body)).await?;
+        anyhow::ensure!(status == 200, "server group: {status} {answer}");
+        group_ids.push(answer["server_group"]["id"].as_str().unwrap_or("").to_owned());
+    }
+    let group_ids = Arc::new(group_ids);
+    let group_pct = opts.anti_affinity_pct;
 
     // Boot until ACTIVE.
     let navs: Vec<Nova> = servers
@@ -313,6 +390,7 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
         let (next, times, errors, refused) = (next.clone(), times.clone(), errors.clone(), refused.clone());
         let (flavors, image, total, poll) =
             (flavors.clone(), image.clone(), opts.boots, Duration::from_millis(opts.poll_ms));
+        let group_ids = group_ids.clone();
         workers.push(tokio::spawn(async move {
             loop {
                 let n = next.fetch_add(1, Ordering::SeqCst);
@@ -321,7 +399,10 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
                 }
                 let shape = shape_of(n, flavors.len());
                 let begin = Instant::now();
-                let body = json!({"server": {"name": format!("b{n}"), "flavorRef": flavors[shape].0, "imageRef": image, "networks": "none"}});
+                let mut body = json!({"server": {"name": format!("b{n}"), "flavorRef": flavors[shape].0, "imageRef": image, "networks": "none"}});
+                if let Some(group) = group_of(n, group_pct) {
+                    body["os:scheduler_hints"] = json!({"group": group_ids[group]});
+                }
                 let (status, answer) = nova.call(reqwest::Method::POST, "/servers", Some(body)).await?;
                 if status != 202 {
                     refused.fetch_add(1, Ordering::SeqCst);
@@ -452,6 +533,13 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
         "  packing: {} hosts used, VCPU utilisation of used hosts mean {:.2} min {:.2} max {:.2} sd {:.2}; largest flavor still fitting: {largest_fit}",
         packing.hosts_used, packing.util_mean, packing.util_min, packing.util_max, packing.util_sd
     );
+    let group_violations = anti_affinity_violations(&nova, &group_ids).await?;
+    if !group_ids.is_empty() {
+        println!(
+            "  anti-affinity: {} groups of {GROUP_SIZE}, {group_violations} with two members on one host",
+            group_ids.len()
+        );
+    }
     let (listed, listed_twice) = list_all(&nova).await?;
     let accepted = opts.boots - n_refused;
     let duplicated = listed_twice + listed.saturating_sub(accepted);
@@ -477,6 +565,8 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
         "per_flavor": per_flavor,
         "hosts_used": packing.hosts_used, "util_mean": packing.util_mean, "util_min": packing.util_min,
         "util_max": packing.util_max, "util_sd": packing.util_sd, "largest_flavor_fitting": largest_fit,
+        "anti_affinity_pct": opts.anti_affinity_pct, "anti_affinity_groups": group_ids.len(),
+        "group_violations": group_violations,
     });
     if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
         body.extend(extra.clone());

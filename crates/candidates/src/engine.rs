@@ -13,6 +13,7 @@ use std::hash::{Hash, Hasher};
 
 use berth_model::search_index::Topology;
 use berth_model::{Inventory, Provider, State};
+use smallvec::{smallvec, SmallVec};
 use uuid::Uuid;
 
 use crate::{
@@ -136,10 +137,17 @@ struct Res {
 #[derive(Debug, Clone)]
 struct GAreq {
     anchor: u32,
-    res: Vec<Res>,
+    res: ResList,
     /// Providers satisfying the group (sorted, unique).
-    rps: Vec<u32>,
+    rps: Rps,
 }
+
+/// A group request's amounts: inline up to three classes (a flavor's
+/// VCPU, MEMORY_MB and DISK_GB), so the common candidate allocates
+/// nothing for them.
+type ResList = SmallVec<[Res; 3]>;
+/// A group request's providers: one, inline, in the common case.
+type Rps = SmallVec<[u32; 1]>;
 
 /// Headroom (capacity - used, max_unit) when `amount` of `rc` fits on `p`
 /// (upstream's capacity clause: used + amount <= capacity, min/max unit,
@@ -506,14 +514,14 @@ impl<'a> Search<'a> {
             }
             let own_root = self.idx.root[i as usize];
             if self.anchor_allowed(own_root) {
-                out.push(GAreq { anchor: own_root, res: res.clone(), rps: vec![i] });
+                out.push(GAreq { anchor: own_root, res: ResList::from_slice(&res), rps: smallvec![i] });
             }
             if self.idx.sharing[i as usize] {
                 for anchor in self.idx.anchors_of(i) {
                     if anchor == own_root || !self.anchor_allowed(anchor) {
                         continue;
                     }
-                    out.push(GAreq { anchor, res: res.clone(), rps: vec![i] });
+                    out.push(GAreq { anchor, res: ResList::from_slice(&res), rps: smallvec![i] });
                 }
             }
         }
@@ -606,10 +614,10 @@ impl<'a> Search<'a> {
                 .iter()
                 .all(|any| any.iter().any(|t| choice.iter().any(|r| provs[r.rp as usize].traits.contains(t))));
             if ok {
-                let mut rps: Vec<u32> = choice.iter().map(|r| r.rp).collect();
+                let mut rps: Rps = choice.iter().map(|r| r.rp).collect();
                 rps.sort_unstable();
                 rps.dedup();
-                out.push(GAreq { anchor, res: choice.clone(), rps });
+                out.push(GAreq { anchor, res: ResList::from_slice(choice), rps });
             }
             return;
         }
@@ -640,9 +648,9 @@ enum Driving<'a> {
 /// One merged candidate: consolidated amounts and the chosen group requests.
 struct Found {
     /// (provider, class id, amount) in first-use order.
-    res: Vec<(u32, u16, i64)>,
+    res: SmallVec<[(u32, u16, i64); 3]>,
     /// Index of the chosen request in each group's list.
-    chosen: Vec<u32>,
+    chosen: SmallVec<[u32; 2]>,
 }
 
 /// The cross-group combination.
@@ -762,9 +770,9 @@ impl<'s, 'a> Merge<'s, 'a> {
                     let other = &self.found[f];
                     let mut other_sorted = other.res.clone();
                     other_sorted.sort_unstable();
-                    let same_maps =
-                        (0..self.groups.len()).all(|g| self.groups[g][other.chosen[g] as usize].rps == *self.rps_of(g));
-                    if other_sorted == sorted && same_maps {
+                    let same_maps = (0..self.groups.len())
+                        .all(|g| self.groups[g][other.chosen[g] as usize].rps[..] == *self.rps_of(g));
+                    if other_sorted[..] == sorted[..] && same_maps {
                         return;
                     }
                 }
@@ -773,7 +781,7 @@ impl<'s, 'a> Merge<'s, 'a> {
         }
         self.found.push(Found {
             res: self.amounts.iter().map(|e| (e.0 .0, e.0 .1, e.1)).collect(),
-            chosen: self.chosen.clone(),
+            chosen: SmallVec::from_slice(&self.chosen),
         });
     }
 }
@@ -832,7 +840,7 @@ fn anchor_ranges(per_group: &[Vec<GAreq>]) -> Vec<Vec<(u32, u32)>> {
 
 /// A candidate's identity: sorted (provider, class, amount) and each
 /// group's providers.
-type DedupeKey<'g> = (Vec<(u32, u16, i64)>, Vec<&'g [u32]>);
+type DedupeKey<'g> = (SmallVec<[(u32, u16, i64); 3]>, Vec<&'g [u32]>);
 
 /// Breadth-first generation under `max_candidates` (upstream's
 /// `allocation_candidates_generation_strategy = breadth-first`): the
@@ -928,7 +936,9 @@ fn breadth_first(
         if complete || picked.len() >= target {
             return picked
                 .into_iter()
-                .map(|(a, r)| std::mem::replace(&mut lists[a][r], Found { res: Vec::new(), chosen: Vec::new() }))
+                .map(|(a, r)| {
+                    std::mem::replace(&mut lists[a][r], Found { res: SmallVec::new(), chosen: SmallVec::new() })
+                })
                 .collect();
         }
         // Double, or more when the rounds so far show each unexhausted
@@ -1177,14 +1187,14 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
     let allocation_requests = found
         .into_iter()
         .map(|f| {
-            let mut allocations: Vec<(Uuid, Vec<(&str, i64)>)> = Vec::with_capacity(f.res.len());
-            let mut order: Vec<u32> = Vec::with_capacity(f.res.len());
+            let mut allocations: SmallVec<[(Uuid, crate::Amounts<'_>); 1]> = SmallVec::new();
+            let mut order: SmallVec<[u32; 4]> = SmallVec::new();
             for (rp, rc, amount) in f.res {
                 let pos = match order.iter().position(|r| *r == rp) {
                     Some(pos) => pos,
                     None => {
                         order.push(rp);
-                        allocations.push((uuid_of(rp), Vec::new()));
+                        allocations.push((uuid_of(rp), SmallVec::new()));
                         order.len() - 1
                     }
                 };
@@ -1196,7 +1206,8 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
                 .zip(&f.chosen)
                 .zip(&per_group)
                 .map(|((g, chosen), areqs)| {
-                    let mut uuids: Vec<Uuid> = areqs[*chosen as usize].rps.iter().map(|rp| uuid_of(*rp)).collect();
+                    let mut uuids: crate::Providers =
+                        areqs[*chosen as usize].rps.iter().map(|rp| uuid_of(*rp)).collect();
                     uuids.sort_unstable();
                     (g.suffix.as_str(), uuids)
                 })
@@ -1213,7 +1224,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
             let p = idx.prov(i);
             // Upstream lists a provider's traits in trait id order (one
             // trait needs no lookup of its id).
-            let traits: Vec<&str> = if p.traits.len() <= 1 {
+            let traits: SmallVec<[&str; 4]> = if p.traits.len() <= 1 {
                 p.traits.iter().map(String::as_str).collect()
             } else {
                 let mut by_id: Vec<(i64, &str)> =

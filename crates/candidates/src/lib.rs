@@ -29,6 +29,7 @@ mod engine;
 pub use engine::find;
 #[doc(hidden)]
 pub use engine::find_exhaustive;
+use smallvec::SmallVec;
 use uuid::Uuid;
 
 /// The trait marking a provider whose inventory is shared via aggregates.
@@ -132,11 +133,21 @@ impl std::error::Error for CandidatesError {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocationRequest<'a> {
     /// Provider -> (resource class, amount), providers in first-use order.
-    pub allocations: Vec<(Uuid, Vec<(&'a str, i64)>)>,
+    pub allocations: SmallVec<[(Uuid, Amounts<'a>); 1]>,
     /// Group suffix -> providers satisfying that group (sorted), groups in
     /// request order.
-    pub mappings: Vec<(&'a str, Vec<Uuid>)>,
+    pub mappings: SmallVec<[(&'a str, Providers); 1]>,
 }
+
+/// The providers satisfying one group of a candidate (sorted; inline
+/// when one).
+pub type Providers = SmallVec<[Uuid; 1]>;
+
+/// One provider's (resource class, amount) pairs of a candidate. The
+/// lists of a candidate are inline up to the common sizes (one provider,
+/// three classes, one group), so a 10,000-candidate answer does not make
+/// 40,000 small heap allocations to describe them.
+pub type Amounts<'a> = SmallVec<[(&'a str, i64); 3]>;
 
 /// Capacity and usage of one resource class of a summarised provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,10 +169,12 @@ pub struct ProviderSummary<'a> {
     pub parent: Option<Uuid>,
     /// Root provider.
     pub root: Uuid,
-    /// Every inventory of the provider, by resource class name.
-    pub resources: Vec<SummaryResource<'a>>,
-    /// Trait names in trait id order (standard traits first), as upstream.
-    pub traits: Vec<&'a str>,
+    /// Every inventory of the provider, by resource class name (inline up
+    /// to a compute node's three).
+    pub resources: SmallVec<[SummaryResource<'a>; 3]>,
+    /// Trait names in trait id order (standard traits first), as upstream
+    /// (inline up to four).
+    pub traits: SmallVec<[&'a str; 4]>,
 }
 
 /// The answer: allocation requests and summaries of the providers involved.

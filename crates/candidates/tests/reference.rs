@@ -155,7 +155,7 @@ fn canon_engine(c: &Candidates) -> (Vec<Canon>, BTreeSet<Uuid>) {
                 .collect();
             allocs.sort();
             let mut mappings: Vec<(String, Vec<Uuid>)> =
-                ar.mappings.iter().map(|(s, rps)| (s.to_string(), rps.clone())).collect();
+                ar.mappings.iter().map(|(s, rps)| (s.to_string(), rps.to_vec())).collect();
             mappings.sort();
             (allocs, mappings)
         })
@@ -577,7 +577,7 @@ fn engine_matches_reference_on_random_forests() {
                 }
             }
             (e, g) => panic!("case {case}: reference {e:?} vs engine {g:?}"),
-        }
+        };
     }
     // The generator must exercise real matches, not only empty answers.
     assert!(nonempty > 800, "only {nonempty} non-empty cases");
@@ -623,6 +623,7 @@ fn deterministic_and_randomized_with_seed() {
     r.randomize_seed = Some(7);
     let c = find(&state, &r).unwrap();
     assert_eq!(canon_engine(&c), canon_engine(&a));
+    drop(c);
     r.limit = Some(2);
     let d = find(&state, &r).unwrap();
     assert_eq!(d.allocation_requests.len(), 2);
@@ -664,6 +665,7 @@ fn nested_tree_spreads_unsuffixed_group_and_old_versions_exclude_it() {
     assert_eq!(got.provider_summaries.len(), 3);
     assert_eq!(got.provider_summaries[1].parent, Some(uuid(0)));
     assert_eq!(got.provider_summaries[1].root, uuid(0));
+    drop(got);
     req.nested_aware = false;
     let old = find(&state, &req).unwrap();
     assert!(old.allocation_requests.is_empty());
@@ -686,6 +688,7 @@ fn granular_isolate_and_same_subtree() {
         assert_eq!(ar.mappings.len(), 2);
         assert_ne!(ar.mappings[0].1, ar.mappings[1].1);
     }
+    drop(iso);
     // Both VFs under one PF only (same_subtree of siblings fails).
     req.group_policy = Some(GroupPolicy::None);
     req.same_subtrees = vec![vec!["1".into(), "2".into()]];
@@ -693,7 +696,7 @@ fn granular_isolate_and_same_subtree() {
     assert_eq!(same.allocation_requests.len(), 2);
     for ar in &same.allocation_requests {
         assert_eq!(ar.allocations.len(), 1);
-        assert_eq!(ar.allocations[0].1, vec![("SRIOV_NET_VF", 2)]);
+        assert_eq!(ar.allocations[0].1[..], [("SRIOV_NET_VF", 2)]);
     }
 }
 
@@ -706,7 +709,7 @@ fn consolidated_amount_must_fit() {
     req.groups[1].resources[0].1 = 1;
     let got = find(&state, &req).unwrap();
     assert_eq!(got.allocation_requests.len(), 1);
-    assert_eq!(got.allocation_requests[0].allocations[0].1, vec![("VCPU", 3)]);
+    assert_eq!(got.allocation_requests[0].allocations[0].1[..], [("VCPU", 3)]);
 }
 
 #[test]
@@ -749,12 +752,16 @@ fn wide_trees() -> (State, Request) {
 #[test]
 fn cap_goes_breadth_first_across_trees() {
     let (state, req) = wide_trees();
+    // The requests outlive every answer that borrows from them.
+    let req5 = Request { max_candidates: Some(5), ..req.clone() };
+    let req2 = Request { max_candidates: Some(2), ..req.clone() };
+    let req1000 = Request { max_candidates: Some(1000), ..req.clone() };
+    let req_limit = Request { max_candidates: Some(5), limit: Some(4), ..req.clone() };
     let full = find(&state, &req).unwrap();
     assert_eq!(full.allocation_requests.len(), 36);
     // Uncapped order is depth-first: the first 12 are all from tree 0.
     assert!(roots_of(&state, &full)[..12].iter().all(|r| *r == uuid(0)));
     let (t0, t1, t2) = (uuid(0), uuid(5), uuid(10));
-    let req5 = Request { max_candidates: Some(5), ..req.clone() };
     let capped = find(&state, &req5).unwrap();
     assert_eq!(roots_of(&state, &capped), vec![t0, t1, t2, t0, t1], "round-robin in anchor order");
     let (full_c, _) = canon_engine(&full);
@@ -768,19 +775,16 @@ fn cap_goes_breadth_first_across_trees() {
     assert_eq!(find(&state, &req5).unwrap(), capped, "deterministic");
     assert_eq!(capped.provider_summaries.len(), 15, "three whole trees");
     // A cap below the number of trees: summaries only of the trees returned.
-    let req2 = Request { max_candidates: Some(2), ..req.clone() };
     let two = find(&state, &req2).unwrap();
     assert_eq!(roots_of(&state, &two), vec![t0, t1]);
     let sums: BTreeSet<Uuid> = two.provider_summaries.iter().map(|s| s.root).collect();
     assert_eq!(sums, BTreeSet::from([t0, t1]));
     // A cap above the total returns everything (in breadth-first order).
-    let req1000 = Request { max_candidates: Some(1000), ..req.clone() };
     let all = find(&state, &req1000).unwrap();
     assert_eq!(canon_engine(&all), canon_engine(&full));
     let roots = roots_of(&state, &all);
     assert_eq!(roots[..6], [t0, t1, t2, t0, t1, t2]);
     // limit cuts the capped (breadth-first) set: its prefix.
-    let req_limit = Request { max_candidates: Some(5), limit: Some(4), ..req.clone() };
     let limited = find(&state, &req_limit).unwrap();
     assert_eq!(limited.allocation_requests[..], capped.allocation_requests[..4]);
 }
@@ -842,6 +846,8 @@ fn cap_properties_on_random_forests() {
         let Ok(full) = find(&state, &req) else { continue };
         let cap = rng.range(1, 5) as usize;
         let capped_req = Request { max_candidates: Some(cap), ..req.clone() };
+        let limit = rng.range(1, 4) as usize;
+        let limited_req = Request { limit: Some(limit), ..capped_req.clone() };
         let capped = find(&state, &capped_req).unwrap();
         let total = full.allocation_requests.len();
         assert_eq!(capped.allocation_requests.len(), total.min(cap), "case {case}: count");
@@ -882,8 +888,6 @@ fn cap_properties_on_random_forests() {
                 assert!(n.keys().all(|r| got(r) >= 1), "case {case}: a tree missing before a second candidate");
             }
         }
-        let limit = rng.range(1, 4) as usize;
-        let limited_req = Request { limit: Some(limit), ..capped_req.clone() };
         let limited = find(&state, &limited_req).unwrap();
         let k = limit.min(capped.allocation_requests.len());
         assert_eq!(limited.allocation_requests[..], capped.allocation_requests[..k], "case {case}: limit prefix");

@@ -120,13 +120,24 @@ pub(crate) struct PullWiring {
 }
 
 /// The pull queues on NATS JetStream as `berth-compute` publishes to
-/// them: connected on first use (the server starts with NATS down), each
-/// queue's durable consumer created before its first publish (the
-/// queue-list manager's set of consumers).
+/// them, and the hosts' subjects the hub sends tasks on: connected on
+/// first use (the server starts with NATS down), each queue's durable
+/// consumer created before its first publish (the queue-list manager's
+/// set of consumers).
 struct NatsBroker {
     nats: berth_pull::Settings,
     queues: tokio::sync::OnceCell<berth_pull::Queues>,
     consumers: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// How long a host's agent has to answer that it took a task on its
+/// subject before the hub queues it for the long poll instead.
+const HOST_TASK_ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+impl NatsBroker {
+    async fn queues(&self) -> Result<&berth_pull::Queues, String> {
+        self.queues.get_or_try_init(|| berth_pull::Queues::connect(&self.nats)).await.map_err(|e| e.to_string())
+    }
 }
 
 impl berth_compute::pull::Broker for NatsBroker {
@@ -135,18 +146,34 @@ impl berth_compute::pull::Broker for NatsBroker {
         boot: berth_compute::pull::Publication,
     ) -> berth_compute::pull::BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            let queues = self
-                .queues
-                .get_or_try_init(|| berth_pull::Queues::connect(&self.nats))
-                .await
-                .map_err(|e| e.to_string())?;
+            let queues = self.queues().await?;
             let known = self.consumers.lock().unwrap_or_else(|p| p.into_inner()).contains(&boot.queue);
             if !known {
                 queues.consumer(&boot.queue).await.map_err(|e| e.to_string())?;
                 self.consumers.lock().unwrap_or_else(|p| p.into_inner()).insert(boot.queue.clone());
             }
-            let message = berth_pull::Boot { instance: boot.instance, queue: boot.queue, attempt: boot.attempt };
+            let message =
+                berth_pull::Boot { instance: boot.instance, queue: boot.queue, attempt: boot.attempt, gang: boot.gang };
             queues.publish(&message).await.map(|_| ()).map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl berth_compute::hub::HostChannel for NatsBroker {
+    fn send(
+        &self,
+        task: &berth_compute::hub::Task,
+    ) -> berth_compute::pull::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
+        use berth_compute::hub::HostSendFailure;
+        // The same JSON the long poll hands out.
+        let payload = berth_compute_api::handlers::agents::task_json(task).to_string().into_bytes();
+        let host = task.host.clone();
+        Box::pin(async move {
+            let queues = self.queues().await.map_err(HostSendFailure::Unavailable)?;
+            queues.send_to_host(&host, payload, HOST_TASK_ANSWER_WAIT).await.map_err(|e| match e {
+                berth_pull::HostSendError::NoTaker => HostSendFailure::NoTaker,
+                berth_pull::HostSendError::Unavailable(why) => HostSendFailure::Unavailable(why),
+            })
         })
     }
 }
@@ -173,12 +200,14 @@ impl ComputeServices {
         let compute = Compute::new(core.clone(), cells, clock, settings.config.clone());
         if let Some(pull) = &settings.pull {
             // Before `start`: boots resumed at start-up are published too.
-            let broker = NatsBroker {
+            let broker = Arc::new(NatsBroker {
                 nats: pull.nats.clone(),
                 queues: tokio::sync::OnceCell::new(),
                 consumers: std::sync::Mutex::default(),
-            };
-            compute.set_pull_broker(Arc::new(broker), pull.build_timeout_secs);
+            });
+            compute.set_pull_broker(broker.clone(), pull.build_timeout_secs);
+            // Tasks for pulling agents' hosts go on the hosts' subjects.
+            compute.hub.set_host_channel(broker);
             berth_compute::pull::spawn_outbox(compute.clone(), Duration::from_secs(1));
             tracing::info!(nats = %pull.nats.url, prefix = %pull.nats.prefix, "pull-mode scheduling");
         }
@@ -476,6 +505,7 @@ impl ComputeServices {
             return Vec::new();
         }
         let m = &pull.metrics;
+        let hub = &self.compute.hub.metrics;
         let routed = m.routed_to_push.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let reason = |r: &str| routed.get(r).copied().unwrap_or(0);
         vec![
@@ -502,6 +532,16 @@ impl ComputeServices {
                 m.timed_out.load(Relaxed),
             ),
             (
+                "berth_pull_requeued_total",
+                "Failed builds put back on their pull queue as their next attempt (counted against max_attempts).",
+                m.requeued.load(Relaxed),
+            ),
+            (
+                "berth_pull_requeued_claims_total",
+                "Pull claims that placed a requeued build (also in berth_pull_claims_total).",
+                m.requeued_claims.load(Relaxed),
+            ),
+            (
                 "berth_pull_queue_evaluations_total",
                 "Queue evaluations (one placement query and the filters over all hosts, shared by agents for 200 ms).",
                 m.queue_evaluations.load(Relaxed),
@@ -511,8 +551,37 @@ impl ComputeServices {
                 "Boots a pull queue cannot carry, scheduled by the push scheduler.",
                 routed.values().sum(),
             ),
-            ("berth_pull_routed_server_group_total", "Boots routed to push: server group.", reason("server_group")),
-            ("berth_pull_routed_multi_create_total", "Boots routed to push: multi-create.", reason("multi_create")),
+            (
+                "berth_pull_host_published_total",
+                "Tasks (deletes, power, moves, builds routed to push) an agent took on its host's NATS subject.",
+                hub.host_published.load(Relaxed),
+            ),
+            (
+                "berth_pull_host_fallbacks_total",
+                "Tasks for a pulling agent connected here that its host's subject did not take: sent by long poll.",
+                hub.host_fallbacks.load(Relaxed),
+            ),
+            (
+                "berth_pull_host_unanswered_total",
+                "Tasks for hosts of agents not connected here that no agent took on the host's subject.",
+                hub.host_unanswered.load(Relaxed),
+            ),
+            (
+                "berth_pull_routed_server_group_total",
+                "Boots routed to push: a server group whose policy is gone.",
+                reason("server_group"),
+            ),
+            ("berth_pull_routed_affinity_total", "Boots routed to push: hard affinity group.", reason("affinity")),
+            (
+                "berth_pull_routed_soft_policy_total",
+                "Boots routed to push: soft-affinity or soft-anti-affinity group (weighers).",
+                reason("soft_policy"),
+            ),
+            (
+                "berth_pull_routed_server_group_multi_create_total",
+                "Boots routed to push: a multi-create into a server group.",
+                reason("server_group_multi_create"),
+            ),
             ("berth_pull_routed_forced_host_total", "Boots routed to push: forced host.", reason("forced_host")),
             (
                 "berth_pull_routed_host_hints_total",
@@ -555,6 +624,11 @@ impl ComputeServices {
             pull.push(("berth_pull_queues", "Pull queues in use (one durable consumer each).", {
                 self.compute.pull.queues().len() as f64
             }));
+            pull.push((
+                "berth_pull_requeued_waiting",
+                "Requeued failed builds waiting for a claim (known to this process).",
+                self.compute.pull.requeued_waiting() as f64,
+            ));
         }
         let mut gauges = vec![
             (

@@ -288,7 +288,8 @@ pub fn plan_claim_boots(
             if let Some(spec) = world.compute.request_specs.get(&choices.instance) {
                 if !alternates.is_empty() || spec.retry != BuildRetry::default() {
                     let mut spec = spec.clone();
-                    spec.retry = BuildRetry { num_attempts: 1, failed_hosts: Vec::new(), alternates };
+                    spec.retry =
+                        BuildRetry { num_attempts: 1, failed_hosts: Vec::new(), alternates, requeued_at: None };
                     boot_specs.push(spec);
                 }
             }
@@ -369,6 +370,15 @@ pub enum Rescheduled {
     },
     /// No attempt left; the instance holds no allocations anymore.
     Exhausted(Exhausted),
+    /// Pull mode ([`plan_requeue`]): back on its queue, without
+    /// allocations, as attempt number `attempt`, waiting since `since`
+    /// for an agent's claim ([`plan_claim_requeued`]).
+    Requeued {
+        /// Attempt number the next claim builds (2 for the first requeue).
+        attempt: i64,
+        /// When it was requeued.
+        since: Timestamp,
+    },
 }
 
 /// Move an instance whose build failed on `failed_host` to its next
@@ -479,6 +489,174 @@ pub fn plan_reschedule(
         set.compute(C::PutRequestSpec(spec));
     }
     Ok((set, outcome))
+}
+
+/// Pull mode's reschedule: a build that failed on `failed_host` goes back
+/// to its queue instead of to an alternate (a pull claim has none). One
+/// write releases the instance's allocations, counts the attempt (the
+/// failed host joins `failed_hosts`) and marks the request spec as
+/// waiting on its queue (`retry.requeued_at`); the cell row stays in
+/// `scheduling` on the failed host until a claim moves it. When
+/// `max_attempts` attempts were made the allocations go all the same and
+/// the answer is [`Rescheduled::Exhausted`].
+///
+/// Safe to run twice: allocations no longer on `failed_host` (a claim took
+/// the requeued instance since: [`Rescheduled::Build`] there) or none at
+/// all (still waiting: [`Rescheduled::Requeued`]; else exhausted or
+/// buried before) write nothing and answer the earlier decision.
+pub fn plan_requeue(
+    world: &World,
+    instance: &Uuid,
+    failed_host: &str,
+    max_attempts: usize,
+    now: Timestamp,
+) -> Result<(WorldChangeSet, Rescheduled)> {
+    let mut set = WorldChangeSet::new();
+    let Some(mapping) = world.compute.instance_mappings.get(instance) else { return Ok((set, Rescheduled::Gone)) };
+    if mapping.cell.is_none() {
+        return Ok((set, Rescheduled::Gone));
+    }
+    let Some(spec) = world.compute.request_specs.get(instance) else {
+        // Nothing to requeue from (an old instance): as push does.
+        return plan_reschedule(world, instance, failed_host, max_attempts, now);
+    };
+    let attempts = spec.retry.attempts();
+    let exhausted = |attempts: i64| {
+        Rescheduled::Exhausted(if attempts >= max_attempts as i64 {
+            Exhausted::MaxAttempts { max_attempts }
+        } else {
+            Exhausted::NoHostsLeft
+        })
+    };
+    let consumer = world.placement.consumers.get(instance).filter(|c| !c.allocations.is_empty());
+    let Some(consumer) = consumer else {
+        return Ok((
+            set,
+            match spec.retry.requeued_at {
+                Some(since) => Rescheduled::Requeued { attempt: attempts, since },
+                None => exhausted(attempts),
+            },
+        ));
+    };
+    match host_of_instance(world, instance) {
+        Some(node) if node.host != failed_host => {
+            return Ok((set, Rescheduled::Build { node: node.clone(), attempt: attempts }));
+        }
+        Some(_) => {}
+        None => return Ok((set, exhausted(attempts))),
+    }
+    set.placement(ChangeSet {
+        changes: vec![Change::DeleteConsumer { uuid: *instance, expected_generation: consumer.row.generation }],
+    });
+    let mut spec = spec.clone();
+    spec.retry.num_attempts = attempts;
+    spec.retry.failed_hosts.push(failed_host.to_owned());
+    spec.retry.alternates.clear();
+    let outcome = if attempts < max_attempts as i64 {
+        spec.retry.num_attempts = attempts + 1;
+        spec.retry.requeued_at = Some(now);
+        Rescheduled::Requeued { attempt: attempts + 1, since: now }
+    } else {
+        spec.retry.requeued_at = None;
+        exhausted(attempts)
+    };
+    set.compute(C::PutRequestSpec(spec));
+    Ok((set, outcome))
+}
+
+/// A requeued instance still waiting for a claim: no allocations, its
+/// mapping in a cell and not queued for delete, its request spec marked
+/// requeued. Returns its request spec and its cell.
+pub fn requeue_waiting<'w>(world: &'w World, instance: &Uuid) -> Option<(&'w RequestSpec, Uuid)> {
+    let mapping = world.compute.instance_mappings.get(instance).filter(|m| !m.queued_for_delete)?;
+    let cell = mapping.cell.filter(|c| *c != CELL0_UUID)?;
+    let spec = world.compute.request_specs.get(instance).filter(|s| s.retry.requeued_at.is_some())?;
+    if world.placement.consumers.get(instance).is_some_and(|c| !c.allocations.is_empty()) {
+        return None;
+    }
+    Some((spec, cell))
+}
+
+/// What [`plan_claim_requeued`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequeueClaim {
+    /// Allocated on this node; the requeued mark is gone.
+    Placed(ComputeNodeRef),
+    /// Not waiting any more (claimed by another agent, buried, deleted).
+    Gone,
+    /// Waiting, but no choice fits (or a choice is a host whose build of
+    /// it failed, in another cell, or refused by the reservation pool).
+    NoRoom,
+}
+
+/// Claim a requeued instance ([`plan_requeue`]) on the first of `choices`
+/// that still fits, in one write: its allocations are created only while
+/// it still has none and is still marked requeued (a second agent racing
+/// gets [`RequeueClaim::Gone`]), never on a host in its `failed_hosts` nor
+/// outside its cell (its row is there), with the reservation pool's rule
+/// checked as [`plan_claim_boots`] checks it; the request spec loses its
+/// requeued mark in the same write. The attempt count stays (the requeue
+/// counted it).
+pub fn plan_claim_requeued(
+    world: &World,
+    choices: &InstanceChoices,
+    now: Timestamp,
+    lend_lead: Option<Timestamp>,
+) -> Result<(WorldChangeSet, RequeueClaim)> {
+    let mut set = WorldChangeSet::new();
+    let instance = &choices.instance;
+    let Some((spec, cell)) = requeue_waiting(world, instance) else { return Ok((set, RequeueClaim::Gone)) };
+    let named = crate::lease::named_reservation(spec);
+    let chosen = choices.choices.iter().find_map(|choice| {
+        let node = world.compute.compute_nodes.get(&choice.root)?;
+        let allowed = node.cell == cell
+            && !spec.retry.failed_hosts.contains(&node.host)
+            && world.compute.cells.get(&node.cell).is_some_and(|c| !c.disabled)
+            && match named {
+                Ok(reservation) => world.compute.leases.host_allows(&node.host, reservation, now, lend_lead),
+                Err(_) => false,
+            }
+            && fits(world, &choice.allocations, &HashMap::new());
+        allowed.then_some((choice, node))
+    });
+    let Some((choice, node)) = chosen else { return Ok((set, RequeueClaim::NoRoom)) };
+    let generation = match world.placement.consumers.get(instance) {
+        Some(consumer) => ConsumerGeneration::Is(consumer.row.generation),
+        None => ConsumerGeneration::New,
+    };
+    let request = ConsumerAllocations {
+        consumer: *instance,
+        project_id: spec.project_id.clone(),
+        user_id: spec.user_id.clone(),
+        generation,
+        consumer_type: Some(CONSUMER_TYPE_INSTANCE.to_owned()),
+        allocations: choice.allocations.clone(),
+    };
+    let placement = plan_replace_allocations(&world.placement, &[request], now)
+        .map_err(|e| ComputeError::Conflict(format!("{e:?}")))?;
+    set.placement(placement);
+    let mut spec = spec.clone();
+    spec.retry.requeued_at = None;
+    set.compute(C::PutRequestSpec(spec));
+    Ok((set, RequeueClaim::Placed(node.clone())))
+}
+
+/// Give up on a requeued instance nobody claimed since `since` (the pull
+/// build timeout): its requeued mark goes, in one write, only while it is
+/// still waiting from that same requeue (a claim or a later requeue
+/// wins). Returns whether it was given up; the caller then puts the row in
+/// ERROR.
+pub fn plan_expire_requeued(world: &World, instance: &Uuid, since: Timestamp) -> (WorldChangeSet, bool) {
+    let mut set = WorldChangeSet::new();
+    match requeue_waiting(world, instance) {
+        Some((spec, _)) if spec.retry.requeued_at == Some(since) => {
+            let mut spec = spec.clone();
+            spec.retry.requeued_at = None;
+            set.compute(C::PutRequestSpec(spec));
+            (set, true)
+        }
+        _ => (set, false),
+    }
 }
 
 /// Bury instances that could not be scheduled in cell0: their mappings
@@ -1422,6 +1600,102 @@ pub(crate) mod tests {
         assert!(Exhausted::NoHostsLeft
             .message(&instance, "boom")
             .starts_with("Exceeded maximum number of retries. Exhausted all hosts available"));
+    }
+
+    /// One instance claimed on host 0 alone (a pull claim: no alternates).
+    fn claimed_alone(world: &mut World, root: Uuid) -> Uuid {
+        let instance = admit(world, 1, None)[0];
+        let claims = vec![InstanceChoices { instance, choices: vec![choice(root, 2)] }];
+        let (set, _) = plan_claim(world, &claims, 2, None).expect("plan").expect("fits");
+        world.apply(&set);
+        instance
+    }
+
+    fn claim_requeued(world: &World, instance: Uuid, root: Uuid) -> (WorldChangeSet, RequeueClaim) {
+        plan_claim_requeued(world, &InstanceChoices { instance, choices: vec![choice(root, 2)] }, 5, None)
+            .expect("plan")
+    }
+
+    #[test]
+    fn requeue_releases_counts_and_a_claim_on_another_host_takes_it_once() {
+        let (mut world, roots) = world_with_hosts(3);
+        let instance = claimed_alone(&mut world, roots[0]);
+        let nodes: Vec<ComputeNodeRef> = roots.iter().map(|r| world.compute.compute_nodes[r].clone()).collect();
+        let node = |i: usize| nodes[i].clone();
+
+        // Failed on h0: allocations released, attempt 2 waiting.
+        let (set, decided) = plan_requeue(&world, &instance, "h0", 3, 3).expect("plan");
+        assert_eq!(decided, Rescheduled::Requeued { attempt: 2, since: 3 });
+        world.apply(&set);
+        assert!(vcpus_on(&world, &instance).is_empty(), "no allocations while queued");
+        assert_eq!(world.compute.counted("p", None).cores, 1, "counted as pending (its flavor) for quota");
+        let retry = &world.compute.request_specs[&instance].retry;
+        assert_eq!(
+            (retry.num_attempts, retry.failed_hosts.clone(), retry.requeued_at),
+            (2, vec!["h0".into()], Some(3))
+        );
+        // The same report again: nothing written, still waiting.
+        let (again, decided) = plan_requeue(&world, &instance, "h0", 3, 4).expect("plan");
+        assert!(again.is_empty());
+        assert_eq!(decided, Rescheduled::Requeued { attempt: 2, since: 3 });
+
+        // The failed host may not take it back; another host does, once.
+        let (set, claimed) = claim_requeued(&world, instance, roots[0]);
+        assert_eq!((set.is_empty(), claimed), (true, RequeueClaim::NoRoom));
+        let (set, claimed) = claim_requeued(&world, instance, roots[1]);
+        assert_eq!(claimed, RequeueClaim::Placed(node(1)));
+        world.apply(&set);
+        assert_eq!(vcpus_on(&world, &instance), vec![(roots[1], 2)]);
+        assert_eq!(world.compute.request_specs[&instance].retry.requeued_at, None);
+        assert_eq!(world.compute.counted("p", None).cores, 2, "counted by its allocations only");
+        let (set, claimed) = claim_requeued(&world, instance, roots[2]);
+        assert_eq!((set.is_empty(), claimed), (true, RequeueClaim::Gone), "a racing agent gets gone");
+        // A re-drive of the first failure (a crash before the row moved)
+        // answers the build on the new host.
+        let (again, decided) = plan_requeue(&world, &instance, "h0", 3, 6).expect("plan");
+        assert!(again.is_empty());
+        assert_eq!(decided, Rescheduled::Build { node: node(1), attempt: 2 });
+
+        // Fails on h1 (attempt 3), then on h2: max_attempts, nothing held.
+        let (set, decided) = plan_requeue(&world, &instance, "h1", 3, 7).expect("plan");
+        assert_eq!(decided, Rescheduled::Requeued { attempt: 3, since: 7 });
+        world.apply(&set);
+        let (set, _) = claim_requeued(&world, instance, roots[2]);
+        world.apply(&set);
+        let (set, decided) = plan_requeue(&world, &instance, "h2", 3, 8).expect("plan");
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::MaxAttempts { max_attempts: 3 }));
+        world.apply(&set);
+        assert!(vcpus_on(&world, &instance).is_empty());
+        let retry = &world.compute.request_specs[&instance].retry;
+        assert_eq!((retry.num_attempts, retry.failed_hosts.len(), retry.requeued_at), (3, 3, None));
+        let (again, decided) = plan_requeue(&world, &instance, "h2", 3, 9).expect("plan");
+        assert!(again.is_empty());
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::MaxAttempts { max_attempts: 3 }));
+    }
+
+    #[test]
+    fn an_expired_requeue_is_claimed_by_nobody_and_a_deleted_one_is_gone() {
+        let (mut world, roots) = world_with_hosts(2);
+        let instance = claimed_alone(&mut world, roots[0]);
+        let (set, _) = plan_requeue(&world, &instance, "h0", 3, 3).expect("plan");
+        world.apply(&set);
+        assert!(!plan_expire_requeued(&world, &instance, 2).1, "another requeue's timeout");
+        let (set, expired) = plan_expire_requeued(&world, &instance, 3);
+        assert!(expired);
+        world.apply(&set);
+        assert!(!plan_expire_requeued(&world, &instance, 3).1, "once");
+        assert_eq!(world.compute.counted("p", None), Default::default(), "given up: nothing counted");
+        assert_eq!(claim_requeued(&world, instance, roots[1]).1, RequeueClaim::Gone);
+        let (set, decided) = plan_requeue(&world, &instance, "h0", 3, 4).expect("plan");
+        assert!(set.is_empty());
+        assert_eq!(decided, Rescheduled::Exhausted(Exhausted::NoHostsLeft));
+
+        let other = claimed_alone(&mut world, roots[0]);
+        let (set, _) = plan_requeue(&world, &other, "h0", 3, 3).expect("plan");
+        world.apply(&set);
+        world.apply(&plan_forget_instance(&world, &other));
+        assert_eq!(claim_requeued(&world, other, roots[1]).1, RequeueClaim::Gone);
+        assert_eq!(world.compute.counted("p", None), Default::default(), "forgotten: nothing counted");
     }
 
     #[test]

@@ -25,12 +25,12 @@
 //! FNV-1a hash of the canonical text of everything above. Two specs with
 //! the same key share a queue; the flavor part keeps keys readable.
 //!
-//! What pull cannot express ([`pull_routable`]): server groups (their
-//! policy depends on where the other members are), multi-create (all or
-//! nothing across hosts), forced hosts and `same_host`/`different_host`
-//! hints. Those boots go through the push scheduler.
+//! What pull cannot express ([`pull_routable`]): affinity and the soft
+//! group policies, forced hosts and `same_host`/`different_host` hints go
+//! through the push scheduler; hard anti-affinity and multi-create (as a
+//! gang) have pull-mode rules.
 
-use crate::RequestSpec;
+use crate::{GroupPolicy, RequestSpec};
 
 /// The queue key of `spec` (see the module doc).
 pub fn queue_key(spec: &RequestSpec) -> String {
@@ -70,14 +70,32 @@ pub fn queue_key(spec: &RequestSpec) -> String {
     format!("{name}-{hash:016x}")
 }
 
-/// Can this boot be delivered through a pull queue? `Err` names why not
-/// (the boot then goes through the push scheduler).
-pub fn pull_routable(spec: &RequestSpec, instances: usize) -> Result<(), &'static str> {
+/// Can this boot be delivered through a pull queue? `instances` is the
+/// number of servers of the request still to place; `group` the policy of
+/// its server group, if it has one. `Err` names why not (the boot then
+/// goes through the push scheduler, counted by that name).
+///
+/// Pull-mode rules (docs/pull-vs-push.md):
+/// - a hard anti-affinity member rides the queue of its flavor like any
+///   boot: the claim re-runs the group filter for the claiming host and
+///   `plan_claim` checks the policy again in its write, so an agent whose
+///   hosts hold a member is refused and naks;
+/// - a multi-create is one message (a gang): the agent that takes it
+///   claims every instance on its own hosts in one planned write, all or
+///   nothing, or naks it for another agent;
+/// - affinity (every member on the one host the first landed on) and the
+///   soft policies (weighers), a group with a multi-create, forced hosts
+///   and `same_host`/`different_host` go through push.
+pub fn pull_routable(spec: &RequestSpec, instances: usize, group: Option<&GroupPolicy>) -> Result<(), &'static str> {
     if spec.group.is_some() {
-        return Err("server_group");
-    }
-    if instances > 1 || spec.num_instances > 1 {
-        return Err("multi_create");
+        match group {
+            Some(GroupPolicy::AntiAffinity) if instances <= 1 && spec.num_instances <= 1 => {}
+            Some(GroupPolicy::AntiAffinity) => return Err("server_group_multi_create"),
+            Some(GroupPolicy::Affinity) => return Err("affinity"),
+            Some(GroupPolicy::SoftAffinity | GroupPolicy::SoftAntiAffinity) => return Err("soft_policy"),
+            // The group went away meanwhile: the claim answers for it.
+            None => return Err("server_group"),
+        }
     }
     if spec.force_host.is_some() || spec.force_node.is_some() {
         return Err("forced_host");
@@ -175,16 +193,27 @@ mod tests {
 
     #[test]
     fn what_pull_cannot_express_is_routed_to_push() {
-        assert_eq!(pull_routable(&spec("f", 1), 1), Ok(()));
-        assert_eq!(pull_routable(&spec("f", 1), 5), Err("multi_create"));
+        assert_eq!(pull_routable(&spec("f", 1), 1, None), Ok(()));
+        let mut gang = spec("f", 1);
+        gang.num_instances = 5;
+        assert_eq!(pull_routable(&gang, 5, None), Ok(()), "a multi-create is a gang");
         let mut grouped = spec("f", 1);
         grouped.group = Some(Uuid::new_v4());
-        assert_eq!(pull_routable(&grouped, 1), Err("server_group"));
+        assert_eq!(pull_routable(&grouped, 1, Some(&GroupPolicy::AntiAffinity)), Ok(()));
+        assert_eq!(pull_routable(&grouped, 1, Some(&GroupPolicy::Affinity)), Err("affinity"));
+        assert_eq!(pull_routable(&grouped, 1, Some(&GroupPolicy::SoftAntiAffinity)), Err("soft_policy"));
+        assert_eq!(pull_routable(&grouped, 1, Some(&GroupPolicy::SoftAffinity)), Err("soft_policy"));
+        assert_eq!(pull_routable(&grouped, 1, None), Err("server_group"));
+        assert_eq!(
+            pull_routable(&grouped, 3, Some(&GroupPolicy::AntiAffinity)),
+            Err("server_group_multi_create"),
+            "a gang of one group is placed by push"
+        );
         let mut forced = spec("f", 1);
         forced.force_host = Some("h".into());
-        assert_eq!(pull_routable(&forced, 1), Err("forced_host"));
+        assert_eq!(pull_routable(&forced, 1, None), Err("forced_host"));
         let mut hinted = spec("f", 1);
         hinted.different_host = vec![Uuid::new_v4()];
-        assert_eq!(pull_routable(&hinted, 1), Err("host_hints"));
+        assert_eq!(pull_routable(&hinted, 1, None), Err("host_hints"));
     }
 }

@@ -457,11 +457,15 @@ impl ComputeState {
             }
             C::DeleteBuildRequest(id) => self.remove_build_request(id),
             C::PutRequestSpec(s) => {
+                self.remove_request_spec(&s.instance_uuid);
+                // A failed build back on its pull queue holds no
+                // allocations: it counts as pending, as a build request.
+                if s.retry.requeued_at.is_some() {
+                    self.account_requeued(s, 1);
+                }
                 self.request_specs.insert(s.instance_uuid, s.clone());
             }
-            C::DeleteRequestSpec(id) => {
-                self.request_specs.remove(id);
-            }
+            C::DeleteRequestSpec(id) => self.remove_request_spec(id),
             C::PutQuota { project_id, user_id, resource, limit } => {
                 self.quotas.insert((project_id.clone(), user_id.clone(), resource.clone()), *limit);
             }
@@ -519,6 +523,20 @@ impl ComputeState {
                 bump(&mut self.instances_by_user, (old.project_id, old.user_id), -1);
             }
         }
+    }
+
+    fn remove_request_spec(&mut self, id: &Uuid) {
+        if let Some(old) = self.request_specs.remove(id) {
+            if old.retry.requeued_at.is_some() {
+                self.account_requeued(&old, -1);
+            }
+        }
+    }
+
+    fn account_requeued(&mut self, spec: &RequestSpec, sign: i64) {
+        let counted = Counted { cores: spec.flavor.vcpus, ram: spec.flavor.memory_mb };
+        bump_counted(&mut self.pending_by_project, spec.project_id.clone(), counted, sign);
+        bump_counted(&mut self.pending_by_user, (spec.project_id.clone(), spec.user_id.clone()), counted, sign);
     }
 
     fn remove_build_request(&mut self, id: &Uuid) {

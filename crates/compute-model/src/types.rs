@@ -432,6 +432,11 @@ pub struct BuildRetry {
     /// Alternates not tried yet, best first: the scheduler's choices after
     /// the one claimed, all in the instance's cell.
     pub alternates: Vec<crate::choice::HostChoice>,
+    /// Pull mode: when the failed build was put back on its queue (its
+    /// allocations released, attempt `num_attempts` waiting for an
+    /// agent's claim); `None` when not waiting. Absent in request specs
+    /// written before pull mode requeued builds.
+    pub requeued_at: Option<crate::Timestamp>,
 }
 
 impl BuildRetry {

@@ -73,12 +73,15 @@ impl Compute {
     /// Register an agent's hosts in `cell` (default: the configured
     /// default cell): services and compute nodes in the cell database,
     /// host mappings and compute-node references in the control database.
+    /// `pulls`: the agent takes tasks on its hosts' NATS subjects (pull
+    /// mode; see [`crate::hub`]).
     pub async fn register_agent(
         &self,
         agent: &str,
         owner: &str,
         cell_name: Option<&str>,
         hosts: &[HostRegistration],
+        pulls: bool,
     ) -> Result<Vec<RegisteredHost>, ServiceError> {
         let name = cell_name.unwrap_or(&self.config.default_cell);
         let cell = self
@@ -145,7 +148,7 @@ impl Compute {
             Ok((set, ()))
         })?;
         let names: Vec<String> = hosts.iter().map(|h| h.host.clone()).collect();
-        self.hub.register(agent, &names);
+        self.hub.register(agent, &names, pulls);
         for (name, service) in &services {
             self.health.set_flags(name, service.disabled, service.forced_down);
         }

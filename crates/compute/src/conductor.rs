@@ -18,7 +18,8 @@
 //! claimed in place of the failed host's allocations (one control write),
 //! then the row gets the new host and the agent the build. The scheduler
 //! is not called again. With no attempt or alternate left the instance
-//! goes to ERROR without allocations.
+//! goes to ERROR without allocations. In pull mode a boot a queue carries
+//! goes back to its queue instead (`plan_requeue`; see `crate::pull`).
 //!
 //! When no host fits, the instances are buried in cell0 in ERROR with a
 //! fault and an instance action (rows first, then the mappings), and any
@@ -34,9 +35,10 @@ use std::time::Duration;
 use berth_compute_model::cell::{task_state, vm_state, ActionEvent, Fault, Instance, InstanceAction};
 use berth_compute_model::choice::host_of_instance;
 use berth_compute_model::plan::{
-    plan_bury, plan_claim, plan_claim_boots, plan_forget_instance, plan_reschedule, ClaimFailure, Claimed,
-    InstanceChoices, Rescheduled,
+    plan_bury, plan_claim, plan_claim_boots, plan_forget_instance, plan_requeue, plan_reschedule, requeue_waiting,
+    ClaimFailure, Claimed, InstanceChoices, Rescheduled,
 };
+use berth_compute_model::pull::pull_routable;
 use berth_compute_model::{BuildRequest, RequestSpec, WorldChangeSet, CELL0_UUID};
 use berth_scheduler::{schedule, ScheduleRequest};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
@@ -147,7 +149,7 @@ fn create_action(build: &BuildRequest, request_id: &str, now: i64, events: Vec<A
 
 /// The update that hands an instance to `node` for building: host, node,
 /// the host's zone and `spawning` (claim and reschedule alike).
-fn spawning_on(compute: &Compute, node: &berth_compute_model::ComputeNodeRef, now: i64) -> InstanceUpdate {
+pub(crate) fn spawning_on(compute: &Compute, node: &berth_compute_model::ComputeNodeRef, now: i64) -> InstanceUpdate {
     InstanceUpdate { task_state: Some(Some(task_state::SPAWNING.to_owned())), ..placed_on(compute, node, now) }
 }
 
@@ -381,6 +383,18 @@ pub(crate) fn schedule_round<'c>(
     instances: &[Uuid],
     now: i64,
 ) -> Result<Round<'c>, berth_scheduler::NoValidHost> {
+    schedule_round_ignoring(compute, spec, instances, &[], now)
+}
+
+/// [`schedule_round`] with `ignore_hosts` filtered out (the hosts a
+/// requeued build failed on).
+pub(crate) fn schedule_round_ignoring<'c>(
+    compute: &'c Compute,
+    spec: &RequestSpec,
+    instances: &[Uuid],
+    ignore_hosts: &[String],
+    now: i64,
+) -> Result<Round<'c>, berth_scheduler::NoValidHost> {
     let seed = compute.next_seed();
     compute.metrics.scheduler_runs.fetch_add(1, Ordering::Relaxed);
     let started = std::time::Instant::now();
@@ -392,7 +406,12 @@ pub(crate) fn schedule_round<'c>(
                 .filter(|(instance, _)| w.placement.consumers.get(instance).is_none_or(|c| c.allocations.is_empty()))
                 .map(|(_, allocations)| allocations.clone())
                 .collect();
-            let request = ScheduleRequest { in_flight: &pending, now, ..ScheduleRequest::new(spec, instances, seed) };
+            let request = ScheduleRequest {
+                in_flight: &pending,
+                ignore_hosts,
+                now,
+                ..ScheduleRequest::new(spec, instances, seed)
+            };
             schedule(w, &request, &compute.health.at(now), &compute.config.scheduler).map(|(choices, _)| {
                 let cells = choices
                     .iter()
@@ -716,8 +735,24 @@ pub(crate) async fn reschedule(
 ) -> Result<(), ServiceError> {
     compute.hooks.pass("before-reschedule").await;
     let max_attempts = compute.config.scheduler.max_attempts.max(1);
-    let decided =
-        write(&*compute.control, |w| plan_reschedule(w, &instance, failed_host, max_attempts, compute.now()))?;
+    // Pull mode: a boot a queue carries goes back to its queue (its claim
+    // forced the host, so it has no alternates).
+    let requeue = compute.pull.enabled()
+        && read(&*compute.control, |w| {
+            w.compute
+                .request_specs
+                .get(&instance)
+                .is_some_and(|s| pull_routable(s, 1, crate::pull::group_policy(w, s)).is_ok())
+        });
+    let (decided, wrote) = write(&*compute.control, |w| {
+        let (set, decided) = if requeue {
+            plan_requeue(w, &instance, failed_host, max_attempts, compute.now())?
+        } else {
+            plan_reschedule(w, &instance, failed_host, max_attempts, compute.now())?
+        };
+        let wrote = !set.is_empty();
+        Ok((set, (decided, wrote)))
+    })?;
     let now = compute.now();
     let expect = Expect {
         task_states: vec![Some(task_state::SCHEDULING.to_owned())],
@@ -727,6 +762,15 @@ pub(crate) async fn reschedule(
     };
     match decided {
         Rescheduled::Gone => Ok(()),
+        Rescheduled::Requeued { attempt, since } => {
+            // The row stays in `scheduling` on the failed host until a
+            // claim moves it; the outbox publishes attempt `attempt`.
+            if wrote {
+                tracing::info!(%instance, failed_host, attempt, "failed build requeued");
+            }
+            crate::pull::requeued(compute, instance, since, wrote);
+            Ok(())
+        }
         Rescheduled::Build { node, attempt } => {
             let update = spawning_on(compute, &node, now);
             let mut ops = vec![CellOp::UpdateInstance { uuid: instance, expect, update }];
@@ -796,6 +840,14 @@ pub(crate) async fn redrive_reschedules(compute: &Compute, handle: &Arc<Cell>) {
     };
     for row in rows {
         if row.deleted || now - row.updated_at.unwrap_or(row.created_at) <= RESCHEDULE_GRACE_SECS {
+            continue;
+        }
+        // Pull mode: requeued and waiting for a claim (the outbox
+        // publishes it and buries it after the build timeout).
+        if let Some(since) =
+            read(&*compute.control, |w| requeue_waiting(w, &row.uuid).and_then(|(spec, _)| spec.retry.requeued_at))
+        {
+            crate::pull::requeued(compute, row.uuid, since, false);
             continue;
         }
         let Some(host) = row.host.clone() else {

@@ -10,10 +10,22 @@
 //! task state and host, so handing it out twice is harmless: the agent ignores a
 //! task it is already running, and the transition it reports is
 //! conditional on the task state.
+//!
+//! In pull mode (a [`HostChannel`] registered) a pushed task goes to its
+//! host's NATS subject instead, when the host's agent registered as
+//! pulling, or is not connected here at all (it may be connected to
+//! another process and pull there): the agent answers that it took it. A
+//! task no agent takes that way (NATS down, not subscribed, no answer in
+//! time) is queued for the long poll when its agent is connected here;
+//! otherwise the sweep of the process it is connected to hands it out.
+//! The sweep's re-offers always use the long poll.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use crate::pull::BoxFuture;
 
 use uuid::Uuid;
 
@@ -162,12 +174,44 @@ impl Task {
     }
 }
 
+/// Where pull mode hands tasks to agents: each host's NATS subject (the
+/// process wiring registers it).
+pub trait HostChannel: Send + Sync {
+    /// Hand `task` to the agent subscribed to its host's subject; `Ok`
+    /// once that agent answered it took it.
+    fn send(&self, task: &Task) -> BoxFuture<'_, Result<(), HostSendFailure>>;
+}
+
+/// Why a host's subject did not take a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostSendFailure {
+    /// Nobody subscribes to it.
+    NoTaker,
+    /// NATS unreachable, or no answer in time (why).
+    Unavailable(String),
+}
+
+/// Counters of the host subjects (exported at `/metrics` in pull mode).
+#[derive(Debug, Default)]
+pub struct HubMetrics {
+    /// Tasks an agent took on its host's subject.
+    pub host_published: AtomicU64,
+    /// Tasks for a pulling agent connected here that its host's subject
+    /// did not take: queued for the long poll instead.
+    pub host_fallbacks: AtomicU64,
+    /// Tasks for hosts of agents not connected here that no subscriber
+    /// took (the sweep of their own process hands them out).
+    pub host_unanswered: AtomicU64,
+}
+
 #[derive(Debug)]
 struct Agent {
     /// Shared, so that the agent's long poll (which checks all of them
     /// against their binding) borrows them instead of copying thousands of
     /// names each time.
     hosts: Arc<HashSet<String>>,
+    /// Takes tasks on its hosts' subjects (registered in pull mode).
+    pulls: bool,
     queue: VecDeque<Task>,
     queued: HashSet<String>,
     notify: Arc<tokio::sync::Notify>,
@@ -179,37 +223,82 @@ struct Inner {
     host_agent: HashMap<String, String>,
     /// Tasks handed out and when, until the agent reports them.
     handed_out: HashMap<String, Instant>,
+    /// Tasks being sent on their host's subject now.
+    sending: HashSet<String>,
+}
+
+impl Inner {
+    /// Queue `task` for the long poll of the agent serving its host (if
+    /// connected here).
+    fn queue(&mut self, task: Task) -> bool {
+        let Some(agent_id) = self.host_agent.get(&task.host) else { return false };
+        let Some(agent) = self.agents.get_mut(agent_id) else { return false };
+        if !agent.queued.insert(task.id.clone()) {
+            return false;
+        }
+        agent.queue.push_back(task);
+        agent.notify.notify_one();
+        true
+    }
 }
 
 /// The hub.
-#[derive(Debug)]
 pub struct Hub {
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
+    /// Pull mode's host subjects (unset: the long poll only).
+    channel: OnceLock<Arc<dyn HostChannel>>,
+    /// Counters of the host subjects.
+    pub metrics: Arc<HubMetrics>,
     /// A task handed out and not reported within this time is handed out
     /// again by the sweep.
     pub resend_after: Duration,
 }
 
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("host_subjects", &self.channel.get().is_some()).finish_non_exhaustive()
+    }
+}
+
 impl Default for Hub {
     fn default() -> Self {
-        Hub { inner: Mutex::default(), resend_after: Duration::from_secs(60) }
+        Hub {
+            inner: Arc::default(),
+            channel: OnceLock::new(),
+            metrics: Arc::default(),
+            resend_after: Duration::from_secs(60),
+        }
     }
+}
+
+fn lock(inner: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    inner.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Hub {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
-    /// An agent (re)registers with its hosts.
-    pub fn register(&self, agent: &str, hosts: &[String]) {
+    /// Pull mode: push tasks to the host subjects of pulling agents
+    /// through `channel`. Once; a second call is ignored and returns
+    /// false.
+    pub fn set_host_channel(&self, channel: Arc<dyn HostChannel>) -> bool {
+        self.channel.set(channel).is_ok()
+    }
+
+    /// An agent (re)registers with its hosts; `pulls`: it takes tasks on
+    /// its hosts' subjects (pull mode).
+    pub fn register(&self, agent: &str, hosts: &[String], pulls: bool) {
         let mut inner = self.lock();
         let entry = inner.agents.entry(agent.to_owned()).or_insert_with(|| Agent {
             hosts: Arc::default(),
+            pulls,
             queue: VecDeque::new(),
             queued: HashSet::new(),
             notify: Arc::new(tokio::sync::Notify::new()),
         });
+        entry.pulls = pulls;
         Arc::make_mut(&mut entry.hosts).extend(hosts.iter().cloned());
         for host in hosts {
             inner.host_agent.insert(host.clone(), agent.to_owned());
@@ -231,32 +320,63 @@ impl Hub {
         self.lock().host_agent.keys().cloned().collect()
     }
 
-    /// Queue `task` for the agent serving its host (if connected here).
-    /// Returns whether it was queued.
+    /// Hand `task` to the agent serving its host: queued for its long
+    /// poll, or in pull mode sent on the host's subject (see the module
+    /// doc). Returns whether an agent connected here will get it (queued,
+    /// or being sent to it).
     pub fn push(&self, task: Task) -> bool {
         let mut inner = self.lock();
-        let Some(agent_id) = inner.host_agent.get(&task.host).cloned() else { return false };
-        let Some(agent) = inner.agents.get_mut(&agent_id) else { return false };
-        if !agent.queued.insert(task.id.clone()) {
-            return false;
+        let Some(channel) = self.channel.get().cloned() else { return inner.queue(task) };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return inner.queue(task) };
+        let local = inner.host_agent.get(&task.host).and_then(|a| inner.agents.get(a)).map(|a| a.pulls);
+        if local == Some(false) {
+            return inner.queue(task);
         }
-        agent.queue.push_back(task);
-        agent.notify.notify_one();
-        true
+        let local = local.is_some();
+        if !inner.sending.insert(task.id.clone()) {
+            return local;
+        }
+        if local {
+            // Not offered again by the sweep while it travels.
+            inner.handed_out.insert(task.id.clone(), Instant::now());
+        }
+        drop(inner);
+        let (hub, metrics) = (self.inner.clone(), self.metrics.clone());
+        runtime.spawn(async move {
+            let outcome = channel.send(&task).await;
+            let mut inner = lock(&hub);
+            inner.sending.remove(&task.id);
+            match outcome {
+                Ok(()) => {
+                    metrics.host_published.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(failure) if local => {
+                    metrics.host_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(task = %task.id, ?failure, "the host subject did not take a task; long poll");
+                    inner.queue(task);
+                }
+                Err(failure) => {
+                    metrics.host_unanswered.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(task = %task.id, ?failure, "no agent took a task for a host not connected here");
+                }
+            }
+        });
+        local
     }
 
     /// Queue a task found by the sweep unless it is queued or was handed
     /// out recently.
     pub fn offer(&self, task: Task) -> bool {
-        {
-            let inner = self.lock();
-            if let Some(at) = inner.handed_out.get(&task.id) {
-                if at.elapsed() < self.resend_after {
-                    return false;
-                }
+        let mut inner = self.lock();
+        if inner.sending.contains(&task.id) {
+            return false;
+        }
+        if let Some(at) = inner.handed_out.get(&task.id) {
+            if at.elapsed() < self.resend_after {
+                return false;
             }
         }
-        self.push(task)
+        inner.queue(task)
     }
 
     /// Wait up to `wait` for tasks of `agent`; `None` when the agent is not
@@ -308,7 +428,7 @@ mod tests {
     async fn routes_waits_and_does_not_duplicate() {
         let hub = Hub::default();
         assert!(hub.take("a", Duration::ZERO, 10).await.is_none(), "unknown agent");
-        hub.register("a", &["h1".to_owned()]);
+        hub.register("a", &["h1".to_owned()], false);
         let task = Task::new(Uuid::new_v4(), "h1", "spawning").expect("task");
         assert!(hub.push(task.clone()));
         assert!(!hub.push(task.clone()), "already queued");
@@ -334,5 +454,79 @@ mod tests {
         let got = waiter.await.expect("join").expect("known");
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].kind, TaskKind::Delete);
+    }
+
+    /// A host channel that takes tasks (`taking`) or has no subscriber.
+    struct FakeChannel {
+        taking: bool,
+        sent: Mutex<Vec<Task>>,
+    }
+
+    impl HostChannel for FakeChannel {
+        fn send(&self, task: &Task) -> BoxFuture<'_, Result<(), HostSendFailure>> {
+            self.sent.lock().expect("sent").push(task.clone());
+            let taking = self.taking;
+            Box::pin(async move {
+                if taking {
+                    Ok(())
+                } else {
+                    Err(HostSendFailure::NoTaker)
+                }
+            })
+        }
+    }
+
+    async fn settle(hub: &Hub) {
+        for _ in 0..100 {
+            if hub.lock().sending.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("a send never finished");
+    }
+
+    #[tokio::test]
+    async fn pull_mode_sends_on_host_subjects_and_falls_back_to_the_long_poll() {
+        let hub = Hub::default();
+        let channel = Arc::new(FakeChannel { taking: true, sent: Mutex::default() });
+        assert!(hub.set_host_channel(channel.clone()));
+        hub.register("puller", &["p1".to_owned()], true);
+        hub.register("pusher", &["q1".to_owned()], false);
+        // A pulling agent's task goes on the subject, not to the long poll,
+        // and the sweep leaves it alone while it is out.
+        let delete = Task::new(Uuid::new_v4(), "p1", "deleting").expect("task");
+        assert!(hub.push(delete.clone()));
+        settle(&hub).await;
+        assert_eq!(*channel.sent.lock().expect("sent"), vec![delete.clone()]);
+        assert_eq!(hub.take("puller", Duration::ZERO, 10).await, Some(Vec::new()));
+        assert!(!hub.offer(delete.clone()), "handed out on the subject");
+        assert_eq!(hub.metrics.host_published.load(Ordering::Relaxed), 1);
+        // A push agent's task goes to its long poll only.
+        let stop = Task::new(Uuid::new_v4(), "q1", "powering-off").expect("task");
+        assert!(hub.push(stop.clone()));
+        assert_eq!(hub.take("pusher", Duration::ZERO, 10).await, Some(vec![stop]));
+        // A host not connected here: sent (its agent may pull from another
+        // process), nothing queued here.
+        let remote = Task::new(Uuid::new_v4(), "elsewhere", "deleting").expect("task");
+        assert!(!hub.push(remote.clone()));
+        settle(&hub).await;
+        assert_eq!(channel.sent.lock().expect("sent").len(), 2);
+        assert_eq!(hub.metrics.host_published.load(Ordering::Relaxed), 2);
+        assert_eq!(hub.metrics.host_fallbacks.load(Ordering::Relaxed), 0);
+
+        // Nobody takes it on the subject: the pulling agent gets it by long
+        // poll, counted; a remote host's is counted as unanswered.
+        let hub = Hub::default();
+        assert!(hub.set_host_channel(Arc::new(FakeChannel { taking: false, sent: Mutex::default() })));
+        hub.register("puller", &["p1".to_owned()], true);
+        assert!(hub.push(delete.clone()));
+        let got = hub.take("puller", Duration::from_secs(5), 10).await.expect("known");
+        assert_eq!(got, vec![delete]);
+        assert_eq!(hub.metrics.host_fallbacks.load(Ordering::Relaxed), 1);
+        assert!(!hub.push(remote));
+        settle(&hub).await;
+        assert_eq!(hub.metrics.host_unanswered.load(Ordering::Relaxed), 1);
+        assert_eq!(hub.metrics.host_published.load(Ordering::Relaxed), 0);
     }
 }

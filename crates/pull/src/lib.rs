@@ -12,7 +12,15 @@
 //! with a bound on messages in flight, and ack after the build or nak with
 //! a delay (another agent takes it).
 //!
-//! It owns the NATS names and the JetStream calls, nothing else: which
+//! Every other task for a host (a delete, a start, the build of a boot
+//! routed to push) travels on the host's own core-NATS subject
+//! `{prefix}.host.{host}` as a request: the agent subscribed to it answers
+//! that it took the task ([`Queues::send_to_host`], [`Queues::host_tasks`]).
+//! Nothing is stored in NATS for it: the task state in the cell database
+//! is the durable record, and the control plane falls back to the agent
+//! API's long poll when no agent answers.
+//!
+//! It owns the NATS names and the NATS calls, nothing else: which
 //! queue a boot goes to is `berth_compute_model::pull::queue_key`, and
 //! the claim is the control plane's one planned write. It does not touch
 //! the databases or serve HTTP.
@@ -59,6 +67,33 @@ impl Names {
     pub fn consumer(&self, queue: &str) -> String {
         format!("boot_{queue}")
     }
+
+    /// The subject of `host`'s tasks: `{prefix}.host.{token}`, the host
+    /// name as one subject token ([`host_token`]).
+    pub fn host_subject(&self, host: &str) -> String {
+        format!("{}.host.{}", self.prefix, host_token(host))
+    }
+}
+
+/// `host` as one NATS subject token. ASCII letters, digits and `-` stay;
+/// every other byte becomes `_` and two hex digits (`.` → `_2E`, `_` →
+/// `_5F`). Unlike the prefix's lossy `_`, this keeps two hosts apart
+/// (`a.b` and `a_b`): hosts sharing a subject would take each other's
+/// tasks, and host names are often FQDNs, whose dots would split the
+/// token.
+pub fn host_token(host: &str) -> String {
+    let mut token = String::with_capacity(host.len());
+    for byte in host.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' {
+            token.push(byte as char);
+        } else {
+            token.push_str(&format!("_{byte:02X}"));
+        }
+    }
+    if token.is_empty() {
+        token.push('_');
+    }
+    token
 }
 
 /// The settings every user of the queues shares.
@@ -82,19 +117,35 @@ pub struct Boot {
     pub queue: String,
     /// Its build attempt (1 for the first).
     pub attempt: i64,
+    /// A multi-create's instances, `instance` first (a gang: claimed all
+    /// or nothing by one agent); empty for a single boot.
+    pub gang: Vec<Uuid>,
 }
 
 impl Boot {
     fn payload(&self) -> String {
-        json!({"instance": self.instance.to_string(), "queue": self.queue, "attempt": self.attempt}).to_string()
+        let mut payload = json!({"instance": self.instance.to_string(), "queue": self.queue, "attempt": self.attempt});
+        if !self.gang.is_empty() {
+            payload["gang"] = self.gang.iter().map(Uuid::to_string).collect();
+        }
+        payload.to_string()
     }
 
     fn parse(payload: &[u8]) -> Option<Self> {
         let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+        let gang = match value.get("gang") {
+            None => Vec::new(),
+            Some(list) => list
+                .as_array()?
+                .iter()
+                .map(|u| u.as_str().and_then(|u| Uuid::parse_str(u).ok()))
+                .collect::<Option<Vec<Uuid>>>()?,
+        };
         Some(Boot {
             instance: Uuid::parse_str(value["instance"].as_str()?).ok()?,
             queue: value["queue"].as_str()?.to_owned(),
             attempt: value["attempt"].as_i64().unwrap_or(1),
+            gang,
         })
     }
 
@@ -251,6 +302,44 @@ impl Queues {
         Ok(stats)
     }
 
+    /// Send `payload` (a task for `host`) to the host's subject as a
+    /// request and wait up to `wait` for its agent to answer it took it.
+    /// Fails at once when NATS is not connected (the caller falls back to
+    /// the long poll rather than wait for a reconnection).
+    pub async fn send_to_host(&self, host: &str, payload: Vec<u8>, wait: Duration) -> Result<(), HostSendError> {
+        if !self.connected() {
+            return Err(HostSendError::Unavailable("not connected to NATS".to_owned()));
+        }
+        let request = async_nats::Request::new().payload(payload.into()).timeout(Some(wait));
+        // The whole request is bounded: queueing it may wait for the
+        // connection, outside the client's own reply timeout.
+        let sent = tokio::time::timeout(wait, self.client.send_request(self.names.host_subject(host), request)).await;
+        match sent {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(err)) if err.kind() == async_nats::RequestErrorKind::NoResponders => Err(HostSendError::NoTaker),
+            Ok(Err(err)) => Err(HostSendError::Unavailable(err.to_string())),
+            Err(_) => Err(HostSendError::Unavailable(format!("no answer within {wait:?}"))),
+        }
+    }
+
+    /// Subscribe to the subjects of `hosts` (core NATS: nothing is kept
+    /// for a host nobody listens to; the client subscribes again after a
+    /// reconnection).
+    pub async fn host_tasks(&self, hosts: &[String]) -> anyhow::Result<HostTasks> {
+        let mut subscriptions = futures_util::stream::SelectAll::new();
+        let mut by_subject = std::collections::HashMap::with_capacity(hosts.len());
+        for host in hosts {
+            let subject = self.names.host_subject(host);
+            let subscriber =
+                self.client.subscribe(subject.clone()).await.map_err(|e| anyhow!("subscribing to {subject}: {e}"))?;
+            subscriptions.push(subscriber);
+            by_subject.insert(subject, host.clone());
+        }
+        // Subscribed at the server before a task is sent to it.
+        self.client.flush().await.map_err(|e| anyhow!("subscribing to the host subjects: {e}"))?;
+        Ok(HostTasks { client: self.client.clone(), subscriptions, hosts: by_subject })
+    }
+
     /// Delete the boot stream and its consumers (tests and benchmarks
     /// clean up their prefix).
     pub async fn delete(&self) -> anyhow::Result<()> {
@@ -259,6 +348,84 @@ impl Queues {
             Err(err) if err.to_string().contains("not found") => Ok(()),
             Err(err) => Err(anyhow!("deleting stream {}: {err}", self.names.stream())),
         }
+    }
+}
+
+/// Why a task sent to a host's subject was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostSendError {
+    /// Nobody subscribes to the host's subject (its agent does not pull,
+    /// is down, or is connecting).
+    NoTaker,
+    /// NATS is unreachable, or the taker did not answer in time.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for HostSendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostSendError::NoTaker => f.write_str("no agent subscribes to the host's subject"),
+            HostSendError::Unavailable(why) => write!(f, "the host's subject is unavailable: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for HostSendError {}
+
+/// The subscriptions of an agent's hosts' subjects, as one stream.
+pub struct HostTasks {
+    client: async_nats::Client,
+    subscriptions: futures_util::stream::SelectAll<async_nats::Subscriber>,
+    /// Subject → host.
+    hosts: std::collections::HashMap<String, String>,
+}
+
+impl std::fmt::Debug for HostTasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostTasks").field("hosts", &self.hosts.len()).finish_non_exhaustive()
+    }
+}
+
+impl HostTasks {
+    /// The next task sent to one of the hosts (`None`: the connection is
+    /// closed for good).
+    pub async fn next(&mut self) -> Option<HostTask> {
+        loop {
+            let message = self.subscriptions.next().await?;
+            let Some(host) = self.hosts.get(message.subject.as_str()) else { continue };
+            return Some(HostTask {
+                host: host.clone(),
+                payload: message.payload.to_vec(),
+                reply: message.reply,
+                client: self.client.clone(),
+            });
+        }
+    }
+}
+
+/// A task received on a host's subject.
+pub struct HostTask {
+    /// The host whose subject it came on.
+    pub host: String,
+    /// What the control plane sent (the agent API's task JSON).
+    pub payload: Vec<u8>,
+    reply: Option<async_nats::Subject>,
+    client: async_nats::Client,
+}
+
+impl std::fmt::Debug for HostTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostTask").field("host", &self.host).field("payload", &self.payload.len()).finish()
+    }
+}
+
+impl HostTask {
+    /// Tell the sender the task was taken (it then does not queue it for
+    /// the long poll). A no-op for a message sent without a reply
+    /// subject. An observer beside the agent never calls it.
+    pub async fn accept(&self) -> anyhow::Result<()> {
+        let Some(reply) = &self.reply else { return Ok(()) };
+        self.client.publish(reply.clone(), "taken".into()).await.map_err(|e| anyhow!("answering a host task: {e}"))
     }
 }
 
@@ -320,13 +487,34 @@ mod tests {
         assert_eq!(names.subject("m1-00ff"), "it_a_b.boot.m1-00ff");
         assert_eq!(names.consumer("m1-00ff"), "boot_m1-00ff");
         assert_eq!(Names::new("").prefix(), "berth");
+        assert_eq!(names.host_subject("cn-1.example.org"), "it_a_b.host.cn-1_2Eexample_2Eorg");
+    }
+
+    #[test]
+    fn host_tokens_are_single_tokens_and_keep_hosts_apart() {
+        let hosts = ["a.b", "a_b", "a_2Eb", "a b", "a*", "a>", "", "_", "hôte", "cn-07"];
+        let tokens: Vec<String> = hosts.iter().map(|h| host_token(h)).collect();
+        for token in &tokens {
+            assert!(!token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        }
+        let distinct: std::collections::HashSet<&String> = tokens.iter().collect();
+        assert_eq!(distinct.len(), hosts.len(), "{tokens:?}");
+        assert_eq!(host_token("cn-07"), "cn-07");
+        assert_eq!(host_token("hôte"), "h_C3_B4te");
     }
 
     #[test]
     fn boots_round_trip_and_dedupe_per_attempt() {
-        let boot = Boot { instance: Uuid::new_v4(), queue: "q".into(), attempt: 2 };
+        let boot = Boot { instance: Uuid::new_v4(), queue: "q".into(), attempt: 2, gang: Vec::new() };
         assert_eq!(Boot::parse(boot.payload().as_bytes()), Some(boot.clone()));
         assert_eq!(boot.message_id(), format!("{}:2", boot.instance));
+        let gang = Boot { gang: vec![boot.instance, Uuid::new_v4()], ..boot.clone() };
+        assert_eq!(Boot::parse(gang.payload().as_bytes()), Some(gang.clone()));
+        assert_eq!(gang.message_id(), boot.message_id(), "a gang is named by its first instance");
+        assert_eq!(
+            Boot::parse(br#"{"instance": "00000000-0000-0000-0000-000000000001", "queue": "q", "gang": [1]}"#),
+            None
+        );
         assert_eq!(Boot::parse(b"{}"), None);
         assert_eq!(Boot::parse(b"not json"), None);
     }

@@ -195,7 +195,12 @@ fn build_retry(retry: &BuildRetry) -> Value {
             json!({"root": choice.root.to_string(), "allocations": allocations})
         })
         .collect();
-    json!({"num_attempts": retry.num_attempts, "failed_hosts": retry.failed_hosts, "alternates": alternates})
+    let mut v =
+        json!({"num_attempts": retry.num_attempts, "failed_hosts": retry.failed_hosts, "alternates": alternates});
+    if let Some(at) = retry.requeued_at {
+        v["requeued_at"] = json!(at);
+    }
+    v
 }
 
 /// Decode [`build_retry`]; absent (written before reschedules existed) is
@@ -221,6 +226,7 @@ fn to_build_retry(v: Option<&Value>) -> Result<BuildRetry> {
         num_attempts: opt_i(v, "num_attempts")?.unwrap_or(0),
         failed_hosts: strings(v, "failed_hosts")?,
         alternates,
+        requeued_at: opt_i(v, "requeued_at")?,
     })
 }
 
@@ -603,6 +609,7 @@ mod tests {
                         .into_iter()
                         .collect(),
                     }],
+                    requeued_at: Some(9),
                 },
             }),
             C::DeleteRequestSpec(id),

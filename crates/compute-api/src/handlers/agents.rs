@@ -64,6 +64,11 @@ pub fn register(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let body = json_body(&req)?;
         let agent = text(&body, "agent")?.to_owned();
         let cell = body.get("cell").and_then(Value::as_str).map(str::to_owned);
+        // Pull mode: the agent takes tasks on its hosts' NATS subjects.
+        let pulls = match body.get("pull") {
+            None | Some(Value::Null) => false,
+            Some(v) => v.as_bool().ok_or_else(|| ApiError::bad_request("'pull' must be a boolean"))?,
+        };
         let hosts = body["hosts"].as_array().ok_or_else(|| ApiError::bad_request("'hosts' is a required list"))?;
         let mut registrations = Vec::with_capacity(hosts.len());
         for h in hosts {
@@ -88,7 +93,7 @@ pub fn register(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
             });
         }
         let registered =
-            ctx.compute.register_agent(&agent, &caller(&req), cell.as_deref(), &registrations).await.nova()?;
+            ctx.compute.register_agent(&agent, &caller(&req), cell.as_deref(), &registrations, pulls).await.nova()?;
         let hosts: Vec<Value> = registered
             .iter()
             .map(|r| {
@@ -119,6 +124,12 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     })
 }
 
+/// A task as agents get it: from the long poll, in a claim's answer, and
+/// on a host's NATS subject in pull mode.
+pub fn task_json(task: &berth_compute::hub::Task) -> Value {
+    json!({"id": task.id, "kind": task.kind.as_str(), "instance": task.instance.to_string(), "host": task.host})
+}
+
 /// `GET /agent/v1/work?agent=ID&wait=SECONDS`: long-poll for tasks.
 pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
@@ -133,10 +144,7 @@ pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let Some(tasks) = ctx.compute.hub.take(&agent, Duration::from_secs(wait), 1000).await else {
             return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
         };
-        let tasks: Vec<Value> = tasks
-            .iter()
-            .map(|t| json!({"id": t.id, "kind": t.kind.as_str(), "instance": t.instance.to_string(), "host": t.host}))
-            .collect();
+        let tasks: Vec<Value> = tasks.iter().map(task_json).collect();
         Ok(Resp::ok(json!({"tasks": tasks})))
     })
 }
@@ -206,20 +214,50 @@ pub fn queues(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// instance). `{"result": "claimed", "task": {...}}` (build it),
 /// `"gone"` (claimed elsewhere or deleted: drop it) or `"refused"` with a
 /// `reason` (let another host take it).
+///
+/// `{"instances": [UUID, ...], "hosts": [NAME, ...]}`: claim a
+/// multi-create's gang on those hosts, all or none:
+/// `{"result": "claimed", "tasks": [...]}`, `"gone"` or `"refused"`.
 pub fn claim(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         admin_only(&req, "agent:manage")?;
         let body = json_body(&req)?;
-        let instance =
-            Uuid::parse_str(text(&body, "instance")?).map_err(|_| ApiError::bad_request("bad instance uuid"))?;
-        let host = text(&body, "host")?.to_owned();
-        ctx.compute.check_agent_identity(&caller(&req), [host.as_str()]).nova()?;
+        let uuids = |key: &str| -> Result<Vec<Uuid>, ApiError> {
+            let list = body[key].as_array().ok_or_else(|| ApiError::bad_request(format!("'{key}' must be a list")))?;
+            list.iter()
+                .map(|u| u.as_str().and_then(|u| Uuid::parse_str(u).ok()))
+                .collect::<Option<Vec<Uuid>>>()
+                .ok_or_else(|| ApiError::bad_request(format!("'{key}' must be a list of instance uuids")))
+        };
+        let (instances, hosts) = if body.get("instances").is_some() {
+            let instances = uuids("instances")?;
+            let hosts: Vec<String> = body["hosts"]
+                .as_array()
+                .and_then(|l| l.iter().map(|h| h.as_str().map(str::to_owned)).collect::<Option<Vec<String>>>())
+                .ok_or_else(|| ApiError::bad_request("'hosts' must be a list of host names"))?;
+            if instances.is_empty() || hosts.is_empty() || instances.len() > 1000 || hosts.len() > 1000 {
+                return Err(ApiError::bad_request("'instances' and 'hosts' need 1 to 1000 entries"));
+            }
+            (instances, hosts)
+        } else {
+            let instance =
+                Uuid::parse_str(text(&body, "instance")?).map_err(|_| ApiError::bad_request("bad instance uuid"))?;
+            (vec![instance], vec![text(&body, "host")?.to_owned()])
+        };
+        ctx.compute.check_agent_identity(&caller(&req), hosts.iter().map(String::as_str)).nova()?;
         if !ctx.compute.pull.enabled() {
             return Err(ApiError::conflict("This server schedules in push mode; claims are for pull mode."));
         }
-        let answer = match berth_compute::pull::claim_on_host(&ctx.compute, instance, &host).await {
-            berth_compute::pull::PullClaim::Claimed(t) => json!({"result": "claimed", "task": {
-                "id": t.id, "kind": t.kind.as_str(), "instance": t.instance.to_string(), "host": t.host}}),
+        let claim = if body.get("instances").is_some() {
+            berth_compute::pull::claim_gang(&ctx.compute, &instances, &hosts).await
+        } else {
+            berth_compute::pull::claim_on_host(&ctx.compute, instances[0], &hosts[0]).await
+        };
+        let answer = match claim {
+            berth_compute::pull::PullClaim::Claimed(t) => json!({"result": "claimed", "task": task_json(&t)}),
+            berth_compute::pull::PullClaim::ClaimedAll(tasks) => {
+                json!({"result": "claimed", "tasks": tasks.iter().map(task_json).collect::<Vec<_>>()})
+            }
             berth_compute::pull::PullClaim::Gone => json!({"result": "gone"}),
             berth_compute::pull::PullClaim::Refused(reason) => json!({"result": "refused", "reason": reason}),
         };

@@ -594,7 +594,7 @@ mod tests {
                     .collect();
                 let mut out = json!({"resources": resources});
                 if at_least(17) {
-                    out["traits"] = json!(s.traits);
+                    out["traits"] = json!(s.traits.as_slice());
                 }
                 if at_least(29) {
                     out["parent_provider_uuid"] = json!(s.parent.map(|u| u.to_string()));
@@ -618,27 +618,44 @@ mod tests {
             ],
             ..Default::default()
         };
+        fn areq<'a>(
+            allocations: Vec<(Uuid, Vec<(&'a str, i64)>)>,
+            mappings: Vec<(&'a str, Vec<Uuid>)>,
+        ) -> AllocationRequest<'a> {
+            AllocationRequest {
+                allocations: allocations.into_iter().map(|(rp, amounts)| (rp, amounts.into_iter().collect())).collect(),
+                mappings: mappings.into_iter().map(|(suffix, rps)| (suffix, rps.into_iter().collect())).collect(),
+            }
+        }
         let candidates = Candidates {
             allocation_requests: vec![
-                AllocationRequest {
-                    allocations: vec![(u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]), (u(2), vec![("DISK_GB", -5)])],
-                    mappings: vec![("", vec![u(1)]), ("_X", vec![u(2), u(3)])],
-                },
-                AllocationRequest { allocations: vec![(u(3), vec![("DISK_GB", 1234567890123)])], mappings: vec![] },
+                areq(
+                    vec![(u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]), (u(2), vec![("DISK_GB", -5)])],
+                    vec![("", vec![u(1)]), ("_X", vec![u(2), u(3)])],
+                ),
+                areq(vec![(u(3), vec![("DISK_GB", 1234567890123)])], vec![]),
             ],
             provider_summaries: vec![
                 ProviderSummary {
                     uuid: u(1),
                     parent: None,
                     root: u(1),
-                    resources: vec![
+                    resources: [
                         SummaryResource { resource_class: "VCPU", capacity: 8, used: 0 },
                         SummaryResource { resource_class: "CUSTOM_\"Q\\\n", capacity: i64::MAX, used: i64::MIN },
                         SummaryResource { resource_class: "MEMORY_MB", capacity: 1, used: 2 },
-                    ],
-                    traits: vec!["HW_CPU_X86_AVX2", "CUSTOM_\u{1}\u{1f}\u{8}\u{c}\t\r\u{7f}é"],
+                    ]
+                    .into_iter()
+                    .collect(),
+                    traits: ["HW_CPU_X86_AVX2", "CUSTOM_\u{1}\u{1f}\u{8}\u{c}\t\r\u{7f}é"].into_iter().collect(),
                 },
-                ProviderSummary { uuid: u(2), parent: Some(u(1)), root: u(1), resources: vec![], traits: vec![] },
+                ProviderSummary {
+                    uuid: u(2),
+                    parent: Some(u(1)),
+                    root: u(1),
+                    resources: Default::default(),
+                    traits: Default::default(),
+                },
             ],
             capped: false,
         };

@@ -30,7 +30,7 @@ fn with<'a>(shape: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
 /// `(host, result)` of every build attempt of the server's create action
 /// (Nova records one `compute__do_build_and_run_instance` event per
 /// attempt), in start order.
-async fn build_attempts(nova: &Nova, id: &str) -> Vec<(String, String)> {
+pub(super) async fn build_attempts(nova: &Nova, id: &str) -> Vec<(String, String)> {
     let actions = nova.get(&format!("/servers/{id}/os-instance-actions")).await;
     assert_eq!(actions.status, 200, "{:?}", actions.body);
     let create = actions.body["instanceActions"]
