@@ -234,19 +234,7 @@ async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
     }
     for host in hosts.iter().cycle().skip(start).take(HOSTS_PER_BOOT.min(hosts.len())) {
         let body = json!({"instance": instance, "host": host});
-        let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
-            Ok((200, answer)) => answer,
-            Ok((status, answer)) => {
-                tracing::warn!(status, %answer, "claim refused by the control plane");
-                let _ = delivery.nak(Duration::from_secs(1)).await;
-                return;
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "claim failed");
-                let _ = delivery.nak(Duration::from_secs(1)).await;
-                return;
-            }
-        };
+        let Some(answer) = claim(shared, body, &delivery).await else { return };
         match answer["result"].as_str() {
             Some("claimed") => {
                 let task = answer["task"].clone();
@@ -279,25 +267,32 @@ async fn handle(shared: &Shared, delivery: Delivery, hosts: &[String]) {
     shared.changed.notify_one();
 }
 
+/// `POST /agent/v1/claim` with `body`: the answer, or `None` when the
+/// control plane did not answer one (an error status, unreachable): the
+/// boot is then naked for a second later.
+async fn claim(shared: &Shared, body: Value, delivery: &Delivery) -> Option<Value> {
+    match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
+        Ok((200, answer)) => Some(answer),
+        Ok((status, answer)) => {
+            tracing::warn!(status, %answer, "claim refused by the control plane");
+            let _ = delivery.nak(Duration::from_secs(1)).await;
+            None
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "claim failed");
+            let _ = delivery.nak(Duration::from_secs(1)).await;
+            None
+        }
+    }
+}
+
 /// A multi-create's gang: one claim for all its instances on this agent's
 /// hosts (all or none); claimed → build them all, then ack; refused → nak
 /// (an agent with more room takes it).
 async fn handle_gang(shared: &Shared, delivery: Delivery, hosts: &[&String]) {
     let instances: Vec<String> = delivery.boot.gang.iter().map(ToString::to_string).collect();
     let body = json!({"instances": instances, "hosts": hosts});
-    let answer = match shared.link.agent(reqwest::Method::POST, "/claim", Some(body)).await {
-        Ok((200, answer)) => answer,
-        Ok((status, answer)) => {
-            tracing::warn!(status, %answer, "gang claim refused by the control plane");
-            let _ = delivery.nak(Duration::from_secs(1)).await;
-            return;
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "gang claim failed");
-            let _ = delivery.nak(Duration::from_secs(1)).await;
-            return;
-        }
-    };
+    let Some(answer) = claim(shared, body, &delivery).await else { return };
     match answer["result"].as_str() {
         Some("claimed") => {
             let tasks = answer["tasks"].as_array().cloned().unwrap_or_default();

@@ -795,25 +795,7 @@ pub(crate) async fn reschedule(
         }
         Rescheduled::Exhausted(why) => {
             let message = why.message(&instance, last_error);
-            let update = InstanceUpdate {
-                vm_state: Some(vm_state::ERROR.to_owned()),
-                task_state: Some(None),
-                host: Some(None),
-                node: Some(None),
-                updated_at: now,
-                ..InstanceUpdate::default()
-            };
-            let ops = vec![
-                CellOp::UpdateInstance { uuid: instance, expect, update },
-                CellOp::AddFault(Fault {
-                    instance_uuid: instance,
-                    code: 500,
-                    message: message.clone(),
-                    details: message.clone(),
-                    host: Some(failed_host.to_owned()),
-                    created_at: now,
-                }),
-            ];
+            let ops = failed_build_ops(instance, Some(failed_host.to_owned()), message.clone(), message.clone(), now);
             let outcomes = handle.write(ops).await?;
             if outcomes.first() == Some(&CellOutcome::Done) {
                 compute.metrics.reschedules_exhausted.fetch_add(1, Ordering::Relaxed);
@@ -822,6 +804,44 @@ pub(crate) async fn reschedule(
             Ok(())
         }
     }
+}
+
+/// The cell writes that give up a build whose row is `scheduling` on
+/// `failed_host`: the row goes to ERROR without host or node, with a
+/// fault (code 500, `message` and `details`), only while it is still in
+/// that state (a delete in between wins).
+pub(crate) fn failed_build_ops(
+    instance: Uuid,
+    failed_host: Option<String>,
+    message: String,
+    details: String,
+    now: i64,
+) -> Vec<CellOp> {
+    let expect = Expect {
+        task_states: vec![Some(task_state::SCHEDULING.to_owned())],
+        not_deleted: true,
+        host: Some(failed_host.clone()),
+        ..Expect::default()
+    };
+    let update = InstanceUpdate {
+        vm_state: Some(vm_state::ERROR.to_owned()),
+        task_state: Some(None),
+        host: Some(None),
+        node: Some(None),
+        updated_at: now,
+        ..InstanceUpdate::default()
+    };
+    vec![
+        CellOp::UpdateInstance { uuid: instance, expect, update },
+        CellOp::AddFault(Fault {
+            instance_uuid: instance,
+            code: 500,
+            message,
+            details,
+            host: failed_host,
+            created_at: now,
+        }),
+    ]
 }
 
 /// Seconds a row may stay in `scheduling` on a failed host before the

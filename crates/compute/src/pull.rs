@@ -38,15 +38,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use berth_compute_model::cell::task_state;
-use berth_compute_model::cell::{vm_state, Fault};
 use berth_compute_model::choice::host_of_instance;
 use berth_compute_model::plan::{
-    plan_claim, plan_claim_requeued, plan_expire_requeued, requeue_waiting, ClaimFailure, InstanceChoices, RequeueClaim,
+    plan_claim, plan_claim_requeued, plan_expire_requeued, requeue_waiting, ClaimFailure, Claimed, InstanceChoices,
+    RequeueClaim,
 };
 use berth_compute_model::pull::{pull_routable, queue_key};
 use berth_compute_model::{BuildRequest, GroupPolicy, RequestSpec, World, WorldChangeSet};
 use berth_scheduler::eligible_hosts;
-use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
+use berth_store::{CellOp, CellOutcome, Expect};
 use uuid::Uuid;
 
 use crate::conductor::{self, BootJob};
@@ -453,31 +453,7 @@ async fn bury_requeued(
     let now = compute.now();
     let reason = format!("No host claimed the requeued boot within {timeout} s (pull mode).");
     let message = format!("No valid host was found. {reason}");
-    let expect = Expect {
-        task_states: vec![Some(task_state::SCHEDULING.to_owned())],
-        not_deleted: true,
-        host: Some(failed_host.clone()),
-        ..Expect::default()
-    };
-    let update = InstanceUpdate {
-        vm_state: Some(vm_state::ERROR.to_owned()),
-        task_state: Some(None),
-        host: Some(None),
-        node: Some(None),
-        updated_at: now,
-        ..InstanceUpdate::default()
-    };
-    let ops = vec![
-        CellOp::UpdateInstance { uuid: instance, expect, update },
-        CellOp::AddFault(Fault {
-            instance_uuid: instance,
-            code: 500,
-            message,
-            details: reason,
-            host: failed_host,
-            created_at: now,
-        }),
-    ];
+    let ops = conductor::failed_build_ops(instance, failed_host, message, reason, now);
     match handle.write(ops).await {
         Ok(outcomes) if outcomes.first() == Some(&CellOutcome::Done) => {
             compute.pull.metrics.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -602,55 +578,68 @@ pub async fn claim_on_host(compute: &Arc<Compute>, instance: Uuid, host: &str) -
         Ok(found) => found,
         Err(no_host) => return refused(no_host.0),
     };
+    let claim = rows_then_claim(compute, &boot, &choices, &cells, now).await;
+    drop(in_flight);
+    let (claimed, inserted) = match claim {
+        Ok(done) => done,
+        Err(why) => return refused(why),
+    };
+    if claimed.placed.iter().all(|(i, _)| *i != instance) {
+        // Deleted or buried meanwhile (the build request went).
+        purge_rows(compute, &inserted).await;
+        compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
+        return PullClaim::Gone;
+    }
+    compute.pull.metrics.claims.fetch_add(1, Ordering::Relaxed);
+    compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).remove(&instance);
+    let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
+    match Task::new(instance, host, task_state::SPAWNING) {
+        Some(task) if handed.contains(&instance) => PullClaim::Claimed(task),
+        _ => PullClaim::Gone,
+    }
+}
+
+/// The instance rows of `choices` written to their cells (`row_ops`),
+/// then ONE planned write claiming them (`plan_claim`: all or none).
+/// `Ok`: the claim was written (an instance deleted meanwhile is not in
+/// `placed`), with the rows inserted; `Err`: refused (why), the rows
+/// purged again.
+async fn rows_then_claim(
+    compute: &Arc<Compute>,
+    boot: &conductor::Loaded,
+    choices: &[InstanceChoices],
+    cells: &[Option<Uuid>],
+    now: i64,
+) -> Result<(Claimed, HashMap<Uuid, Uuid>), String> {
     let mut inserted = HashMap::new();
     let mut ops = HashMap::new();
-    conductor::row_ops(&boot.job, &boot.builds, &choices, &cells, &mut inserted, now, &mut ops);
+    conductor::row_ops(&boot.job, &boot.builds, choices, cells, &mut inserted, now, &mut ops);
     if let Err(err) = conductor::write_cells(compute, ops).await {
-        return refused(format!("writing the instance row failed: {err}"));
+        purge_rows(compute, &inserted).await;
+        return Err(format!("writing the instance rows failed: {err}"));
     }
     let now = compute.now();
     let lend_lead = compute.config.scheduler.pool_lend_lead;
-    let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now, lend_lead)? {
+    let claim = write(&*compute.control, |w| match plan_claim(w, choices, now, lend_lead)? {
         Ok((set, claimed)) => Ok((set, Ok(claimed))),
         Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
     });
-    drop(in_flight);
-    let purge = |compute: &Arc<Compute>| {
-        let compute = compute.clone();
-        let inserted = inserted.clone();
-        async move {
-            for (instance, cell_id) in inserted {
-                if let Some(mapping) = compute.cell(&cell_id) {
-                    if let Ok(cell) = compute.cells.get(&mapping) {
-                        let _ = cell.write(vec![CellOp::PurgeInstance(instance)]).await;
-                    }
-                }
-            }
-        }
+    let why = match claim {
+        Ok(Ok(claimed)) => return Ok((claimed, inserted)),
+        Ok(Err(ClaimFailure::NoRoom(_))) => "the host no longer fits it".to_owned(),
+        Err(err) => format!("the claim failed: {err}"),
     };
-    match claim {
-        Ok(Ok(claimed)) => {
-            if claimed.placed.iter().all(|(i, _)| *i != instance) {
-                // Deleted or buried meanwhile (the build request went).
-                purge(compute).await;
-                compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
-                return PullClaim::Gone;
+    purge_rows(compute, &inserted).await;
+    Err(why)
+}
+
+/// Remove the instance rows a claim that did not happen wrote.
+async fn purge_rows(compute: &Compute, inserted: &HashMap<Uuid, Uuid>) {
+    for (instance, cell_id) in inserted {
+        if let Some(mapping) = compute.cell(cell_id) {
+            if let Ok(cell) = compute.cells.get(&mapping) {
+                let _ = cell.write(vec![CellOp::PurgeInstance(*instance)]).await;
             }
-            compute.pull.metrics.claims.fetch_add(1, Ordering::Relaxed);
-            compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).remove(&instance);
-            let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
-            match Task::new(instance, host, task_state::SPAWNING) {
-                Some(task) if handed.contains(&instance) => PullClaim::Claimed(task),
-                _ => PullClaim::Gone,
-            }
-        }
-        Ok(Err(ClaimFailure::NoRoom(_))) => {
-            purge(compute).await;
-            refused("the host no longer fits it".to_owned())
-        }
-        Err(err) => {
-            purge(compute).await;
-            refused(format!("the claim failed: {err}"))
         }
     }
 }
@@ -729,65 +718,33 @@ pub async fn claim_gang(compute: &Arc<Compute>, instances: &[Uuid], hosts: &[Str
             return refused(format!("the gang of {} does not fit these hosts: {why}", boot.builds.len()));
         }
     }
-    let mut inserted = HashMap::new();
-    let mut ops = HashMap::new();
-    conductor::row_ops(&boot.job, &boot.builds, &choices, &cells, &mut inserted, now, &mut ops);
-    let purge = |compute: &Arc<Compute>, inserted: HashMap<Uuid, Uuid>| {
-        let compute = compute.clone();
-        async move {
-            for (instance, cell_id) in inserted {
-                if let Some(mapping) = compute.cell(&cell_id) {
-                    if let Ok(cell) = compute.cells.get(&mapping) {
-                        let _ = cell.write(vec![CellOp::PurgeInstance(instance)]).await;
-                    }
-                }
-            }
-        }
-    };
-    if let Err(err) = conductor::write_cells(compute, ops).await {
-        purge(compute, inserted).await;
-        return refused(format!("writing the instance rows failed: {err}"));
-    }
-    let now = compute.now();
-    let lend_lead = compute.config.scheduler.pool_lend_lead;
-    let claim = write(&*compute.control, |w| match plan_claim(w, &choices, now, lend_lead)? {
-        Ok((set, claimed)) => Ok((set, Ok(claimed))),
-        Err(failure) => Ok((WorldChangeSet::new(), Err(failure))),
-    });
+    let claim = rows_then_claim(compute, &boot, &choices, &cells, now).await;
     drop(rounds);
-    match claim {
-        Ok(Ok(claimed)) => {
-            if claimed.placed.is_empty() {
-                // Deleted or buried meanwhile.
-                purge(compute, inserted).await;
-                compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
-                return PullClaim::Gone;
-            }
-            compute.pull.metrics.claims.fetch_add(claimed.placed.len() as u64, Ordering::Relaxed);
-            {
-                let mut published = compute.pull.published.lock().unwrap_or_else(|p| p.into_inner());
-                for (instance, _) in &claimed.placed {
-                    published.remove(instance);
-                }
-            }
-            let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
-            let tasks: Vec<Task> = claimed
-                .placed
-                .iter()
-                .filter(|(i, _)| handed.contains(i))
-                .filter_map(|(i, node)| Task::new(*i, &node.host, task_state::SPAWNING))
-                .collect();
-            PullClaim::ClaimedAll(tasks)
-        }
-        Ok(Err(ClaimFailure::NoRoom(_))) => {
-            purge(compute, inserted).await;
-            refused("the hosts no longer fit the gang".to_owned())
-        }
-        Err(err) => {
-            purge(compute, inserted).await;
-            refused(format!("the claim failed: {err}"))
+    let (claimed, inserted) = match claim {
+        Ok(done) => done,
+        Err(why) => return refused(why),
+    };
+    if claimed.placed.is_empty() {
+        // Deleted or buried meanwhile.
+        purge_rows(compute, &inserted).await;
+        compute.pull.metrics.claims_gone.fetch_add(1, Ordering::Relaxed);
+        return PullClaim::Gone;
+    }
+    compute.pull.metrics.claims.fetch_add(claimed.placed.len() as u64, Ordering::Relaxed);
+    {
+        let mut published = compute.pull.published.lock().unwrap_or_else(|p| p.into_inner());
+        for (instance, _) in &claimed.placed {
+            published.remove(instance);
         }
     }
+    let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
+    let tasks: Vec<Task> = claimed
+        .placed
+        .iter()
+        .filter(|(i, _)| handed.contains(i))
+        .filter_map(|(i, node)| Task::new(*i, &node.host, task_state::SPAWNING))
+        .collect();
+    PullClaim::ClaimedAll(tasks)
 }
 
 /// Claim a requeued instance (a failed build back on its queue) for
