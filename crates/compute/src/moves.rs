@@ -557,14 +557,25 @@ impl Compute {
             let due = read(&*self.control, |w| w.placement.consumers.get(&migration.uuid).map(|c| c.row.generation));
             match due {
                 Some(MIGRATION_CONSUMER_GENERATION) => {
-                    write(&*self.control, |w| {
+                    let written = write(&*self.control, |w| {
                         let set = if kind == "resize_confirmed" {
                             plan_confirm_move(w, &migration.uuid)?
                         } else {
                             plan_revert_move(w, uuid, &migration.uuid, &migration.old_flavor, self.now())?
                         };
                         Ok((set, ()))
-                    })?;
+                    });
+                    // The API's own write of this confirm or revert may
+                    // have landed since the read above (it races this
+                    // report, see `finish_move`): the consumer is gone
+                    // because of it, so the write is done, not failed.
+                    // Failing the report here left the server in
+                    // `resize_confirming` until the sweep's resend.
+                    if let Err(err) = written {
+                        if read(&*self.control, |w| w.placement.consumers.contains_key(&migration.uuid)) {
+                            return Err(err.into());
+                        }
+                    }
                 }
                 // Changed by someone else: leave the row for an operator.
                 Some(_) => return Ok(false),
