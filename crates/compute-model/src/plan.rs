@@ -381,6 +381,16 @@ pub enum Rescheduled {
     },
 }
 
+/// Why a build that failed after `attempts` attempts is not retried:
+/// the attempts are used up, or (with attempts left) no host is left.
+fn why_exhausted(attempts: i64, max_attempts: usize) -> Exhausted {
+    if attempts >= max_attempts as i64 {
+        Exhausted::MaxAttempts { max_attempts }
+    } else {
+        Exhausted::NoHostsLeft
+    }
+}
+
 /// Move an instance whose build failed on `failed_host` to its next
 /// alternate, in one write: the first alternate (in order) whose node is
 /// known and in the instance's cell, whose cell is enabled, that keeps the
@@ -406,13 +416,7 @@ pub fn plan_reschedule(
     let Some(cell) = mapping.cell else { return Ok((set, Rescheduled::Gone)) };
     let mut spec = world.compute.request_specs.get(instance).cloned();
     let attempts = spec.as_ref().map_or(1, |s| s.retry.attempts());
-    let exhausted_reason = |attempts: i64| {
-        if attempts >= max_attempts as i64 {
-            Exhausted::MaxAttempts { max_attempts }
-        } else {
-            Exhausted::NoHostsLeft
-        }
-    };
+    let exhausted_reason = |attempts: i64| why_exhausted(attempts, max_attempts);
     let Some(consumer) = world.placement.consumers.get(instance) else {
         return Ok((set, Rescheduled::Exhausted(exhausted_reason(attempts))));
     };
@@ -521,13 +525,7 @@ pub fn plan_requeue(
         return plan_reschedule(world, instance, failed_host, max_attempts, now);
     };
     let attempts = spec.retry.attempts();
-    let exhausted = |attempts: i64| {
-        Rescheduled::Exhausted(if attempts >= max_attempts as i64 {
-            Exhausted::MaxAttempts { max_attempts }
-        } else {
-            Exhausted::NoHostsLeft
-        })
-    };
+    let exhausted = |attempts: i64| Rescheduled::Exhausted(why_exhausted(attempts, max_attempts));
     let consumer = world.placement.consumers.get(instance).filter(|c| !c.allocations.is_empty());
     let Some(consumer) = consumer else {
         return Ok((
