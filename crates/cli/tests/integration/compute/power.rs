@@ -88,6 +88,32 @@ impl Clock {
     }
 }
 
+/// A one-host lease from 01:00 to 02:00 on a pool of `p0` and `p1`, and
+/// the host it took broken (`DIR/{host}.broken`: its power commands
+/// fail or leave it off): (lease id, the broken host, the other).
+async fn lease_on_a_broken_host(admin: &Client, dir: &Path) -> (String, &'static str, &'static str) {
+    let reply = admin.post("/reservation/v1/leases", &host_lease("l", &at(3600), &at(7200), json!({}))).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
+    let first = lease_hosts(admin, &lease_id).await;
+    assert_eq!(first.len(), 1);
+    let (dead, other) = if first[0] == "p0" { ("p0", "p1") } else { ("p1", "p0") };
+    std::fs::write(dir.join(format!("{dead}.broken")), "").unwrap();
+    (lease_id, dead, other)
+}
+
+/// The lease moves onto `other`, which is woken in time: on and the
+/// lease's only host when it starts at 01:00 (the clock set to 01:00:10).
+async fn heals_onto(cloud: &Cloud, admin: &Client, clock: &mut Clock, lease_id: &str, other: &str) -> Value {
+    eventually("the lease moves", || async { lease_hosts(admin, lease_id).await == vec![other.to_owned()] }).await;
+    wait_power(admin, other, "on").await;
+    clock.set(cloud, 3610).await;
+    let lease = wait_lease(admin, lease_id, "ACTIVE").await;
+    assert_eq!(lease_hosts(admin, lease_id).await, vec![other.to_owned()], "{lease}");
+    assert_eq!(power_of(admin, other).await, "on");
+    lease
+}
+
 /// Let the power pass (once a second) see the pool as it is now.
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -238,13 +264,7 @@ async fn a_host_that_does_not_come_back_fails_and_its_lease_takes_another() {
     wait_power(&admin, "p0", "off").await;
     wait_power(&admin, "p1", "off").await;
 
-    let reply = admin.post("/reservation/v1/leases", &host_lease("l", &at(3600), &at(7200), json!({}))).await;
-    assert_eq!(reply.status, 201, "{:?}", reply.body);
-    let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
-    let first = lease_hosts(&admin, &lease_id).await;
-    assert_eq!(first.len(), 1);
-    let (dead, other) = if first[0] == "p0" { ("p0", "p1") } else { ("p1", "p0") };
-    std::fs::write(dir.join(format!("{dead}.broken")), "").unwrap();
+    let (lease_id, dead, other) = lease_on_a_broken_host(&admin, &dir).await;
 
     // Woken at 00:57; it never reports: failed after the resume timeout.
     clock.set(&cloud, 3425).await;
@@ -255,12 +275,7 @@ async fn a_host_that_does_not_come_back_fails_and_its_lease_takes_another() {
     assert_eq!(cloud.server.metric("berth_power_failures_total").await, 1);
 
     // The lease heals onto the other host, which is woken in time.
-    eventually("the lease moves", || async { lease_hosts(&admin, &lease_id).await == vec![other.to_owned()] }).await;
-    wait_power(&admin, other, "on").await;
-    clock.set(&cloud, 3610).await;
-    let lease = wait_lease(&admin, &lease_id, "ACTIVE").await;
-    assert_eq!(lease_hosts(&admin, &lease_id).await, vec![other.to_owned()], "{lease}");
-    assert_eq!(power_of(&admin, other).await, "on");
+    let lease = heals_onto(&cloud, &admin, &mut clock, &lease_id, other).await;
     assert_eq!(lease["reservations"][0]["resources_changed"], json!(true), "{lease}");
 }
 
@@ -378,25 +393,14 @@ async fn a_failed_power_command_fails_the_host_at_once_or_leaves_it_on() {
     // A lease at 01:00; its host's power-on fails at 00:57: failed at
     // once (not after the 3000 s resume timeout), the lease heals onto
     // the other host, which is woken and on at the start.
-    let reply = admin.post("/reservation/v1/leases", &host_lease("l", &at(3600), &at(7200), json!({}))).await;
-    assert_eq!(reply.status, 201, "{:?}", reply.body);
-    let lease_id = reply.body["lease"]["id"].as_str().unwrap().to_owned();
-    let first = lease_hosts(&admin, &lease_id).await;
-    assert_eq!(first.len(), 1);
-    let (dead, other) = if first[0] == "p0" { ("p0", "p1") } else { ("p1", "p0") };
-    std::fs::write(dir.join(format!("{dead}.broken")), "").unwrap();
+    let (lease_id, dead, other) = lease_on_a_broken_host(&admin, &dir).await;
     clock.set(&cloud, 3425).await;
     wait_power(&admin, dead, "failed").await;
     assert!(log_lines(&dir).contains(&format!("on-failed {dead}")), "{:?}", log_lines(&dir));
     assert_eq!(pool(&admin).await[dead]["reservable"], json!(false));
     assert_eq!(cloud.server.metric("berth_power_failures_total").await, 1);
     assert_eq!(cloud.server.metric("berth_power_command_errors_total").await, 2);
-    eventually("the lease moves", || async { lease_hosts(&admin, &lease_id).await == vec![other.to_owned()] }).await;
-    wait_power(&admin, other, "on").await;
-    clock.set(&cloud, 3610).await;
-    let lease = wait_lease(&admin, &lease_id, "ACTIVE").await;
-    assert_eq!(lease_hosts(&admin, &lease_id).await, vec![other.to_owned()], "{lease}");
-    assert_eq!(power_of(&admin, other).await, "on");
+    heals_onto(&cloud, &admin, &mut clock, &lease_id, other).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
