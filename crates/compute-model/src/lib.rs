@@ -39,7 +39,7 @@ mod types;
 mod world;
 
 pub use error::ComputeError;
-pub use state::{ComputeChange, ComputeState, Counted, RowKey};
+pub use state::{ComputeChange, ComputeState, Counted, OwnersEpoch, RowKey};
 pub use types::*;
 pub use world::{World, WorldChange, WorldChangeSet};
 

@@ -1863,9 +1863,17 @@ pub(crate) mod tests {
     fn an_agent_credential_binds_its_host_and_speaks_only_for_it() {
         let (mut world, _) = world_with_hosts(2);
         let cell = *world.compute.cells.keys().next().expect("cell");
-        // A mapped host bound to a noauth2 identity moves to the credential.
+        // A mapped host bound to a noauth2 identity moves to the credential;
+        // each binding change gives the state a new owners epoch (the
+        // agents' long poll remembers its check by it), and a clone keeps it.
+        let epoch = world.compute.owners_epoch;
+        assert_eq!(world.clone().compute.owners_epoch, epoch);
         world.apply(&plan_bind_hosts(&world, &["h0".into()], cell, "admin").expect("bind"));
+        let bound = world.compute.owners_epoch;
+        assert_ne!(bound, epoch);
         world.apply(&plan_issue_agent_credential(&world, "h0", "abcd", 7).expect("issue"));
+        assert_ne!(world.compute.owners_epoch, bound);
+        assert_ne!(World::default().compute.owners_epoch, world.compute.owners_epoch, "a fresh state, a fresh epoch");
         assert_eq!(world.compute.host_mappings["h0"].owner.as_deref(), Some("berth-agent:h0"));
         assert!(check_host_owner(&world, "admin", ["h0"]).is_err(), "the old identity lost the host");
         assert!(check_host_owner(&world, "berth-agent:h0", ["h0"]).is_ok());

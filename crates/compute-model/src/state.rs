@@ -252,6 +252,31 @@ pub struct ComputeState {
     /// `INSTANCE` consumers.
     pub(crate) placed_by_project: HashMap<String, Counted>,
     pub(crate) placed_by_user: HashMap<(String, String), Counted>,
+    /// Derived: changes whenever a host mapping or an agent credential
+    /// does (who may speak for a host), so a check of those can be
+    /// remembered until then ([`OwnersEpoch`]).
+    pub owners_epoch: OwnersEpoch,
+}
+
+/// A value no other state of host bindings in this process had: every
+/// state starts with a fresh one, and every change to a host mapping or
+/// an agent credential takes another. Equal epochs mean the same
+/// bindings (of the same state, or of a clone of it untouched since).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnersEpoch(u64);
+
+static NEXT_OWNERS_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl OwnersEpoch {
+    fn fresh() -> Self {
+        OwnersEpoch(NEXT_OWNERS_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Default for OwnersEpoch {
+    fn default() -> Self {
+        Self::fresh()
+    }
 }
 
 fn bump<K: std::hash::Hash + Eq>(map: &mut HashMap<K, i64>, key: K, by: i64) {
@@ -422,15 +447,19 @@ impl ComputeState {
                 self.cells.remove(id);
             }
             C::PutHostMapping(h) => {
+                self.owners_epoch = OwnersEpoch::fresh();
                 self.host_mappings.insert(h.host.clone(), h.clone());
             }
             C::DeleteHostMapping(h) => {
+                self.owners_epoch = OwnersEpoch::fresh();
                 self.host_mappings.remove(h);
             }
             C::PutAgentCredential(c) => {
+                self.owners_epoch = OwnersEpoch::fresh();
                 self.agent_credentials.insert(c.host.clone(), c.clone());
             }
             C::DeleteAgentCredential(h) => {
+                self.owners_epoch = OwnersEpoch::fresh();
                 self.agent_credentials.remove(h);
             }
             C::PutComputeNode(n) => {

@@ -180,6 +180,33 @@ impl Compute {
         read(&*self.control, |w| check_host_owner(w, caller, hosts)).map_err(ServiceError::Refused)
     }
 
+    /// Refuse (403) a caller that is not the identity all of `agent`'s
+    /// registered hosts are bound to (its long poll). A check that passed
+    /// is remembered until the agent's host set or any host binding
+    /// changes, so an agent's poll does not look up its thousands of
+    /// hosts each time.
+    pub fn check_agent_hosts(&self, agent: &str, caller: &str) -> Result<(), ServiceError> {
+        let Some(hosts) = self.hub.hosts_of(agent) else { return Ok(()) };
+        read(&*self.control, |w| {
+            let epoch = w.compute.owners_epoch;
+            let lock = || self.agent_hosts_checked.lock().unwrap_or_else(|p| p.into_inner());
+            if lock()
+                .get(agent)
+                .is_some_and(|c| c.epoch == epoch && c.caller == caller && Arc::ptr_eq(&c.hosts, &hosts))
+            {
+                return Ok(());
+            }
+            check_host_owner(w, caller, hosts.iter().map(String::as_str))?;
+            let mut checked = lock();
+            if checked.len() >= 10_000 {
+                checked.clear();
+            }
+            checked.insert(agent.to_owned(), HostsChecked { caller: caller.to_owned(), hosts: hosts.clone(), epoch });
+            Ok(())
+        })
+        .map_err(ServiceError::Refused)
+    }
+
     /// Heartbeats of an agent's hosts. `false` when the agent is not
     /// registered with this process (it must register again).
     pub async fn heartbeat(&self, agent: &str, caller: &str, hosts: &[String]) -> Result<bool, ServiceError> {
@@ -596,4 +623,12 @@ async fn confirming_source(compute: &Compute, handle: &Arc<crate::cells::Cell>, 
     };
     let rows = compute.cells.read(handle, move |s| s.migrations(&filter)).await.ok()?;
     rows.into_iter().next().and_then(|m| m.source_compute)
+}
+
+/// A passed check of an agent's host set ([`Compute::check_agent_hosts`]).
+#[derive(Debug)]
+pub(crate) struct HostsChecked {
+    caller: String,
+    hosts: Arc<HashSet<String>>,
+    epoch: berth_compute_model::OwnersEpoch,
 }

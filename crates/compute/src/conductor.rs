@@ -76,18 +76,35 @@ impl Compute {
 
 /// Most boots one conductor pass takes from the queue
 /// ([`run_boots`]).
-pub const MAX_BATCH: usize = 16;
+pub const MAX_BATCH: usize = 64;
 
+/// How long a worker with boots in hand waits for the pass in progress
+/// before it starts its own beside it (see [`spawn_workers`]).
+const PASS_WAIT: Duration = Duration::from_millis(50);
+
+/// The conductor's workers. One pass at a time takes the queue: a worker
+/// holding the first queued boot waits until the pass in progress has
+/// finished (or [`PASS_WAIT`], whichever comes first) and then takes
+/// everything that queued up meanwhile. Under load the boots that arrive
+/// during one pass are scheduled together in the next (one scheduler run,
+/// one rows write, one claim write for up to [`MAX_BATCH`] boots), which
+/// is what a scheduler run's fixed cost (the candidate search and the
+/// filters over every host) needs; a lone boot on an idle system starts
+/// at once. A pass held longer than `PASS_WAIT` (slow storage, a test's
+/// breakpoint) does not stop the others: the next worker goes ahead
+/// beside it.
 pub(crate) fn spawn_workers(compute: Arc<Compute>, rx: tokio::sync::mpsc::UnboundedReceiver<BootJob>) {
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let pass = Arc::new(tokio::sync::Mutex::new(()));
     for _ in 0..compute.config.conductor_workers.max(1) {
-        let (compute, rx) = (compute.clone(), rx.clone());
+        let (compute, rx, pass) = (compute.clone(), rx.clone(), pass.clone());
         tokio::spawn(async move {
             loop {
                 // The next boot and whatever queued up behind it.
-                let jobs = {
+                let (jobs, turn) = {
                     let mut rx = rx.lock().await;
                     let Some(first) = rx.recv().await else { return };
+                    let turn = tokio::time::timeout(PASS_WAIT, pass.clone().lock_owned()).await.ok();
                     let mut jobs = vec![first];
                     while jobs.len() < MAX_BATCH {
                         match rx.try_recv() {
@@ -95,9 +112,10 @@ pub(crate) fn spawn_workers(compute: Arc<Compute>, rx: tokio::sync::mpsc::Unboun
                             Err(_) => break,
                         }
                     }
-                    jobs
+                    (jobs, turn)
                 };
                 run_boots(&compute, jobs).await;
+                drop(turn);
             }
         });
     }

@@ -264,6 +264,10 @@ pub struct Compute {
     /// action's), so its `spawned`/`build_failed` report needs no cell
     /// read to find it ([`Compute::build_request_id`]).
     build_request_ids: Mutex<std::collections::HashMap<uuid::Uuid, String>>,
+    /// Each agent's last passed check of its whole host set: the caller,
+    /// the set (held, so its address is not reused) and the bindings'
+    /// epoch it was checked against ([`Compute::check_agent_hosts`]).
+    agent_hosts_checked: Mutex<std::collections::HashMap<String, agents::HostsChecked>>,
     /// Takes boots over in their admission write (reserved servers);
     /// registered once by the process wiring.
     boot_extension: std::sync::OnceLock<Arc<dyn extension::BootExtension>>,
@@ -299,6 +303,7 @@ impl Compute {
             heal_running: std::sync::atomic::AtomicBool::new(false),
             seed: AtomicU64::new(seed),
             build_request_ids: Mutex::new(std::collections::HashMap::new()),
+            agent_hosts_checked: Mutex::new(std::collections::HashMap::new()),
             boot_extension: std::sync::OnceLock::new(),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),

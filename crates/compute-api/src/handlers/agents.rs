@@ -138,9 +138,7 @@ pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
             req.query_one("agent").ok_or_else(|| ApiError::bad_request("'agent' query parameter required"))?.to_owned();
         let wait: u64 = req.query_one("wait").and_then(|w| w.parse().ok()).unwrap_or(20).min(60);
         // Only the identity an agent's hosts are bound to takes its work.
-        if let Some(hosts) = ctx.compute.hub.hosts_of(&agent) {
-            ctx.compute.check_agent_identity(&caller(&req), hosts.iter().map(String::as_str)).nova()?;
-        }
+        ctx.compute.check_agent_hosts(&agent, &caller(&req)).nova()?;
         let Some(tasks) = ctx.compute.hub.take(&agent, Duration::from_secs(wait), 1000).await else {
             return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
         };
