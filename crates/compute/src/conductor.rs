@@ -84,8 +84,9 @@ const PASS_WAIT: Duration = Duration::from_millis(50);
 
 /// The conductor's workers. One pass at a time takes the queue: a worker
 /// holding the first queued boot waits until the pass in progress has
-/// finished (or [`PASS_WAIT`], whichever comes first) and then takes
-/// everything that queued up meanwhile. Under load the boots that arrive
+/// committed its claims (or [`PASS_WAIT`], whichever comes first; the
+/// pass then hands its builds out while the next one schedules) and then
+/// takes everything that queued up meanwhile. Under load the boots that arrive
 /// during one pass are scheduled together in the next (one scheduler run,
 /// one rows write, one claim write for up to [`MAX_BATCH`] boots), which
 /// is what a scheduler run's fixed cost (the candidate search and the
@@ -114,12 +115,14 @@ pub(crate) fn spawn_workers(compute: Arc<Compute>, rx: tokio::sync::mpsc::Unboun
                     }
                     (jobs, turn)
                 };
-                run_boots(&compute, jobs).await;
-                drop(turn);
+                run_boots(&compute, jobs, turn).await;
             }
         });
     }
 }
+
+/// The turn of the pass that took the queue ([`spawn_workers`]).
+pub type Turn = tokio::sync::OwnedMutexGuard<()>;
 
 /// Re-submit boots whose build requests are older than a grace period (a
 /// process accepted them and stopped before scheduling).
@@ -271,7 +274,7 @@ fn batch_key(spec: &RequestSpec) -> Option<RequestSpec> {
 /// write for their claims (each boot still all or nothing). Any other
 /// boot, and any boot of a batch whose joint run fails, runs on its own
 /// as before ([`boot_rounds`]).
-pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
+pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>, mut turn: Option<Turn>) {
     // Pull mode: boots a queue can carry are published, not scheduled;
     // the rest (groups, multi-create, forced hosts) go on here.
     let jobs = if compute.pull.enabled() { crate::pull::deliver(compute, jobs).await } else { jobs };
@@ -299,7 +302,7 @@ pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
     // Nova's default `host_subset_size` (1) it picks the same best host.
     for (key, members) in groups {
         if key.is_some() && members.len() > 1 {
-            run_together(compute, members).await;
+            run_together(compute, members, turn.take()).await;
         } else {
             for boot in members {
                 boot_rounds(compute, boot, HashMap::new()).await;
@@ -310,7 +313,7 @@ pub async fn run_boots(compute: &Arc<Compute>, jobs: Vec<BootJob>) {
 
 /// One scheduling round for several boots sharing a request spec shape;
 /// boots it does not finish go on alone from their next round.
-async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
+async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>, turn: Option<Turn>) {
     let now = compute.now();
     let all: Vec<Uuid> = boots.iter().flat_map(|b| b.builds.iter().map(|build| build.instance_uuid)).collect();
     compute.learn_unknown_hosts().await;
@@ -347,8 +350,10 @@ async fn run_together(compute: &Arc<Compute>, boots: Vec<Loaded>) {
     compute.metrics.timings.claim.observe(started.elapsed());
     // Tests hold here: the claim is in the world and still in flight.
     compute.hooks.pass("after-claim-write").await;
-    // Claimed (now in the world) or not: no longer in flight.
+    // Claimed (now in the world) or not: no longer in flight, and the
+    // next pass may take the queue (it sees these claims).
     drop(in_flight);
+    drop(turn);
     let outcomes = match claim {
         Ok(outcomes) => outcomes,
         Err(err) => {
