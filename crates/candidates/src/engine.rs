@@ -17,8 +17,8 @@ use smallvec::{smallvec, SmallVec};
 use uuid::Uuid;
 
 use crate::{
-    AllocationRequest, Candidates, CandidatesError, GroupPolicy, ProviderSummary, Request, RequestGroup,
-    SummaryResource,
+    AllocationRequest, Answer, Candidates, CandidatesError, GroupPolicy, PackedRequest, ProviderSummary, Request,
+    RequestGroup, SummaryResource,
 };
 
 const NONE: u32 = berth_model::search_index::NO_POSITION;
@@ -181,7 +181,7 @@ fn fit_all(p: &Provider, rcs: &[Rc<'_>], by_name: &[usize], rooms: &mut [(i64, i
         let (_, name, amount) = rcs[k];
         let inv = loop {
             let Some((class, inv)) = inventories.peek() else { return false };
-            match class.as_str().cmp(name) {
+            match cmp_names(class, name) {
                 Ordering::Less => {
                     inventories.next();
                 }
@@ -191,7 +191,7 @@ fn fit_all(p: &Provider, rcs: &[Rc<'_>], by_name: &[usize], rooms: &mut [(i64, i
         };
         let used = loop {
             let Some((class, used)) = usages.peek() else { break 0 };
-            match class.as_str().cmp(name) {
+            match cmp_names(class, name) {
                 Ordering::Less => {
                     usages.next();
                 }
@@ -205,6 +205,17 @@ fn fit_all(p: &Provider, rcs: &[Rc<'_>], by_name: &[usize], rooms: &mut [(i64, i
         }
     }
     true
+}
+
+/// `a.cmp(b)` for class names, deciding on the first byte when it
+/// differs (the common case between a provider's few classes: `DISK_GB`,
+/// `MEMORY_MB`, `VCPU`) without a call to `memcmp`.
+#[inline]
+fn cmp_names(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.as_bytes().first(), b.as_bytes().first()) {
+        (Some(x), Some(y)) if x != y => x.cmp(y),
+        _ => a.cmp(b),
+    }
 }
 
 /// Positions of `rcs` ordered by class name (for [`fit_all`]).
@@ -972,6 +983,13 @@ impl Rng {
 /// order: root traits, then per group in request order, stopping at the
 /// first group that cannot match).
 pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, CandidatesError> {
+    Ok(find_packed(state, req)?.to_candidates())
+}
+
+/// [`find`] without the conversion into [`Candidates`]: the answer in
+/// positional form, for a caller that writes it straight out (the API's
+/// JSON writer) rather than building 10,000 candidates to read them once.
+pub fn find_packed<'a>(state: &'a State, req: &'a Request) -> Result<Answer<'a>, CandidatesError> {
     find_with(state, req, true)
 }
 
@@ -980,10 +998,10 @@ pub fn find<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, Ca
 /// reference the optimised path is tested against.
 #[doc(hidden)]
 pub fn find_exhaustive<'a>(state: &'a State, req: &'a Request) -> Result<Candidates<'a>, CandidatesError> {
-    find_with(state, req, false)
+    Ok(find_with(state, req, false)?.to_candidates())
 }
 
-fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Candidates<'a>, CandidatesError> {
+fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Answer<'a>, CandidatesError> {
     let idx = Index::build(state);
     // How many candidates to generate: the cap, and the limit unless the
     // result is randomised (which samples the whole, possibly capped, set).
@@ -1018,7 +1036,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         && (req.groups.len() > 1 || (idx.has_trees && req.groups.iter().all(|g| !g.use_same_provider())));
     let mut search = Search { state, idx, req, rc_names: Vec::new(), root_filtered: false, stop_after };
     if !search.root_filter()? {
-        return Ok(Candidates::default());
+        return Ok(Answer::empty(state));
     }
     let mut prepared: Vec<Prepared<'a>> = Vec::with_capacity(req.groups.len());
     let mut per_group: Vec<Vec<GAreq>> = Vec::with_capacity(req.groups.len());
@@ -1026,7 +1044,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         for (k, group) in req.groups.iter().enumerate() {
             match search.prepare(group) {
                 Ok(Some(p)) => prepared.push(p),
-                Ok(None) => return Ok(Candidates::default()),
+                Ok(None) => return Ok(Answer::empty(state)),
                 Err(e) if k == 0 => return Err(e),
                 // Whether this error is reported depends on whether an
                 // earlier group matches anything at all: ask the full search.
@@ -1039,12 +1057,12 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         let start = req.rotate.map_or(0, |r| (r % u64::from(n.max(1))) as u32);
         for group in &req.groups {
             let Some(p) = search.prepare(group)? else {
-                return Ok(Candidates::default());
+                return Ok(Answer::empty(state));
             };
             let mut areqs = Vec::new();
             search.scan_all(group, &p, start, &mut areqs);
             if areqs.is_empty() {
-                return Ok(Candidates::default());
+                return Ok(Answer::empty(state));
             }
             per_group.push(areqs);
         }
@@ -1053,7 +1071,7 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         }
     }
     if per_group.is_empty() {
-        return Ok(Candidates::default());
+        return Ok(Answer::empty(state));
     }
 
     // Combine one allocation request per group for each anchor.
@@ -1183,61 +1201,121 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
         _ => {}
     }
 
-    let uuid_of = |i: u32| idx.prov(i).uuid();
-    let allocation_requests = found
+    let uuids = &idx.topo.uuids[..];
+    let requests = found
         .into_iter()
         .map(|f| {
-            let mut allocations: SmallVec<[(Uuid, crate::Amounts<'_>); 1]> = SmallVec::new();
-            let mut order: SmallVec<[u32; 4]> = SmallVec::new();
-            for (rp, rc, amount) in f.res {
-                let pos = match order.iter().position(|r| *r == rp) {
-                    Some(pos) => pos,
-                    None => {
-                        order.push(rp);
-                        allocations.push((uuid_of(rp), SmallVec::new()));
-                        order.len() - 1
-                    }
-                };
-                allocations[pos].1.push((search.rc_names[rc as usize], amount));
-            }
-            let mappings = req
-                .groups
+            let mappings = f
+                .chosen
                 .iter()
-                .zip(&f.chosen)
                 .zip(&per_group)
-                .map(|((g, chosen), areqs)| {
-                    let mut uuids: crate::Providers =
-                        areqs[*chosen as usize].rps.iter().map(|rp| uuid_of(*rp)).collect();
-                    uuids.sort_unstable();
-                    (g.suffix.as_str(), uuids)
+                .map(|(chosen, areqs)| {
+                    let mut rps: crate::Positions = SmallVec::from_slice(&areqs[*chosen as usize].rps);
+                    if rps.len() > 1 {
+                        rps.sort_unstable_by_key(|rp| uuids[*rp as usize]);
+                    }
+                    rps
                 })
                 .collect();
-            AllocationRequest { allocations, mappings }
+            PackedRequest { amounts: f.res, mappings }
         })
         .collect();
     if req.skip_summaries {
         in_summary.clear();
     }
-    let provider_summaries = in_summary
-        .into_iter()
-        .map(|i| {
-            let p = idx.prov(i);
-            // Upstream lists a provider's traits in trait id order (one
-            // trait needs no lookup of its id).
-            let traits: SmallVec<[&str; 4]> = if p.traits.len() <= 1 {
-                p.traits.iter().map(String::as_str).collect()
-            } else {
-                let mut by_id: Vec<(i64, &str)> =
-                    p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();
-                by_id.sort_unstable();
-                by_id.into_iter().map(|(_, t)| t).collect()
-            };
-            // Inventories and usages are both ordered by class name: one
-            // merge walk instead of a usage lookup per class.
-            let mut usages = p.usages.iter().peekable();
-            let mut used_of = |rc: &str| loop {
+    Ok(Answer {
+        state,
+        uuids,
+        classes: search.rc_names,
+        suffixes: req.groups.iter().map(|g| g.suffix.as_str()).collect(),
+        requests,
+        summarised: in_summary.into_iter().map(|i| idx.prov(i)).collect(),
+        capped,
+    })
+}
+
+impl<'a> Answer<'a> {
+    /// No candidates.
+    fn empty(state: &'a State) -> Self {
+        Answer {
+            state,
+            uuids: &[],
+            classes: Vec::new(),
+            suffixes: Vec::new(),
+            requests: Vec::new(),
+            summarised: Vec::new(),
+            capped: false,
+        }
+    }
+
+    /// The answer as [`Candidates`] (allocations grouped per provider in
+    /// first-use order, uuids in place of positions, summaries built).
+    pub fn to_candidates(&self) -> Candidates<'a> {
+        let uuids = self.uuids;
+        let allocation_requests = self
+            .requests
+            .iter()
+            .map(|r| {
+                let mut allocations: SmallVec<[(Uuid, crate::Amounts<'a>); 1]> = SmallVec::new();
+                let mut order: SmallVec<[u32; 4]> = SmallVec::new();
+                for &(rp, rc, amount) in &r.amounts {
+                    let pos = match order.iter().position(|r| *r == rp) {
+                        Some(pos) => pos,
+                        None => {
+                            order.push(rp);
+                            allocations.push((uuids[rp as usize], SmallVec::new()));
+                            order.len() - 1
+                        }
+                    };
+                    allocations[pos].1.push((self.classes[rc as usize], amount));
+                }
+                let mappings = self
+                    .suffixes
+                    .iter()
+                    .zip(&r.mappings)
+                    .map(|(suffix, rps)| (*suffix, rps.iter().map(|rp| uuids[*rp as usize]).collect()))
+                    .collect();
+                AllocationRequest { allocations, mappings }
+            })
+            .collect();
+        Candidates { allocation_requests, provider_summaries: self.summaries().collect(), capped: self.capped }
+    }
+
+    /// The summaries of [`Answer::summarised`], built one at a time.
+    pub fn summaries(&self) -> impl Iterator<Item = ProviderSummary<'a>> + '_ {
+        self.summarised.iter().map(|p| summary(self.state, p))
+    }
+}
+
+/// The summary of one provider.
+fn summary<'a>(state: &'a State, p: &'a Provider) -> ProviderSummary<'a> {
+    // Upstream lists a provider's traits in trait id order (one
+    // trait needs no lookup of its id). Plain loops rather than collects:
+    // this runs once per summarised provider (10,000 in a large answer).
+    let mut traits: SmallVec<[&str; 4]> = SmallVec::new();
+    if p.traits.len() <= 1 {
+        for t in &p.traits {
+            traits.push(t.as_str());
+        }
+    } else {
+        let mut by_id: Vec<(i64, &str)> =
+            p.traits.iter().map(|t| (state.traits.get(t).map_or(i64::MAX, |tr| tr.id), t.as_str())).collect();
+        by_id.sort_unstable();
+        traits.extend(by_id.into_iter().map(|(_, t)| t));
+    }
+    let mut resources: SmallVec<[SummaryResource<'a>; 3]> = SmallVec::new();
+    if p.usages.is_empty() {
+        for (rc, inv) in &p.inventories {
+            resources.push(SummaryResource { resource_class: rc.as_str(), capacity: inv.capacity(), used: 0 });
+        }
+    } else {
+        // Inventories and usages are both ordered by class name: one
+        // merge walk instead of a usage lookup per class.
+        let mut usages = p.usages.iter().peekable();
+        for (rc, inv) in &p.inventories {
+            let used = loop {
                 let Some((class, used)) = usages.peek() else { break 0 };
-                match class.as_str().cmp(rc) {
+                match cmp_names(class, rc) {
                     std::cmp::Ordering::Less => {
                         usages.next();
                     }
@@ -1245,22 +1323,8 @@ fn find_with<'a>(state: &'a State, req: &'a Request, lazy_ok: bool) -> Result<Ca
                     std::cmp::Ordering::Greater => break 0,
                 }
             };
-            ProviderSummary {
-                uuid: p.uuid(),
-                parent: p.row.parent,
-                root: p.row.root,
-                resources: p
-                    .inventories
-                    .iter()
-                    .map(|(rc, inv)| SummaryResource {
-                        resource_class: rc.as_str(),
-                        capacity: inv.capacity(),
-                        used: used_of(rc),
-                    })
-                    .collect(),
-                traits,
-            }
-        })
-        .collect();
-    Ok(Candidates { allocation_requests, provider_summaries, capped })
+            resources.push(SummaryResource { resource_class: rc.as_str(), capacity: inv.capacity(), used });
+        }
+    }
+    ProviderSummary { uuid: p.uuid(), parent: p.row.parent, root: p.row.root, resources, traits }
 }

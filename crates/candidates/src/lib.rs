@@ -26,9 +26,10 @@
 
 mod engine;
 
-pub use engine::find;
+use berth_model::{Provider, State};
 #[doc(hidden)]
 pub use engine::find_exhaustive;
+pub use engine::{find, find_packed};
 use smallvec::SmallVec;
 use uuid::Uuid;
 
@@ -188,3 +189,39 @@ pub struct Candidates<'a> {
     /// were not generated (the API counts this in a metric).
     pub capped: bool,
 }
+
+/// The answer in positional form ([`find_packed`]): providers by position
+/// in [`Answer::uuids`], classes by id in [`Answer::classes`]. Converted
+/// by [`Answer::to_candidates`]; written straight out by the API.
+#[derive(Debug, Clone)]
+pub struct Answer<'a> {
+    pub(crate) state: &'a State,
+    /// Provider uuids by position.
+    pub uuids: &'a [Uuid],
+    /// Resource class names by class id.
+    pub classes: Vec<&'a str>,
+    /// Group suffixes in request order.
+    pub suffixes: Vec<&'a str>,
+    /// The allocation requests.
+    pub requests: Vec<PackedRequest>,
+    /// The providers to summarise, in creation order (their summaries:
+    /// [`Answer::summaries`]).
+    pub summarised: Vec<&'a Provider>,
+    /// See [`Candidates::capped`].
+    pub capped: bool,
+}
+
+/// One allocation request in positional form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackedRequest {
+    /// (provider position, class id, amount), in first-use order (so the
+    /// providers of [`AllocationRequest::allocations`] are in the order
+    /// they first appear here).
+    pub amounts: SmallVec<[(u32, u16, i64); 3]>,
+    /// Per group (request order), the positions of the providers
+    /// satisfying it, in uuid order.
+    pub mappings: SmallVec<[Positions; 1]>,
+}
+
+/// Provider positions (inline when one).
+pub type Positions = SmallVec<[u32; 1]>;

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 use axum::http::StatusCode;
-use berth_candidates::{Candidates, CandidatesError, GroupPolicy, Request, RequestGroup};
+use berth_candidates::{Answer, CandidatesError, GroupPolicy, Request, RequestGroup};
 use regex::Regex;
 use serde_json::{json, Map, Value};
 
@@ -39,18 +39,18 @@ pub fn list_allocation_candidates(app: &App, req: &Req) -> ApiResult<Resp> {
         for &group in &trees_named_by_no_provider {
             request.groups[group].in_tree = Some(super::resource_providers::absent_provider(state));
         }
-        let candidates = berth_candidates::find(state, &request).map_err(|e| match e {
+        let answer = berth_candidates::find_packed(state, &request).map_err(|e| match e {
             CandidatesError::ResourceClassNotFound(_) => {
                 ApiError::bad_request(format!("Invalid resource class in resources parameter: {e}"))
             }
             CandidatesError::TraitNotFound(_) => ApiError::bad_request(e.to_string()),
         })?;
-        if candidates.capped {
+        if answer.capped {
             // Never silent: a cap that cut viable candidates is counted.
             app.candidates_capped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::debug!(request_id = %req.request_id, "allocation candidates capped by --max-allocation-candidates");
         }
-        render(|minor| req.at_least(minor), &request, &candidates)
+        render(|minor| req.at_least(minor), &request, &answer)
     };
     Ok(Resp::raw_json(StatusCode::OK, body).last_modified(req, now()))
 }
@@ -303,62 +303,82 @@ fn parse_request(req: &Req) -> ApiResult<(Request, Vec<usize>)> {
 }
 
 /// The response body for the negotiated version, serialised straight into
-/// bytes (no `Value` tree): exactly the bytes `serde_json::to_vec` would
-/// give for the `Value` upstream's shape describes (see `tests::oracle`).
-fn render(at_least: impl Fn(u16) -> bool, request: &Request, candidates: &Candidates) -> Vec<u8> {
-    let mut w = JsonOut::with_capacity(estimate_size(candidates));
+/// bytes (no `Value` tree, no intermediate candidates): exactly the bytes
+/// `serde_json::to_vec` would give for the `Value` upstream's shape
+/// describes (see `tests::oracle`).
+fn render(at_least: impl Fn(u16) -> bool, request: &Request, answer: &Answer<'_>) -> Vec<u8> {
+    let mut w = JsonOut::with_capacity(estimate_size(answer));
     let v12 = at_least(12);
     let v34 = at_least(34);
+    // The few class names and suffixes, quoted and escaped once: `"VCPU":`
+    // and `"_SUFFIX":[`.
+    let key = |name: &str, after: &[u8]| {
+        let mut k = JsonOut::with_capacity(name.len() + 4);
+        k.str(name);
+        k.raw(after);
+        k.into_bytes()
+    };
+    let class_keys: Vec<Vec<u8>> = answer.classes.iter().map(|c| key(c, b":")).collect();
+    let suffix_keys: Vec<Vec<u8>> = answer.suffixes.iter().map(|s| key(s, b":[")).collect();
     w.raw(b"{\"allocation_requests\":[");
-    for (i, ar) in candidates.allocation_requests.iter().enumerate() {
+    for (i, ar) in answer.requests.iter().enumerate() {
         if i > 0 {
-            w.raw(b",");
+            w.byte(b',');
         }
-        if v12 {
-            w.raw(b"{\"allocations\":{");
-            for (j, (rp, res)) in ar.allocations.iter().enumerate() {
-                if j > 0 {
-                    w.raw(b",");
-                }
-                w.uuid(rp);
+        w.raw(if v12 { b"{\"allocations\":{" } else { b"{\"allocations\":[" });
+        // Providers in first-use order, each with its amounts in order.
+        let amounts = &ar.amounts[..];
+        let mut first = true;
+        for (j, &(rp, _, _)) in amounts.iter().enumerate() {
+            if amounts[..j].iter().any(|e| e.0 == rp) {
+                continue;
+            }
+            if !first {
+                w.byte(b',');
+            }
+            first = false;
+            let uuid = &answer.uuids[rp as usize];
+            if v12 {
+                w.uuid(uuid);
                 w.raw(b":{\"resources\":");
-                w.amounts(res);
-                w.raw(b"}");
-            }
-            w.raw(b"}");
-            if v34 {
-                w.raw(b",\"mappings\":{");
-                for (j, (suffix, rps)) in ar.mappings.iter().enumerate() {
-                    if j > 0 {
-                        w.raw(b",");
-                    }
-                    w.str(suffix);
-                    w.raw(b":[");
-                    for (k, rp) in rps.iter().enumerate() {
-                        if k > 0 {
-                            w.raw(b",");
-                        }
-                        w.uuid(rp);
-                    }
-                    w.raw(b"]");
-                }
-                w.raw(b"}");
-            }
-            w.raw(b"}");
-        } else {
-            w.raw(b"{\"allocations\":[");
-            for (j, (rp, res)) in ar.allocations.iter().enumerate() {
-                if j > 0 {
-                    w.raw(b",");
-                }
+            } else {
                 w.raw(b"{\"resource_provider\":{\"uuid\":");
-                w.uuid(rp);
+                w.uuid(uuid);
                 w.raw(b"},\"resources\":");
-                w.amounts(res);
-                w.raw(b"}");
             }
-            w.raw(b"]}");
+            w.byte(b'{');
+            for (k, &(_, rc, n)) in amounts[j..].iter().filter(|e| e.0 == rp).enumerate() {
+                if k > 0 {
+                    w.byte(b',');
+                }
+                w.raw(&class_keys[usize::from(rc)]);
+                w.int(n);
+            }
+            w.raw(b"}}");
         }
+        if !v12 {
+            w.raw(b"]}");
+            continue;
+        }
+        w.byte(b'}');
+        if v34 {
+            w.raw(b",\"mappings\":{");
+            for (g, rps) in ar.mappings.iter().enumerate() {
+                if g > 0 {
+                    w.byte(b',');
+                }
+                w.raw(&suffix_keys[g]);
+                for (k, rp) in rps.iter().enumerate() {
+                    if k > 0 {
+                        w.byte(b',');
+                    }
+                    w.uuid(&answer.uuids[*rp as usize]);
+                }
+                w.byte(b']');
+            }
+            w.byte(b'}');
+        }
+        w.byte(b'}');
     }
     w.raw(b"],\"provider_summaries\":{");
     let all_resources = at_least(27);
@@ -367,16 +387,16 @@ fn render(at_least: impl Fn(u16) -> bool, request: &Request, candidates: &Candid
     // Requested classes (a handful): a linear scan beats a set.
     let requested: Vec<&str> =
         request.groups.iter().flat_map(|g| g.resources.iter().map(|(rc, _)| rc.as_str())).collect();
-    for (i, s) in candidates.provider_summaries.iter().enumerate() {
+    for (i, s) in answer.summaries().enumerate() {
         if i > 0 {
-            w.raw(b",");
+            w.byte(b',');
         }
         w.uuid(&s.uuid);
         w.raw(b":{\"resources\":{");
         let mut first = true;
         for r in s.resources.iter().filter(|r| all_resources || requested.contains(&r.resource_class)) {
             if !first {
-                w.raw(b",");
+                w.byte(b',');
             }
             first = false;
             w.str(r.resource_class);
@@ -384,18 +404,18 @@ fn render(at_least: impl Fn(u16) -> bool, request: &Request, candidates: &Candid
             w.int(r.capacity);
             w.raw(b",\"used\":");
             w.int(r.used);
-            w.raw(b"}");
+            w.byte(b'}');
         }
-        w.raw(b"}");
+        w.byte(b'}');
         if v17 {
             w.raw(b",\"traits\":[");
             for (k, t) in s.traits.iter().enumerate() {
                 if k > 0 {
-                    w.raw(b",");
+                    w.byte(b',');
                 }
                 w.str(t);
             }
-            w.raw(b"]");
+            w.byte(b']');
         }
         if v29 {
             w.raw(b",\"parent_provider_uuid\":");
@@ -406,25 +426,20 @@ fn render(at_least: impl Fn(u16) -> bool, request: &Request, candidates: &Candid
             w.raw(b",\"root_provider_uuid\":");
             w.uuid(&s.root);
         }
-        w.raw(b"}");
+        w.byte(b'}');
     }
     w.raw(b"}}");
     w.into_bytes()
 }
 
 /// A generous guess of the body size, so the buffer rarely regrows.
-fn estimate_size(c: &Candidates) -> usize {
-    let areqs: usize = c
-        .allocation_requests
+fn estimate_size(answer: &Answer<'_>) -> usize {
+    let areqs: usize = answer
+        .requests
         .iter()
-        .map(|ar| {
-            ar.allocations.iter().map(|(_, res)| 64 + 24 * res.len()).sum::<usize>()
-                + ar.mappings.iter().map(|(_, rps)| 16 + 40 * rps.len()).sum::<usize>()
-                + 40
-        })
+        .map(|ar| 64 * ar.amounts.len() + ar.mappings.iter().map(|rps| 16 + 40 * rps.len()).sum::<usize>() + 40)
         .sum();
-    let summaries: usize =
-        c.provider_summaries.iter().map(|s| 160 + 48 * s.resources.len() + 32 * s.traits.len()).sum();
+    let summaries: usize = answer.summarised.iter().map(|p| 160 + 48 * p.inventories.len() + 32 * p.traits.len()).sum();
     64 + areqs + summaries
 }
 
@@ -432,11 +447,75 @@ fn estimate_size(c: &Candidates) -> usize {
 /// escaping.
 struct JsonOut {
     buf: Vec<u8>,
+    /// The uuid written last and its quoted form: a provider's uuid comes
+    /// twice in a row in the common answer (an allocation and its mapping;
+    /// a root provider's summary and its `root_provider_uuid`), so it is
+    /// formatted once for both.
+    last_uuid: uuid::Uuid,
+    last_quoted: [u8; QUOTED_UUID_LEN],
+}
+
+/// A hyphenated uuid and its two quotes.
+const QUOTED_UUID_LEN: usize = uuid::fmt::Hyphenated::LENGTH + 2;
+
+/// `"xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"` in lower case (hex digits
+/// and hyphens: nothing to escape), without the uuid crate's generic
+/// formatting path.
+fn quoted_uuid(u: &uuid::Uuid) -> [u8; QUOTED_UUID_LEN] {
+    /// Each byte's two hex digits.
+    const PAIRS: [[u8; 2]; 256] = {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut pairs = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            pairs[i] = [HEX[i >> 4], HEX[i & 0xf]];
+            i += 1;
+        }
+        pairs
+    };
+    let b = u.as_bytes();
+    let mut out = [b'-'; QUOTED_UUID_LEN];
+    out[0] = b'"';
+    out[QUOTED_UUID_LEN - 1] = b'"';
+    // Each byte's digits after the opening quote and around the hyphens
+    // at 9, 14, 19 and 24 (unrolled: constant offsets, no bounds checks).
+    macro_rules! put {
+        ($($i:literal => $at:literal),*) => {
+            $(out[$at..$at + 2].copy_from_slice(&PAIRS[usize::from(b[$i])]);)*
+        };
+    }
+    put!(0 => 1, 1 => 3, 2 => 5, 3 => 7, 4 => 10, 5 => 12, 6 => 15, 7 => 17, 8 => 20, 9 => 22, 10 => 25, 11 => 27,
+        12 => 29, 13 => 31, 14 => 33, 15 => 35);
+    out
+}
+
+/// Does `bytes` hold a byte serde_json escapes (`"`, `\` or a control
+/// character below 0x20)? Eight bytes at a time (class and trait names
+/// are short and never need escaping in practice).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Some byte of `v` below `n` (n <= 0x80): exact as a yes/no answer.
+    let any_below = |v: u64, n: u8| v.wrapping_sub(ONES * u64::from(n)) & !v & HIGHS != 0;
+    let word = |v: u64| {
+        any_below(v, 0x20) || any_below(v ^ (ONES * u64::from(b'"')), 1) || any_below(v ^ (ONES * u64::from(b'\\')), 1)
+    };
+    if bytes.len() < 8 {
+        // Pad with a byte that needs no escaping.
+        let mut padded = [b'A'; 8];
+        padded[..bytes.len()].copy_from_slice(bytes);
+        return word(u64::from_le_bytes(padded));
+    }
+    let chunks = bytes.chunks_exact(8);
+    let tail_start = bytes.len() - 8;
+    chunks.map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).any(word)
+        || word(u64::from_le_bytes(bytes[tail_start..].try_into().expect("8 bytes")))
 }
 
 impl JsonOut {
     fn with_capacity(n: usize) -> Self {
-        Self { buf: Vec::with_capacity(n) }
+        let nil = uuid::Uuid::nil();
+        Self { buf: Vec::with_capacity(n), last_uuid: nil, last_quoted: quoted_uuid(&nil) }
     }
 
     fn into_bytes(self) -> Vec<u8> {
@@ -447,13 +526,16 @@ impl JsonOut {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// One byte (a push, not a one-byte copy).
+    fn byte(&mut self, b: u8) {
+        self.buf.push(b);
+    }
+
     /// A quoted, escaped string (escapes exactly what serde_json escapes:
     /// `"`, `\` and control characters below 0x20).
     fn str(&mut self, s: &str) {
         let bytes = s.as_bytes();
-        // Class and trait names never need escaping in practice: test all
-        // bytes at once (no early exit, so the check vectorises) and copy.
-        if !bytes.iter().fold(false, |any, &b| any | (b < 0x20) | (b == b'"') | (b == b'\\')) {
+        if !needs_escape(bytes) {
             self.buf.reserve(bytes.len() + 2);
             self.buf.push(b'"');
             self.buf.extend_from_slice(bytes);
@@ -489,52 +571,25 @@ impl JsonOut {
         self.buf.push(b'"');
     }
 
-    /// A quoted uuid in hyphenated lower-case form (hex digits and
-    /// hyphens: nothing to escape).
+    /// A quoted uuid in hyphenated lower-case form.
     fn uuid(&mut self, u: &uuid::Uuid) {
-        let mut tmp = [0u8; uuid::fmt::Hyphenated::LENGTH];
-        self.buf.push(b'"');
-        self.buf.extend_from_slice(u.hyphenated().encode_lower(&mut tmp).as_bytes());
-        self.buf.push(b'"');
+        if *u != self.last_uuid {
+            self.last_uuid = *u;
+            self.last_quoted = quoted_uuid(u);
+        }
+        self.buf.extend_from_slice(&self.last_quoted);
     }
 
     fn int(&mut self, n: i64) {
-        let mut tmp = [0u8; 20];
-        let mut pos = tmp.len();
-        let mut v = n.unsigned_abs();
-        loop {
-            pos -= 1;
-            tmp[pos] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        if n < 0 {
-            self.buf.push(b'-');
-        }
-        self.buf.extend_from_slice(&tmp[pos..]);
-    }
-
-    /// `{"CLASS":amount,...}`.
-    fn amounts(&mut self, res: &[(&str, i64)]) {
-        self.buf.push(b'{');
-        for (k, (rc, n)) in res.iter().enumerate() {
-            if k > 0 {
-                self.buf.push(b',');
-            }
-            self.str(rc);
-            self.buf.push(b':');
-            self.int(*n);
-        }
-        self.buf.push(b'}');
+        self.buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_candidates::{AllocationRequest, ProviderSummary, SummaryResource};
+    use berth_candidates::Candidates;
+    use berth_model::{AllocationMap, Change, ChangeSet, ConsumerRow, Inventory, ProviderRow, State};
     use uuid::Uuid;
 
     /// The former `Value`-tree rendering, kept as the reference.
@@ -606,70 +661,140 @@ mod tests {
         json!({"allocation_requests": allocation_requests, "provider_summaries": summaries})
     }
 
-    fn sample() -> (Request, Candidates<'static>) {
-        let u = |n: u128| Uuid::from_u128(0x1234_5678_9abc_4def_8000_0000_0000_0000 + n);
-        let request = Request {
-            groups: vec![
-                RequestGroup {
-                    resources: vec![("VCPU".into(), 1), ("CUSTOM_\"Q\\\n".into(), 2)],
-                    ..Default::default()
+    fn u(n: u128) -> Uuid {
+        Uuid::from_u128(0x1234_5678_9abc_4def_8000_0000_0000_0000 + n)
+    }
+
+    const WEIRD_RC: &str = "CUSTOM_\"Q\\\n";
+    const WEIRD_TRAIT: &str = "CUSTOM_\u{1}\u{1f}\u{8}\u{c}\t\r\u{7f}é";
+
+    /// Two trees (a compute node with a disk child; a lone node) with a
+    /// class and a trait whose names need escaping, and some usage.
+    fn sample_state() -> State {
+        let mut state = State::with_standard_data(0);
+        let mut set = ChangeSet::new();
+        set.push(Change::PutResourceClass { id: 90_000, name: WEIRD_RC.into(), created_at: 0, updated_at: None });
+        set.push(Change::PutTrait { id: 90_000, name: WEIRD_TRAIT.into(), created_at: 0 });
+        let inv = |total: i64| Inventory {
+            total,
+            reserved: 0,
+            min_unit: 1,
+            max_unit: total,
+            step_size: 1,
+            allocation_ratio: 1.0,
+        };
+        type Spec<'s> = (u128, Option<u128>, Vec<(&'s str, i64)>, Vec<&'s str>);
+        let specs: [Spec<'_>; 3] = [
+            (
+                1,
+                None,
+                vec![("VCPU", 8), (WEIRD_RC, 1_234_567_890_123), ("MEMORY_MB", 4096)],
+                vec!["HW_CPU_X86_AVX2", WEIRD_TRAIT],
+            ),
+            (2, Some(1), vec![("DISK_GB", 100)], vec![]),
+            (3, None, vec![("VCPU", 4), ("DISK_GB", 5000)], vec!["HW_CPU_X86_AVX2"]),
+        ];
+        for (id, (n, parent, inventories, traits)) in specs.iter().enumerate() {
+            set.push(Change::PutProvider {
+                row: ProviderRow {
+                    id: id as i64 + 1,
+                    uuid: u(*n),
+                    name: format!("rp{n}"),
+                    generation: 0,
+                    parent: parent.map(u),
+                    root: u(parent.unwrap_or(*n)),
+                    created_at: 0,
+                    updated_at: 0,
                 },
-                RequestGroup { suffix: "_X".into(), resources: vec![("DISK_GB".into(), 5)], ..Default::default() },
-            ],
+                expected_generation: None,
+            });
+            set.push(Change::SetInventories {
+                provider: u(*n),
+                inventories: inventories.iter().map(|(rc, total)| ((*rc).to_owned(), inv(*total))).collect(),
+            });
+            set.push(Change::SetProviderTraits {
+                provider: u(*n),
+                traits: traits.iter().map(|t| (*t).to_owned()).collect(),
+            });
+        }
+        let mut allocations = AllocationMap::new();
+        allocations.insert(u(1), [("VCPU".to_owned(), 2), ("MEMORY_MB".to_owned(), 512)].into_iter().collect());
+        allocations.insert(u(3), [("DISK_GB".to_owned(), 70)].into_iter().collect());
+        set.push(Change::PutConsumer {
+            row: ConsumerRow {
+                uuid: u(99),
+                project_id: "p".into(),
+                user_id: "u".into(),
+                generation: 0,
+                consumer_type: None,
+                created_at: 0,
+                updated_at: 0,
+            },
+            expected_generation: None,
+            allocations,
+        });
+        state.apply(&set);
+        state
+    }
+
+    fn group(suffix: &str, resources: &[(&str, i64)]) -> RequestGroup {
+        RequestGroup {
+            suffix: suffix.into(),
+            resources: resources.iter().map(|(rc, n)| ((*rc).to_owned(), *n)).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Requests with one and several groups, one and several providers
+    /// per candidate and per group.
+    fn sample_requests() -> Vec<Request> {
+        let request = |groups: Vec<RequestGroup>| Request {
+            groups,
+            nested_aware: true,
+            group_policy: Some(GroupPolicy::None),
             ..Default::default()
         };
-        fn areq<'a>(
-            allocations: Vec<(Uuid, Vec<(&'a str, i64)>)>,
-            mappings: Vec<(&'a str, Vec<Uuid>)>,
-        ) -> AllocationRequest<'a> {
-            AllocationRequest {
-                allocations: allocations.into_iter().map(|(rp, amounts)| (rp, amounts.into_iter().collect())).collect(),
-                mappings: mappings.into_iter().map(|(suffix, rps)| (suffix, rps.into_iter().collect())).collect(),
-            }
-        }
-        let candidates = Candidates {
-            allocation_requests: vec![
-                areq(
-                    vec![(u(1), vec![("VCPU", 1), ("CUSTOM_\"Q\\\n", 2)]), (u(2), vec![("DISK_GB", -5)])],
-                    vec![("", vec![u(1)]), ("_X", vec![u(2), u(3)])],
-                ),
-                areq(vec![(u(3), vec![("DISK_GB", 1234567890123)])], vec![]),
-            ],
-            provider_summaries: vec![
-                ProviderSummary {
-                    uuid: u(1),
-                    parent: None,
-                    root: u(1),
-                    resources: [
-                        SummaryResource { resource_class: "VCPU", capacity: 8, used: 0 },
-                        SummaryResource { resource_class: "CUSTOM_\"Q\\\n", capacity: i64::MAX, used: i64::MIN },
-                        SummaryResource { resource_class: "MEMORY_MB", capacity: 1, used: 2 },
-                    ]
-                    .into_iter()
-                    .collect(),
-                    traits: ["HW_CPU_X86_AVX2", "CUSTOM_\u{1}\u{1f}\u{8}\u{c}\t\r\u{7f}é"].into_iter().collect(),
-                },
-                ProviderSummary {
-                    uuid: u(2),
-                    parent: Some(u(1)),
-                    root: u(1),
-                    resources: Default::default(),
-                    traits: Default::default(),
-                },
-            ],
-            capped: false,
-        };
-        (request, candidates)
+        vec![
+            request(vec![group("", &[("VCPU", 1), (WEIRD_RC, 2)]), group("_X", &[("DISK_GB", 5)])]),
+            request(vec![group("", &[("DISK_GB", 5)])]),
+            request(vec![group("", &[("VCPU", 1), ("DISK_GB", 5)])]),
+            request(vec![group("_A", &[("VCPU", 1)]), group("_B", &[("DISK_GB", 5)])]),
+        ]
     }
 
     #[test]
     fn bytes_match_value_rendering_at_every_version() {
-        let (request, candidates) = sample();
-        for minor in 10..=39u16 {
-            let at_least = |m: u16| minor >= m;
-            let expected = serde_json::to_vec(&oracle(at_least, &request, &candidates)).expect("serialises");
-            let got = render(at_least, &request, &candidates);
-            assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&expected), "1.{minor}");
+        let state = sample_state();
+        for request in sample_requests() {
+            let answer = berth_candidates::find_packed(&state, &request).expect("known classes");
+            assert!(!answer.requests.is_empty(), "{request:?}");
+            let candidates = answer.to_candidates();
+            for minor in 10..=39u16 {
+                let at_least = |m: u16| minor >= m;
+                let expected = serde_json::to_vec(&oracle(at_least, &request, &candidates)).expect("serialises");
+                let got = render(at_least, &request, &answer);
+                assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&expected), "1.{minor}");
+            }
+        }
+    }
+
+    #[test]
+    fn escape_check_and_uuid_format_match_the_plain_ones() {
+        let naive = |s: &[u8]| s.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+        let alphabet: &[u8] = b"AZ_09\"\\\x00\x1f\x20\x7f\xc3\xa9";
+        for len in 0..20 {
+            for (k, &special) in alphabet.iter().enumerate() {
+                for at in 0..len {
+                    let mut s = vec![b'A' + (k as u8 % 26); len];
+                    s[at] = special;
+                    assert_eq!(needs_escape(&s), naive(&s), "{s:?}");
+                }
+            }
+            assert!(!needs_escape(&vec![b'Q'; len]));
+        }
+        for n in [0u128, 1, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
+            let u = Uuid::from_u128(n);
+            assert_eq!(quoted_uuid(&u)[..], format!("\"{u}\"").into_bytes()[..]);
         }
     }
 
@@ -681,7 +806,10 @@ mod tests {
 
     #[test]
     fn empty_answer() {
-        let got = render(|_| true, &Request::default(), &Candidates::default());
+        let state = State::with_standard_data(0);
+        let request = Request { groups: vec![group("", &[("VCPU", 1)])], ..Default::default() };
+        let answer = berth_candidates::find_packed(&state, &request).expect("known class");
+        let got = render(|_| true, &request, &answer);
         assert_eq!(got, b"{\"allocation_requests\":[],\"provider_summaries\":{}}");
     }
 }
