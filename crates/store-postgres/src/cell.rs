@@ -89,6 +89,8 @@ fn bind(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
         .map(|v| match v {
             Value::Int(v) => v as &(dyn ToSql + Sync),
             Value::Text(v) => v as &(dyn ToSql + Sync),
+            Value::Ints(v) => v as &(dyn ToSql + Sync),
+            Value::Texts(v) => v as &(dyn ToSql + Sync),
         })
         .collect()
 }

@@ -526,6 +526,173 @@ fn write_allocations<C: postgres::GenericClient>(
     Ok(())
 }
 
+/// Write a change set's placement changes in order, except that new
+/// consumers (with their allocations) and provider generation bumps are
+/// gathered and written a statement per table for many rows (a claim of
+/// a conductor pass writes dozens of each; one at a time that is three
+/// round trips per boot). Gathered changes touch different rows of their
+/// own tables, so writing them together changes nothing; they are written
+/// before any other change, and a second change of a row they hold is
+/// written after them.
+fn write_placement_changes<'c, C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
+    changes: impl Iterator<Item = &'c Change>,
+) -> Result<(), StoreError> {
+    let mut gathered = Gathered::default();
+    for change in changes {
+        match change {
+            Change::PutConsumer { row, expected_generation: None, .. } if gathered.consumers.insert(row.uuid) => {
+                gathered.changes.push(change);
+            }
+            Change::PutProvider { row, expected_generation: Some(_) } if gathered.providers.insert(row.uuid) => {
+                gathered.changes.push(change);
+            }
+            _ => {
+                gathered.flush(tx)?;
+                if gathered.take_second(change) {
+                    continue;
+                }
+                write_change(tx, change)?;
+            }
+        }
+    }
+    gathered.flush(tx)
+}
+
+/// New consumers and provider generation bumps waiting to be written.
+#[derive(Default)]
+struct Gathered<'c> {
+    changes: Vec<&'c Change>,
+    consumers: std::collections::HashSet<Uuid>,
+    providers: std::collections::HashSet<Uuid>,
+}
+
+impl<'c> Gathered<'c> {
+    /// After a flush: a gatherable change that was refused only because
+    /// its row was already held starts the next gathering (`true`).
+    fn take_second(&mut self, change: &'c Change) -> bool {
+        let take = match change {
+            Change::PutConsumer { row, expected_generation: None, .. } => self.consumers.insert(row.uuid),
+            Change::PutProvider { row, expected_generation: Some(_) } => self.providers.insert(row.uuid),
+            _ => false,
+        };
+        if take {
+            self.changes.push(change);
+        }
+        take
+    }
+
+    fn flush<C: postgres::GenericClient>(&mut self, tx: &mut Cached<'_, C>) -> Result<(), StoreError> {
+        let changes = std::mem::take(&mut self.changes);
+        self.consumers.clear();
+        self.providers.clear();
+        if let [change] = changes[..] {
+            return write_change(tx, change);
+        }
+        let (mut consumers, mut providers) = (Vec::new(), Vec::new());
+        for change in changes {
+            match change {
+                Change::PutConsumer { row, allocations, .. } => consumers.push((row, allocations)),
+                Change::PutProvider { row, expected_generation: Some(expected) } => providers.push((row, *expected)),
+                _ => return Err(StoreError::Internal("gathered a change that is not gathered".into())),
+            }
+        }
+        insert_consumers(tx, &consumers)?;
+        bump_providers(tx, &providers)
+    }
+}
+
+/// New consumers and their allocations: two statements, whatever their
+/// number (a consumer's allocation rows keep their order).
+fn insert_consumers<C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
+    consumers: &[(&ConsumerRow, &AllocationMap)],
+) -> Result<(), StoreError> {
+    if consumers.is_empty() {
+        return Ok(());
+    }
+    let n = consumers.len();
+    let (mut uuids, mut projects, mut users, mut generations) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut types, mut created, mut updated) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut owners, mut providers, mut classes, mut amounts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (row, allocations) in consumers {
+        let uuid = row.uuid.to_string();
+        for (provider, per_class) in *allocations {
+            for (class, used) in per_class {
+                owners.push(uuid.clone());
+                providers.push(provider.to_string());
+                classes.push(class.as_str());
+                amounts.push(*used);
+            }
+        }
+        uuids.push(uuid);
+        projects.push(row.project_id.as_str());
+        users.push(row.user_id.as_str());
+        generations.push(row.generation);
+        types.push(row.consumer_type.as_deref());
+        created.push(row.created_at);
+        updated.push(row.updated_at);
+    }
+    tx.execute(
+        "INSERT INTO consumers (uuid, project_id, user_id, generation, consumer_type, created_at, updated_at)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], $7::bigint[])",
+        &[&uuids, &projects, &users, &generations, &types, &created, &updated],
+    )
+    .map_err(classify)?;
+    if !owners.is_empty() {
+        tx.execute(
+            "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used)
+             SELECT c, p, r, u FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+                 WITH ORDINALITY AS t(c, p, r, u, n)
+             ORDER BY n",
+            &[&owners, &providers, &classes, &amounts],
+        )
+        .map_err(classify)?;
+    }
+    Ok(())
+}
+
+/// Provider updates under generation compare-and-swap, in one statement:
+/// every provider must still have its expected generation.
+fn bump_providers<C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
+    providers: &[(&ProviderRow, i64)],
+) -> Result<(), StoreError> {
+    if providers.is_empty() {
+        return Ok(());
+    }
+    let n = providers.len();
+    let (mut uuids, mut names, mut generations, mut parents) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut roots, mut updated, mut expected) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    for (row, expect) in providers {
+        uuids.push(row.uuid.to_string());
+        names.push(row.name.as_str());
+        generations.push(row.generation);
+        parents.push(row.parent.map(|p| p.to_string()));
+        roots.push(row.root.to_string());
+        updated.push(row.updated_at);
+        expected.push(*expect);
+    }
+    let changed = tx
+        .execute(
+            "UPDATE resource_providers AS t
+             SET name = v.name, generation = v.generation, parent_uuid = v.parent, root_uuid = v.root,
+                 updated_at = v.updated
+             FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
+                 AS v(uuid, name, generation, parent, root, updated, expected)
+             WHERE t.uuid = v.uuid AND t.generation = v.expected",
+            &[&uuids, &names, &generations, &parents, &roots, &updated, &expected],
+        )
+        .map_err(classify)?;
+    if changed == n as u64 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict("resource provider generation changed".to_owned()))
+    }
+}
+
 /// Write one writer's change set under a savepoint: on error it is rolled
 /// back alone (the transaction goes on if the error is the change's own).
 /// `open` says whether the previous writer's savepoint is still open: it
@@ -547,22 +714,22 @@ fn write_isolated<C: postgres::GenericClient>(
         tx.conn.batch_execute("SAVEPOINT berth_member").map_err(classify)?;
     }
     *open = true;
-    let written = changes
-        .changes
-        .iter()
-        .try_for_each(|change| match change {
-            WorldChange::Placement(change) => write_change(tx, change),
-            WorldChange::Compute(_) => Ok(()),
-        })
-        .and_then(|()| {
-            write_compute_changes(
-                tx,
-                changes.changes.iter().filter_map(|change| match change {
-                    WorldChange::Compute(change) => Some(change),
-                    WorldChange::Placement(_) => None,
-                }),
-            )
-        });
+    let written = write_placement_changes(
+        tx,
+        changes.changes.iter().filter_map(|change| match change {
+            WorldChange::Placement(change) => Some(change),
+            WorldChange::Compute(_) => None,
+        }),
+    )
+    .and_then(|()| {
+        write_compute_changes(
+            tx,
+            changes.changes.iter().filter_map(|change| match change {
+                WorldChange::Compute(change) => Some(change),
+                WorldChange::Placement(_) => None,
+            }),
+        )
+    });
     if let Err(err) = written {
         if err.is_per_change() {
             tx.conn

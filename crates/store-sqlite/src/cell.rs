@@ -73,6 +73,9 @@ impl rusqlite::ToSql for Param<'_> {
             Value::Int(Some(v)) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
             Value::Text(Some(v)) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
             Value::Int(None) | Value::Text(None) => ToSqlOutput::Borrowed(ValueRef::Null),
+            Value::Ints(_) | Value::Texts(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure("SQLite has no array parameters".into()))
+            }
         })
     }
 }

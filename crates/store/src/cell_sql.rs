@@ -25,7 +25,7 @@
 //! [`compare_instances`]: berth_compute_model::cell::compare_instances
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use berth_compute_model::cell::{
     ActionEvent, ComputeNode, Fault, Instance, InstanceAction, InstanceQuery, Marker, Migration, MigrationFilter,
@@ -36,6 +36,8 @@ use uuid::Uuid;
 
 use crate::cell::{CellOp, CellOutcome, Expect, InstanceUpdate, MigrationUpdate};
 use crate::StoreError;
+
+mod bulk;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -84,6 +86,11 @@ pub enum Value {
     Int(Option<i64>),
     /// Text (uuids are lowercase hyphenated text).
     Text(Option<String>),
+    /// PostgreSQL only: an array of integers (`bigint[]`), for statements
+    /// that take a column of many rows at once.
+    Ints(Vec<Option<i64>>),
+    /// PostgreSQL only: an array of texts (`text[]`).
+    Texts(Vec<Option<String>>),
 }
 
 /// The type of a result column, so a backend knows how to read it.
@@ -938,7 +945,7 @@ fn bump_sequence(conn: &mut dyn CellConn, table: &str) -> Result<()> {
     Ok(())
 }
 
-fn apply(conn: &mut dyn CellConn, op: &CellOp, locked: Option<&mut Locked>) -> Result<CellOutcome> {
+fn apply(conn: &mut dyn CellConn, op: &CellOp) -> Result<CellOutcome> {
     let d = conn.dialect();
     match op {
         CellOp::PutInstance(instance) => {
@@ -956,11 +963,7 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp, locked: Option<&mut Locked>) -> R
             Ok(CellOutcome::Done)
         }
         CellOp::UpdateInstance { uuid, expect, update } => {
-            let row = match locked.as_ref().and_then(|rows| rows.get(uuid)) {
-                Some(row) => row.clone(),
-                None => select_instance(conn, uuid, true)?,
-            };
-            let Some(mut row) = row else { return Ok(CellOutcome::Missing) };
+            let Some(mut row) = select_instance(conn, uuid, true)? else { return Ok(CellOutcome::Missing) };
             if !expect_matches(&row, expect) {
                 return Ok(CellOutcome::Mismatch);
             }
@@ -968,9 +971,6 @@ fn apply(conn: &mut dyn CellConn, op: &CellOp, locked: Option<&mut Locked>) -> R
             conn.execute(&update_instance_sql(d), &instance_values(&row))?;
             if update.tags.is_some() {
                 set_tags(conn, uuid, &row.spec.tags)?;
-            }
-            if let Some(rows) = locked {
-                rows.insert(*uuid, Some(row));
             }
             Ok(CellOutcome::Done)
         }
@@ -1458,55 +1458,14 @@ pub fn migrations(conn: &mut dyn CellConn, filter: &MigrationFilter) -> Result<V
 /// Run a batch of ops, in order, inside the caller's transaction: one
 /// outcome per op. A database error fails the whole batch (the caller
 /// rolls back); a `Mismatch` or `Missing` changes nothing for its op only.
+/// PostgreSQL runs the ops of one kind in one statement where it can
+/// ([`bulk`]); SQLite's statements cost no round trip, so it runs them one
+/// by one.
 pub fn write(conn: &mut dyn CellConn, ops: &[CellOp]) -> Result<Vec<CellOutcome>> {
-    let mut locked = lock_updated_instances(conn, ops)?;
-    ops.iter().map(|op| apply(conn, op, locked.as_mut())).collect()
-}
-
-/// Instance rows read (and locked) ahead for a batch's `UpdateInstance`
-/// ops, by uuid (`None`: no such row); kept current as the batch updates
-/// them.
-type Locked = HashMap<Uuid, Option<Instance>>;
-
-/// PostgreSQL: read and lock the rows of a batch's `UpdateInstance` ops in
-/// one statement instead of one each (a round trip saved per op). Only
-/// for batches whose other ops leave instance rows alone, so the rows
-/// stay as read, apart from the batch's own updates. `None` when not
-/// worth it (SQLite, fewer than two rows, other ops).
-fn lock_updated_instances(conn: &mut dyn CellConn, ops: &[CellOp]) -> Result<Option<Locked>> {
-    if conn.dialect() != Dialect::Postgres {
-        return Ok(None);
+    if conn.dialect() == Dialect::Postgres && ops.len() > 1 {
+        return bulk::write(conn, ops);
     }
-    let mut uuids = Vec::new();
-    for op in ops {
-        match op {
-            CellOp::UpdateInstance { uuid, .. } => uuids.push(*uuid),
-            CellOp::StartAction(_)
-            | CellOp::StartEvent { .. }
-            | CellOp::FinishEvent { .. }
-            | CellOp::AddFault(_)
-            | CellOp::Heartbeat { .. } => {}
-            _ => return Ok(None),
-        }
-    }
-    uuids.sort_unstable();
-    uuids.dedup();
-    if uuids.len() < 2 {
-        return Ok(None);
-    }
-    let mut locked: Locked = uuids.iter().map(|uuid| (*uuid, None)).collect();
-    for chunk in uuids.chunks(IN_CHUNK) {
-        let mut b = Builder { dialect: Dialect::Postgres, params: Vec::new() };
-        let list = b.bind_list(chunk.iter().map(|u| text(&u.to_string())));
-        // Locked in uuid order, whatever the ops' order.
-        let sql =
-            format!("SELECT {} FROM instances WHERE uuid IN ({list}) ORDER BY uuid FOR UPDATE", instance_select_list());
-        for row in conn.query(&sql, &b.params, &instance_kinds())? {
-            let instance = instance_from_row(&row)?;
-            locked.insert(instance.uuid, Some(instance));
-        }
-    }
-    Ok(Some(locked))
+    ops.iter().map(|op| apply(conn, op)).collect()
 }
 
 // ---------------------------------------------------------------------------

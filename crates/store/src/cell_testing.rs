@@ -187,6 +187,7 @@ pub fn cell_suite(store: &dyn CellStore) {
     actions_and_faults(store);
     tasks_and_counts(store);
     batches(store);
+    boot_batches(store);
 }
 
 fn round_trip(store: &dyn CellStore) {
@@ -1080,4 +1081,117 @@ fn batches(store: &dyn CellStore) {
     assert_eq!(get(store, c.uuid), None, "a failed batch is rolled back whole");
     assert!(store.services().expect("services").iter().all(|s| s.host != "hy"));
     purge_all(store, &[existing.uuid, a.uuid, b.uuid]);
+}
+
+/// The batches a conductor pass writes (rows and `create` actions, then
+/// the hand-out), with clashes, mismatches and missing rows mixed in:
+/// PostgreSQL runs each kind of op in one statement, and every op must
+/// get the outcome it gets alone, with the same rows left behind.
+fn boot_batches(store: &dyn CellStore) {
+    let (a, b, e) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let mut unfinished_first = event("x", 1);
+    let mut finished = event("x", 2);
+    finished.finish_time = Some(3);
+    finished.result = Some("Success".into());
+    unfinished_first.host = None;
+    let e_action = action(e, "req-e", "create", 1, vec![unfinished_first, finished]);
+    write(store, vec![CellOp::PutInstance(minimal(e, "e", 1)), CellOp::StartAction(e_action.clone())]);
+
+    let (row_a, row_b) = (minimal(a, "a", 100), minimal(b, "b", 100));
+    let mut scheduled = event("schedule", 100);
+    scheduled.details = Some("first".into());
+    let a_action = action(a, "req-a", "create", 100, vec![scheduled, event("extra", 101)]);
+    let b_action = action(b, "req-b", "create", 100, vec![event("schedule", 100)]);
+    let out = write(
+        store,
+        vec![
+            CellOp::InsertInstance(row_a.clone()),
+            CellOp::StartAction(a_action.clone()),
+            CellOp::InsertInstance(minimal(e, "e-again", 5)),
+            CellOp::StartAction(action(e, "req-e", "delete", 5, vec![event("other", 5)])),
+            CellOp::AddFault(fault(e, 500, 5)),
+            CellOp::InsertInstance(row_b.clone()),
+            CellOp::StartAction(b_action.clone()),
+        ],
+    );
+    use CellOutcome::{Done, Mismatch, Missing};
+    assert_eq!(out, vec![Done, Done, Mismatch, Done, Done, Done, Done]);
+    assert_eq!(get(store, a), Some(row_a.clone()));
+    assert_eq!(get(store, b), Some(row_b.clone()));
+    assert_eq!(get(store, e).map(|r| r.spec.display_name), Some("e".to_owned()), "an insert over a row changes nothing");
+    assert_eq!(store.instance_actions(&a).expect("actions"), vec![a_action.clone()], "events in start order");
+    assert_eq!(store.instance_actions(&e).expect("actions"), vec![e_action], "an existing action is left as it is");
+
+    let from = |task: &str| Expect { task_states: vec![Some(task.into())], ..Default::default() };
+    let spawning = InstanceUpdate {
+        task_state: Some(Some("spawning".into())),
+        host: Some(Some("h1".into())),
+        updated_at: 110,
+        ..Default::default()
+    };
+    let active =
+        InstanceUpdate { vm_state: Some("active".into()), task_state: Some(None), updated_at: 120, ..Default::default() };
+    let finish = |instance: Uuid, request: &str, name: &str, result: &str, at: i64| CellOp::FinishEvent {
+        instance,
+        request_id: request.into(),
+        event: name.into(),
+        result: result.into(),
+        traceback: (result == "Error").then(|| "boom".to_owned()),
+        at,
+    };
+    let start = |instance: Uuid, request: &str, at: i64| CellOp::StartEvent {
+        instance,
+        request_id: request.into(),
+        event: "build".into(),
+        host: Some("h1".into()),
+        at,
+    };
+    let out = write(
+        store,
+        vec![
+            CellOp::UpdateInstance { uuid: a, expect: from("scheduling"), update: spawning.clone() },
+            finish(a, "req-a", "schedule", "Success", 110),
+            start(a, "req-a", 110),
+            CellOp::UpdateInstance { uuid: b, expect: from("spawning"), update: spawning.clone() },
+            finish(b, "req-b", "nope", "Success", 110),
+            start(b, "req-unknown", 110),
+            finish(e, "req-e", "x", "Success", 110),
+            CellOp::UpdateInstance { uuid: Uuid::new_v4(), expect: Expect::default(), update: active.clone() },
+            CellOp::UpdateInstance { uuid: a, expect: from("spawning"), update: active },
+            finish(a, "req-a", "build", "Error", 120),
+            CellOp::Heartbeat { hosts: vec!["nobody".into()], at: 120 },
+        ],
+    );
+    assert_eq!(out, vec![Done, Done, Done, Mismatch, Missing, Missing, Done, Missing, Done, Done, Done]);
+    let a_now = get(store, a).expect("a");
+    assert_eq!(
+        (a_now.vm_state.as_str(), a_now.task_state.as_deref(), a_now.host.as_deref(), a_now.updated_at),
+        ("active", None, Some("h1"), Some(120)),
+        "two updates of one row in one batch apply in order"
+    );
+    assert_eq!(get(store, b), Some(row_b), "a mismatch changes nothing");
+    let actions = store.instance_actions(&a).expect("actions");
+    let events: Vec<_> = actions[0]
+        .events
+        .iter()
+        .map(|ev| (ev.event.as_str(), ev.finish_time, ev.result.as_deref(), ev.host.as_deref()))
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            ("schedule", Some(110), Some("Success"), Some("host-1")),
+            ("extra", None, None, Some("host-1")),
+            ("build", Some(120), Some("Error"), Some("h1")),
+        ]
+    );
+    assert_eq!((actions[0].message.as_deref(), actions[0].updated_at), (Some("Error"), Some(120)));
+    let b_actions = store.instance_actions(&b).expect("actions");
+    assert_eq!((b_actions[0].events.len(), b_actions[0].updated_at), (1, Some(100)), "nothing started or finished");
+    let e_events = &store.instance_actions(&e).expect("actions")[0].events;
+    assert_eq!(
+        e_events.iter().map(|ev| ev.finish_time).collect::<Vec<_>>(),
+        vec![Some(110), Some(3)],
+        "the unfinished event of that name is finished"
+    );
+    purge_all(store, &[a, b, e]);
 }
