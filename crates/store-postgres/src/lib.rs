@@ -700,12 +700,31 @@ fn bump_providers<C: postgres::GenericClient>(
 /// committed with the transaction), so a writer costs one round trip
 /// besides its statements; the first savepoint is opened with the
 /// transaction.
+///
+/// A change set of compute rows alone (admitting a boot, a task state)
+/// needs no savepoint: its upserts and deletes by key can fail only for
+/// the database's own reasons once its keys are known to fit the index
+/// and hold no NUL ([`ComputeRows::refusable`]), and such a failure fails
+/// the whole batch anyway. That saves a round trip per writer.
 fn write_isolated<C: postgres::GenericClient>(
     tx: &mut Cached<'_, C>,
     changes: &WorldChangeSet,
     open: &mut bool,
     first: &mut bool,
 ) -> Result<(), StoreError> {
+    let rows = ComputeRows::of(changes.changes.iter().filter_map(|change| match change {
+        WorldChange::Compute(change) => Some(change),
+        WorldChange::Placement(_) => None,
+    }));
+    let placement = changes.changes.iter().any(|change| matches!(change, WorldChange::Placement(_)));
+    if !*first && !placement && !rows.refusable() {
+        return rows.write(tx).map_err(|err| match err {
+            StoreError::Rejected(m) | StoreError::Conflict(m) => {
+                StoreError::Internal(format!("compute rows refused without a savepoint: {m}"))
+            }
+            other => other,
+        });
+    }
     if std::mem::take(first) {
         // Opened by the transaction's first round trip.
     } else if *open {
@@ -721,15 +740,7 @@ fn write_isolated<C: postgres::GenericClient>(
             WorldChange::Compute(_) => None,
         }),
     )
-    .and_then(|()| {
-        write_compute_changes(
-            tx,
-            changes.changes.iter().filter_map(|change| match change {
-                WorldChange::Compute(change) => Some(change),
-                WorldChange::Placement(_) => None,
-            }),
-        )
-    });
+    .and_then(|()| rows.write(tx));
     if let Err(err) = written {
         if err.is_per_change() {
             tx.conn
@@ -912,63 +923,91 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
     Ok(Loaded { state: rows.into_state(), seq })
 }
 
-/// A change set's compute control rows in at most two statements: one
-/// upsert for the puts and one delete for the deletes. Compute rows are a
+/// The `compute_rows` a change set writes (compute rows live in a
 /// table of their own, so their order relative to the placement changes
 /// does not matter; among themselves only the last change of each row
-/// counts.
-fn write_compute_changes<'c, C: postgres::GenericClient>(
-    tx: &mut Cached<'_, C>,
-    changes: impl Iterator<Item = &'c ComputeChange>,
-) -> Result<(), StoreError> {
-    let mut last: HashMap<(&'static str, String), Option<String>> = HashMap::new();
-    let mut order = Vec::new();
-    for change in changes {
-        let (kind, key, body) = berth_store::json::change_row(change);
-        let body = body.map(|body| body.to_string());
-        match last.entry((kind, key)) {
-            std::collections::hash_map::Entry::Occupied(mut entry) => {
-                entry.insert(body);
-            }
-            std::collections::hash_map::Entry::Vacant(entry) => {
-                order.push(entry.key().clone());
-                entry.insert(body);
+/// counts): rows to put, and rows gone.
+struct ComputeRows {
+    put_kinds: Vec<&'static str>,
+    put_keys: Vec<String>,
+    put_bodies: Vec<String>,
+    gone_kinds: Vec<&'static str>,
+    gone_keys: Vec<String>,
+}
+
+/// The longest key written without a savepoint: far below what a btree
+/// index entry holds (about 2,700 bytes).
+const PLAIN_KEY_BYTES: usize = 1024;
+
+impl ComputeRows {
+    fn of<'c>(changes: impl Iterator<Item = &'c ComputeChange>) -> Self {
+        let mut last: HashMap<(&'static str, String), Option<String>> = HashMap::new();
+        let mut order = Vec::new();
+        for change in changes {
+            let (kind, key, body) = berth_store::json::change_row(change);
+            let body = body.map(|body| body.to_string());
+            match last.entry((kind, key)) {
+                std::collections::hash_map::Entry::Occupied(mut entry) => {
+                    entry.insert(body);
+                }
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    order.push(entry.key().clone());
+                    entry.insert(body);
+                }
             }
         }
-    }
-    let (mut put_kinds, mut put_keys, mut put_bodies) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut gone_kinds, mut gone_keys) = (Vec::new(), Vec::new());
-    for row in order {
-        match last.remove(&row) {
-            Some(Some(body)) => {
-                put_kinds.push(row.0);
-                put_keys.push(row.1);
-                put_bodies.push(body);
+        let mut rows = ComputeRows {
+            put_kinds: Vec::new(),
+            put_keys: Vec::new(),
+            put_bodies: Vec::new(),
+            gone_kinds: Vec::new(),
+            gone_keys: Vec::new(),
+        };
+        for row in order {
+            match last.remove(&row) {
+                Some(Some(body)) => {
+                    rows.put_kinds.push(row.0);
+                    rows.put_keys.push(row.1);
+                    rows.put_bodies.push(body);
+                }
+                Some(None) => {
+                    rows.gone_kinds.push(row.0);
+                    rows.gone_keys.push(row.1);
+                }
+                None => {}
             }
-            Some(None) => {
-                gone_kinds.push(row.0);
-                gone_keys.push(row.1);
-            }
-            None => {}
         }
+        rows
     }
-    if !put_kinds.is_empty() {
-        tx.execute(
-            "INSERT INTO compute_rows (kind, key, body)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
-             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
-            &[&put_kinds, &put_keys, &put_bodies],
-        )
-        .map_err(classify)?;
+
+    /// Could the database refuse these rows for their own sake? Only a key
+    /// with NUL (text cannot hold it) or too long for the index can be;
+    /// bodies are JSON text, which escapes NUL.
+    fn refusable(&self) -> bool {
+        let refusable_key = |key: &String| key.len() > PLAIN_KEY_BYTES || key.contains('\0');
+        self.put_keys.iter().chain(&self.gone_keys).any(refusable_key)
+            || self.put_bodies.iter().any(|body| body.contains('\0'))
     }
-    if !gone_kinds.is_empty() {
-        tx.execute(
-            "DELETE FROM compute_rows WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
-            &[&gone_kinds, &gone_keys],
-        )
-        .map_err(classify)?;
+
+    fn write<C: postgres::GenericClient>(&self, tx: &mut Cached<'_, C>) -> Result<(), StoreError> {
+        if !self.put_kinds.is_empty() {
+            tx.execute(
+                "INSERT INTO compute_rows (kind, key, body)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+                 ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
+                &[&self.put_kinds, &self.put_keys, &self.put_bodies],
+            )
+            .map_err(classify)?;
+        }
+        if !self.gone_kinds.is_empty() {
+            tx.execute(
+                "DELETE FROM compute_rows WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+                &[&self.gone_kinds, &self.gone_keys],
+            )
+            .map_err(classify)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
