@@ -39,16 +39,162 @@ fn allocations(map: &AllocationMap) -> Value {
 
 /// Encode a change set (compute changes as `{"t": "compute", "c": ...}`,
 /// in `berth_store::json`'s encoding).
+#[cfg(test)]
 pub(crate) fn encode(set: &WorldChangeSet) -> String {
-    let changes: Vec<Value> = set
-        .changes
-        .iter()
-        .map(|change| match change {
-            WorldChange::Placement(change) => placement_change(change),
-            WorldChange::Compute(change) => json!({"t": "compute", "c": berth_store::json::change(change)}),
-        })
-        .collect();
-    json!({"v": FORMAT_VERSION, "changes": changes}).to_string()
+    let mut feed = FeedText::new();
+    for change in &set.changes {
+        match change {
+            WorldChange::Placement(change) => feed.placement(change),
+            WorldChange::Compute(change) => {
+                let (kind, key, body) = berth_store::json::change_row(change);
+                feed.compute(kind, &key, body.map(|body| body.to_string()).as_deref());
+            }
+        }
+    }
+    feed.finish()
+}
+
+/// A change feed payload written as text as the batch's writers succeed
+/// (each writer's changes once it is written, in order), the compute rows
+/// with the bodies their rows got, so nothing is encoded twice. The hot
+/// placement changes (provider generations, consumers) are written
+/// directly; the others through [`placement_change`].
+pub(crate) struct FeedText {
+    text: String,
+    empty: bool,
+}
+
+impl FeedText {
+    pub(crate) fn new() -> Self {
+        FeedText { text: format!("{{\"v\":{FORMAT_VERSION},\"changes\":["), empty: true }
+    }
+
+    fn next(&mut self) {
+        if !std::mem::take(&mut self.empty) {
+            self.text.push(',');
+        }
+    }
+
+    /// A compute change as its row: kind, key and body (JSON text; `None`
+    /// for a row gone).
+    pub(crate) fn compute(&mut self, kind: &str, key: &str, body: Option<&str>) {
+        self.next();
+        let t = &mut self.text;
+        t.push_str("{\"t\":\"compute\",\"c\":{\"kind\":");
+        push_str(t, kind);
+        t.push_str(",\"key\":");
+        push_str(t, key);
+        t.push_str(",\"body\":");
+        t.push_str(body.unwrap_or("null"));
+        t.push_str("}}");
+    }
+
+    pub(crate) fn placement(&mut self, change: &Change) {
+        self.next();
+        let t = &mut self.text;
+        match change {
+            Change::PutProvider { row, expected_generation } => {
+                t.push_str("{\"t\":\"put_provider\",\"row\":{\"id\":");
+                push_int(t, row.id);
+                t.push_str(",\"uuid\":\"");
+                push_uuid(t, &row.uuid);
+                t.push_str("\",\"name\":");
+                push_str(t, &row.name);
+                t.push_str(",\"generation\":");
+                push_int(t, row.generation);
+                t.push_str(",\"parent\":");
+                match &row.parent {
+                    Some(parent) => {
+                        t.push('"');
+                        push_uuid(t, parent);
+                        t.push('"');
+                    }
+                    None => t.push_str("null"),
+                }
+                t.push_str(",\"root\":\"");
+                push_uuid(t, &row.root);
+                t.push_str("\",\"created_at\":");
+                push_int(t, row.created_at);
+                t.push_str(",\"updated_at\":");
+                push_int(t, row.updated_at);
+                t.push_str("},\"expected\":");
+                push_opt_int(t, *expected_generation);
+                t.push('}');
+            }
+            Change::PutConsumer { row, expected_generation, allocations } => {
+                t.push_str("{\"t\":\"put_consumer\",\"row\":{\"uuid\":\"");
+                push_uuid(t, &row.uuid);
+                t.push_str("\",\"project_id\":");
+                push_str(t, &row.project_id);
+                t.push_str(",\"user_id\":");
+                push_str(t, &row.user_id);
+                t.push_str(",\"generation\":");
+                push_int(t, row.generation);
+                t.push_str(",\"consumer_type\":");
+                match &row.consumer_type {
+                    Some(kind) => push_str(t, kind),
+                    None => t.push_str("null"),
+                }
+                t.push_str(",\"created_at\":");
+                push_int(t, row.created_at);
+                t.push_str(",\"updated_at\":");
+                push_int(t, row.updated_at);
+                t.push_str("},\"expected\":");
+                push_opt_int(t, *expected_generation);
+                t.push_str(",\"allocations\":{");
+                for (n, (provider, amounts)) in allocations.iter().enumerate() {
+                    if n > 0 {
+                        t.push(',');
+                    }
+                    t.push('"');
+                    push_uuid(t, provider);
+                    t.push_str("\":{");
+                    for (m, (class, amount)) in amounts.iter().enumerate() {
+                        if m > 0 {
+                            t.push(',');
+                        }
+                        push_str(t, class);
+                        t.push(':');
+                        push_int(t, *amount);
+                    }
+                    t.push('}');
+                }
+                t.push_str("}}");
+            }
+            other => t.push_str(&placement_change(other).to_string()),
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> String {
+        self.text.push_str("]}");
+        self.text
+    }
+}
+
+fn push_int(t: &mut String, n: i64) {
+    t.push_str(itoa::Buffer::new().format(n));
+}
+
+fn push_opt_int(t: &mut String, n: Option<i64>) {
+    match n {
+        Some(n) => push_int(t, n),
+        None => t.push_str("null"),
+    }
+}
+
+fn push_uuid(t: &mut String, uuid: &Uuid) {
+    t.push_str(uuid.hyphenated().encode_lower(&mut Uuid::encode_buffer()));
+}
+
+/// A JSON string (escaped by serde_json when it needs escaping).
+fn push_str(t: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        t.push('"');
+        t.push_str(s);
+        t.push('"');
+    } else {
+        t.push_str(&Value::from(s).to_string());
+    }
 }
 
 fn placement_change(change: &Change) -> Value {
@@ -304,6 +450,60 @@ mod tests {
         let mut world = WorldChangeSet::from(set);
         world.compute(berth_compute_model::ComputeChange::DeleteFlavor("f".into()));
         assert_eq!(decode(&encode(&world)).unwrap(), world);
+
+        // The directly written kinds: escaping, a parent, no consumer type,
+        // allocations against two providers in their order, and a compute
+        // row with a body between them.
+        let child = Uuid::new_v4();
+        let mut allocs = AllocationMap::new();
+        allocs.entry(child).or_default().insert("VCPU".to_owned(), 1);
+        allocs.entry(child).or_default().insert("MEMORY_MB".to_owned(), 512);
+        allocs.entry(p).or_default().insert("CUSTOM_\"Q\"".to_owned(), 3);
+        let mut world = WorldChangeSet::from(ChangeSet {
+            changes: vec![
+                Change::PutProvider {
+                    row: ProviderRow {
+                        id: 4,
+                        uuid: child,
+                        name: "tab\there \"quoted\" \\ ünïcode".into(),
+                        generation: 0,
+                        parent: Some(p),
+                        root: p,
+                        created_at: 12,
+                        updated_at: 13,
+                    },
+                    expected_generation: None,
+                },
+                Change::PutConsumer {
+                    row: ConsumerRow {
+                        uuid: c,
+                        project_id: "p\u{1}".into(),
+                        user_id: "u/\"".into(),
+                        generation: 4,
+                        consumer_type: None,
+                        created_at: 1,
+                        updated_at: 2,
+                    },
+                    expected_generation: Some(3),
+                    allocations: allocs,
+                },
+            ],
+        });
+        world.compute(berth_compute_model::ComputeChange::PutQuota {
+            project_id: "pr\"oj".into(),
+            user_id: String::new(),
+            resource: "cores".into(),
+            limit: 7,
+        });
+        let mut consumers = world.changes.clone();
+        consumers.swap(1, 2);
+        world.changes = consumers;
+        let decoded = decode(&encode(&world)).unwrap();
+        assert_eq!(decoded, world);
+        let Some(WorldChange::Placement(Change::PutConsumer { allocations, .. })) = decoded.changes.get(2) else {
+            panic!("consumer third: {decoded:?}")
+        };
+        assert_eq!(allocations.keys().copied().collect::<Vec<_>>(), vec![child, p], "allocation order kept");
         assert!(decode("{\"v\": 99, \"changes\": []}").is_err());
     }
 }

@@ -274,15 +274,16 @@ impl PostgresStore {
         let mut cached = Cached { conn: &mut conn.client, statements: &mut conn.statements };
         let catch_up = read_changes(&mut cached, seen)?;
         let (mut open, mut first) = (false, true);
+        let mut feed = codec::FeedText::new();
         let written = berth_store::run_plan(plan, catch_up, |changes| {
-            write_isolated(&mut cached, changes, &mut open, &mut first)
+            write_isolated(&mut cached, changes, &mut open, &mut first, &mut feed)
         })?;
-        let Some(changes) = written else { return Ok(None) };
+        let Some(_) = written else { return Ok(None) };
         if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1
         {
             prune(&mut cached, self.feed_retention)?;
         }
-        append_and_commit(&mut conn.client, &codec::encode(&changes)).map(Some)
+        append_and_commit(&mut conn.client, &feed.finish()).map(Some)
     }
 }
 
@@ -711,6 +712,7 @@ fn write_isolated<C: postgres::GenericClient>(
     changes: &WorldChangeSet,
     open: &mut bool,
     first: &mut bool,
+    feed: &mut codec::FeedText,
 ) -> Result<(), StoreError> {
     let rows = ComputeRows::of(changes.changes.iter().filter_map(|change| match change {
         WorldChange::Compute(change) => Some(change),
@@ -718,12 +720,14 @@ fn write_isolated<C: postgres::GenericClient>(
     }));
     let placement = changes.changes.iter().any(|change| matches!(change, WorldChange::Placement(_)));
     if !*first && !placement && !rows.refusable() {
-        return rows.write(tx).map_err(|err| match err {
+        rows.write(tx).map_err(|err| match err {
             StoreError::Rejected(m) | StoreError::Conflict(m) => {
                 StoreError::Internal(format!("compute rows refused without a savepoint: {m}"))
             }
             other => other,
-        });
+        })?;
+        feed_written(feed, changes, &rows);
+        return Ok(());
     }
     if std::mem::take(first) {
         // Opened by the transaction's first round trip.
@@ -750,7 +754,24 @@ fn write_isolated<C: postgres::GenericClient>(
         }
         return Err(err);
     }
+    feed_written(feed, changes, &rows);
     Ok(())
+}
+
+/// Add a written change set to the batch's change feed payload, its
+/// compute changes as the rows they wrote.
+fn feed_written(feed: &mut codec::FeedText, changes: &WorldChangeSet, rows: &ComputeRows) {
+    let mut each = rows.each.iter();
+    for change in &changes.changes {
+        match change {
+            WorldChange::Placement(change) => feed.placement(change),
+            WorldChange::Compute(_) => {
+                if let Some((kind, key, body)) = each.next() {
+                    feed.compute(kind, key, body.as_deref());
+                }
+            }
+        }
+    }
 }
 
 /// Quote `text` as a PostgreSQL dollar-quoted literal, with a tag that
@@ -923,16 +944,13 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
     Ok(Loaded { state: rows.into_state(), seq })
 }
 
-/// The `compute_rows` a change set writes (compute rows live in a
-/// table of their own, so their order relative to the placement changes
-/// does not matter; among themselves only the last change of each row
-/// counts): rows to put, and rows gone.
+/// The `compute_rows` a change set writes, each change as its row (kind,
+/// key, body as JSON text, `None` for a row gone), in order. Compute rows
+/// live in a table of their own, so their order relative to the placement
+/// changes does not matter; among themselves only the last change of each
+/// row counts.
 struct ComputeRows {
-    put_kinds: Vec<&'static str>,
-    put_keys: Vec<String>,
-    put_bodies: Vec<String>,
-    gone_kinds: Vec<&'static str>,
-    gone_keys: Vec<String>,
+    each: Vec<(&'static str, String, Option<String>)>,
 }
 
 /// The longest key written without a savepoint: far below what a btree
@@ -941,68 +959,62 @@ const PLAIN_KEY_BYTES: usize = 1024;
 
 impl ComputeRows {
     fn of<'c>(changes: impl Iterator<Item = &'c ComputeChange>) -> Self {
-        let mut last: HashMap<(&'static str, String), Option<String>> = HashMap::new();
-        let mut order = Vec::new();
-        for change in changes {
-            let (kind, key, body) = berth_store::json::change_row(change);
-            let body = body.map(|body| body.to_string());
-            match last.entry((kind, key)) {
-                std::collections::hash_map::Entry::Occupied(mut entry) => {
-                    entry.insert(body);
-                }
-                std::collections::hash_map::Entry::Vacant(entry) => {
-                    order.push(entry.key().clone());
-                    entry.insert(body);
-                }
-            }
-        }
-        let mut rows = ComputeRows {
-            put_kinds: Vec::new(),
-            put_keys: Vec::new(),
-            put_bodies: Vec::new(),
-            gone_kinds: Vec::new(),
-            gone_keys: Vec::new(),
-        };
-        for row in order {
-            match last.remove(&row) {
-                Some(Some(body)) => {
-                    rows.put_kinds.push(row.0);
-                    rows.put_keys.push(row.1);
-                    rows.put_bodies.push(body);
-                }
-                Some(None) => {
-                    rows.gone_kinds.push(row.0);
-                    rows.gone_keys.push(row.1);
-                }
-                None => {}
-            }
-        }
-        rows
+        let each = changes
+            .map(|change| {
+                let (kind, key, body) = berth_store::json::change_row(change);
+                (kind, key, body.map(|body| body.to_string()))
+            })
+            .collect();
+        ComputeRows { each }
     }
 
     /// Could the database refuse these rows for their own sake? Only a key
     /// with NUL (text cannot hold it) or too long for the index can be;
     /// bodies are JSON text, which escapes NUL.
     fn refusable(&self) -> bool {
-        let refusable_key = |key: &String| key.len() > PLAIN_KEY_BYTES || key.contains('\0');
-        self.put_keys.iter().chain(&self.gone_keys).any(refusable_key)
-            || self.put_bodies.iter().any(|body| body.contains('\0'))
+        self.each.iter().any(|(_, key, body)| {
+            key.len() > PLAIN_KEY_BYTES || key.contains('\0') || body.as_ref().is_some_and(|body| body.contains('\0'))
+        })
     }
 
+    /// At most two statements: one upsert for the rows put, one delete for
+    /// the rows gone (each row as its last change left it).
     fn write<C: postgres::GenericClient>(&self, tx: &mut Cached<'_, C>) -> Result<(), StoreError> {
-        if !self.put_kinds.is_empty() {
+        let mut last: HashMap<(&str, &str), usize> = HashMap::with_capacity(self.each.len());
+        for (n, (kind, key, _)) in self.each.iter().enumerate() {
+            last.insert((kind, key.as_str()), n);
+        }
+        let (mut put_kinds, mut put_keys, mut put_bodies) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut gone_kinds, mut gone_keys) = (Vec::new(), Vec::new());
+        for (n, (kind, key, body)) in self.each.iter().enumerate() {
+            if last.get(&(*kind, key.as_str())) != Some(&n) {
+                continue;
+            }
+            match body {
+                Some(body) => {
+                    put_kinds.push(*kind);
+                    put_keys.push(key.as_str());
+                    put_bodies.push(body.as_str());
+                }
+                None => {
+                    gone_kinds.push(*kind);
+                    gone_keys.push(key.as_str());
+                }
+            }
+        }
+        if !put_kinds.is_empty() {
             tx.execute(
                 "INSERT INTO compute_rows (kind, key, body)
                  SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
                  ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body",
-                &[&self.put_kinds, &self.put_keys, &self.put_bodies],
+                &[&put_kinds, &put_keys, &put_bodies],
             )
             .map_err(classify)?;
         }
-        if !self.gone_kinds.is_empty() {
+        if !gone_kinds.is_empty() {
             tx.execute(
                 "DELETE FROM compute_rows WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
-                &[&self.gone_kinds, &self.gone_keys],
+                &[&gone_kinds, &gone_keys],
             )
             .map_err(classify)?;
         }

@@ -1118,7 +1118,11 @@ fn boot_batches(store: &dyn CellStore) {
     assert_eq!(out, vec![Done, Done, Mismatch, Done, Done, Done, Done]);
     assert_eq!(get(store, a), Some(row_a.clone()));
     assert_eq!(get(store, b), Some(row_b.clone()));
-    assert_eq!(get(store, e).map(|r| r.spec.display_name), Some("e".to_owned()), "an insert over a row changes nothing");
+    assert_eq!(
+        get(store, e).map(|r| r.spec.display_name),
+        Some("e".to_owned()),
+        "an insert over a row changes nothing"
+    );
     assert_eq!(store.instance_actions(&a).expect("actions"), vec![a_action.clone()], "events in start order");
     assert_eq!(store.instance_actions(&e).expect("actions"), vec![e_action], "an existing action is left as it is");
 
@@ -1129,8 +1133,12 @@ fn boot_batches(store: &dyn CellStore) {
         updated_at: 110,
         ..Default::default()
     };
-    let active =
-        InstanceUpdate { vm_state: Some("active".into()), task_state: Some(None), updated_at: 120, ..Default::default() };
+    let active = InstanceUpdate {
+        vm_state: Some("active".into()),
+        task_state: Some(None),
+        updated_at: 120,
+        ..Default::default()
+    };
     let finish = |instance: Uuid, request: &str, name: &str, result: &str, at: i64| CellOp::FinishEvent {
         instance,
         request_id: request.into(),

@@ -91,7 +91,8 @@ struct Run<'a> {
 
 impl<'a> Run<'a> {
     fn admits(&self, kind: Bulk, instance: Uuid, request: Option<&'a str>) -> bool {
-        !self.rows.contains(&(kind, instance, request)) && self.latest.get(&instance).is_none_or(|latest| *latest <= kind)
+        !self.rows.contains(&(kind, instance, request))
+            && self.latest.get(&instance).is_none_or(|latest| *latest <= kind)
     }
 
     fn add(&mut self, idx: usize, kind: Bulk, instance: Uuid, request: Option<&'a str>) {
