@@ -249,7 +249,9 @@ impl Queues {
 
     /// Up to `max` boots from `queue`, waiting at most `wait` for the
     /// first and not at all for the others (a batch request for `max`
-    /// would wait the whole `wait` when fewer are there).
+    /// would wait the whole `wait` when fewer are there). Returns within
+    /// about `wait` (plus the client's 5 s grace on the first) even when
+    /// NATS never answers.
     pub async fn fetch(
         &self,
         consumer: &consumer::Consumer<consumer::pull::Config>,
@@ -260,8 +262,20 @@ impl Queues {
         let mut out = Vec::new();
         self.collect(first.map_err(|e| anyhow!("fetching: {e}"))?, &mut out).await;
         if !out.is_empty() && max > 1 {
-            let more = consumer.fetch().max_messages(max - 1).messages().await;
-            self.collect(more.map_err(|e| anyhow!("fetching: {e}"))?, &mut out).await;
+            // A no-wait fetch has no expiry, so the client never ends it
+            // by itself: its answer lost (NATS restarted between request
+            // and answer) would hold the caller, and the agent's permits,
+            // for good. What came is kept; what comes later is delivered
+            // again after the ack wait.
+            let more = async {
+                let more = consumer.fetch().max_messages(max - 1).messages().await;
+                self.collect(more.map_err(|e| anyhow!("fetching: {e}"))?, &mut out).await;
+                anyhow::Ok(())
+            };
+            match tokio::time::timeout(wait, more).await {
+                Ok(fetched) => fetched?,
+                Err(_) => tracing::debug!("no answer to a fetch; ending it"),
+            }
         }
         Ok(out)
     }

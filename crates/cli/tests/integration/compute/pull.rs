@@ -533,6 +533,66 @@ async fn nats_restarted_during_200_boots_loses_and_duplicates_nothing() {
     drop(nats);
 }
 
+/// A loopback proxy in front of NATS that forwards NATS's answers until
+/// one carrying `marker` went through, and none after (lost, as across a
+/// restart between a request and its answer); requests still go through.
+/// Returns its port.
+async fn answers_lost_after(upstream: String, marker: &'static [u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = tokio::net::TcpStream::connect(&upstream).await else { continue };
+            let (mut in_read, mut in_write) = inbound.into_split();
+            let (mut out_read, mut out_write) = outbound.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut in_read, &mut out_write).await });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                let mut forwarding = true;
+                loop {
+                    let n = match out_read.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if forwarding && in_write.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                    forwarding &= !buf[..n].windows(marker.len()).any(|w| w == marker);
+                }
+            });
+        }
+    });
+    port
+}
+
+/// An agent's fetch whose answer NATS never sends (a restart between the
+/// request and the answer) still ends, with what came: the follow-up
+/// no-wait fetch of `berth_pull::Queues::fetch` has no expiry of its own,
+/// and a worker stuck in it held its permits and never pulled again (one
+/// agent's share of the boots of
+/// `nats_restarted_during_200_boots_loses_and_duplicates_nothing` buried
+/// after the build timeout).
+#[tokio::test]
+async fn a_fetch_whose_answer_is_lost_still_ends() {
+    let queues = Queues::new();
+    let direct = berth_pull::Queues::connect(&queues.settings()).await.expect("nats");
+    direct.consumer("q").await.expect("consumer");
+    for _ in 0..2 {
+        let boot = berth_pull::Boot { instance: uuid::Uuid::new_v4(), queue: "q".into(), attempt: 1, gang: Vec::new() };
+        assert!(!direct.publish(&boot).await.expect("publish"));
+    }
+    // The first delivery (acked on `$JS.ACK.…`) reaches the client; the
+    // answer to the follow-up fetch for the second does not.
+    let port = answers_lost_after(queues.url.trim_start_matches("nats://").to_owned(), b"$JS.ACK.").await;
+    let settings = berth_pull::Settings { url: format!("nats://127.0.0.1:{port}"), ..queues.settings() };
+    let cut_off = berth_pull::Queues::connect(&settings).await.expect("nats");
+    let consumer = cut_off.consumer("q").await.expect("consumer");
+    let fetch = cut_off.fetch(&consumer, 2, Duration::from_secs(1));
+    let fetched = tokio::time::timeout(Duration::from_secs(10), fetch).await.expect("the fetch never ended");
+    assert_eq!(fetched.expect("fetched").len(), 1, "the delivery before the answers stopped");
+}
+
 /// Wait until `name` at the server's `/metrics` reaches `at_least`.
 async fn wait_metric(cloud: &Cloud, name: &str, at_least: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
