@@ -144,10 +144,19 @@ impl PostgresCellStore {
         self.schema.as_ref().map(|s| format!("\"{}\"", s.replace('"', "\"\"")))
     }
 
-    fn open(&self) -> Result<Client, StoreError> {
+    /// A new connection; `write`: the write connection (custom plans, see
+    /// [`crate::WRITE_SESSION_SETUP`]).
+    fn open(&self, write: bool) -> Result<Client, StoreError> {
         let mut client = self.config.connect(NoTls).map_err(classify)?;
+        let mut setup: Vec<String> = Vec::new();
+        if write {
+            setup.push(crate::WRITE_SESSION_SETUP.to_owned());
+        }
         if let Some(quoted) = self.quoted_schema() {
-            client.batch_execute(&format!("SET search_path TO {quoted}")).map_err(classify)?;
+            setup.push(format!("SET search_path TO {quoted}"));
+        }
+        if !setup.is_empty() {
+            client.batch_execute(&setup.join("; ")).map_err(classify)?;
         }
         Ok(client)
     }
@@ -161,7 +170,8 @@ impl PostgresCellStore {
     ) -> Result<R, StoreError> {
         let mut guard = slot.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
         if guard.as_ref().is_none_or(|conn| conn.client.is_closed()) {
-            *guard = Some(Conn { client: self.open()?, statements: HashMap::new() });
+            *guard =
+                Some(Conn { client: self.open(std::ptr::eq(slot, &self.write_conn))?, statements: HashMap::new() });
         }
         let conn = guard.as_mut().ok_or_else(|| StoreError::Internal("no connection".into()))?;
         let result = f(conn);

@@ -152,6 +152,18 @@ fn check_one(changed: u64, what: &str) -> Result<(), StoreError> {
     }
 }
 
+/// Run on every write connection. Its statements are prepared once per
+/// connection, and PostgreSQL settles on one generic plan per statement
+/// after five runs, planned for the tables as they were then. For the
+/// batch statements that join an `unnest` of keys to a table (instance
+/// updates, event starts and finishes, provider generations) a generic
+/// plan made while the table was small is a hash join over a sequential
+/// scan, kept while the table grows: boots/s fell through a run. A
+/// custom plan per execution costs its planning and follows the tables.
+/// Reads are key lookups and listings whose generic plans use the
+/// indexes, so the read connections keep them.
+pub(crate) const WRITE_SESSION_SETUP: &str = "SET plan_cache_mode = force_custom_plan";
+
 impl PostgresStore {
     /// Connect to `url` (`postgres://…`). A berth-specific query parameter
     /// `schema=NAME` puts berth's tables in that schema (created if
@@ -172,11 +184,20 @@ impl PostgresStore {
         Ok(store)
     }
 
-    fn open(&self) -> Result<Client, StoreError> {
+    /// A new connection; `write`: the write connection (custom plans, see
+    /// [`WRITE_SESSION_SETUP`]).
+    fn open(&self, write: bool) -> Result<Client, StoreError> {
         let mut client = self.config.connect(NoTls).map_err(classify)?;
+        let mut setup: Vec<String> = Vec::new();
+        if write {
+            setup.push(WRITE_SESSION_SETUP.to_owned());
+        }
         if let Some(schema) = &self.schema {
             let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
-            client.batch_execute(&format!("SET search_path TO {quoted}")).map_err(classify)?;
+            setup.push(format!("SET search_path TO {quoted}"));
+        }
+        if !setup.is_empty() {
+            client.batch_execute(&setup.join("; ")).map_err(classify)?;
         }
         Ok(client)
     }
@@ -190,7 +211,8 @@ impl PostgresStore {
     ) -> Result<R, StoreError> {
         let mut guard = slot.lock().map_err(|_| StoreError::Internal("poisoned".into()))?;
         if guard.as_ref().is_none_or(|conn| conn.client.is_closed()) {
-            *guard = Some(Conn { client: self.open()?, statements: HashMap::new() });
+            *guard =
+                Some(Conn { client: self.open(std::ptr::eq(slot, &self.write_conn))?, statements: HashMap::new() });
         }
         let conn = guard.as_mut().ok_or_else(|| StoreError::Internal("no connection".into()))?;
         let result = f(conn);
