@@ -173,8 +173,16 @@ impl Columns {
     }
 }
 
-fn uuid_text(uuid: &Uuid) -> Value {
-    Value::Text(Some(uuid.to_string()))
+/// The columns an event start and an event finish share: op number,
+/// instance, request id, event name and time.
+fn event_row(n: usize, instance: &Uuid, request_id: &str, event: &str, at: i64) -> Vec<Value> {
+    vec![
+        Value::Int(Some(n as i64)),
+        Value::Text(Some(instance.to_string())),
+        Value::Text(Some(request_id.to_owned())),
+        Value::Text(Some(event.to_owned())),
+        Value::Int(Some(at)),
+    ]
 }
 
 /// The op index of each returned row (its first column).
@@ -327,14 +335,9 @@ fn start_events(conn: &mut dyn CellConn, ops: &[CellOp], idxs: &[usize]) -> Resu
         let CellOp::StartEvent { instance, request_id, event, host, at } = &ops[idx] else {
             unreachable!("grouped by kind")
         };
-        columns.push(vec![
-            Value::Int(Some(n as i64)),
-            uuid_text(instance),
-            Value::Text(Some(request_id.clone())),
-            Value::Text(Some(event.clone())),
-            Value::Int(Some(*at)),
-            Value::Text(host.clone()),
-        ])?;
+        let mut row = event_row(n, instance, request_id, event, *at);
+        row.push(Value::Text(host.clone()));
+        columns.push(row)?;
     }
     let sql = format!(
         "WITH v AS (SELECT * FROM {} AS v(n, iu, rq, event, at, host)),
@@ -360,15 +363,9 @@ fn finish_events(conn: &mut dyn CellConn, ops: &[CellOp], idxs: &[usize]) -> Res
         let CellOp::FinishEvent { instance, request_id, event, result, traceback, at } = &ops[idx] else {
             unreachable!("grouped by kind")
         };
-        columns.push(vec![
-            Value::Int(Some(n as i64)),
-            uuid_text(instance),
-            Value::Text(Some(request_id.clone())),
-            Value::Text(Some(event.clone())),
-            Value::Int(Some(*at)),
-            Value::Text(Some(result.clone())),
-            Value::Text(traceback.clone()),
-        ])?;
+        let mut row = event_row(n, instance, request_id, event, *at);
+        row.extend([Value::Text(Some(result.clone())), Value::Text(traceback.clone())]);
+        columns.push(row)?;
     }
     let sql = format!(
         "WITH v AS (SELECT * FROM {} AS v(n, iu, rq, event, at, res, tb)),
