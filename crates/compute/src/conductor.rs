@@ -651,13 +651,17 @@ pub(crate) async fn finish_claims(
     handed
 }
 
+/// Put boots nobody could place into cell0 in ERROR, with a fault and a
+/// failed `create` action, then drop their build requests and the rows
+/// earlier rounds wrote, in one control write for all of `builds` (a
+/// gang goes whole). Returns how many were buried.
 pub(crate) async fn bury(
     compute: &Arc<Compute>,
     job: &BootJob,
     builds: &[BuildRequest],
     inserted: &HashMap<Uuid, Uuid>,
     reason: &str,
-) {
+) -> usize {
     let now = compute.now();
     // Rows written in scheduling rounds go.
     let mut purge: HashMap<Uuid, Vec<CellOp>> = HashMap::new();
@@ -673,13 +677,13 @@ pub(crate) async fn bury(
     }
     let Some(cell0) = compute.cell(&CELL0_UUID) else {
         tracing::error!("no cell0 mapping: cannot bury unschedulable instances");
-        return;
+        return 0;
     };
     let cell0 = match compute.cells.get(&cell0) {
         Ok(cell) => cell,
         Err(err) => {
             tracing::error!(error = %err, "cell0 unavailable: boot stays pending");
-            return;
+            return 0;
         }
     };
     let message = "No valid host was found. There are not enough hosts available.".to_owned();
@@ -714,7 +718,7 @@ pub(crate) async fn bury(
     }
     if let Err(err) = cell0.write(ops).await {
         tracing::error!(error = %err, "writing buried instances to cell0 failed; boot stays pending");
-        return;
+        return 0;
     }
     let instances: Vec<Uuid> = builds.iter().map(|b| b.instance_uuid).collect();
     match write(&*compute.control, |w| {
@@ -726,8 +730,12 @@ pub(crate) async fn bury(
             let gone: Vec<CellOp> =
                 instances.iter().filter(|i| !buried.contains(i)).map(|i| CellOp::PurgeInstance(*i)).collect();
             let _ = cell0.write(gone).await;
+            buried.len()
         }
-        Err(err) => tracing::error!(error = %err, "burying instances failed; boot stays pending"),
+        Err(err) => {
+            tracing::error!(error = %err, "burying instances failed; boot stays pending");
+            0
+        }
     }
 }
 

@@ -350,15 +350,28 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
             break;
         }
     }
-    for (build, _) in expired {
-        let job = BootJob { instances: vec![build.instance_uuid], request_id: format!("req-{}", Uuid::new_v4()) };
+    // A gang's members are buried together, in one control write: buried
+    // one by one, the members still waiting would make a smaller gang an
+    // agent could claim while its message is still out (placed in part).
+    let mut expired_gangs: BTreeMap<String, Vec<BuildRequest>> = BTreeMap::new();
+    for (build, spec) in expired {
+        let key = if spec.num_instances > 1 {
+            format!("gang:{}", spec.reservation_id)
+        } else {
+            format!("one:{}", build.instance_uuid)
+        };
+        expired_gangs.entry(key).or_default().push(build);
+    }
+    for builds in expired_gangs.into_values() {
+        let instances = builds.iter().map(|b| b.instance_uuid).collect();
+        let job = BootJob { instances, request_id: format!("req-{}", Uuid::new_v4()) };
         let reason = format!("No host claimed the boot within {timeout} s (pull mode).");
-        let before = compute.metrics.instances_buried.load(Ordering::Relaxed);
-        conductor::bury(compute, &job, std::slice::from_ref(&build), &HashMap::new(), &reason).await;
-        if compute.metrics.instances_buried.load(Ordering::Relaxed) > before {
-            compute.pull.metrics.timed_out.fetch_add(1, Ordering::Relaxed);
+        let buried = conductor::bury(compute, &job, &builds, &HashMap::new(), &reason).await;
+        compute.pull.metrics.timed_out.fetch_add(buried as u64, Ordering::Relaxed);
+        let mut published = compute.pull.published.lock().unwrap_or_else(|p| p.into_inner());
+        for build in &builds {
+            published.remove(&build.instance_uuid);
         }
-        compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).remove(&build.instance_uuid);
     }
     requeue_pass(compute).await;
 }
