@@ -334,12 +334,7 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
     // names it), in launch order as when first published.
     let mut messages: BTreeMap<String, (Vec<BuildRequest>, RequestSpec)> = BTreeMap::new();
     for (build, spec) in to_publish {
-        let key = if spec.num_instances > 1 {
-            format!("gang:{}", spec.reservation_id)
-        } else {
-            format!("one:{}", build.instance_uuid)
-        };
-        messages.entry(key).or_insert_with(|| (Vec::new(), spec)).0.push(build);
+        messages.entry(message_key(&build, &spec)).or_insert_with(|| (Vec::new(), spec)).0.push(build);
     }
     for (builds, spec) in messages.into_values() {
         let queue = queue_key(&spec);
@@ -355,12 +350,7 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
     // agent could claim while its message is still out (placed in part).
     let mut expired_gangs: BTreeMap<String, Vec<BuildRequest>> = BTreeMap::new();
     for (build, spec) in expired {
-        let key = if spec.num_instances > 1 {
-            format!("gang:{}", spec.reservation_id)
-        } else {
-            format!("one:{}", build.instance_uuid)
-        };
-        expired_gangs.entry(key).or_default().push(build);
+        expired_gangs.entry(message_key(&build, &spec)).or_default().push(build);
     }
     for builds in expired_gangs.into_values() {
         let instances = builds.iter().map(|b| b.instance_uuid).collect();
@@ -374,6 +364,16 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
         }
     }
     requeue_pass(compute).await;
+}
+
+/// Which message a boot travels in: a multi-create's members share one
+/// (a gang, named by its reservation id), any other boot has its own.
+fn message_key(build: &BuildRequest, spec: &RequestSpec) -> String {
+    if spec.num_instances > 1 {
+        format!("gang:{}", spec.reservation_id)
+    } else {
+        format!("one:{}", build.instance_uuid)
+    }
 }
 
 /// The outbox's pass over the requeued instances of its index: drop the

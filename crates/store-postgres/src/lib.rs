@@ -300,7 +300,9 @@ impl PostgresStore {
         let written = berth_store::run_plan(plan, catch_up, |changes| {
             write_isolated(&mut cached, changes, &mut open, &mut first, &mut feed)
         })?;
-        let Some(_) = written else { return Ok(None) };
+        if written.is_none() {
+            return Ok(None);
+        }
         if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1
         {
             prune(&mut cached, self.feed_retention)?;
@@ -527,25 +529,7 @@ fn write_allocations<C: postgres::GenericClient>(
     if replace {
         tx.execute("DELETE FROM allocations WHERE consumer_uuid = $1", &[&consumer]).map_err(classify)?;
     }
-    let mut providers = Vec::new();
-    let mut classes = Vec::new();
-    let mut amounts = Vec::new();
-    for (provider, per_class) in allocations {
-        for (class, used) in per_class {
-            providers.push(provider.to_string());
-            classes.push(class.as_str());
-            amounts.push(*used);
-        }
-    }
-    if !providers.is_empty() {
-        tx.execute(
-            "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used)
-             SELECT $1, p, c, u FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(p, c, u, n)
-             ORDER BY n",
-            &[&consumer, &providers, &classes, &amounts],
-        )
-        .map_err(classify)?;
-    }
+    insert_allocations(tx, [(consumer, allocations)])?;
     Ok(())
 }
 
@@ -563,52 +547,42 @@ fn write_placement_changes<'c, C: postgres::GenericClient>(
 ) -> Result<(), StoreError> {
     let mut gathered = Gathered::default();
     for change in changes {
-        match change {
-            Change::PutConsumer { row, expected_generation: None, .. } if gathered.consumers.insert(row.uuid) => {
-                gathered.changes.push(change);
-            }
-            Change::PutProvider { row, expected_generation: Some(_) } if gathered.providers.insert(row.uuid) => {
-                gathered.changes.push(change);
-            }
-            _ => {
-                gathered.flush(tx)?;
-                if gathered.take_second(change) {
-                    continue;
-                }
-                write_change(tx, change)?;
-            }
+        let Some(row) = gathered_row(change) else {
+            gathered.flush(tx)?;
+            write_change(tx, change)?;
+            continue;
+        };
+        if !gathered.rows.insert(row) {
+            // A second change of a row held: the first ones go first.
+            gathered.flush(tx)?;
+            gathered.rows.insert(row);
         }
+        gathered.changes.push(change);
     }
     gathered.flush(tx)
+}
+
+/// The row a gatherable change writes (a new consumer, a provider's
+/// generation bump), told apart by table.
+fn gathered_row(change: &Change) -> Option<(bool, Uuid)> {
+    match change {
+        Change::PutConsumer { row, expected_generation: None, .. } => Some((true, row.uuid)),
+        Change::PutProvider { row, expected_generation: Some(_) } => Some((false, row.uuid)),
+        _ => None,
+    }
 }
 
 /// New consumers and provider generation bumps waiting to be written.
 #[derive(Default)]
 struct Gathered<'c> {
     changes: Vec<&'c Change>,
-    consumers: std::collections::HashSet<Uuid>,
-    providers: std::collections::HashSet<Uuid>,
+    rows: std::collections::HashSet<(bool, Uuid)>,
 }
 
 impl<'c> Gathered<'c> {
-    /// After a flush: a gatherable change that was refused only because
-    /// its row was already held starts the next gathering (`true`).
-    fn take_second(&mut self, change: &'c Change) -> bool {
-        let take = match change {
-            Change::PutConsumer { row, expected_generation: None, .. } => self.consumers.insert(row.uuid),
-            Change::PutProvider { row, expected_generation: Some(_) } => self.providers.insert(row.uuid),
-            _ => false,
-        };
-        if take {
-            self.changes.push(change);
-        }
-        take
-    }
-
     fn flush<C: postgres::GenericClient>(&mut self, tx: &mut Cached<'_, C>) -> Result<(), StoreError> {
         let changes = std::mem::take(&mut self.changes);
-        self.consumers.clear();
-        self.providers.clear();
+        self.rows.clear();
         if let [change] = changes[..] {
             return write_change(tx, change);
         }
@@ -638,18 +612,8 @@ fn insert_consumers<C: postgres::GenericClient>(
     let (mut uuids, mut projects, mut users, mut generations) =
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut types, mut created, mut updated) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    let (mut owners, mut providers, mut classes, mut amounts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (row, allocations) in consumers {
-        let uuid = row.uuid.to_string();
-        for (provider, per_class) in *allocations {
-            for (class, used) in per_class {
-                owners.push(uuid.clone());
-                providers.push(provider.to_string());
-                classes.push(class.as_str());
-                amounts.push(*used);
-            }
-        }
-        uuids.push(uuid);
+    for (row, _) in consumers {
+        uuids.push(row.uuid.to_string());
         projects.push(row.project_id.as_str());
         users.push(row.user_id.as_str());
         generations.push(row.generation);
@@ -663,6 +627,26 @@ fn insert_consumers<C: postgres::GenericClient>(
         &[&uuids, &projects, &users, &generations, &types, &created, &updated],
     )
     .map_err(classify)?;
+    insert_allocations(tx, uuids.iter().map(String::as_str).zip(consumers.iter().map(|(_, allocations)| *allocations)))
+}
+
+/// Allocation rows of one or more consumers in one statement, each
+/// consumer's rows in its map's order (their `seq` keeps it).
+fn insert_allocations<'a, C: postgres::GenericClient>(
+    tx: &mut Cached<'_, C>,
+    consumers: impl IntoIterator<Item = (&'a str, &'a AllocationMap)>,
+) -> Result<(), StoreError> {
+    let (mut owners, mut providers, mut classes, mut amounts) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (consumer, allocations) in consumers {
+        for (provider, per_class) in allocations {
+            for (class, used) in per_class {
+                owners.push(consumer);
+                providers.push(provider.to_string());
+                classes.push(class.as_str());
+                amounts.push(*used);
+            }
+        }
+    }
     if !owners.is_empty() {
         tx.execute(
             "INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used)
