@@ -25,6 +25,7 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::common::{
+    HistogramMean,
     cpu_ticks, cpu_ticks_named, hosts_ready, metric, ms, percentile, rss_mib, self_cpu_ticks, spawn_berth, ticks_ms,
     Agent, Binaries, Nova, ProcessArgs, Spawned,
 };
@@ -373,10 +374,14 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
         .collect::<anyhow::Result<_>>()?;
     let next = Arc::new(AtomicUsize::new(0));
     let times: Arc<Mutex<Vec<(usize, Duration)>>> = Arc::default();
+    // How long `POST /servers` took to answer (the admission's durable write).
+    let accepts: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let errors = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
     let retries_before = metric(&url, "berth_compute_claim_retries_total").await;
     let runs_before = metric(&url, "berth_compute_scheduler_runs_total").await;
+    let server_active = HistogramMean::start(&url, "berth_compute_time_to_active_seconds").await;
+    let server_claim = HistogramMean::start(&url, "berth_compute_claim_seconds").await;
     let failed_before = metric(&url, "berth_compute_builds_failed_total").await;
     let resched_before = metric(&url, "berth_compute_reschedules_total").await;
     let exhausted_before = metric(&url, "berth_compute_reschedules_exhausted_total").await;
@@ -388,6 +393,7 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
     for w in 0..opts.concurrency.max(1) {
         let nova = navs[w % navs.len()].clone();
         let (next, times, errors, refused) = (next.clone(), times.clone(), errors.clone(), refused.clone());
+        let accepts = accepts.clone();
         let (flavors, image, total, poll) =
             (flavors.clone(), image.clone(), opts.boots, Duration::from_millis(opts.poll_ms));
         let group_ids = group_ids.clone();
@@ -404,6 +410,7 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
                     body["os:scheduler_hints"] = json!({"group": group_ids[group]});
                 }
                 let (status, answer) = nova.call(reqwest::Method::POST, "/servers", Some(body)).await?;
+                accepts.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(begin.elapsed());
                 if status != 202 {
                     refused.fetch_add(1, Ordering::SeqCst);
                     continue;
@@ -456,6 +463,10 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
         (ms(percentile(&times, 0.5)), ms(percentile(&times, 0.9)), ms(percentile(&times, 0.99)));
     let max_ms = ms(times.last().copied().unwrap_or_default());
     println!("  time to ACTIVE: p50 {p50_ms:.1} ms, p90 {p90_ms:.1} ms, p99 {p99_ms:.1} ms, max {max_ms:.1} ms");
+    let mut accepts = accepts.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    accepts.sort();
+    let (accept_p50_ms, accept_p99_ms) = (ms(percentile(&accepts, 0.5)), ms(percentile(&accepts, 0.99)));
+    println!("  POST /servers answered: p50 {accept_p50_ms:.1} ms, p99 {accept_p99_ms:.1} ms");
     let mut per_flavor = serde_json::Map::new();
     for (idx, (_, name)) in flavors.iter().enumerate() {
         let mut mine: Vec<Duration> = by_shape.iter().filter(|(s, _)| *s == idx).map(|(_, t)| *t).collect();
@@ -469,12 +480,24 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
     let scheduler_runs = metric(&url, "berth_compute_scheduler_runs_total").await - runs_before;
     let claim_retries = metric(&url, "berth_compute_claim_retries_total").await - retries_before;
     println!("  scheduler runs {scheduler_runs}, claim retries (placement conflicts) {claim_retries}");
+    // The first server's own view: accepted to ACTIVE without the
+    // clients' poll interval, and one claim's write.
+    let (server_active_ms, server_claim_ms) = (server_active.mean_ms(&url).await, server_claim.mean_ms(&url).await);
+    println!("  server 0: accepted to ACTIVE mean {server_active_ms:.1} ms, claim write mean {server_claim_ms:.1} ms");
     let builds_failed = metric(&url, "berth_compute_builds_failed_total").await - failed_before;
     let rescheduled = metric(&url, "berth_compute_reschedules_total").await - resched_before;
     let out_of_alternates = metric(&url, "berth_compute_reschedules_exhausted_total").await - exhausted_before;
     println!(
         "  builds failed {builds_failed}, rescheduled onto an alternate {rescheduled}, out of alternates {out_of_alternates}"
     );
+    let mut relayed = 0;
+    for server in &servers[1..] {
+        relayed += metric(&server.url, "berth_compute_tasks_relayed_total").await;
+    }
+    let relayed_in = metric(&url, "berth_compute_tasks_relayed_in_total").await;
+    if opts.run.processes > 1 {
+        println!("  the other servers relayed {relayed} agent tasks to server 0's agents, which took {relayed_in}");
+    }
     // Pull: queues, refused claims, deliveries beyond the first.
     let (mut queues, mut naks, mut redeliveries, mut claims_refused, mut routed) = (0, 0, 0, 0, 0);
     if pull {
@@ -563,6 +586,8 @@ async fn run_mode(opts: &BootOpts, binaries: &Binaries, mode: &str) -> anyhow::R
     let mut body = body;
     let extra = json!({
         "per_flavor": per_flavor,
+        "accept_p50_ms": accept_p50_ms, "accept_p99_ms": accept_p99_ms, "tasks_relayed": relayed,
+        "server_accepted_to_active_mean_ms": server_active_ms, "server_claim_mean_ms": server_claim_ms,
         "hosts_used": packing.hosts_used, "util_mean": packing.util_mean, "util_min": packing.util_min,
         "util_max": packing.util_max, "util_sd": packing.util_sd, "largest_flavor_fitting": largest_fit,
         "anti_affinity_pct": opts.anti_affinity_pct, "anti_affinity_groups": group_ids.len(),

@@ -291,13 +291,43 @@ pub(crate) fn ticks_ms(ticks: u64) -> f64 {
 }
 
 pub(crate) async fn metric(url: &str, name: &str) -> u64 {
-    let Ok(resp) = reqwest::get(format!("{url}/metrics")).await else { return 0 };
+    metric_f64(url, name).await as u64
+}
+
+/// One sample of `/metrics` (0 when absent).
+pub(crate) async fn metric_f64(url: &str, name: &str) -> f64 {
+    let Ok(resp) = reqwest::get(format!("{url}/metrics")).await else { return 0.0 };
     let text = resp.text().await.unwrap_or_default();
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .unwrap_or(0)
+        .unwrap_or(0.0)
+}
+
+/// The mean of a latency histogram of `/metrics` (its `_sum` and
+/// `_count`), over what was observed since `before`, in milliseconds.
+pub(crate) struct HistogramMean {
+    name: &'static str,
+    sum: f64,
+    count: f64,
+}
+
+impl HistogramMean {
+    pub(crate) async fn start(url: &str, name: &'static str) -> Self {
+        let (sum, count) =
+            (metric_f64(url, &format!("{name}_sum")).await, metric_f64(url, &format!("{name}_count")).await);
+        Self { name, sum, count }
+    }
+
+    pub(crate) async fn mean_ms(&self, url: &str) -> f64 {
+        let sum = metric_f64(url, &format!("{}_sum", self.name)).await - self.sum;
+        let count = metric_f64(url, &format!("{}_count", self.name)).await - self.count;
+        if count > 0.0 {
+            sum * 1000.0 / count
+        } else {
+            0.0
+        }
+    }
 }
 
 pub(crate) async fn hosts_ready(url: &str, want: usize) -> anyhow::Result<()> {

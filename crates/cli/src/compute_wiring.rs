@@ -178,6 +178,17 @@ impl berth_compute::hub::HostChannel for NatsBroker {
     }
 }
 
+/// The hub's relay to the other processes: the store's notifications.
+struct StorePeers(Arc<dyn berth_store::Store>);
+
+impl berth_compute::hub::PeerChannel for StorePeers {
+    fn send(&self, payload: &str) {
+        if let Err(err) = self.0.notify_peers(payload) {
+            tracing::debug!(error = %err, "tasks not relayed to the other processes (their sweeps find them)");
+        }
+    }
+}
+
 impl ComputeServices {
     /// The validator of the per-host agent credentials berth issues.
     pub(crate) fn agent_credentials(&self) -> Arc<dyn berth_http::TokenValidator> {
@@ -210,6 +221,17 @@ impl ComputeServices {
             compute.hub.set_host_channel(broker);
             berth_compute::pull::spawn_outbox(compute.clone(), Duration::from_secs(1));
             tracing::info!(nats = %pull.nats.url, prefix = %pull.nats.prefix, "pull-mode scheduling");
+        }
+        if core.store().shared() {
+            // Several processes on one database: a task for an agent that
+            // long-polls another process goes there now, not at that
+            // process's next sweep.
+            let store = core.store().clone();
+            compute.hub.set_peer_channel(Arc::new(StorePeers(store.clone())));
+            let receiver = compute.clone();
+            store.listen_peers(Box::new(move |payload| {
+                receiver.hub.receive_relayed(payload);
+            }));
         }
         compute.start();
         let reservations =
@@ -465,6 +487,16 @@ impl ComputeServices {
                 "berth_compute_lost_claims_finished_total",
                 "Builds whose claim's cell update was lost (crash, cell outage), finished by the sweep.",
                 m.lost_claims_finished.load(Relaxed),
+            ),
+            (
+                "berth_compute_tasks_relayed_total",
+                "Agent tasks relayed to the other processes on the database: no agent connected here serves the host.",
+                self.compute.hub.metrics.relayed.load(Relaxed),
+            ),
+            (
+                "berth_compute_tasks_relayed_in_total",
+                "Agent tasks other processes relayed here that went to an agent connected here.",
+                self.compute.hub.metrics.relayed_in.load(Relaxed),
             ),
             (
                 "berth_compute_resizes_auto_confirmed_total",

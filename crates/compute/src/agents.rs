@@ -304,8 +304,13 @@ impl Compute {
 
     async fn agent_event(&self, event: &AgentEvent) -> Result<bool, ServiceError> {
         let uuid = event.instance;
-        let Some(cell_id) = read(&*self.control, |w| w.compute.instance_mappings.get(&uuid).and_then(|m| m.cell))
-        else {
+        let mapped = || read(&*self.control, |w| w.compute.instance_mappings.get(&uuid).and_then(|m| m.cell));
+        // Another process may have claimed it and handed it out (relayed
+        // here): its claim may be newer than this process's snapshot.
+        let Some(cell_id) = mapped().or_else(|| {
+            self.control.sync();
+            mapped()
+        }) else {
             // Forgotten already (deleted): nothing to do.
             return Ok(false);
         };

@@ -27,6 +27,10 @@ pub trait Control: Send + Sync {
         &self,
         plan: &mut dyn FnMut(&World) -> Result<WorldChangeSet, ComputeError>,
     ) -> Result<(), WriteError>;
+    /// A read barrier: afterwards the world holds every write any process
+    /// had committed when the call began (blocking; nothing to do where
+    /// no other process writes).
+    fn sync(&self) {}
 }
 
 /// Read from the world.
@@ -69,5 +73,9 @@ impl Control for berth_core::App {
         plan: &mut dyn FnMut(&World) -> Result<WorldChangeSet, ComputeError>,
     ) -> Result<(), WriteError> {
         self.write(|world| plan(world).map(|set| (set, ())).map_err(WriteError::Refused))
+    }
+
+    fn sync(&self) {
+        berth_core::App::sync(self)
     }
 }

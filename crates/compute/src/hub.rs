@@ -19,6 +19,13 @@
 //! time) is queued for the long poll when its agent is connected here;
 //! otherwise the sweep of the process it is connected to hands it out.
 //! The sweep's re-offers always use the long poll.
+//!
+//! With several processes on one database (PostgreSQL), a task for a host
+//! whose agent is connected to none of this process's long polls is
+//! relayed to the other processes ([`PeerChannel`]; PostgreSQL's
+//! notifications), and the one that holds the agent's long poll queues it
+//! ([`Hub::receive_relayed`]) instead of waiting for its sweep. A relay is
+//! a hint: one that is lost leaves the task to that sweep, as before.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -191,6 +198,64 @@ pub enum HostSendFailure {
     Unavailable(String),
 }
 
+/// Where tasks for hosts of agents connected to other processes are
+/// relayed to those processes (see the module doc). Not durable.
+pub trait PeerChannel: Send + Sync {
+    /// Hand one payload ([`relay_payloads`]) to the other processes.
+    /// Blocking (a database round trip): called off the runtime's workers.
+    fn send(&self, payload: &str);
+}
+
+/// The most bytes of one relayed payload (PostgreSQL refuses a
+/// notification payload of 8,000 bytes or more).
+pub const MAX_RELAY_PAYLOAD: usize = 7_000;
+
+/// Tasks as relay payloads: one line per task (`instance tag host`,
+/// where the tag is the task state or the kind of a task without one),
+/// at most [`MAX_RELAY_PAYLOAD`] bytes each. A task that cannot be
+/// written so (a host holding a line break, or too long) is left out:
+/// the sweep finds it.
+pub fn relay_payloads(tasks: &[Task]) -> Vec<String> {
+    let mut payloads = Vec::new();
+    let mut current = String::new();
+    for task in tasks {
+        let prefix = format!("{}:", task.instance);
+        let suffix = format!("@{}", task.host);
+        let Some(tag) = task.id.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(&suffix)) else { continue };
+        let line = format!("{} {tag} {}\n", task.instance, task.host);
+        if task.host.contains(['\n', '\r']) || tag.contains(' ') || line.len() > MAX_RELAY_PAYLOAD {
+            continue;
+        }
+        if current.len() + line.len() > MAX_RELAY_PAYLOAD {
+            payloads.push(std::mem::take(&mut current));
+        }
+        current.push_str(&line);
+    }
+    if !current.is_empty() {
+        payloads.push(current);
+    }
+    payloads
+}
+
+/// The tasks of a relay payload ([`relay_payloads`]); lines that do not
+/// read as a task are skipped.
+pub fn relayed_tasks(payload: &str) -> Vec<Task> {
+    payload
+        .lines()
+        .filter_map(|line| {
+            let (instance, rest) = line.split_once(' ')?;
+            let (tag, host) = rest.split_once(' ')?;
+            let instance: Uuid = instance.parse().ok()?;
+            let kind = TaskKind::for_task_state(tag).or_else(|| {
+                [TaskKind::LiveMigrationPrepare, TaskKind::LiveMigrate, TaskKind::DestroyEvacuated]
+                    .into_iter()
+                    .find(|kind| kind.as_str() == tag)
+            })?;
+            Some(Task { id: format!("{instance}:{tag}@{host}"), kind, instance, host: host.to_owned() })
+        })
+        .collect()
+}
+
 /// Counters of the host subjects (exported at `/metrics` in pull mode).
 #[derive(Debug, Default)]
 pub struct HubMetrics {
@@ -202,6 +267,12 @@ pub struct HubMetrics {
     /// Tasks for hosts of agents not connected here that no subscriber
     /// took (the sweep of their own process hands them out).
     pub host_unanswered: AtomicU64,
+    /// Tasks relayed to the other processes: no agent connected here
+    /// serves their host.
+    pub relayed: AtomicU64,
+    /// Tasks other processes relayed here that went to an agent
+    /// connected here.
+    pub relayed_in: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -247,6 +318,8 @@ pub struct Hub {
     inner: Arc<Mutex<Inner>>,
     /// Pull mode's host subjects (unset: the long poll only).
     channel: OnceLock<Arc<dyn HostChannel>>,
+    /// The relay to other processes (unset: one process, or SQLite).
+    peers: OnceLock<tokio::sync::mpsc::UnboundedSender<Task>>,
     /// Counters of the host subjects.
     pub metrics: Arc<HubMetrics>,
     /// A task handed out and not reported within this time is handed out
@@ -265,6 +338,7 @@ impl Default for Hub {
         Hub {
             inner: Arc::default(),
             channel: OnceLock::new(),
+            peers: OnceLock::new(),
             metrics: Arc::default(),
             resend_after: Duration::from_secs(60),
         }
@@ -285,6 +359,60 @@ impl Hub {
     /// false.
     pub fn set_host_channel(&self, channel: Arc<dyn HostChannel>) -> bool {
         self.channel.set(channel).is_ok()
+    }
+
+    /// Relay tasks for hosts whose agents are not connected here to the
+    /// other processes through `channel` (see the module doc). Once, on
+    /// a tokio runtime: a task there gathers what was pushed meanwhile
+    /// into as few payloads as fit. A second call is ignored and returns
+    /// false.
+    pub fn set_peer_channel(&self, channel: Arc<dyn PeerChannel>) -> bool {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Task>();
+        if self.peers.set(tx).is_err() {
+            return false;
+        }
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut tasks = vec![first];
+                while let Ok(task) = rx.try_recv() {
+                    tasks.push(task);
+                }
+                metrics.relayed.fetch_add(tasks.len() as u64, Ordering::Relaxed);
+                let channel = channel.clone();
+                let sent = tokio::task::spawn_blocking(move || {
+                    for payload in relay_payloads(&tasks) {
+                        channel.send(&payload);
+                    }
+                })
+                .await;
+                if sent.is_err() {
+                    tracing::debug!("relaying tasks to the other processes panicked");
+                }
+            }
+        });
+        true
+    }
+
+    /// Tasks another process relayed (a [`relay_payloads`] payload):
+    /// those whose host's agent is connected here are queued for it, as
+    /// the sweep would ([`Hub::offer`]). Returns how many.
+    pub fn receive_relayed(&self, payload: &str) -> usize {
+        let queued = relayed_tasks(payload).into_iter().filter(|task| self.offer(task.clone())).count();
+        self.metrics.relayed_in.fetch_add(queued as u64, Ordering::Relaxed);
+        queued
+    }
+
+    /// Queue `task` for the long poll of its host's agent when it is
+    /// connected here, else relay it to the other processes (if any).
+    fn queue_or_relay(&self, inner: &mut Inner, task: Task) -> bool {
+        if inner.host_agent.contains_key(&task.host) {
+            return inner.queue(task);
+        }
+        if let Some(peers) = self.peers.get() {
+            let _ = peers.send(task);
+        }
+        false
     }
 
     /// An agent (re)registers with its hosts; `pulls`: it takes tasks on
@@ -326,8 +454,8 @@ impl Hub {
     /// or being sent to it).
     pub fn push(&self, task: Task) -> bool {
         let mut inner = self.lock();
-        let Some(channel) = self.channel.get().cloned() else { return inner.queue(task) };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return inner.queue(task) };
+        let Some(channel) = self.channel.get().cloned() else { return self.queue_or_relay(&mut inner, task) };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return self.queue_or_relay(&mut inner, task) };
         let local = inner.host_agent.get(&task.host).and_then(|a| inner.agents.get(a)).map(|a| a.pulls);
         if local == Some(false) {
             return inner.queue(task);
@@ -341,7 +469,7 @@ impl Hub {
             inner.handed_out.insert(task.id.clone(), Instant::now());
         }
         drop(inner);
-        let (hub, metrics) = (self.inner.clone(), self.metrics.clone());
+        let (hub, metrics, peers) = (self.inner.clone(), self.metrics.clone(), self.peers.get().cloned());
         runtime.spawn(async move {
             let outcome = channel.send(&task).await;
             let mut inner = lock(&hub);
@@ -358,6 +486,10 @@ impl Hub {
                 Err(failure) => {
                     metrics.host_unanswered.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(task = %task.id, ?failure, "no agent took a task for a host not connected here");
+                    // Its agent may long-poll another process.
+                    if let Some(peers) = peers {
+                        let _ = peers.send(task);
+                    }
                 }
             }
         });

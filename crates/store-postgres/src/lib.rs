@@ -27,6 +27,7 @@
 
 mod cell;
 mod codec;
+mod peers;
 
 pub use cell::PostgresCellStore;
 
@@ -64,6 +65,10 @@ pub struct PostgresStore {
     read_conn: Mutex<Option<Conn>>,
     feed_retention: std::time::Duration,
     writes: std::sync::atomic::AtomicU64,
+    /// The connection [`Store::notify_peers`] sends on.
+    notify_conn: Mutex<Option<Conn>>,
+    /// This process's token on the peers' channel ([`peers`]).
+    peer_token: String,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -179,6 +184,8 @@ impl PostgresStore {
             read_conn: Mutex::new(None),
             feed_retention: DEFAULT_FEED_RETENTION,
             writes: std::sync::atomic::AtomicU64::new(0),
+            notify_conn: Mutex::new(None),
+            peer_token: peers::token(),
         };
         store.migrate()?;
         Ok(store)
@@ -868,6 +875,24 @@ impl Store for PostgresStore {
             let row = cached.query_one("SELECT COALESCE(MAX(seq), 0) FROM berth_changes", &[]).map_err(classify)?;
             Ok(row.get::<_, i64>(0))
         })
+    }
+
+    fn notify_peers(&self, payload: &str) -> Result<(), StoreError> {
+        let channel = peers::channel(self.schema.as_deref());
+        let message = peers::message(&self.peer_token, payload);
+        self.with_conn(&self.notify_conn, |conn| {
+            let mut cached = Cached { conn: &mut conn.client, statements: &mut conn.statements };
+            cached.execute("SELECT pg_notify($1, $2)", &[&channel, &message]).map(|_| ()).map_err(classify)
+        })
+    }
+
+    fn listen_peers(&self, on: Box<dyn Fn(&str) + Send + Sync>) -> bool {
+        let (config, channel, own) =
+            (self.config.clone(), peers::channel(self.schema.as_deref()), self.peer_token.clone());
+        std::thread::Builder::new()
+            .name("berth-peers".into())
+            .spawn(move || peers::listen_forever(config, channel, own, on))
+            .is_ok()
     }
 }
 

@@ -1501,8 +1501,14 @@ pub fn instances_with_tasks(conn: &mut dyn CellConn, task_states: &[&str]) -> Re
     }
     let mut b = Builder { dialect: conn.dialect(), params: Vec::new() };
     let list = b.bind_list(task_states.iter().map(|s| text(s)));
+    // `+deleted`: the condition must not drive the scan. On `deleted` it
+    // would walk every live instance through `instances_deleted_created`
+    // (what SQLite's planner picks, and PostgreSQL's generic plan made
+    // while the table was small), where the partial `instances_task_state`
+    // index holds only the few rows with a task: the sweep runs this
+    // every 200 ms.
     let sql = format!(
-        "SELECT {} FROM instances WHERE deleted = 0 AND task_state IN ({list}) ORDER BY created_at, uuid",
+        "SELECT {} FROM instances WHERE +deleted = 0 AND task_state IN ({list}) ORDER BY created_at, uuid",
         instance_select_list()
     );
     conn.query(&sql, &b.params, &instance_kinds())?.iter().map(|r| instance_from_row(r)).collect()
@@ -1653,15 +1659,28 @@ pub fn instance_actions(conn: &mut dyn CellConn, instance: &Uuid) -> Result<Vec<
     if actions.is_empty() {
         return Ok(actions);
     }
-    let rows = conn.query(
-        &d.sql(
+    const EVENT_KINDS: &[Kind] =
+        &[Kind::Int, Kind::Text, Kind::Int, Kind::Int, Kind::Text, Kind::Text, Kind::Text, Kind::Text];
+    let rows = if d == Dialect::Postgres {
+        // By the action ids just read: a join on the instance's uuid gets
+        // a generic plan (read connections keep them) made while the
+        // tables were small, a hash join over every event of the cell.
+        let ids = Value::Ints(ids.iter().map(|id| Some(*id)).collect());
+        conn.query(
+            "SELECT action_id, event, start_time, finish_time, result, traceback, host, details
+             FROM instance_action_events WHERE action_id = ANY($1::bigint[]) ORDER BY start_time, id",
+            &[ids],
+            EVENT_KINDS,
+        )?
+    } else {
+        conn.query(
             "SELECT e.action_id, e.event, e.start_time, e.finish_time, e.result, e.traceback, e.host, e.details
              FROM instance_action_events e JOIN instance_actions a ON a.id = e.action_id
              WHERE a.instance_uuid = ?1 ORDER BY e.start_time, e.id",
-        ),
-        &key,
-        &[Kind::Int, Kind::Text, Kind::Int, Kind::Int, Kind::Text, Kind::Text, Kind::Text, Kind::Text],
-    )?;
+            &key,
+            EVENT_KINDS,
+        )?
+    };
     for row in &rows {
         let mut c = Cols::new(row, "instance_action_events");
         let action = c.int()?;

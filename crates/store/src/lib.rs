@@ -200,4 +200,21 @@ pub trait Store: Send + Sync {
     fn feed_head(&self) -> Result<Seq, StoreError> {
         Ok(0)
     }
+
+    /// Hand `payload` to the other processes on this database that
+    /// listen ([`Store::listen_peers`]). A hint, not a durable message:
+    /// one sent while nobody listens, or lost with a connection, is gone,
+    /// so what it tells must also be found another way. Nothing to do on a
+    /// database no other process uses.
+    fn notify_peers(&self, _payload: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Call `on` with each payload another process hands over with
+    /// [`Store::notify_peers`] (never this process's own), on a thread of
+    /// the store's, reconnecting after a lost connection. Returns false
+    /// when there are no peers to listen to.
+    fn listen_peers(&self, _on: Box<dyn Fn(&str) + Send + Sync>) -> bool {
+        false
+    }
 }
