@@ -588,6 +588,68 @@ mod tests {
         assert_eq!(got[0].kind, TaskKind::Delete);
     }
 
+    #[tokio::test]
+    async fn relayed_tasks_reach_the_agent_connected_here_once() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let tasks = vec![
+            Task::new(a, "h1", "spawning").expect("task"),
+            Task::new(b, "host with spaces", "deleting").expect("task"),
+            Task::live(a, "h2", TaskKind::LiveMigrate),
+            Task::destroy_evacuated(b, "h1"),
+            // Not relayed (a line break would split it): the sweep's.
+            Task::new(a, "bad\nhost", "spawning").expect("task"),
+        ];
+        let payloads = relay_payloads(&tasks);
+        assert_eq!(payloads.len(), 1);
+        assert_eq!(relayed_tasks(&payloads[0]), tasks[..4].to_vec());
+        assert!(relayed_tasks("not a task\n\nx y").is_empty());
+        // Many tasks split into payloads that each fit.
+        let many: Vec<Task> = (0..500).map(|i| Task::new(Uuid::new_v4(), &format!("host{i}"), "spawning").unwrap()).collect();
+        let payloads = relay_payloads(&many);
+        assert!(payloads.len() > 1 && payloads.iter().all(|p| p.len() <= MAX_RELAY_PAYLOAD));
+        assert_eq!(payloads.iter().flat_map(|p| relayed_tasks(p)).collect::<Vec<_>>(), many);
+
+        // A process whose agent serves h1 queues what it is relayed for
+        // h1, once; a task for a host nobody here serves is dropped.
+        let hub = Hub::default();
+        hub.register("agent", &["h1".to_owned()], false);
+        assert_eq!(hub.receive_relayed(&relay_payloads(&tasks)[0]), 2);
+        assert_eq!(hub.receive_relayed(&relay_payloads(&tasks)[0]), 0, "already queued");
+        let got = hub.take("agent", Duration::from_secs(1), 10).await.expect("known");
+        assert_eq!(got, vec![tasks[0].clone(), tasks[3].clone()]);
+        assert_eq!(hub.receive_relayed(&relay_payloads(&tasks)[0]), 0, "handed out recently");
+        assert_eq!(hub.metrics.relayed_in.load(Ordering::Relaxed), 2);
+    }
+
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl PeerChannel for Recorder {
+        fn send(&self, payload: &str) {
+            self.0.lock().expect("sent").push(payload.to_owned());
+        }
+    }
+
+    #[tokio::test]
+    async fn tasks_for_hosts_not_served_here_are_relayed() {
+        let hub = Hub::default();
+        let recorder = Arc::new(Recorder(Mutex::default()));
+        assert!(hub.set_peer_channel(recorder.clone()));
+        hub.register("agent", &["h1".to_owned()], false);
+        let local = Task::new(Uuid::new_v4(), "h1", "spawning").expect("task");
+        let remote = Task::new(Uuid::new_v4(), "h9", "spawning").expect("task");
+        assert!(hub.push(local.clone()));
+        assert!(!hub.push(remote.clone()));
+        for _ in 0..100 {
+            if !recorder.0.lock().expect("sent").is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let sent = recorder.0.lock().expect("sent").clone();
+        assert_eq!(sent.iter().flat_map(|p| relayed_tasks(p)).collect::<Vec<_>>(), vec![remote]);
+        assert_eq!(hub.metrics.relayed.load(Ordering::Relaxed), 1);
+    }
+
     /// A host channel that takes tasks (`taking`) or has no subscriber.
     struct FakeChannel {
         taking: bool,

@@ -81,3 +81,49 @@ fn pruned_feed_reports_a_gap() {
     assert!(loaded.seq >= seq, "a load reflects the pruned changes");
     assert!(loaded.state.placement.traits.contains_key("CUSTOM_OLD"));
 }
+
+/// Peers' hints: what one process hands over reaches the listeners of the
+/// others on the same schema, not its own, nor those on another schema.
+#[test]
+fn peers_hear_each_others_hints_only() {
+    use berth_store::Store;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let Some(url) = database_url() else { return };
+    let (here, elsewhere) = (fresh(&url, "peers"), fresh(&url, "peers_other"));
+    let a = berth_store_postgres::PostgresStore::connect(&here).expect("connect a");
+    let b = berth_store_postgres::PostgresStore::connect(&here).expect("connect b");
+    let c = berth_store_postgres::PostgresStore::connect(&elsewhere).expect("connect c");
+    let listen = |store: &berth_store_postgres::PostgresStore| {
+        let (tx, rx) = mpsc::channel::<String>();
+        let tx = std::sync::Mutex::new(tx);
+        assert!(store.listen_peers(Box::new(move |payload| {
+            let _ = tx.lock().expect("sender").send(payload.to_owned());
+        })));
+        rx
+    };
+    let (heard_a, heard_b, heard_c) = (listen(&a), listen(&b), listen(&c));
+    // The listeners connect on their own threads: hand hints over until
+    // b hears one (the first may go out before it listens).
+    let mut first = None;
+    for _ in 0..100 {
+        a.notify_peers("ready").expect("notify");
+        if let Ok(payload) = heard_b.recv_timeout(Duration::from_millis(100)) {
+            first = Some(payload);
+            break;
+        }
+    }
+    assert_eq!(first.as_deref(), Some("ready"));
+    while heard_b.recv_timeout(Duration::from_millis(200)).is_ok() {}
+    let hint = "0f7c a b\nline two with spaces";
+    a.notify_peers(hint).expect("notify");
+    assert_eq!(heard_b.recv_timeout(Duration::from_secs(5)).as_deref(), Ok(hint));
+    b.notify_peers("from b").expect("notify");
+    // a hears b's hint, never its own.
+    let mut heard = Vec::new();
+    while let Ok(payload) = heard_a.recv_timeout(Duration::from_millis(500)) {
+        heard.push(payload);
+    }
+    assert_eq!(heard, vec!["from b".to_owned()]);
+    assert!(heard_c.recv_timeout(Duration::from_millis(200)).is_err(), "another schema's listener heard a hint");
+}

@@ -164,5 +164,22 @@ async fn hosts_registered_with_another_process_take_boots_at_once() {
         let server = other.wait_settled(id).await;
         assert_eq!(server["status"], "ACTIVE", "{server}");
     }
+    if let Some(sibling) = cloud.siblings.last() {
+        // The last process has no agent: each build it handed out was
+        // relayed to the others, and the first one's agent took them
+        // from its long poll (not from its sweep, which would find them
+        // too, a sweep interval later; the sweep may win a few).
+        let relayed = sibling.metric("berth_compute_tasks_relayed_total").await;
+        assert!(relayed >= 8, "{relayed} builds relayed");
+        let taken = cloud.server.metric("berth_compute_tasks_relayed_in_total").await;
+        assert!(taken >= 4, "{taken} relayed builds taken");
+    }
+    // Deletes take the same way.
+    for id in &ids {
+        assert_eq!(other.delete(&format!("/servers/{id}")).await.status, 204);
+    }
+    for id in &ids {
+        super::support::wait_gone(other, id).await;
+    }
     cloud.check_invariants().await;
 }
