@@ -25,9 +25,8 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::common::{
-    HistogramMean,
     cpu_ticks, cpu_ticks_named, hosts_ready, metric, ms, percentile, rss_mib, self_cpu_ticks, spawn_berth, ticks_ms,
-    Agent, Binaries, Nova, ProcessArgs, Spawned,
+    Agent, Binaries, HistogramMean, Nova, ProcessArgs, Spawned,
 };
 
 /// Options of `berth bench boot`.

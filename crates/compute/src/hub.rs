@@ -604,7 +604,8 @@ mod tests {
         assert_eq!(relayed_tasks(&payloads[0]), tasks[..4].to_vec());
         assert!(relayed_tasks("not a task\n\nx y").is_empty());
         // Many tasks split into payloads that each fit.
-        let many: Vec<Task> = (0..500).map(|i| Task::new(Uuid::new_v4(), &format!("host{i}"), "spawning").unwrap()).collect();
+        let many: Vec<Task> =
+            (0..500).map(|i| Task::new(Uuid::new_v4(), &format!("host{i}"), "spawning").unwrap()).collect();
         let payloads = relay_payloads(&many);
         assert!(payloads.len() > 1 && payloads.iter().all(|p| p.len() <= MAX_RELAY_PAYLOAD));
         assert_eq!(payloads.iter().flat_map(|p| relayed_tasks(p)).collect::<Vec<_>>(), many);
