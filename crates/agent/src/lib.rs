@@ -182,6 +182,10 @@ pub struct AgentConfig {
     pub live_migration_time: Duration,
     /// Heartbeat interval.
     pub report_interval: Duration,
+    /// A request to the control plane without an answer within this time
+    /// fails and is retried (`--request-timeout-secs`; the work long
+    /// poll gets its wait on top).
+    pub request_timeout: Duration,
     /// Concurrent placement requests while reporting trees.
     pub concurrency: usize,
     /// New VGPU layouts while running (`berth agent` sends one on
@@ -232,14 +236,26 @@ pub struct Link {
     client: reqwest::Client,
     base: String,
     auth: AgentAuth,
+    request_timeout: Duration,
 }
 
 impl Link {
-    /// A link to `base` authenticated by `auth`.
-    pub fn new(base: &str, auth: AgentAuth, ca_file: Option<&std::path::Path>) -> anyhow::Result<Self> {
-        let builder = reqwest::Client::builder().pool_max_idle_per_host(64);
+    /// A link to `base` authenticated by `auth`. A request that has no
+    /// answer within `request_timeout` (a long poll: that plus its wait)
+    /// fails, so a lost connection or a stuck control plane cannot hold a
+    /// task, a report or a permit for good: its caller retries.
+    pub fn new(
+        base: &str,
+        auth: AgentAuth,
+        ca_file: Option<&std::path::Path>,
+        request_timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let builder = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .timeout(request_timeout)
+            .connect_timeout(request_timeout.min(Duration::from_secs(10)));
         let client = berth_identity::add_trusted_roots(builder, ca_file)?.build()?;
-        Ok(Link { client, base: base.trim_end_matches('/').to_owned(), auth })
+        Ok(Link { client, base: base.trim_end_matches('/').to_owned(), auth, request_timeout })
     }
 
     async fn token(&self) -> anyhow::Result<String> {
@@ -313,10 +329,26 @@ impl Link {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<(u16, Value)> {
+        self.agent_within(method, path, body, self.request_timeout).await
+    }
+
+    /// An agent-API request the control plane may hold for up to `wait`
+    /// before it answers (the work long poll).
+    pub async fn agent_waiting(&self, path: &str, wait: Duration) -> anyhow::Result<(u16, Value)> {
+        self.agent_within(reqwest::Method::GET, path, None, wait + self.request_timeout).await
+    }
+
+    async fn agent_within(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        timeout: Duration,
+    ) -> anyhow::Result<(u16, Value)> {
         let url = format!("{}/agent/v1{path}", self.base);
         let resp = self
             .send(|token| {
-                let req = self.client.request(method.clone(), &url).header("X-Auth-Token", token);
+                let req = self.client.request(method.clone(), &url).header("X-Auth-Token", token).timeout(timeout);
                 match &body {
                     Some(body) => req.json(body),
                     None => req,
@@ -329,6 +361,9 @@ impl Link {
         Ok((status, value))
     }
 }
+
+/// How long the control plane may hold the work long poll.
+const WORK_WAIT: Duration = Duration::from_secs(20);
 
 /// A registered host.
 #[derive(Debug, Clone)]
@@ -354,7 +389,10 @@ async fn register(link: &Link, config: &AgentConfig) -> anyhow::Result<Vec<Regis
     if let Some(cell) = &config.cell {
         body["cell"] = json!(cell);
     }
-    let (status, answer) = link.agent(reqwest::Method::POST, "/register", Some(body)).await?;
+    // Registration's work grows with the hosts (a service row and a
+    // compute node each): 10 ms a host on top of the timeout.
+    let timeout = link.request_timeout + Duration::from_millis(10 * config.count as u64);
+    let (status, answer) = link.agent_within(reqwest::Method::POST, "/register", Some(body), timeout).await?;
     if status != 200 {
         bail!("register: HTTP {status}: {answer}");
     }
@@ -529,7 +567,7 @@ impl PowerSim {
 
 /// Run the agent until `shutdown` resolves.
 pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
-    let link = Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref())?;
+    let link = Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)?;
     let hosts = register(&link, &config).await?;
     let mut shape = config.shape.clone();
     let mut layout_updates = config.layout_updates.clone();
@@ -608,8 +646,8 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         let (link, config) = (link.clone(), config.clone());
         tokio::spawn(async move {
             loop {
-                let path = format!("/work?agent={}&wait=20", config.agent_id);
-                let (status, body) = match link.agent(reqwest::Method::GET, &path, None).await {
+                let path = format!("/work?agent={}&wait={}", config.agent_id, WORK_WAIT.as_secs());
+                let (status, body) = match link.agent_waiting(&path, WORK_WAIT).await {
                     Ok(answer) => answer,
                     Err(err) => {
                         tracing::warn!(error = %err, "work poll failed");
@@ -701,6 +739,7 @@ mod tests {
             bad_hosts: vec!["bad".into()],
             live_migration_time: Duration::ZERO,
             report_interval: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
             concurrency: 1,
             layout_updates: None,
             reshape_gate: None,
@@ -719,5 +758,32 @@ mod tests {
             .count();
         assert!(doomed < 20, "{doomed} of 2000 failed on three hosts at rate 0.1 (independent: ~2)");
         assert_eq!(config.host_names(), vec!["h0".to_owned()]);
+    }
+
+    /// A control plane that takes the connection and never answers: the
+    /// request fails after the timeout (the long poll after its wait on
+    /// top) instead of holding its caller for good.
+    #[tokio::test]
+    async fn a_request_without_an_answer_times_out() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let timeout = Duration::from_millis(300);
+        let link = Link::new(&format!("http://{addr}"), AgentAuth::Token("t".into()), None, timeout).expect("link");
+        let started = std::time::Instant::now();
+        let answer = link.agent(reqwest::Method::POST, "/events", Some(serde_json::json!({}))).await;
+        assert!(answer.is_err(), "{answer:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        let started = std::time::Instant::now();
+        let answer = link.agent_waiting("/work?agent=a&wait=1", Duration::from_secs(1)).await;
+        assert!(answer.is_err(), "{answer:?}");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(6), "{took:?}");
+        held.abort();
     }
 }

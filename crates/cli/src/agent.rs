@@ -156,6 +156,11 @@ pub(crate) struct AgentOpts {
     /// Heartbeat interval (s).
     #[arg(long)]
     pub(crate) report_interval_secs: Option<u64>,
+    /// A request to the control plane with no answer within this many
+    /// seconds fails and is retried (default 30; the work long poll gets
+    /// its 20-second wait on top).
+    #[arg(long)]
+    pub(crate) request_timeout_secs: Option<u64>,
     /// Simulated power: a host whose marker `{DIR}/{host}.off` exists is
     /// off (no heartbeat); removing it switches the host on.
     #[arg(long)]
@@ -253,6 +258,7 @@ impl AgentOpts {
             power_dir,
             power_on_secs,
             report_interval_secs,
+            request_timeout_secs,
             concurrency,
             scheduling,
             nats_url,
@@ -331,6 +337,7 @@ impl AgentOpts {
             bad_hosts: list(&opts.bad_hosts),
             live_migration_time: Duration::from_millis(opts.live_migration_ms.unwrap_or(0)),
             report_interval: Duration::from_secs(opts.report_interval_secs.unwrap_or(10).max(1)),
+            request_timeout: Duration::from_secs(opts.request_timeout_secs.unwrap_or(30).max(1)),
             concurrency: opts.concurrency.unwrap_or(8),
             layout_updates: None,
             reshape_gate,

@@ -698,6 +698,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 bad_hosts: Vec::new(),
                 live_migration_time: std::time::Duration::ZERO,
                 report_interval: std::time::Duration::from_secs(10),
+                request_timeout: std::time::Duration::from_secs(30),
                 concurrency: 8,
                 layout_updates: None,
                 reshape_gate: None,
