@@ -304,12 +304,14 @@ impl PostgresStore {
         let catch_up = read_changes(&mut cached, seen)?;
         let (mut open, mut first) = (false, true);
         let mut feed = codec::FeedText::new();
+        let mut deferred = ComputeRows::default();
         let written = berth_store::run_plan(plan, catch_up, |changes| {
-            write_isolated(&mut cached, changes, &mut open, &mut first, &mut feed)
+            write_isolated(&mut cached, changes, &mut open, &mut first, &mut feed, &mut deferred)
         })?;
         if written.is_none() {
             return Ok(None);
         }
+        deferred.flush(&mut cached)?;
         if self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % PRUNE_EVERY_WRITES == PRUNE_EVERY_WRITES - 1
         {
             prune(&mut cached, self.feed_retention)?;
@@ -719,13 +721,18 @@ fn bump_providers<C: postgres::GenericClient>(
 /// needs no savepoint: its upserts and deletes by key can fail only for
 /// the database's own reasons once its keys are known to fit the index
 /// and hold no NUL ([`ComputeRows::refusable`]), and such a failure fails
-/// the whole batch anyway. That saves a round trip per writer.
+/// the whole batch anyway. So it is not written at once either: its rows
+/// join `deferred`, written in one statement per kind before the next
+/// writer that needs a savepoint and before the commit. Each writer of a
+/// group commit was a round trip (and the leader waited for it) before
+/// the next one's turn; a burst of admissions is now one upsert.
 fn write_isolated<C: postgres::GenericClient>(
     tx: &mut Cached<'_, C>,
     changes: &WorldChangeSet,
     open: &mut bool,
     first: &mut bool,
     feed: &mut codec::FeedText,
+    deferred: &mut ComputeRows,
 ) -> Result<(), StoreError> {
     let rows = ComputeRows::of(changes.changes.iter().filter_map(|change| match change {
         WorldChange::Compute(change) => Some(change),
@@ -733,15 +740,13 @@ fn write_isolated<C: postgres::GenericClient>(
     }));
     let placement = changes.changes.iter().any(|change| matches!(change, WorldChange::Placement(_)));
     if !*first && !placement && !rows.refusable() {
-        rows.write(tx).map_err(|err| match err {
-            StoreError::Rejected(m) | StoreError::Conflict(m) => {
-                StoreError::Internal(format!("compute rows refused without a savepoint: {m}"))
-            }
-            other => other,
-        })?;
         feed_written(feed, changes, &rows);
+        deferred.each.extend(rows.each);
         return Ok(());
     }
+    // What earlier writers deferred goes first: this writer's statements
+    // (and a rollback to its savepoint) come after them.
+    deferred.flush(tx)?;
     if std::mem::take(first) {
         // Opened by the transaction's first round trip.
     } else if *open {
@@ -980,6 +985,7 @@ fn load_state(tx: &mut Transaction<'_>) -> Result<Loaded, StoreError> {
 /// live in a table of their own, so their order relative to the placement
 /// changes does not matter; among themselves only the last change of each
 /// row counts.
+#[derive(Default)]
 struct ComputeRows {
     each: Vec<(&'static str, String, Option<String>)>,
 }
@@ -1006,6 +1012,22 @@ impl ComputeRows {
         self.each.iter().any(|(_, key, body)| {
             key.len() > PLAIN_KEY_BYTES || key.contains('\0') || body.as_ref().is_some_and(|body| body.contains('\0'))
         })
+    }
+
+    /// Write deferred rows (none: nothing) and empty the list. A refusal
+    /// here fails the batch: they were written without a savepoint.
+    fn flush<C: postgres::GenericClient>(&mut self, tx: &mut Cached<'_, C>) -> Result<(), StoreError> {
+        if self.each.is_empty() {
+            return Ok(());
+        }
+        let written = self.write(tx).map_err(|err| match err {
+            StoreError::Rejected(m) | StoreError::Conflict(m) => {
+                StoreError::Internal(format!("compute rows refused without a savepoint: {m}"))
+            }
+            other => other,
+        });
+        self.each.clear();
+        written
     }
 
     /// At most two statements: one upsert for the rows put, one delete for

@@ -279,6 +279,82 @@ pub fn store_suite(store: &dyn Store) {
     mirror.apply(&forget);
     assert_eq!(compute_summary(&store.load().expect("reload").state), compute_summary(&mirror));
 
+    // Many writers in one transaction, as a group commit makes them:
+    // writers of compute rows alone between writers of placement changes,
+    // the same row put by one and changed or deleted by a later one, and a
+    // refused writer among them. Each keeps its own outcome, the rows end
+    // as the last writer left them, and the feed replays them in order.
+    let quota = |resource: &str, limit: Option<i64>| {
+        let mut set = WorldChangeSet::new();
+        set.compute(match limit {
+            Some(limit) => ComputeChange::PutQuota {
+                project_id: "p".into(),
+                user_id: String::new(),
+                resource: resource.into(),
+                limit,
+            },
+            None => {
+                ComputeChange::DeleteQuota { project_id: "p".into(), user_id: String::new(), resource: resource.into() }
+            }
+        });
+        set
+    };
+    let with = |mut a: WorldChangeSet, b: WorldChangeSet| {
+        a.changes.extend(b.changes);
+        a
+    };
+    let mut refused = ChangeSet::new();
+    refused.push(Change::PutProvider {
+        row: provider(5, Uuid::new_v4(), "root", 0, None, Uuid::new_v4()),
+        expected_generation: None,
+    });
+    let writers: Vec<WorldChangeSet> = vec![
+        WorldChangeSet::from(member(100_005, "CUSTOM_BATCH_FIRST")),
+        quota("cores", Some(5)),
+        with(quota("cores", Some(7)), quota("ram", Some(9))),
+        quota("ram", None),
+        WorldChangeSet::from(refused),
+        quota("instances", Some(4)),
+        WorldChangeSet::from(member(100_006, "CUSTOM_BATCH_LAST")),
+        quota("cores", Some(8)),
+    ];
+    let mut refusals = Vec::new();
+    let written = store
+        .write(seen, &mut |_, write| {
+            let mut all = WorldChangeSet::default();
+            for set in &writers {
+                let outcome = write(set);
+                refusals.push(outcome.is_err());
+                if outcome.is_ok() {
+                    all.changes.extend(set.changes.clone());
+                }
+            }
+            Some(all)
+        })
+        .expect("a batch of many writers commits");
+    assert_eq!(refusals, [false, false, false, false, true, false, false, false], "only the duplicate is refused");
+    seen = written.unwrap_or(seen);
+    for (set, refused) in writers.iter().zip(&refusals) {
+        if !refused {
+            mirror.apply(set);
+        }
+    }
+    let reloaded = store.load().expect("reload after the batch");
+    assert_eq!(compute_summary(&reloaded.state), compute_summary(&mirror), "rows after a batch of writers");
+    assert_eq!(summary(&reloaded.state.placement), summary(&mirror.placement));
+    let limits: Vec<_> = ["cores", "ram", "instances"]
+        .iter()
+        .map(|r| reloaded.state.compute.quotas.get(&("p".to_owned(), String::new(), (*r).to_owned())).copied())
+        .collect();
+    assert_eq!(limits, [Some(8), None, Some(4)], "each row as its last writer left it");
+    let tail = store.changes_since(seen - 1).expect("feed of the batch");
+    if let Some((_, set)) = tail.last() {
+        let mut replay = World::default();
+        replay.apply(set);
+        let quotas: Vec<_> = replay.compute.quotas.iter().filter(|((p, _, _), _)| p == "p").collect();
+        assert_eq!(quotas.len(), 2, "the feed entry ends with cores and instances: {quotas:?}");
+    }
+
     // Deletes.
     let mut set = ChangeSet::new();
     set.push(Change::DeleteConsumer { uuid: consumer, expected_generation: 0 });
