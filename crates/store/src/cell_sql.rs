@@ -1659,28 +1659,15 @@ pub fn instance_actions(conn: &mut dyn CellConn, instance: &Uuid) -> Result<Vec<
     if actions.is_empty() {
         return Ok(actions);
     }
-    const EVENT_KINDS: &[Kind] =
-        &[Kind::Int, Kind::Text, Kind::Int, Kind::Int, Kind::Text, Kind::Text, Kind::Text, Kind::Text];
-    let rows = if d == Dialect::Postgres {
-        // By the action ids just read: a join on the instance's uuid gets
-        // a generic plan (read connections keep them) made while the
-        // tables were small, a hash join over every event of the cell.
-        let ids = Value::Ints(ids.iter().map(|id| Some(*id)).collect());
-        conn.query(
-            "SELECT action_id, event, start_time, finish_time, result, traceback, host, details
-             FROM instance_action_events WHERE action_id = ANY($1::bigint[]) ORDER BY start_time, id",
-            &[ids],
-            EVENT_KINDS,
-        )?
-    } else {
-        conn.query(
+    let rows = conn.query(
+        &d.sql(
             "SELECT e.action_id, e.event, e.start_time, e.finish_time, e.result, e.traceback, e.host, e.details
              FROM instance_action_events e JOIN instance_actions a ON a.id = e.action_id
              WHERE a.instance_uuid = ?1 ORDER BY e.start_time, e.id",
-            &key,
-            EVENT_KINDS,
-        )?
-    };
+        ),
+        &key,
+        &[Kind::Int, Kind::Text, Kind::Int, Kind::Int, Kind::Text, Kind::Text, Kind::Text, Kind::Text],
+    )?;
     for row in &rows {
         let mut c = Cols::new(row, "instance_action_events");
         let action = c.int()?;
