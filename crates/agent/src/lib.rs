@@ -332,10 +332,11 @@ impl Link {
         self.agent_within(method, path, body, self.request_timeout).await
     }
 
-    /// An agent-API request the control plane may hold for up to `wait`
-    /// before it answers (the work long poll).
-    pub async fn agent_waiting(&self, path: &str, wait: Duration) -> anyhow::Result<(u16, Value)> {
-        self.agent_within(reqwest::Method::GET, path, None, wait + self.request_timeout).await
+    /// The work long poll of `agent`: the control plane may hold it for
+    /// up to `wait` (whole seconds) before it answers.
+    pub async fn work_poll(&self, agent: &str, wait: Duration) -> anyhow::Result<(u16, Value)> {
+        let path = format!("/work?agent={agent}&wait={}", wait.as_secs());
+        self.agent_within(reqwest::Method::GET, &path, None, wait + self.request_timeout).await
     }
 
     async fn agent_within(
@@ -646,8 +647,7 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         let (link, config) = (link.clone(), config.clone());
         tokio::spawn(async move {
             loop {
-                let path = format!("/work?agent={}&wait={}", config.agent_id, WORK_WAIT.as_secs());
-                let (status, body) = match link.agent_waiting(&path, WORK_WAIT).await {
+                let (status, body) = match link.work_poll(&config.agent_id, WORK_WAIT).await {
                     Ok(answer) => answer,
                     Err(err) => {
                         tracing::warn!(error = %err, "work poll failed");
@@ -780,7 +780,7 @@ mod tests {
         assert!(answer.is_err(), "{answer:?}");
         assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
         let started = std::time::Instant::now();
-        let answer = link.agent_waiting("/work?agent=a&wait=1", Duration::from_secs(1)).await;
+        let answer = link.work_poll("a", Duration::from_secs(1)).await;
         assert!(answer.is_err(), "{answer:?}");
         let took = started.elapsed();
         assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(6), "{took:?}");

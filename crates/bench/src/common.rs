@@ -305,7 +305,8 @@ pub(crate) async fn metric_f64(url: &str, name: &str) -> f64 {
 }
 
 /// The mean of a latency histogram of `/metrics` (its `_sum` and
-/// `_count`), over what was observed since `before`, in milliseconds.
+/// `_count`) over what was observed after [`HistogramMean::start`], in
+/// milliseconds.
 pub(crate) struct HistogramMean {
     name: &'static str,
     sum: f64,
