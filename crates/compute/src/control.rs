@@ -25,7 +25,7 @@ pub trait Control: Send + Sync {
     /// the change set durably.
     fn write_world(
         &self,
-        plan: &mut dyn FnMut(&World) -> Result<WorldChangeSet, ComputeError>,
+        plan: &mut (dyn FnMut(&World) -> Result<WorldChangeSet, ComputeError> + Send),
     ) -> Result<(), WriteError>;
     /// A read barrier: afterwards the world holds every write any process
     /// had committed when the call began (blocking; nothing to do where
@@ -47,9 +47,9 @@ pub fn read<R>(control: &dyn Control, f: impl FnOnce(&World) -> R) -> R {
 
 /// Plan and commit one write; returns what the plan returned with its
 /// change set.
-pub fn write<T>(
+pub fn write<T: Send>(
     control: &dyn Control,
-    plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), ComputeError>,
+    plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), ComputeError> + Send,
 ) -> Result<T, WriteError> {
     let mut plan = Some(plan);
     let mut out = None;
@@ -70,7 +70,7 @@ impl Control for berth_core::App {
 
     fn write_world(
         &self,
-        plan: &mut dyn FnMut(&World) -> Result<WorldChangeSet, ComputeError>,
+        plan: &mut (dyn FnMut(&World) -> Result<WorldChangeSet, ComputeError> + Send),
     ) -> Result<(), WriteError> {
         self.write(|world| plan(world).map(|set| (set, ())).map_err(WriteError::Refused))
     }

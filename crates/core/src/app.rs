@@ -32,44 +32,31 @@ fn lock_shared(m: &Mutex<SharedState>) -> std::sync::MutexGuard<'_, SharedState>
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Group-commit state (see [`App::write`]).
-#[derive(Debug, Default)]
+/// Group-commit state (see [`App::write_batched`]).
+#[derive(Default)]
 struct Batches {
     state: Mutex<SharedState>,
     /// Batch outcomes and leadership (every waiter re-checks).
     changed: std::sync::Condvar,
-    /// A planning turn: one writer of the open batch may plan now.
-    turn: std::sync::Condvar,
-    /// The leader: a change set is pending, or nobody is left to plan.
-    leader: std::sync::Condvar,
 }
 
-impl Batches {
-    /// Something other than a planning turn changed: wake everyone.
-    fn wake_all(&self) {
-        self.changed.notify_all();
-        self.turn.notify_all();
-    }
-}
+/// A writer's plan as its batch's leader runs it: it leaves the writer's
+/// value or the plan's own refusal in the writer's slot and returns the
+/// change set to write (`None` when the plan refused).
+type Job = BorrowingJob<'static>;
 
-#[derive(Debug, Default)]
+/// A [`Job`] as its writer builds it, borrowing from the writer's stack.
+type BorrowingJob<'a> = Box<dyn FnOnce(&World) -> Option<WorldChangeSet> + Send + 'a>;
+
+#[derive(Default)]
 struct SharedState {
     /// The batch writers register for.
     open_batch: u64,
     /// A leader is running a batch (from registration to outcome).
     leader_active: bool,
-    /// The open batch's transaction has caught up: its writers may plan.
-    window_open: bool,
-    /// Writers registered for the open batch that have not planned yet.
-    waiting: usize,
-    /// Change sets written into the open batch, and their undo sets.
-    changes: WorldChangeSet,
-    undo: Vec<WorldChangeSet>,
-    /// The change set planned last, waiting for the leader to write it
-    /// (nobody else plans until it is written or refused).
-    pending: Option<Member>,
-    /// The leader is writing a member's change set.
-    in_flight: bool,
+    /// The open batch's plans the leader has not taken yet, in the order
+    /// their writers came, with their tickets.
+    queue: Vec<(u64, Job)>,
     /// Writers whose change set the database refused, with the error.
     refused: std::collections::HashMap<u64, StoreError>,
     /// The next writer's ticket.
@@ -84,15 +71,6 @@ impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App").field("store", &self.store.backend_name()).finish_non_exhaustive()
     }
-}
-
-/// One writer's planned change set, applied to the snapshot, waiting to
-/// be written.
-#[derive(Debug)]
-struct Member {
-    ticket: u64,
-    changes: WorldChangeSet,
-    undo: WorldChangeSet,
 }
 
 /// Run blocking store work: on a multi-threaded runtime, tell tokio so it can
@@ -126,8 +104,6 @@ impl App {
             batches: Batches {
                 state: Mutex::new(SharedState { open_batch: 1, ..SharedState::default() }),
                 changed: std::sync::Condvar::new(),
-                turn: std::sync::Condvar::new(),
-                leader: std::sync::Condvar::new(),
             },
         };
         // Upstream syncs standard traits and classes at start-up; several
@@ -232,9 +208,9 @@ impl App {
     /// its own write. Writes are group-committed: see [`App::write_batched`].
     /// A plan refuses with its own error type `E`; a failed commit comes
     /// back as `E::from(StoreError)`.
-    pub fn write<T, E: From<StoreError>>(
+    pub fn write<T: Send, E: From<StoreError> + Send>(
         &self,
-        plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>,
+        plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), E> + Send,
     ) -> Result<T, E> {
         blocking(|| self.write_batched(plan))
     }
@@ -254,219 +230,202 @@ impl App {
     /// Group commit, for every store (an embedded database simply never
     /// hands back changes of other processes to catch up on).
     ///
-    /// Every writer registers for the open batch. The first one becomes its
-    /// leader and runs one store transaction. Inside it, the leader applies
-    /// the other processes' changes (catch-up) and then opens a planning
-    /// window. Every writer registered for the batch, the leader included,
-    /// now plans in turn against the caught-up snapshot and applies its
-    /// change set at once, with an undo set; the leader writes it into the
-    /// transaction (under a savepoint) before the next writer plans on top
-    /// of it. Once nobody is left to plan, the leader closes the window and
-    /// commits all the change sets in the one transaction (one fsync, one
-    /// feed entry).
+    /// Every writer queues its plan for the open batch. The first one
+    /// becomes its leader and runs one store transaction. Inside it, the
+    /// leader applies the other processes' changes (catch-up) and then
+    /// runs the queued plans itself, in the order their writers came,
+    /// each against the snapshot with the plans before it applied: each
+    /// change set is applied at once, with an undo set, and written into
+    /// the transaction (under a savepoint) before the next plan runs.
+    /// Writers that queue meanwhile join the batch. Once the queue is
+    /// empty, the leader closes the batch and commits all the change sets
+    /// in the one transaction (one fsync, one feed entry); then every
+    /// writer of the batch wakes once to take its outcome. A writer hands
+    /// its plan over instead of planning in a turn of its own: a turn cost
+    /// two thread wake-ups per writer, and on busy cores each waited for
+    /// a core while the transaction stayed open.
     ///
     /// Failure isolation: if the database refuses one writer's change set
     /// for its own sake (a value it cannot hold, a constraint), only that
     /// set is rolled back (savepoint and snapshot) and only that writer
-    /// gets the error; since nobody has planned on top of it yet, the
+    /// gets the error; since no plan has run on top of it yet, the
     /// others are unaffected and committed. If the transaction as a whole
     /// fails (connection lost, commit failed), every writer's change set
     /// is undone in memory and every writer gets the error. The catch-up
-    /// stays applied, since it was committed by others. Writers that
-    /// register while a batch is committing wait for the next batch, whose
-    /// leader is one of them.
-    fn write_batched<T, E: From<StoreError>>(
+    /// stays applied, since it was committed by others. A plan that
+    /// panics is that writer's error alone. Writers that queue while a
+    /// batch is committing wait for the next batch, whose leader is one
+    /// of them.
+    fn write_batched<T: Send, E: From<StoreError> + Send>(
         &self,
-        plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>,
+        plan: impl FnOnce(&World) -> Result<(WorldChangeSet, T), E> + Send,
     ) -> Result<T, E> {
-        let lock = lock_shared;
         let shared = &self.batches;
-        let mut st = lock(&shared.state);
+        let mut slot: Option<Result<T, E>> = None;
+        let out = &mut slot;
+        let job: BorrowingJob<'_> = Box::new(move |world| match plan(world) {
+            Ok((changes, value)) => {
+                *out = Some(Ok(value));
+                Some(changes)
+            }
+            Err(err) => {
+                *out = Some(Err(err));
+                None
+            }
+        });
+        // SAFETY: the job borrows `slot` and whatever `plan` borrows, all
+        // of which outlive this call. It is only ever run or dropped by
+        // this batch's leader before the batch is marked done (`lead`
+        // empties the queue, by running it or by dropping what a failed
+        // transaction never ran, before it sets `done_through`), and this
+        // call does not return before `done_through` reaches its batch.
+        // The mutex orders the leader's writes to `slot` before the read
+        // below. Only the lifetime changes: the layouts are the same.
+        let job: Job = unsafe { std::mem::transmute::<BorrowingJob<'_>, Job>(job) };
+        let mut st = lock_shared(&shared.state);
         let my_batch = st.open_batch;
         let my_ticket = st.next_ticket;
         st.next_ticket += 1;
-        st.waiting += 1;
-        let mut plan = Some(plan);
-        let mut out: Option<T> = None;
-        let mut my_error: Option<E> = None;
-        loop {
-            if st.done_through >= my_batch {
-                break;
-            }
-            if st.window_open && st.open_batch == my_batch && plan.is_some() && st.pending.is_none() && !st.in_flight {
-                self.plan_into_batch(&mut st, my_ticket, &mut plan, &mut out, &mut my_error);
-                // The leader writes it (or, if nothing was planned, hands
-                // the turn on).
-                shared.leader.notify_one();
-                continue;
-            }
+        st.queue.push((my_ticket, job));
+        while st.done_through < my_batch {
             if !st.leader_active && st.open_batch == my_batch {
-                // Lead this batch.
                 st.leader_active = true;
                 drop(st);
-                let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let start_seq = *seen;
-                let mut caught_up_to = start_seq;
-                let mut window_used = false;
-                let result = self.store.write(start_seq, &mut |catch_up, write| {
-                    if !catch_up.is_empty() {
-                        let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                        for (seq, set) in catch_up {
-                            state.apply(&set);
-                            caught_up_to = seq;
-                        }
-                    }
-                    window_used = true;
-                    let mut st = lock(&shared.state);
-                    st.window_open = true;
-                    if plan.is_some() {
-                        self.plan_into_batch(&mut st, my_ticket, &mut plan, &mut out, &mut my_error);
-                    }
-                    loop {
-                        if let Some(member) = st.pending.take() {
-                            st.in_flight = true;
-                            drop(st);
-                            let written = write(&member.changes);
-                            st = lock(&shared.state);
-                            st.in_flight = false;
-                            match written {
-                                Ok(()) => {
-                                    st.changes.changes.extend(member.changes.changes);
-                                    st.undo.push(member.undo);
-                                }
-                                Err(err) => {
-                                    // Refused (or the transaction is lost):
-                                    // take it back. It was planned last, so
-                                    // nothing rests on it.
-                                    self.state
-                                        .write()
-                                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                                        .apply(&member.undo);
-                                    st.refused.insert(member.ticket, err);
-                                }
-                            }
-                            continue;
-                        }
-                        if st.waiting == 0 {
-                            break;
-                        }
-                        // Nothing pending: the next writer's turn. One
-                        // wake-up per turn, not a stampede.
-                        shared.turn.notify_one();
-                        st = shared.leader.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
-                    }
-                    st.window_open = false;
-                    st.open_batch += 1;
-                    let changes = std::mem::take(&mut st.changes);
-                    (!changes.is_empty()).then_some(changes)
-                });
-                *seen = caught_up_to;
-                self.seen_hint.store(caught_up_to, std::sync::atomic::Ordering::Release);
-                if !window_used && matches!(result, Err(berth_store::StoreError::FeedGap(_))) {
-                    // The feed was pruned past this process: nobody has
-                    // planned yet, so reload the snapshot and run the batch
-                    // again (a new leader picks it up).
-                    let reloaded = self.reload_locked(&mut seen);
-                    drop(seen);
-                    st = lock(&shared.state);
-                    st.leader_active = false;
-                    if let Err(err) = reloaded {
-                        st.open_batch += 1;
-                        st.waiting = 0;
-                        st.failed.insert(my_batch, err);
-                        st.done_through = my_batch;
-                    }
-                    shared.wake_all();
-                    continue;
-                }
-                st = lock(&shared.state);
-                if !window_used {
-                    // The transaction failed before it could catch up: the
-                    // batch never opened and none of its registered writers
-                    // planned. They all get the error.
-                    st.open_batch += 1;
-                    st.waiting = 0;
-                }
-                let undo = std::mem::take(&mut st.undo);
-                match result {
-                    Ok(Some(seq)) => {
-                        *seen = seen.max(seq);
-                        self.seen_hint.store(*seen, std::sync::atomic::Ordering::Release);
-                    }
-                    Ok(None) => {}
-                    Err(err) => {
-                        if matches!(err, berth_store::StoreError::Unavailable(_)) {
-                            self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-                        for set in undo.iter().rev() {
-                            state.apply(set);
-                        }
-                        drop(state);
-                        st.failed.insert(my_batch, err);
-                    }
-                }
-                drop(seen);
-                st.done_through = my_batch;
-                st.leader_active = false;
-                let keep_from = my_batch.saturating_sub(1024);
-                st.failed.retain(|id, _| *id >= keep_from);
-                shared.wake_all();
+                self.lead(my_batch);
+                st = lock_shared(&shared.state);
                 continue;
             }
-            // Waiting for a planning turn in the open batch, or for
-            // anything else (outcome, leadership).
-            let condvar = if st.open_batch == my_batch && plan.is_some() && st.leader_active {
-                &shared.turn
-            } else {
-                &shared.changed
-            };
-            st = condvar.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
+            st = shared.changed.wait(st).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
-        if let Some(err) = my_error {
-            return Err(err);
-        }
-        if let Some(err) = st.refused.remove(&my_ticket) {
-            return Err(E::from(err));
-        }
-        if let Some(err) = st.failed.get(&my_batch) {
-            return Err(E::from(err.clone()));
-        }
+        let refused = st.refused.remove(&my_ticket);
+        let failed = st.failed.get(&my_batch).cloned();
         drop(st);
-        out.ok_or_else(|| E::from(StoreError::Internal("a writer's plan never ran".into())))
+        match (slot, refused, failed) {
+            (Some(Err(err)), _, _) => Err(err),
+            (_, Some(err), _) | (_, None, Some(err)) => Err(E::from(err)),
+            (Some(Ok(value)), None, None) => Ok(value),
+            (None, None, None) => Err(E::from(StoreError::Internal("a write plan panicked".into()))),
+        }
     }
 
-    /// One writer plans into the open batch (the window is open, so
-    /// the snapshot has caught up) and applies its change set at once; it
-    /// is left pending for the leader to write.
-    ///
-    /// A plan that panics becomes that writer's error: the batch goes on
-    /// (a panicking leader would otherwise leave the batch open forever,
-    /// with its other writers' changes applied but never committed).
-    fn plan_into_batch<T, E: From<StoreError>>(
-        &self,
-        st: &mut SharedState,
-        ticket: u64,
-        plan: &mut Option<impl FnOnce(&World) -> Result<(WorldChangeSet, T), E>>,
-        out: &mut Option<T>,
-        my_error: &mut Option<E>,
-    ) {
-        st.waiting -= 1;
-        let Some(plan) = plan.take() else { return };
-        let state = self.read();
-        let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| plan(&state)))
-            .unwrap_or_else(|_| Err(E::from(StoreError::Internal("a write plan panicked".into()))));
-        match planned {
-            Ok((changes, value)) => {
-                if !changes.is_empty() {
-                    let undo = state.undo_for(&changes);
-                    drop(state);
-                    self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
-                    st.pending = Some(Member { ticket, changes, undo });
+    /// Lead batch `batch`: one store transaction that runs the queued
+    /// plans (see [`App::write_batched`]), then the batch's outcome.
+    fn lead(&self, batch: u64) {
+        let shared = &self.batches;
+        let mut seen = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let start_seq = *seen;
+        let mut caught_up_to = start_seq;
+        let mut window_used = false;
+        let mut undo: Vec<WorldChangeSet> = Vec::new();
+        let mut refused: Vec<(u64, StoreError)> = Vec::new();
+        // A store that panics fails the batch like any error: the plans
+        // left in the queue must be dropped before their writers wake.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.store.write(start_seq, &mut |catch_up, write| {
+                if !catch_up.is_empty() {
+                    let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    for (seq, set) in catch_up {
+                        state.apply(&set);
+                        caught_up_to = seq;
+                    }
                 }
-                *out = Some(value);
+                window_used = true;
+                let mut written = WorldChangeSet::default();
+                loop {
+                    let jobs = {
+                        let mut st = lock_shared(&shared.state);
+                        if st.queue.is_empty() {
+                            // Closed: later writers go to the next batch.
+                            st.open_batch += 1;
+                            break;
+                        }
+                        std::mem::take(&mut st.queue)
+                    };
+                    for (ticket, job) in jobs {
+                        let state = self.read();
+                        let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&state)));
+                        let Ok(Some(changes)) = planned else { continue };
+                        if changes.is_empty() {
+                            continue;
+                        }
+                        let member_undo = state.undo_for(&changes);
+                        drop(state);
+                        self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&changes);
+                        match write(&changes) {
+                            Ok(()) => {
+                                written.changes.extend(changes.changes);
+                                undo.push(member_undo);
+                            }
+                            Err(err) => {
+                                // Refused (or the transaction is lost): take
+                                // it back. It was applied last, so nothing
+                                // rests on it.
+                                self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()).apply(&member_undo);
+                                refused.push((ticket, err));
+                            }
+                        }
+                    }
+                }
+                (!written.is_empty()).then_some(written)
+            })
+        }))
+        .unwrap_or_else(|_| Err(StoreError::Internal("the store panicked in a write".into())));
+        *seen = caught_up_to;
+        self.seen_hint.store(caught_up_to, std::sync::atomic::Ordering::Release);
+        if !window_used && matches!(result, Err(berth_store::StoreError::FeedGap(_))) {
+            // The feed was pruned past this process: no plan has run yet,
+            // so reload the snapshot and run the batch again (a new leader
+            // picks it up, its queue intact).
+            let reloaded = self.reload_locked(&mut seen);
+            drop(seen);
+            let mut st = lock_shared(&shared.state);
+            st.leader_active = false;
+            if let Err(err) = reloaded {
+                st.open_batch += 1;
+                st.queue.clear();
+                st.failed.insert(batch, err);
+                st.done_through = batch;
             }
-            Err(err) => *my_error = Some(err),
+            shared.changed.notify_all();
+            return;
         }
+        let mut st = lock_shared(&shared.state);
+        let result = match result {
+            Ok(_) if st.open_batch == batch => Err(StoreError::Internal("the store did not run the batch".into())),
+            other => other,
+        };
+        if st.open_batch == batch {
+            // The batch never closed: the transaction failed before its
+            // plans ran, or while they ran. The plans still queued never
+            // ran; their writers get the error, and the plans are dropped
+            // here, before the writers wake.
+            st.open_batch += 1;
+            st.queue.clear();
+        }
+        match result {
+            Ok(Some(seq)) => {
+                *seen = seen.max(seq);
+                self.seen_hint.store(*seen, std::sync::atomic::Ordering::Release);
+            }
+            Ok(None) => {}
+            Err(err) => {
+                if matches!(err, berth_store::StoreError::Unavailable(_)) {
+                    self.metrics.store_unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                for set in undo.iter().rev() {
+                    state.apply(set);
+                }
+                drop(state);
+                st.failed.insert(batch, err);
+            }
+        }
+        drop(seen);
+        st.refused.extend(refused);
+        st.done_through = batch;
+        st.leader_active = false;
+        let keep_from = batch.saturating_sub(1024);
+        st.failed.retain(|id, _| *id >= keep_from);
+        shared.changed.notify_all();
     }
 }

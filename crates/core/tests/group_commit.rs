@@ -16,6 +16,8 @@ struct FaultyStore {
     inner: SqliteStore,
     commits: AtomicUsize,
     fail_every: usize,
+    /// Panic (after running the plan) in every n-th write instead.
+    panic_every: usize,
 }
 
 impl Store for FaultyStore {
@@ -24,6 +26,10 @@ impl Store for FaultyStore {
     }
     fn write(&self, seen: Seq, plan: &mut PlanFn<'_>) -> Result<Option<Seq>, StoreError> {
         let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.panic_every > 0 && n.is_multiple_of(self.panic_every) {
+            let _ = plan(Vec::new(), &mut |_| Ok(()));
+            panic!("store bug");
+        }
         if self.fail_every > 0 && n.is_multiple_of(self.fail_every) {
             // Alternate: fail before the plan runs (connection lost at
             // BEGIN), or let it run and fail the commit.
@@ -52,10 +58,15 @@ fn summary(state: &State) -> Vec<String> {
 }
 
 fn app(dir: &std::path::Path, fail_every: usize) -> (Arc<App>, Arc<FaultyStore>) {
+    app_with(dir, fail_every, 0)
+}
+
+fn app_with(dir: &std::path::Path, fail_every: usize, panic_every: usize) -> (Arc<App>, Arc<FaultyStore>) {
     let store = Arc::new(FaultyStore {
         inner: SqliteStore::open_path(&dir.join("db.sqlite")).expect("open"),
         commits: AtomicUsize::new(0),
         fail_every,
+        panic_every,
     });
     (Arc::new(App::new(store.clone()).expect("app")), store)
 }
@@ -153,6 +164,46 @@ fn a_panicking_plan_fails_only_its_writer() {
     let in_database = summary(&store.inner.load().expect("load").state.placement);
     assert_eq!(in_memory, in_database);
     assert_eq!(in_database.len(), 193);
+    drop(app);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A store that panics inside a write fails that batch's writers (their
+/// plans ran on the leader's thread; their changes are taken back), and
+/// the writes after it go on: nothing is left queued or half applied.
+#[test]
+fn a_panicking_store_fails_its_batch_and_writes_go_on() {
+    let dir = std::env::temp_dir().join(format!("berth-store-panic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (app, store) = app_with(&dir, 0, 5);
+    let ok = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let (app, ok, failed) = (app.clone(), ok.clone(), failed.clone());
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    match add_trait(&app, format!("CUSTOM_S{t}_{i}")) {
+                        Ok(()) => ok.fetch_add(1, Ordering::SeqCst),
+                        Err(err) => {
+                            assert!(matches!(err, StoreError::Internal(_)), "{err:?}");
+                            failed.fetch_add(1, Ordering::SeqCst)
+                        }
+                    };
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("writer thread");
+    }
+    assert!(failed.load(Ordering::SeqCst) > 0, "some batches must have hit the panic");
+    assert_eq!(ok.load(Ordering::SeqCst) + failed.load(Ordering::SeqCst), 240, "every writer got an answer");
+    let in_memory = summary(&app.read().placement);
+    let in_database = summary(&store.inner.load().expect("load").state.placement);
+    assert_eq!(in_memory, in_database, "memory and database disagree after a panicking store");
+    assert_eq!(in_database.len(), ok.load(Ordering::SeqCst), "exactly the acknowledged writes are durable");
     drop(app);
     let _ = std::fs::remove_dir_all(&dir);
 }

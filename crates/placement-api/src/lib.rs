@@ -86,9 +86,9 @@ impl Placement {
 
     /// The write path with placement's error type (see
     /// [`berth_core::App::write`]).
-    pub fn write<T>(
+    pub fn write<T: Send>(
         &self,
-        plan: impl FnOnce(&berth_model::State) -> berth_http::ApiResult<(berth_model::ChangeSet, T)>,
+        plan: impl FnOnce(&berth_model::State) -> berth_http::ApiResult<(berth_model::ChangeSet, T)> + Send,
     ) -> berth_http::ApiResult<T> {
         self.core.write(|world| plan(&world.placement).map(|(set, value)| (set.into(), value)))
     }
