@@ -82,24 +82,44 @@ fn add_trait(app: &App, name: String) -> Result<(), StoreError> {
     })
 }
 
-#[test]
-fn group_commit_survives_injected_failures() {
-    let dir = std::env::temp_dir().join(format!("berth-group-commit-{}", std::process::id()));
+/// A fresh, empty directory for one test.
+fn fresh_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("berth-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    // The start-up sync is commit #1; fail every 7th commit after that.
-    let (app, store) = app(&dir, 7);
+    dir
+}
+
+/// Checks that memory and the database hold the same custom traits and
+/// returns how many there are.
+fn durable_traits(app: &App, store: &FaultyStore) -> usize {
+    let in_memory = summary(&app.read().placement);
+    let in_database = summary(&store.inner.load().expect("load").state.placement);
+    assert_eq!(in_memory, in_database, "memory and database disagree");
+    in_database.len()
+}
+
+/// Runs `threads` writer threads of `per_thread` writes each
+/// (`op(app, thread, i)`); every error must satisfy `expected`. Returns
+/// how many writes succeeded and how many failed.
+fn run_writers(
+    app: &Arc<App>,
+    threads: usize,
+    per_thread: usize,
+    op: fn(&App, usize, usize) -> Result<(), StoreError>,
+    expected: fn(&StoreError) -> bool,
+) -> (usize, usize) {
     let ok = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..8)
+    let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (app, ok, failed) = (app.clone(), ok.clone(), failed.clone());
             std::thread::spawn(move || {
-                for i in 0..60 {
-                    match add_trait(&app, format!("CUSTOM_T{t}_{i}")) {
+                for i in 0..per_thread {
+                    match op(&app, t, i) {
                         Ok(()) => ok.fetch_add(1, Ordering::SeqCst),
                         Err(err) => {
-                            assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+                            assert!(expected(&err), "{err:?}");
                             failed.fetch_add(1, Ordering::SeqCst)
                         }
                     };
@@ -107,15 +127,27 @@ fn group_commit_survives_injected_failures() {
             })
         })
         .collect();
-    for t in threads {
-        t.join().expect("writer thread");
+    for h in handles {
+        h.join().expect("writer thread");
     }
-    assert!(failed.load(Ordering::SeqCst) > 0, "the fault injection must have hit some batches");
-    assert!(ok.load(Ordering::SeqCst) > 0);
-    let in_memory = summary(&app.read().placement);
-    let in_database = summary(&store.inner.load().expect("load").state.placement);
-    assert_eq!(in_memory, in_database, "memory and database disagree after failed group commits");
-    assert_eq!(in_database.len(), ok.load(Ordering::SeqCst), "exactly the acknowledged writes are durable");
+    (ok.load(Ordering::SeqCst), failed.load(Ordering::SeqCst))
+}
+
+#[test]
+fn group_commit_survives_injected_failures() {
+    let dir = fresh_dir("group-commit");
+    // The start-up sync is commit #1; fail every 7th commit after that.
+    let (app, store) = app(&dir, 7);
+    let (ok, failed) = run_writers(
+        &app,
+        8,
+        60,
+        |app, t, i| add_trait(app, format!("CUSTOM_T{t}_{i}")),
+        |err| matches!(err, StoreError::Unavailable(_)),
+    );
+    assert!(failed > 0, "the fault injection must have hit some batches");
+    assert!(ok > 0);
+    assert_eq!(durable_traits(&app, &store), ok, "exactly the acknowledged writes are durable");
     drop(app);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -125,45 +157,27 @@ fn group_commit_survives_injected_failures() {
 /// with the database.
 #[test]
 fn a_panicking_plan_fails_only_its_writer() {
-    let dir = std::env::temp_dir().join(format!("berth-plan-panic-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = fresh_dir("plan-panic");
     let (app, store) = app(&dir, 0);
-    let ok = Arc::new(AtomicUsize::new(0));
-    let panicked = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..6)
-        .map(|t| {
-            let (app, ok, panicked) = (app.clone(), ok.clone(), panicked.clone());
-            std::thread::spawn(move || {
-                for i in 0..40 {
-                    let result = if (t + i) % 5 == 0 {
-                        app.write(|_| -> Result<(berth_compute_model::WorldChangeSet, ()), StoreError> {
-                            panic!("planning bug")
-                        })
-                    } else {
-                        add_trait(&app, format!("CUSTOM_P{t}_{i}"))
-                    };
-                    match result {
-                        Ok(()) => ok.fetch_add(1, Ordering::SeqCst),
-                        Err(err) => {
-                            assert!(matches!(err, StoreError::Internal(_)), "{err:?}");
-                            panicked.fetch_add(1, Ordering::SeqCst)
-                        }
-                    };
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("writer thread");
-    }
-    assert_eq!(panicked.load(Ordering::SeqCst), 48, "every panicking plan is its writer's error");
-    assert_eq!(ok.load(Ordering::SeqCst), 192);
+    let (ok, panicked) = run_writers(
+        &app,
+        6,
+        40,
+        |app, t, i| {
+            if (t + i) % 5 == 0 {
+                app.write(|_| -> Result<(berth_compute_model::WorldChangeSet, ()), StoreError> {
+                    panic!("planning bug")
+                })
+            } else {
+                add_trait(app, format!("CUSTOM_P{t}_{i}"))
+            }
+        },
+        |err| matches!(err, StoreError::Internal(_)),
+    );
+    assert_eq!(panicked, 48, "every panicking plan is its writer's error");
+    assert_eq!(ok, 192);
     add_trait(&app, "CUSTOM_AFTER".into()).expect("writes go on after panics");
-    let in_memory = summary(&app.read().placement);
-    let in_database = summary(&store.inner.load().expect("load").state.placement);
-    assert_eq!(in_memory, in_database);
-    assert_eq!(in_database.len(), 193);
+    assert_eq!(durable_traits(&app, &store), 193);
     drop(app);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -173,37 +187,18 @@ fn a_panicking_plan_fails_only_its_writer() {
 /// the writes after it go on: nothing is left queued or half applied.
 #[test]
 fn a_panicking_store_fails_its_batch_and_writes_go_on() {
-    let dir = std::env::temp_dir().join(format!("berth-store-panic-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = fresh_dir("store-panic");
     let (app, store) = app_with(&dir, 0, 5);
-    let ok = Arc::new(AtomicUsize::new(0));
-    let failed = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..6)
-        .map(|t| {
-            let (app, ok, failed) = (app.clone(), ok.clone(), failed.clone());
-            std::thread::spawn(move || {
-                for i in 0..40 {
-                    match add_trait(&app, format!("CUSTOM_S{t}_{i}")) {
-                        Ok(()) => ok.fetch_add(1, Ordering::SeqCst),
-                        Err(err) => {
-                            assert!(matches!(err, StoreError::Internal(_)), "{err:?}");
-                            failed.fetch_add(1, Ordering::SeqCst)
-                        }
-                    };
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("writer thread");
-    }
-    assert!(failed.load(Ordering::SeqCst) > 0, "some batches must have hit the panic");
-    assert_eq!(ok.load(Ordering::SeqCst) + failed.load(Ordering::SeqCst), 240, "every writer got an answer");
-    let in_memory = summary(&app.read().placement);
-    let in_database = summary(&store.inner.load().expect("load").state.placement);
-    assert_eq!(in_memory, in_database, "memory and database disagree after a panicking store");
-    assert_eq!(in_database.len(), ok.load(Ordering::SeqCst), "exactly the acknowledged writes are durable");
+    let (ok, failed) = run_writers(
+        &app,
+        6,
+        40,
+        |app, t, i| add_trait(app, format!("CUSTOM_S{t}_{i}")),
+        |err| matches!(err, StoreError::Internal(_)),
+    );
+    assert!(failed > 0, "some batches must have hit the panic");
+    assert_eq!(ok + failed, 240, "every writer got an answer");
+    assert_eq!(durable_traits(&app, &store), ok, "exactly the acknowledged writes are durable");
     drop(app);
     let _ = std::fs::remove_dir_all(&dir);
 }
