@@ -390,17 +390,17 @@ impl App {
             return;
         }
         let mut st = lock_shared(&shared.state);
-        let result = match result {
-            Ok(_) if st.open_batch == batch => Err(StoreError::Internal("the store did not run the batch".into())),
-            other => other,
-        };
+        let mut result = result;
         if st.open_batch == batch {
             // The batch never closed: the transaction failed before its
-            // plans ran, or while they ran. The plans still queued never
-            // ran; their writers get the error, and the plans are dropped
-            // here, before the writers wake.
+            // plans ran, or while they ran (or the store never ran them).
+            // The plans still queued never ran; their writers get the
+            // error, and the plans are dropped here, before they wake.
             st.open_batch += 1;
             st.queue.clear();
+            if result.is_ok() {
+                result = Err(StoreError::Internal("the store did not run the batch".into()));
+            }
         }
         match result {
             Ok(Some(seq)) => {
