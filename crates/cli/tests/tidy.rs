@@ -2,7 +2,8 @@
 //! nothing that does I/O, only store crates know SQL, the API crates reach
 //! storage only through the runtime, no crate depends on a crate on a floor
 //! above its own, nothing depends on the binary or (but the binary) on the
-//! benchmarks, and every Rust file starts with a `//!` module doc.
+//! benchmarks, every Rust file starts with a `//!` module doc, and
+//! README.md and ARCHITECTURE.md keep to their line budgets.
 
 use std::path::{Path, PathBuf};
 
@@ -263,4 +264,19 @@ fn the_architecture_crate_graph_is_current() {
         actual.insert(name, (floor, uses));
     }
     assert_eq!(documented, actual, "ARCHITECTURE.md's crate graph is out of date");
+}
+
+/// README.md and ARCHITECTURE.md keep to their line budgets (issue 36):
+/// each capability gets a line or two and a link, and detail goes to
+/// `docs/` in the same change that would push either file over.
+#[test]
+fn readme_and_architecture_keep_to_their_line_budgets() {
+    for (file, budget) in [("README.md", 250), ("ARCHITECTURE.md", 500)] {
+        let text = std::fs::read_to_string(workspace_root().join(file)).expect(file);
+        let n_lines = text.lines().count();
+        assert!(
+            n_lines <= budget,
+            "{file} has {n_lines} lines, over its budget of {budget}: move detail to docs/ (see the note at its top)"
+        );
+    }
 }
