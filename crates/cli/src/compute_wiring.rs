@@ -141,10 +141,7 @@ impl NatsBroker {
 }
 
 impl berth_compute::pull::Broker for NatsBroker {
-    fn publish(
-        &self,
-        boot: berth_compute::pull::Publication,
-    ) -> berth_compute::pull::BoxFuture<'_, Result<(), String>> {
+    fn publish(&self, boot: berth_compute::pull::Publication) -> berth_compute::BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             let queues = self.queues().await?;
             let known = self.consumers.lock().unwrap_or_else(|p| p.into_inner()).contains(&boot.queue);
@@ -163,7 +160,7 @@ impl berth_compute::hub::HostChannel for NatsBroker {
     fn send(
         &self,
         task: &berth_compute::hub::Task,
-    ) -> berth_compute::pull::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
+    ) -> berth_compute::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
         use berth_compute::hub::HostSendFailure;
         // The same JSON the long poll hands out.
         let payload = berth_compute_api::handlers::agents::task_json(task).to_string().into_bytes();
