@@ -1,12 +1,12 @@
 //! A boot's steps that the push conductor ([`crate::conductor`]) and pull
 //! mode ([`crate::pull`]) share: the job ([`BootJob`]) and its build
-//! requests read from the control state ([`load`]), one scheduler round
-//! ([`schedule_round`]), the instances' rows written into their chosen
-//! cells ([`row_ops`], [`write_cells`]), claimed builds handed to their
-//! hosts ([`finish_claims`]), boots no host takes buried in cell0
-//! ([`bury`]), and a failed build given up ([`failed_build_ops`]), with
-//! the instance action events they record. It uses neither of the two:
-//! each drives a boot through these steps in its own order.
+//! requests read from the control state (`load`), one scheduler round
+//! (`schedule_round`), the instances' rows written into their chosen
+//! cells (`row_ops`, `write_cells`), claimed builds handed to their hosts
+//! (`finish_claims`), boots no host takes buried in cell0 (`bury`), and a
+//! failed build given up (`failed_build_ops`), with the instance action
+//! events they record. It uses neither of the two: each drives a boot
+//! through these steps in its own order.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
