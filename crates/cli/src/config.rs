@@ -43,7 +43,7 @@ pub(crate) struct FileConfig {
     /// Let noauth2 listen on a non-loopback address.
     pub(crate) allow_noauth2_on_network: Option<bool>,
     /// Who may read /metrics and /healthcheck.
-    pub(crate) operational_access: Option<crate::router::OperationalAccess>,
+    pub(crate) operational_access: Option<crate::services::OperationalAccess>,
     /// CORS allowed origin.
     pub(crate) cors_allowed_origin: Option<String>,
     /// CORS extra allowed headers (comma separated).

@@ -11,8 +11,10 @@ mod credential_cmd;
 mod dashboard;
 mod keystone;
 mod logging;
+mod paths;
 mod router;
 mod serve;
+mod services;
 mod transport;
 
 use clap::{Parser, Subcommand};

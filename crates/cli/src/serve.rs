@@ -89,7 +89,7 @@ pub(crate) struct ServeOpts {
     /// Who may read `/metrics` and `/healthcheck`: `loopback-or-admin`
     /// (default), `admin`, or `anyone`.
     #[arg(long, env = "BERTH_OPERATIONAL_ACCESS", value_enum)]
-    operational_access: Option<crate::router::OperationalAccess>,
+    operational_access: Option<crate::services::OperationalAccess>,
     /// CORS allowed origin; empty disables CORS.
     #[arg(long, env = "BERTH_CORS_ALLOWED_ORIGIN")]
     cors_allowed_origin: Option<String>,
@@ -343,7 +343,7 @@ struct Settings {
     /// The token validator (keystone auth).
     validator: Option<Arc<berth_identity::Validator>>,
     /// Who may read `/metrics` and `/healthcheck`.
-    operational_access: crate::router::OperationalAccess,
+    operational_access: crate::services::OperationalAccess,
     /// Certificate chain and key files (TLS on every listener).
     tls: Option<(PathBuf, PathBuf)>,
 }
@@ -612,7 +612,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         )?;
         let mut http = settings.http.clone();
         http.agent_credentials = Some(compute.agent_credentials());
-        let services = Arc::new(crate::router::Services {
+        let services = Arc::new(crate::services::Services {
             server: Server { config: http, metrics: Default::default() },
             core: app,
             placement,
@@ -630,8 +630,8 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         tracing::info!(listen = %local, scheme, data_dir = %settings.data_dir.display(), "berth serving");
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let own_listeners = [
-            (settings.compute_listen, crate::router::RootApi::Compute, "the compute API at /v2.1"),
-            (settings.reservation_listen, crate::router::RootApi::Reservation, "the reservation API at /v1"),
+            (settings.compute_listen, crate::paths::RootApi::Compute, "the compute API at /v2.1"),
+            (settings.reservation_listen, crate::paths::RootApi::Reservation, "the reservation API at /v1"),
         ];
         for (addr, api, what) in own_listeners {
             let Some(addr) = addr else { continue };
