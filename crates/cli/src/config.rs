@@ -50,6 +50,12 @@ pub(crate) struct FileConfig {
     pub(crate) cors_allow_headers: Option<String>,
     /// Largest request body in bytes.
     pub(crate) max_body_bytes: Option<usize>,
+    /// Idle keep-alive timeout in seconds (0: close after every response).
+    pub(crate) keepalive_timeout: Option<u64>,
+    /// Requests per connection before it is closed (0: no cap).
+    pub(crate) max_requests_per_connection: Option<u64>,
+    /// Seconds a request head may take to arrive.
+    pub(crate) header_read_timeout: Option<u64>,
     /// Log filter (tracing env-filter syntax).
     pub(crate) log: Option<String>,
     /// Log line format: text or json.

@@ -7,6 +7,7 @@ mod agent;
 mod cell_cmd;
 mod compute_wiring;
 mod config;
+mod connections;
 mod credential_cmd;
 mod dashboard;
 mod keystone;
