@@ -5,9 +5,39 @@
 #   scripts/conformance.sh [sqlite|postgres] [extra run.py args...]
 # postgres uses $DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres);
 # every YAML file gets a fresh schema named after its work directory.
+#
+#   scripts/conformance.sh compute|compute-extra|image
+# runs upstream Tempest 47's compute (or image v2) API tests against berth
+# in Keystone mode (scripts/tempest/: a throwaway Keystone on the local
+# PostgreSQL, berth with four fake hosts, the catalog), and fails on any
+# failed test; compute-extra is the supplementary configuration (resize
+# on, classes that only ask for a default network run without Neutron).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backend=${1:-sqlite}; shift || true
+case "$backend" in
+  compute|compute-extra|image)
+    cargo build --release --locked -q
+    case "$backend" in
+      image) regex='^tempest\.api\.image\.v2' ;;
+      *) regex='^tempest\.api\.compute' ;;
+    esac
+    export BERTH_BIN="$PWD/target/release/berth"
+    work=${TEMPEST_WORK:-/tmp/tempest-work}
+    trap 'bash scripts/tempest/run_tempest.sh stop' EXIT
+    bash scripts/tempest/run_tempest.sh start
+    if [ "$backend" = compute-extra ]; then
+      bash scripts/tempest/run_tempest.sh extra "$regex"
+    else
+      bash scripts/tempest/run_tempest.sh run "$regex"
+    fi
+    bash scripts/tempest/run_tempest.sh summary
+    if [ -s "$work/failing.txt" ]; then
+      echo "tempest: $(wc -l <"$work/failing.txt") failing (list: $work/failing.txt; console: $work/last-run.txt)" >&2
+      exit 1
+    fi
+    exit 0 ;;
+esac
 harness=${CONFORMANCE_DIR:-../shared/placement-conformance}
 cargo build --release --locked -q
 bin="$PWD/target/release/berth"
