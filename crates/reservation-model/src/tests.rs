@@ -2,7 +2,15 @@
 
 use std::collections::BTreeMap;
 
+use berth_compute_model::lease::{
+    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseStatus, ReservableHost, ReservationKind,
+};
+use berth_compute_model::ComputeChange as C;
+use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet};
+use berth_model::Uuid;
+
 use super::*;
+use crate::admission::{Admission, Overlay};
 
 const H: i64 = 3600;
 
