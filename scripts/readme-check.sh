@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Runs the README's shell commands that need no external client (the
-# blocks marked `<!-- readme-check ... -->`, such as "Querying placement")
-# against a fresh `berth serve` started as the README's first command starts
-# it (--fake-hosts 4, embedded SQLite), on a free loopback port instead of
-# 8778. Any failing command fails the script. The binary is $BERTH_BIN
-# (default target/debug/berth); the whole run is bounded to 30 s.
+# Runs the documented shell commands that need no external client (the
+# blocks marked `<!-- readme-check ... -->`: README.md's "Querying
+# placement", docs/BLAZAR.md's end-of-lease example) against a fresh
+# `berth serve` started as the README's first command starts it
+# (--fake-hosts 4, embedded SQLite), on a free loopback port instead of
+# 8778, in the order the files are given. Every file given must hold at
+# least one marked block. Any failing command fails the script. The binary
+# is $BERTH_BIN (default target/debug/berth); the whole run is bounded to
+# 30 s.
 #
-#   BERTH_BIN=target/release/berth scripts/readme-check.sh [README.md]
+#   BERTH_BIN=target/release/berth scripts/readme-check.sh [FILE.md ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BERTH_BIN="${BERTH_BIN:-target/debug/berth}"
-README="${1:-README.md}"
+if [ "$#" -gt 0 ]; then DOCS=("$@"); else DOCS=(README.md docs/BLAZAR.md); fi
 DEADLINE=$((SECONDS + 30))
 
 if [ ! -x "$BERTH_BIN" ]; then
@@ -33,27 +36,29 @@ cleanup() {
 trap cleanup EXIT
 
 # The marked blocks: the first ```sh fence after each marker line.
-python3 - "$README" >"$WORK/blocks.sh" <<'PY'
+python3 - "${DOCS[@]}" >"$WORK/blocks.sh" <<'PY'
 import sys
-lines = open(sys.argv[1], encoding="utf-8").read().split("\n")
-out, i, n = [], 0, 0
-while i < len(lines):
-    if lines[i].startswith("<!-- readme-check"):
-        j = i + 1
-        while j < len(lines) and not lines[j].startswith("```sh"):
-            j += 1
-        k = j + 1
-        while k < len(lines) and lines[k] != "```":
-            k += 1
-        if k >= len(lines):
-            sys.exit("readme-check: unterminated block after line %d" % (i + 1))
-        n += 1
-        out.append("echo '== README block %d (line %d) =='" % (n, j + 1))
-        out.extend(lines[j + 1:k])
-        i = k
-    i += 1
-if n == 0:
-    sys.exit("readme-check: no <!-- readme-check --> block in " + sys.argv[1])
+out = []
+for path in sys.argv[1:]:
+    lines = open(path, encoding="utf-8").read().split("\n")
+    i, n = 0, 0
+    while i < len(lines):
+        if lines[i].startswith("<!-- readme-check"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```sh"):
+                j += 1
+            k = j + 1
+            while k < len(lines) and lines[k] != "```":
+                k += 1
+            if k >= len(lines):
+                sys.exit("readme-check: unterminated block after %s line %d" % (path, i + 1))
+            n += 1
+            out.append("echo '== %s block %d (line %d) =='" % (path, n, j + 1))
+            out.extend(lines[j + 1:k])
+            i = k
+        i += 1
+    if n == 0:
+        sys.exit("readme-check: no <!-- readme-check --> block in " + path)
 print("\n".join(out))
 PY
 
@@ -82,12 +87,12 @@ until [ "$(curl -sf -H 'X-Auth-Token: admin' "http://127.0.0.1:$PORT/compute/v2.
   sleep 0.1
 done
 
-# The README's port is 8778; this server's is $PORT.
+# The documents' port is 8778; this server's is $PORT.
 sed "s/127\.0\.0\.1:8778/127.0.0.1:$PORT/g" "$WORK/blocks.sh" >"$WORK/run.sh"
 LEFT=$((DEADLINE - SECONDS))
 if [ "$LEFT" -lt 1 ]; then LEFT=1; fi
 if ! timeout "$LEFT" bash -euo pipefail "$WORK/run.sh"; then
-  echo "readme-check: a README command failed (commands in $README, server log below)" >&2
+  echo "readme-check: a documented command failed (commands in ${DOCS[*]}, server log below)" >&2
   tail -n 20 "$WORK/server.log" >&2
   exit 1
 fi

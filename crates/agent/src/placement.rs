@@ -16,8 +16,9 @@ use crate::{HostShape, Link, VgpuLayout};
 /// retries a few times, then the next periodic tries again).
 const CONFLICT_RETRIES: usize = 4;
 
-/// Traits the control plane sets on compute node providers, which the
-/// agent's report keeps.
+/// Traits the control plane sets on compute node providers (a disabled
+/// service's `COMPUTE_STATUS_DISABLED`): never the agent's, so a restart or
+/// a reshape does not silently re-enable a host.
 const CONTROL_PLANE_TRAITS: &[&str] = &["COMPUTE_STATUS_DISABLED"];
 
 /// One provider of a host's tree, as the agent wants it.
@@ -169,35 +170,67 @@ pub async fn ensure_tree(link: &Link, root_uuid: Uuid, tree: &[DesiredProvider])
         };
         uuids.insert(provider.name.clone(), uuid);
         put_with_retries(link, uuid, "inventories", |generation| inventories_body(generation, provider)).await?;
-        if !provider.traits.is_empty() {
+        // A compute node's traits are always reconciled (its capability
+        // traits may have gone); a child's only when the agent reports some.
+        if provider.parent.is_none() || !provider.traits.is_empty() {
             for name in provider.traits.iter().filter(|t| t.starts_with("CUSTOM_")) {
                 let resp = link.placement(reqwest::Method::PUT, &format!("/traits/{name}"), None).await?;
                 if !resp.status().is_success() {
                     bail!("creating trait {name}: {}", resp.status());
                 }
             }
-            // The control plane owns the status traits (a disabled
-            // service's COMPUTE_STATUS_DISABLED): keep them, as
-            // nova-compute's resource tracker does, so a restart or a
-            // reshape does not silently re-enable a host.
-            let mut traits = provider.traits.clone();
-            let path = format!("/resource_providers/{uuid}/traits");
-            let current: Value = link.placement(reqwest::Method::GET, &path, None).await?.json().await?;
-            for name in current["traits"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-                if CONTROL_PLANE_TRAITS.contains(&name) && !traits.iter().any(|t| t == name) {
-                    traits.push(name.to_owned());
-                }
-            }
-            put_with_retries(
-                link,
-                uuid,
-                "traits",
-                move |generation| json!({"resource_provider_generation": generation, "traits": traits}),
-            )
-            .await?;
+            put_traits(link, uuid, &provider.traits).await?;
         }
     }
     Ok(())
+}
+
+/// Whether the agent (its driver) owns `name` on its providers: the
+/// capability (`COMPUTE_*`, but not the control plane's status traits)
+/// and CPU feature (`HW_CPU_*`) namespaces, as nova-compute's drivers add
+/// and remove only those. Every other trait on the provider (an
+/// operator's `CUSTOM_GOLD`, a `STORAGE_DISK_SSD` set by hand) is kept.
+fn agent_owns(name: &str) -> bool {
+    (name.starts_with("COMPUTE_") && !CONTROL_PLANE_TRAITS.contains(&name)) || name.starts_with("HW_CPU_")
+}
+
+/// The traits a provider should carry: the agent's `reported` ones, plus
+/// every trait of `current` the agent does not own (sorted, no repeats).
+pub(crate) fn merged_traits<'a>(reported: &[String], current: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut traits: Vec<String> = reported.to_vec();
+    traits.extend(current.into_iter().filter(|name| !agent_owns(name)).map(str::to_owned));
+    traits.sort();
+    traits.dedup();
+    traits
+}
+
+/// Put `reported` on the provider, keeping what the agent does not own
+/// (read inside each attempt, so an operator's trait put between the read
+/// and the write makes a generation conflict and a fresh read, not a loss).
+async fn put_traits(link: &Link, uuid: Uuid, reported: &[String]) -> anyhow::Result<()> {
+    let path = format!("/resource_providers/{uuid}/traits");
+    for _ in 0..CONFLICT_RETRIES {
+        let current: Value = link.placement(reqwest::Method::GET, &path, None).await?.json().await?;
+        let generation = current["resource_provider_generation"].as_i64().context("traits without generation")?;
+        let have: Vec<&str> = current["traits"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let traits = merged_traits(reported, have.iter().copied());
+        let mut sorted_have: Vec<&str> = have.clone();
+        sorted_have.sort_unstable();
+        sorted_have.dedup();
+        if sorted_have == traits.iter().map(String::as_str).collect::<Vec<_>>() {
+            return Ok(());
+        }
+        let body = json!({"resource_provider_generation": generation, "traits": traits});
+        let resp = link.placement(reqwest::Method::PUT, &path, Some(body)).await?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        if resp.status() != reqwest::StatusCode::CONFLICT {
+            bail!("PUT traits of {uuid}: {} {}", resp.status(), resp.text().await.unwrap_or_default());
+        }
+        tracing::debug!(%uuid, "generation conflict on traits; refreshing and retrying");
+    }
+    bail!("PUT traits of {uuid}: still conflicting after {CONFLICT_RETRIES} attempts")
 }
 
 async fn find_by_name(link: &Link, name: &str) -> anyhow::Result<Option<Uuid>> {
@@ -279,6 +312,23 @@ mod tests {
         let vcpus: i64 = tree.iter().filter_map(|p| p.inventories.get("VCPU")).map(|i| i.0).sum();
         assert_eq!(vcpus, shape.vcpus);
         assert_eq!(tree[2].parent.as_deref(), Some("h1_NUMA0"));
+    }
+
+    #[test]
+    fn merged_traits_keep_what_the_agent_does_not_own() {
+        let reported = vec!["COMPUTE_NODE".to_owned(), "HW_CPU_X86_AVX".to_owned()];
+        let current = [
+            "CUSTOM_GOLD",
+            "COMPUTE_STATUS_DISABLED",
+            "COMPUTE_VOLUME_MULTI_ATTACH",
+            "HW_CPU_X86_SSE",
+            "STORAGE_DISK_SSD",
+        ];
+        assert_eq!(
+            merged_traits(&reported, current),
+            vec!["COMPUTE_NODE", "COMPUTE_STATUS_DISABLED", "CUSTOM_GOLD", "HW_CPU_X86_AVX", "STORAGE_DISK_SSD"]
+        );
+        assert_eq!(merged_traits(&[], ["CUSTOM_GOLD", "CUSTOM_GOLD"]), vec!["CUSTOM_GOLD"]);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use berth_reservations::{ReservationConfig, Reservations};
 use berth_store::{CellStore, StoreError};
 use uuid::Uuid;
 
-use crate::router::Target;
+use crate::paths::{RootApi, Target};
 
 /// The compute APIs of one process.
 pub(crate) struct ComputeServices {
@@ -141,10 +141,7 @@ impl NatsBroker {
 }
 
 impl berth_compute::pull::Broker for NatsBroker {
-    fn publish(
-        &self,
-        boot: berth_compute::pull::Publication,
-    ) -> berth_compute::pull::BoxFuture<'_, Result<(), String>> {
+    fn publish(&self, boot: berth_compute::pull::Publication) -> berth_compute::BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             let queues = self.queues().await?;
             let known = self.consumers.lock().unwrap_or_else(|p| p.into_inner()).contains(&boot.queue);
@@ -163,7 +160,7 @@ impl berth_compute::hub::HostChannel for NatsBroker {
     fn send(
         &self,
         task: &berth_compute::hub::Task,
-    ) -> berth_compute::pull::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
+    ) -> berth_compute::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
         use berth_compute::hub::HostSendFailure;
         // The same JSON the long poll hands out.
         let payload = berth_compute_api::handlers::agents::task_json(task).to_string().into_bytes();
@@ -315,10 +312,10 @@ impl ComputeServices {
     }
 
     /// The error renderer of the API served alone on a listener.
-    pub(crate) fn root_error_renderer(&self, api: crate::router::RootApi) -> berth_http::ErrorRenderer {
+    pub(crate) fn root_error_renderer(&self, api: RootApi) -> berth_http::ErrorRenderer {
         match api {
-            crate::router::RootApi::Compute => self.compute_api.render_error,
-            crate::router::RootApi::Reservation => self.reservation_api.render_error,
+            RootApi::Compute => self.compute_api.render_error,
+            RootApi::Reservation => self.reservation_api.render_error,
         }
     }
 
@@ -326,18 +323,18 @@ impl ComputeServices {
     /// `--reservation-listen`).
     pub(crate) async fn dispatch_root(
         &self,
-        api: crate::router::RootApi,
+        api: RootApi,
         server: &Server,
         path: &str,
         request: axum::extract::Request,
     ) -> Response<Body> {
         match api {
-            crate::router::RootApi::Compute => {
+            RootApi::Compute => {
                 let rest = strip_project(path);
                 let rest = if rest.is_empty() { "/" } else { &rest };
                 berth_http::dispatch(&self.root_ctx, &self.compute_api, server, rest, request).await
             }
-            crate::router::RootApi::Reservation => {
+            RootApi::Reservation => {
                 let rest = if path.is_empty() { "/" } else { path };
                 berth_http::dispatch(&self.reservation_root_ctx, &self.reservation_api, server, rest, request).await
             }

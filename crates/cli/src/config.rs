@@ -43,13 +43,19 @@ pub(crate) struct FileConfig {
     /// Let noauth2 listen on a non-loopback address.
     pub(crate) allow_noauth2_on_network: Option<bool>,
     /// Who may read /metrics and /healthcheck.
-    pub(crate) operational_access: Option<crate::router::OperationalAccess>,
+    pub(crate) operational_access: Option<crate::services::OperationalAccess>,
     /// CORS allowed origin.
     pub(crate) cors_allowed_origin: Option<String>,
     /// CORS extra allowed headers (comma separated).
     pub(crate) cors_allow_headers: Option<String>,
     /// Largest request body in bytes.
     pub(crate) max_body_bytes: Option<usize>,
+    /// Idle keep-alive timeout in seconds (0: close after every response).
+    pub(crate) keepalive_timeout: Option<u64>,
+    /// Requests per connection before it is closed (0: no cap).
+    pub(crate) max_requests_per_connection: Option<u64>,
+    /// Seconds a request head may take to arrive.
+    pub(crate) header_read_timeout: Option<u64>,
     /// Log filter (tracing env-filter syntax).
     pub(crate) log: Option<String>,
     /// Log line format: text or json.

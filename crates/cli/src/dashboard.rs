@@ -20,7 +20,7 @@ use berth_scheduler::HostHealth;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::router::Services;
+use crate::services::Services;
 
 const INDEX_HTML: &str = include_str!("../assets/dashboard/index.html");
 const APP_JS: &str = include_str!("../assets/dashboard/app.js");
@@ -157,7 +157,7 @@ pub(crate) async fn serve(services: &Services, rest: &str, request: axum::extrac
             if let Some(refused) = admin_only(&caller) {
                 return refused;
             }
-            let (counters, gauges) = crate::router::collect_metrics(services);
+            let (counters, gauges) = crate::services::collect_metrics(services);
             let counters: BTreeMap<&str, u64> = counters.iter().map(|(n, _, v)| (*n, *v)).collect();
             let gauges: BTreeMap<&str, f64> = gauges.iter().map(|(n, _, v)| (*n, *v)).collect();
             let latency: Vec<Value> = services

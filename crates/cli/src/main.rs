@@ -7,12 +7,15 @@ mod agent;
 mod cell_cmd;
 mod compute_wiring;
 mod config;
+mod connections;
 mod credential_cmd;
 mod dashboard;
 mod keystone;
 mod logging;
+mod paths;
 mod router;
 mod serve;
+mod services;
 mod transport;
 
 use clap::{Parser, Subcommand};

@@ -10,36 +10,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, Method, Response, StatusCode};
-use berth_http::{Api, Server};
-use berth_placement_api::Placement;
 use serde_json::json;
 
-/// Everything the listener serves.
-pub(crate) struct Services {
-    pub(crate) server: Server,
-    pub(crate) core: Arc<berth_core::App>,
-    pub(crate) placement: Arc<Placement>,
-    pub(crate) placement_api: Api<Placement>,
-    pub(crate) compute: Option<crate::compute_wiring::ComputeServices>,
-    /// The Keystone token validator (keystone auth).
-    pub(crate) keystone: Option<Arc<berth_identity::Validator>>,
-    /// Who may read `/metrics` and `/healthcheck`.
-    pub(crate) operational_access: OperationalAccess,
-}
-
-/// Who may read `/metrics` and `/healthcheck` (`--operational-access`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum OperationalAccess {
-    /// Callers on a loopback address, and admins from anywhere.
-    #[default]
-    LoopbackOrAdmin,
-    /// Admins only (an admin token in the listener's auth mode).
-    Admin,
-    /// Anyone who can reach the listener (e.g. a load balancer's health
-    /// check on another host).
-    Anyone,
-}
+use crate::paths::{target, RootApi, Target};
+use crate::services::{collect_metrics, OperationalAccess, Services};
 
 /// May this request read the operational endpoints? `Err` is the answer
 /// (401 without a valid identity, 403 for a non-admin).
@@ -60,89 +34,6 @@ async fn operational_allowed(
         Err(err) => err.status,
     };
     Err(Response::builder().status(status).body(Body::empty()).unwrap_or_default())
-}
-
-/// Which API a path belongs to, and the path within it.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Target<'a> {
-    /// `/healthcheck` or `/metrics`.
-    Operational,
-    /// Placement.
-    Placement(&'a str),
-    /// The compute API (`/compute...`; `rest` starts after `/compute`).
-    Compute(&'a str),
-    /// The image API (after `/image`).
-    Image(&'a str),
-    /// The agent API (after `/agent/v1`).
-    Agent(&'a str),
-    /// berth's admin API (after `/admin/v1`).
-    Admin(&'a str),
-    /// The minimal identity endpoints (after `/identity`).
-    Identity(&'a str),
-    /// The reservation API (after `/reservation`).
-    Reservation(&'a str),
-    /// The operator dashboard (after `/dashboard`).
-    Dashboard(&'a str),
-}
-
-fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
-    let rest = path.strip_prefix(prefix)?;
-    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
-}
-
-/// Route a path to its API.
-pub(crate) fn target(path: &str) -> Target<'_> {
-    if path == "/healthcheck" || path == "/metrics" {
-        return Target::Operational;
-    }
-    if let Some(rest) = under(path, "/placement") {
-        return Target::Placement(if rest.is_empty() { "/" } else { rest });
-    }
-    if let Some(rest) = under(path, "/compute") {
-        return Target::Compute(rest);
-    }
-    if let Some(rest) = under(path, "/image") {
-        return Target::Image(rest);
-    }
-    if let Some(rest) = under(path, "/agent/v1") {
-        return Target::Agent(rest);
-    }
-    if let Some(rest) = under(path, "/admin/v1") {
-        return Target::Admin(rest);
-    }
-    if let Some(rest) = under(path, "/identity") {
-        return Target::Identity(rest);
-    }
-    if let Some(rest) = under(path, "/reservation") {
-        return Target::Reservation(rest);
-    }
-    if let Some(rest) = under(path, "/dashboard") {
-        return Target::Dashboard(rest);
-    }
-    Target::Placement(path)
-}
-
-impl Services {
-    /// The error renderer of the API `path` belongs to (on a listener
-    /// serving `root` alone, that API's).
-    pub(crate) fn error_renderer(&self, path: &str, root: Option<RootApi>) -> berth_http::ErrorRenderer {
-        let placement = self.placement_api.render_error;
-        let Some(compute) = &self.compute else { return placement };
-        match (root, target(path)) {
-            (Some(root), _) => compute.root_error_renderer(root),
-            (None, Target::Placement(_) | Target::Operational | Target::Dashboard(_)) => placement,
-            (None, other) => compute.error_renderer(&other).unwrap_or(placement),
-        }
-    }
-}
-
-/// An API served alone at the root of its own listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RootApi {
-    /// `--compute-listen`: Nova's `/v2.1`.
-    Compute,
-    /// `--reservation-listen`: Blazar's `/v1`.
-    Reservation,
 }
 
 /// The axum router for one listener: every API under its prefix, or with
@@ -230,73 +121,4 @@ fn operational(services: &Services, path: &str) -> Response<Body> {
         .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
         .body(Body::from(text))
         .unwrap_or_default()
-}
-
-/// A counter sample: name, help, value.
-type Counter = (&'static str, &'static str, u64);
-/// A gauge sample: name, help, value.
-type Gauge = (&'static str, &'static str, f64);
-
-/// The process's counters and gauges (beside the HTTP ones): what
-/// `/metrics` renders and the dashboard's activity view reads.
-pub(crate) fn collect_metrics(services: &Services) -> (Vec<Counter>, Vec<Gauge>) {
-    let core = &services.core;
-    let (n_providers, n_consumers) = {
-        let world = core.read();
-        (world.placement.providers.len() as f64, world.placement.consumers.len() as f64)
-    };
-    let mut counters = core.metrics.counters();
-    counters.extend(services.placement.counters());
-    let mut gauges = vec![
-        ("berth_providers", "Resource providers in this process's snapshot.", n_providers),
-        ("berth_consumers", "Consumers with allocations in this process's snapshot.", n_consumers),
-        (
-            "berth_change_feed_staleness_seconds",
-            "Seconds since this process last caught up with the shared database's change feed (0 on SQLite).",
-            core.metrics.feed_staleness_seconds(),
-        ),
-    ];
-    if let Some(compute) = &services.compute {
-        counters.extend(compute.counters());
-        gauges.extend(compute.gauges());
-    }
-    if let Some(keystone) = &services.keystone {
-        counters.push((
-            "berth_keystone_token_validations_total",
-            "Tokens this process asked Keystone to validate (cache misses).",
-            keystone.calls(),
-        ));
-        counters.push((
-            "berth_keystone_service_tokens_total",
-            "Tokens this process issued for itself from its Keystone credentials.",
-            keystone.service_tokens_issued(),
-        ));
-        gauges.push(("berth_keystone_cached_tokens", "Validated tokens in the cache.", keystone.cached() as f64));
-    }
-    (counters, gauges)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_go_to_their_api() {
-        assert_eq!(target("/"), Target::Placement("/"));
-        assert_eq!(target("/resource_providers"), Target::Placement("/resource_providers"));
-        assert_eq!(target("/placement"), Target::Placement("/"));
-        assert_eq!(target("/placement/traits"), Target::Placement("/traits"));
-        assert_eq!(target("/placementx"), Target::Placement("/placementx"));
-        assert_eq!(target("/compute/v2.1/servers"), Target::Compute("/v2.1/servers"));
-        assert_eq!(target("/compute"), Target::Compute(""));
-        assert_eq!(target("/image/v2/images"), Target::Image("/v2/images"));
-        assert_eq!(target("/reservation/v1/leases"), Target::Reservation("/v1/leases"));
-        assert_eq!(target("/reservationx"), Target::Placement("/reservationx"));
-        assert_eq!(target("/agent/v1/work"), Target::Agent("/work"));
-        assert_eq!(target("/admin/v1/cells"), Target::Admin("/cells"));
-        assert_eq!(target("/metrics"), Target::Operational);
-        assert_eq!(target("/dashboard"), Target::Dashboard(""));
-        assert_eq!(target("/dashboard/api/capacity"), Target::Dashboard("/api/capacity"));
-        assert_eq!(target("/dashboardx"), Target::Placement("/dashboardx"));
-    }
 }

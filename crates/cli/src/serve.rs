@@ -89,7 +89,7 @@ pub(crate) struct ServeOpts {
     /// Who may read `/metrics` and `/healthcheck`: `loopback-or-admin`
     /// (default), `admin`, or `anyone`.
     #[arg(long, env = "BERTH_OPERATIONAL_ACCESS", value_enum)]
-    operational_access: Option<crate::router::OperationalAccess>,
+    operational_access: Option<crate::services::OperationalAccess>,
     /// CORS allowed origin; empty disables CORS.
     #[arg(long, env = "BERTH_CORS_ALLOWED_ORIGIN")]
     cors_allowed_origin: Option<String>,
@@ -99,6 +99,20 @@ pub(crate) struct ServeOpts {
     /// Largest accepted request body in bytes (413 above).
     #[arg(long, env = "BERTH_MAX_BODY_BYTES")]
     max_body_bytes: Option<usize>,
+    /// Seconds a connection may stay idle between requests before berth
+    /// closes it (default 5, Apache's `KeepAliveTimeout`; 0 closes after
+    /// every response). Clients that share one connection across forked
+    /// processes (nova-scheduler, nova-conductor) depend on it.
+    #[arg(long, env = "BERTH_KEEPALIVE_TIMEOUT")]
+    keepalive_timeout: Option<u64>,
+    /// Requests one connection may carry before berth closes it, after
+    /// that request's response (default 10000; 0: no cap).
+    #[arg(long, env = "BERTH_MAX_REQUESTS_PER_CONNECTION")]
+    max_requests_per_connection: Option<u64>,
+    /// Seconds a request's head may take to arrive, and a new connection
+    /// may stay silent (default 30).
+    #[arg(long, env = "BERTH_HEADER_READ_TIMEOUT")]
+    header_read_timeout: Option<u64>,
     /// YAML config file (lowest precedence).
     #[arg(long, env = "BERTH_CONFIG")]
     config: Option<PathBuf>,
@@ -332,6 +346,7 @@ struct Settings {
     log_color: crate::logging::LogColor,
     change_poll: std::time::Duration,
     feed_retention: Option<std::time::Duration>,
+    connections: crate::connections::ConnectionLimits,
     compute: crate::compute_wiring::ComputeSettings,
     compute_listen: Option<SocketAddr>,
     reservation_listen: Option<SocketAddr>,
@@ -343,7 +358,7 @@ struct Settings {
     /// The token validator (keystone auth).
     validator: Option<Arc<berth_identity::Validator>>,
     /// Who may read `/metrics` and `/healthcheck`.
-    operational_access: crate::router::OperationalAccess,
+    operational_access: crate::services::OperationalAccess,
     /// Certificate chain and key files (TLS on every listener).
     tls: Option<(PathBuf, PathBuf)>,
 }
@@ -565,6 +580,24 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         change_poll: std::time::Duration::from_millis(
             opts.change_poll_ms.or(file.change_poll_ms).unwrap_or(DEFAULT_CHANGE_POLL_MS),
         ),
+        connections: crate::connections::ConnectionLimits {
+            keepalive_timeout: std::time::Duration::from_secs(
+                opts.keepalive_timeout
+                    .or(file.keepalive_timeout)
+                    .unwrap_or(crate::connections::DEFAULT_KEEPALIVE_TIMEOUT_SECS),
+            ),
+            max_requests: opts
+                .max_requests_per_connection
+                .or(file.max_requests_per_connection)
+                .unwrap_or(crate::connections::DEFAULT_MAX_REQUESTS_PER_CONNECTION),
+            header_read_timeout: std::time::Duration::from_secs(
+                match opts.header_read_timeout.or(file.header_read_timeout) {
+                    Some(0) => anyhow::bail!("--header-read-timeout must be at least 1 second"),
+                    Some(secs) => secs,
+                    None => crate::connections::DEFAULT_HEADER_READ_TIMEOUT_SECS,
+                },
+            ),
+        },
     })
 }
 
@@ -612,7 +645,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         )?;
         let mut http = settings.http.clone();
         http.agent_credentials = Some(compute.agent_credentials());
-        let services = Arc::new(crate::router::Services {
+        let services = Arc::new(crate::services::Services {
             server: Server { config: http, metrics: Default::default() },
             core: app,
             placement,
@@ -630,8 +663,8 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         tracing::info!(listen = %local, scheme, data_dir = %settings.data_dir.display(), "berth serving");
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let own_listeners = [
-            (settings.compute_listen, crate::router::RootApi::Compute, "the compute API at /v2.1"),
-            (settings.reservation_listen, crate::router::RootApi::Reservation, "the reservation API at /v1"),
+            (settings.compute_listen, crate::paths::RootApi::Compute, "the compute API at /v2.1"),
+            (settings.reservation_listen, crate::paths::RootApi::Reservation, "the reservation API at /v1"),
         ];
         for (addr, api, what) in own_listeners {
             let Some(addr) = addr else { continue };
@@ -640,13 +673,10 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
             let router = crate::router::router(services.clone(), Some(api));
             let own = crate::transport::ErrorBodies::new(own, services.clone(), Some(api), tls.clone())?;
             let mut stop = stop_rx.clone();
-            tokio::spawn(async move {
-                let _ = axum::serve(own, router.into_make_service_with_connect_info::<crate::transport::Peer>())
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.changed().await;
-                    })
-                    .await;
-            });
+            let limits = settings.connections;
+            tokio::spawn(crate::connections::serve(own, router, limits, async move {
+                let _ = stop.changed().await;
+            }));
         }
         if settings.http.auth_mode == AuthMode::NoAuth2 {
             tracing::warn!(
@@ -725,15 +755,16 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
         // On a signal the in-process hosts stop first (their long polls
         // end), then the listeners drain.
         let router = crate::router::router(services.clone(), None);
-        axum::serve(
+        crate::connections::serve(
             crate::transport::ErrorBodies::new(listener, services, None, tls)?,
-            router.into_make_service_with_connect_info::<crate::transport::Peer>(),
+            router,
+            settings.connections,
+            async move {
+                shutdown_signal().await;
+                let _ = stop_tx.send(true);
+            },
         )
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            let _ = stop_tx.send(true);
-        })
-        .await?;
+        .await;
         tracing::info!("berth stopped");
         Ok(())
     })

@@ -17,7 +17,8 @@ use berth_http::ApiError;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
-use crate::router::{RootApi, Services};
+use crate::paths::RootApi;
+use crate::services::Services;
 
 /// hyper's longest request URI.
 const MAX_URI: usize = 65534;

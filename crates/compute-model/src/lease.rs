@@ -536,9 +536,25 @@ pub struct Booking {
 }
 
 impl Booking {
-    /// True when `[start, end)` overlaps the booking's window.
+    /// True when `[start, end)` overlaps the booking's window (a window
+    /// with `start == end` is its first second: [`held_until`]).
     pub fn overlaps(&self, start: Timestamp, end: Timestamp) -> bool {
-        self.start < end && start < self.end
+        self.start < held_until(start, end) && start < held_until(self.start, self.end)
+    }
+}
+
+/// The end of the time a window `[start, end)` holds a host: `end`, except
+/// that a window with `start == end` (a lease that starts and ends at the
+/// same minute, which Blazar accepts) holds its first second. So such a
+/// lease cannot be admitted onto a host booked at that instant (Blazar
+/// refuses it too, "Not enough hosts available"), and a later lease whose
+/// window contains that instant does not get the host either; a lease
+/// ending at the instant does not touch it (windows stay half-open).
+pub fn held_until(start: Timestamp, end: Timestamp) -> Timestamp {
+    if end > start {
+        end
+    } else {
+        start.saturating_add(1)
     }
 }
 
@@ -572,8 +588,10 @@ impl HostBookings {
         }
     }
 
-    /// Add a booking in order.
-    pub fn insert(&mut self, booking: Booking) {
+    /// Add a booking in order (a zero-length one held for its first
+    /// second, [`held_until`]).
+    pub fn insert(&mut self, mut booking: Booking) {
+        booking.end = held_until(booking.start, booking.end);
         let key = Self::key(&booking);
         let pos = self.list.partition_point(|b| Self::key(b) <= key);
         self.list.insert(pos, booking);
@@ -602,8 +620,10 @@ impl HostBookings {
         self.list.len()
     }
 
-    /// The bookings overlapping `[start, end)`, by start.
+    /// The bookings overlapping `[start, end)`, by start (a zero-length
+    /// window asks for its instant, [`held_until`]).
     pub fn overlapping(&self, start: Timestamp, end: Timestamp) -> impl Iterator<Item = &Booking> {
+        let end = held_until(start, end);
         // Every booking before `first` ends by `start`.
         let first = self.max_end.partition_point(|t| *t <= start);
         let last = self.list.partition_point(|b| b.start < end).max(first);

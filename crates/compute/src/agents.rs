@@ -14,7 +14,7 @@ use berth_model::{Change, ChangeSet};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
 
-use crate::conductor::EVENT_BUILD;
+use crate::build::EVENT_BUILD;
 use crate::control::{read, write};
 use crate::error::ServiceError;
 use crate::hub::{Task, AGENT_TASK_STATES};

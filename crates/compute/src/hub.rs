@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::pull::BoxFuture;
-
 use uuid::Uuid;
+
+use crate::BoxFuture;
 
 /// What an agent must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,8 @@
 //!   counted by the next scheduler runs;
 //! - [`conductor`]: the boot pipeline (schedule → claim → cell row →
 //!   agent), run by worker tasks fed from a queue;
+//! - [`build`]: the boot's steps the conductor and pull mode share (the
+//!   job, a scheduler round, the rows, handing builds out, burying);
 //! - [`servers`]: what the API asks of servers: show, list across cells,
 //!   delete, start/stop/reboot;
 //! - [`agents`]: what agents ask: register, heartbeat, work, events.
@@ -36,6 +38,7 @@
 
 pub mod action;
 pub mod agents;
+pub mod build;
 pub mod cells;
 pub mod conductor;
 pub mod control;
@@ -65,6 +68,11 @@ use crate::cells::Cells;
 use crate::control::Control;
 use crate::health::{Clock, Health};
 use crate::hub::Hub;
+
+/// A boxed future, for the trait objects the process wiring registers
+/// (pull mode's [`pull::Broker`], the hub's [`hub::HostChannel`] and
+/// [`hub::PeerChannel`]).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Settings of the compute runtime.
 #[derive(Debug, Clone)]
@@ -271,8 +279,8 @@ pub struct Compute {
     /// Takes boots over in their admission write (reserved servers);
     /// registered once by the process wiring.
     boot_extension: std::sync::OnceLock<Arc<dyn extension::BootExtension>>,
-    jobs: tokio::sync::mpsc::UnboundedSender<conductor::BootJob>,
-    jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<conductor::BootJob>>>,
+    jobs: tokio::sync::mpsc::UnboundedSender<build::BootJob>,
+    jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<build::BootJob>>>,
 }
 
 impl std::fmt::Debug for Compute {

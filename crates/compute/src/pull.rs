@@ -31,8 +31,6 @@
 //! (`plan_claim_requeued`, one write).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -49,13 +47,10 @@ use berth_scheduler::eligible_hosts;
 use berth_store::{CellOp, CellOutcome, Expect};
 use uuid::Uuid;
 
-use crate::conductor::{self, BootJob};
+use crate::build::{self, BootJob};
 use crate::control::{read, write};
 use crate::hub::Task;
-use crate::Compute;
-
-/// A boxed future (the broker is a trait object).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use crate::{BoxFuture, Compute};
 
 /// One boot to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,7 +232,7 @@ async fn publish_one(compute: &Compute, boot: Publication) -> bool {
 pub(crate) async fn deliver(compute: &Arc<Compute>, jobs: Vec<BootJob>) -> Vec<BootJob> {
     let mut push = Vec::new();
     for job in jobs {
-        let Some(boot) = conductor::load(compute, job.clone()) else { continue };
+        let Some(boot) = build::load(compute, job.clone()) else { continue };
         if boot.builds.is_empty() {
             continue;
         }
@@ -356,7 +351,7 @@ pub async fn outbox_pass(compute: &Arc<Compute>) {
         let instances = builds.iter().map(|b| b.instance_uuid).collect();
         let job = BootJob { instances, request_id: format!("req-{}", Uuid::new_v4()) };
         let reason = format!("No host claimed the boot within {timeout} s (pull mode).");
-        let buried = conductor::bury(compute, &job, &builds, &HashMap::new(), &reason).await;
+        let buried = build::bury(compute, &job, &builds, &HashMap::new(), &reason).await;
         compute.pull.metrics.timed_out.fetch_add(buried as u64, Ordering::Relaxed);
         let mut published = compute.pull.published.lock().unwrap_or_else(|p| p.into_inner());
         for build in &builds {
@@ -466,7 +461,7 @@ async fn bury_requeued(
     let now = compute.now();
     let reason = format!("No host claimed the requeued boot within {timeout} s (pull mode).");
     let message = format!("No valid host was found. {reason}");
-    let ops = conductor::failed_build_ops(instance, failed_host, message, reason, now);
+    let ops = build::failed_build_ops(instance, failed_host, message, reason, now);
     match handle.write(ops).await {
         Ok(outcomes) if outcomes.first() == Some(&CellOutcome::Done) => {
             compute.pull.metrics.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -559,7 +554,7 @@ pub enum PullClaim {
 /// `plan_claim`, one planned write), idempotent per instance.
 pub async fn claim_on_host(compute: &Arc<Compute>, instance: Uuid, host: &str) -> PullClaim {
     let job = BootJob { instances: vec![instance], request_id: format!("req-{}", Uuid::new_v4()) };
-    let Some(boot) = conductor::load(compute, job.clone()).filter(|b| !b.builds.is_empty()) else {
+    let Some(boot) = build::load(compute, job.clone()).filter(|b| !b.builds.is_empty()) else {
         if let Some(claim) = claim_requeued(compute, instance, host).await {
             return claim;
         }
@@ -587,7 +582,7 @@ pub async fn claim_on_host(compute: &Arc<Compute>, instance: Uuid, host: &str) -
         compute.pull.metrics.claims_refused.fetch_add(1, Ordering::Relaxed);
         PullClaim::Refused(why)
     };
-    let (choices, cells, in_flight) = match conductor::schedule_round(compute, &spec, &[instance], now) {
+    let (choices, cells, in_flight) = match build::schedule_round(compute, &spec, &[instance], now) {
         Ok(found) => found,
         Err(no_host) => return refused(no_host.0),
     };
@@ -605,7 +600,7 @@ pub async fn claim_on_host(compute: &Arc<Compute>, instance: Uuid, host: &str) -
     }
     compute.pull.metrics.claims.fetch_add(1, Ordering::Relaxed);
     compute.pull.published.lock().unwrap_or_else(|p| p.into_inner()).remove(&instance);
-    let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
+    let handed = build::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
     match Task::new(instance, host, task_state::SPAWNING) {
         Some(task) if handed.contains(&instance) => PullClaim::Claimed(task),
         _ => PullClaim::Gone,
@@ -619,15 +614,15 @@ pub async fn claim_on_host(compute: &Arc<Compute>, instance: Uuid, host: &str) -
 /// purged again.
 async fn rows_then_claim(
     compute: &Arc<Compute>,
-    boot: &conductor::Loaded,
+    boot: &build::Loaded,
     choices: &[InstanceChoices],
     cells: &[Option<Uuid>],
     now: i64,
 ) -> Result<(Claimed, HashMap<Uuid, Uuid>), String> {
     let mut inserted = HashMap::new();
     let mut ops = HashMap::new();
-    conductor::row_ops(&boot.job, &boot.builds, choices, cells, &mut inserted, now, &mut ops);
-    if let Err(err) = conductor::write_cells(compute, ops).await {
+    build::row_ops(&boot.job, &boot.builds, choices, cells, &mut inserted, now, &mut ops);
+    if let Err(err) = build::write_cells(compute, ops).await {
         purge_rows(compute, &inserted).await;
         return Err(format!("writing the instance rows failed: {err}"));
     }
@@ -675,7 +670,7 @@ pub async fn claim_gang(compute: &Arc<Compute>, instances: &[Uuid], hosts: &[Str
         compute.pull.metrics.claims_refused.fetch_add(1, Ordering::Relaxed);
         PullClaim::Refused(why)
     };
-    let Some(boot) = conductor::load(compute, job.clone()).filter(|b| !b.builds.is_empty()) else {
+    let Some(boot) = build::load(compute, job.clone()).filter(|b| !b.builds.is_empty()) else {
         // Claimed already (here: the same answer), or buried, or deleted.
         let placed: Option<Vec<(Uuid, String)>> = read(&*compute.control, |w| {
             instances
@@ -713,7 +708,7 @@ pub async fn claim_gang(compute: &Arc<Compute>, instances: &[Uuid], hosts: &[Str
             let mut spec = boot.spec.clone();
             spec.force_host = Some(hosts[at % hosts.len()].clone());
             spec.force_node = None;
-            match conductor::schedule_round(compute, &spec, &[build.instance_uuid], now) {
+            match build::schedule_round(compute, &spec, &[build.instance_uuid], now) {
                 Ok((mut chosen, mut in_cells, in_flight)) => {
                     choices.append(&mut chosen);
                     cells.append(&mut in_cells);
@@ -750,7 +745,7 @@ pub async fn claim_gang(compute: &Arc<Compute>, instances: &[Uuid], hosts: &[Str
             published.remove(instance);
         }
     }
-    let handed = conductor::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
+    let handed = build::finish_claims(compute, vec![(&boot.job, &claimed, &inserted)], false).await;
     let tasks: Vec<Task> = claimed
         .placed
         .iter()
@@ -782,11 +777,11 @@ async fn claim_requeued(compute: &Arc<Compute>, instance: Uuid, host: &str) -> O
     spec.force_node = None;
     compute.learn_unknown_hosts().await;
     let now = compute.now();
-    let (choices, _, in_flight) =
-        match conductor::schedule_round_ignoring(compute, &spec, &[instance], &failed_hosts, now) {
-            Ok(found) => found,
-            Err(no_host) => return Some(refused(no_host.0)),
-        };
+    let (choices, _, in_flight) = match build::schedule_round_ignoring(compute, &spec, &[instance], &failed_hosts, now)
+    {
+        Ok(found) => found,
+        Err(no_host) => return Some(refused(no_host.0)),
+    };
     let lend_lead = compute.config.scheduler.pool_lend_lead;
     let choices = choices.into_iter().next().unwrap_or(InstanceChoices { instance, choices: Vec::new() });
     let claim = write(&*compute.control, |w| plan_claim_requeued(w, &choices, now, lend_lead));
@@ -817,12 +812,12 @@ async fn claim_requeued(compute: &Arc<Compute>, instance: Uuid, host: &str) -> O
         ..Expect::default()
     };
     let mut ops =
-        vec![CellOp::UpdateInstance { uuid: instance, expect, update: conductor::spawning_on(compute, &node, now) }];
+        vec![CellOp::UpdateInstance { uuid: instance, expect, update: build::spawning_on(compute, &node, now) }];
     if let Some(request_id) = &request_id {
         ops.push(CellOp::StartEvent {
             instance,
             request_id: request_id.clone(),
-            event: conductor::EVENT_BUILD.to_owned(),
+            event: build::EVENT_BUILD.to_owned(),
             host: Some(node.host.clone()),
             at: now,
         });

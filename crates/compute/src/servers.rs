@@ -20,8 +20,8 @@ use berth_compute_model::{BuildRequest, CellMapping, ComputeError, InstanceMappi
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate, StoreError};
 use uuid::Uuid;
 
+use crate::build::BootJob;
 use crate::cells::{Cell, CellError};
-use crate::conductor::BootJob;
 use crate::control::{read, write};
 // `leases.rs` still names it here.
 pub use crate::error::ServiceError;

@@ -217,7 +217,7 @@ impl Compute {
                 Ok(MoveClaimed::Claimed(node)) => {
                     // Tests hold here to lose the cell update in a crash.
                     self.hooks.pass("after-unshelve-claim").await;
-                    let update = crate::conductor::placed_on(self, &node, self.now());
+                    let update = crate::build::placed_on(self, &node, self.now());
                     let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
                     let mut ops = vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }];
                     ops.push(self.finish_event(uuid, &caller.request_id, EVENT_UNSHELVE, None));
@@ -485,7 +485,7 @@ pub(crate) async fn redrive_unshelves(compute: &Compute, handle: &Arc<Cell>) {
         let request_id = compute.action_request_id(handle, &row.uuid, &["unshelve"]).await;
         let expect = Expect { host: Some(None), ..expect_task(&[], Some(task_state::UNSHELVING)) };
         let (update, error) = match &node {
-            Some(node) => (crate::conductor::placed_on(compute, node, now), None),
+            Some(node) => (crate::build::placed_on(compute, node, now), None),
             None => (
                 InstanceUpdate { task_state: Some(None), updated_at: now, ..InstanceUpdate::default() },
                 Some("The unshelve was interrupted before a host was claimed.".to_owned()),

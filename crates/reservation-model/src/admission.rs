@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use berth_compute_model::lease::{
-    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables,
+    held_until, Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseEvent, LeaseStatus, LeaseTables,
     ReservableHost, Reservation, ReservationKind, ReservationStatus,
 };
 use berth_compute_model::ComputeChange as C;
@@ -118,12 +118,15 @@ impl<'a> Admission<'a> {
     /// bookings' starts and ends: O(k log k) for k of them.
     fn peak_usage(&self, host: i64) -> Option<(i64, i64, i64)> {
         let mut steps: Vec<(Timestamp, i64, i64, i64)> = Vec::new();
+        // Zero-length windows hold their first second, here as everywhere.
+        let window_end = held_until(self.start, self.end);
         for b in self.bookings(host) {
             let Demand::Slot { vcpus, memory_mb, disk_gb } = b.demand else { return None };
             let used = (vcpus * b.slots, memory_mb * b.slots, disk_gb * b.slots);
             steps.push((b.start.max(self.start), used.0, used.1, used.2));
-            if b.end < self.end {
-                steps.push((b.end, -used.0, -used.1, -used.2));
+            let end = held_until(b.start, b.end);
+            if end < window_end {
+                steps.push((end, -used.0, -used.1, -used.2));
             }
         }
         steps.sort_unstable_by_key(|s| s.0);

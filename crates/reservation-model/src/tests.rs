@@ -353,6 +353,20 @@ fn a_prolonged_lease_arms_its_before_end_again() {
     update(&mut world, e.id, LeaseUpdate { end: Some(11 * H + 1800), ..Default::default() }, 11 * H);
     let moved = before_end(&world, e.id).unwrap();
     assert_eq!((moved.time, moved.status), (10 * H + 1800, EventStatus::Undone));
+
+    // F (issue 36, the side-by-side case): warned at its start (a short
+    // lease), then its end brought in to the start just after: armed
+    // again at the start, due at once, and the end waits for it.
+    let f = admit(&mut world, &lease(20 * H, 20 * H + 1800, vec![slots(1, 1, None)])).unwrap();
+    run_event(&mut world, f.id, EventType::StartLease);
+    run_event(&mut world, f.id, EventType::BeforeEndLease);
+    assert_eq!(before_end(&world, f.id).unwrap().status, EventStatus::Done);
+    update(&mut world, f.id, LeaseUpdate { end: Some(20 * H), ..Default::default() }, 20 * H + 5);
+    let armed = before_end(&world, f.id).unwrap();
+    assert_eq!((armed.time, armed.status), (20 * H, EventStatus::Undone));
+    assert!(due(&world, 20 * H + 5).contains(&armed.id));
+    let f_now = world.compute.leases.leases[&f.id].clone();
+    assert_eq!(event_blocked_by(&world, &f_now, EventType::EndLease), Some(f.id));
 }
 
 #[test]
@@ -1163,4 +1177,31 @@ fn reserved_servers_hold_slots_until_released_and_give_them_back_when_deleted() 
     };
     assert!(!lease_left, "the lease went with its last held server");
     assert!(!flavor_left, "and so did its flavor");
+}
+
+/// Issue 36: a window with start == end (Blazar accepts one through an
+/// update) holds its instant: it cannot be moved onto a host booked then,
+/// not even at the start of that booking, and it keeps a later lease whose
+/// window contains or starts at it off the host; windows touching it at
+/// their end still fit (half-open, as everywhere).
+#[test]
+fn a_zero_length_window_holds_its_instant() {
+    let mut world = world_with_hosts(1, 8);
+    admit(&mut world, &lease(5 * H, 6 * H, vec![hosts(1, 1)])).unwrap();
+    let zero = admit(&mut world, &lease(4 * H, 4 * H + 600, vec![hosts(1, 1)])).unwrap();
+    let update = |w: &mut World, start: Timestamp, end: Timestamp| {
+        let u = LeaseUpdate { start: Some(start), end: Some(end), ..Default::default() };
+        let (set, _) = plan_update_lease(w, zero.id, &u, &no_parse, &mut Uuid::new_v4, 0)?;
+        w.apply(&set);
+        Ok::<_, ComputeError>(())
+    };
+    update(&mut world, 4 * H, 4 * H).expect("shrunk to its start");
+    let busy = ComputeError::Conflict(NOT_ENOUGH_HOSTS.into());
+    assert_eq!(update(&mut world, 5 * H, 5 * H), Err(busy.clone()), "the other lease's first instant");
+    assert_eq!(update(&mut world, 5 * H + 1800, 5 * H + 1800), Err(busy.clone()), "inside the other lease");
+    assert_eq!(world.compute.leases.leases[&zero.id].start, 4 * H, "a refused move changes nothing");
+    update(&mut world, 6 * H, 6 * H).expect("the other lease's end is free");
+    assert_eq!(admit(&mut world, &lease(5 * H + 1800, 7 * H, vec![hosts(1, 1)])), Err(busy.clone()), "contains it");
+    assert_eq!(admit(&mut world, &lease(6 * H, 7 * H, vec![hosts(1, 1)])), Err(busy), "starts at it");
+    admit(&mut world, &lease(6 * H + 1, 7 * H, vec![hosts(1, 1)])).expect("after its instant");
 }

@@ -187,7 +187,7 @@ impl Reservations {
         });
         for instances in boots {
             tracing::info!(n_servers = instances.len(), "lease start: building reserved servers");
-            self.compute.submit(berth_compute::conductor::BootJob { instances, request_id: caller().request_id });
+            self.compute.submit(berth_compute::build::BootJob { instances, request_id: caller().request_id });
         }
     }
 

@@ -7,6 +7,7 @@ mod bad_input;
 mod candidate_options;
 mod compute;
 mod concurrency;
+mod connections;
 mod durability;
 mod harness;
 mod isolation;

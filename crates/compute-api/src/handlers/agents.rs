@@ -298,13 +298,21 @@ pub fn list_cells(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 pub fn create_cell(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     admin_only(req, "admin:manage")?;
     let body = json_body(req)?;
+    let fields = body.as_object().ok_or_else(|| ApiError::bad_request("The body must be a JSON object."))?;
+    if let Some(key) = fields.keys().find(|k| !matches!(k.as_str(), "name" | "database_connection")) {
+        return Err(ApiError::bad_request(format!("Additional properties are not allowed ('{key}' was unexpected)")));
+    }
     let name = text(&body, "name")?.to_owned();
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
         return Err(ApiError::bad_request("Cell names are letters, digits, '-' and '_'."));
     }
-    let database = match body.get("database_connection").and_then(Value::as_str) {
-        Some(url) => url.to_owned(),
+    // Absent means a database beside the control database; anything given
+    // must be a connection URL (a number or null is a schema error, not a
+    // request for the default).
+    let database = match body.get("database_connection") {
         None => ctx.compute.default_cell_database(&name),
+        Some(Value::String(url)) if !url.trim().is_empty() => url.clone(),
+        Some(_) => return Err(ApiError::bad_request("'database_connection' must be a non-empty string")),
     };
     let cell = CellMapping { uuid: Uuid::new_v4(), name, database_connection: database, disabled: false };
     // Open (and migrate) the database before anything points at it.

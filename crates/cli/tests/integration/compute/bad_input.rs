@@ -524,8 +524,17 @@ async fn bad_input_is_refused_and_changes_nothing() {
         ("/agent/v1", case("admin", "GET", "/work", None, 400)),
         ("/agent/v1", case("admin", "POST", "/events", Some(json!({"events": [{"task": "x"}]})), 400)),
         ("/admin/v1", case("p1:p1", "GET", "/cells", None, 403)),
-        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "cell1", "database": "sqlite://x"})), 409)),
-        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"database": "x"})), 400)),
+        (
+            "/admin/v1",
+            case("admin", "POST", "/cells", Some(json!({"name": "cell1", "database_connection": "sqlite://x"})), 409),
+        ),
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"database_connection": "x"})), 400)),
+        // Issue 36: a non-string connection was taken as "the default".
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "c9", "database_connection": 5})), 400)),
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "c9", "database_connection": null})), 400)),
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "c9", "database_connection": ""})), 400)),
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "c9", "database": "sqlite://x"})), 400)),
+        ("/admin/v1", case("admin", "POST", "/cells", Some(json!(["c9"])), 400)),
         ("/admin/v1", case("admin", "POST", "/cells/nope/disable", None, 404)),
         ("/admin/v1", case("admin", "POST", "/cells/cell0/disable", None, 400)),
     ];

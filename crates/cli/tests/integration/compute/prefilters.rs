@@ -104,3 +104,70 @@ async fn disabled_service_and_image_traits() {
     assert_eq!(listed.body["services"][0]["disabled_reason"], "maintenance");
     cloud.check_invariants().await;
 }
+
+async fn traits_of(cloud: &Cloud, uuid: &str) -> (i64, Vec<String>) {
+    let reply = cloud.server.client().get(&format!("/resource_providers/{uuid}/traits")).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let generation = reply.body["resource_provider_generation"].as_i64().expect("generation");
+    let traits = reply.body["traits"].as_array().expect("traits").iter().map(|t| t.as_str().expect("name").to_owned());
+    (generation, traits.collect())
+}
+
+/// Put `traits` on the provider; the agent's own `COMPUTE_NODE` is left
+/// out on purpose, so its return shows that a registration has reported
+/// since.
+async fn operator_sets_traits(cloud: &Cloud, uuid: &str, traits: &[&str]) {
+    let placement = cloud.server.client();
+    assert_eq!(placement.put("/traits/CUSTOM_GOLD", &json!({})).await.status / 100, 2);
+    let (generation, _) = traits_of(cloud, uuid).await;
+    let body = json!({"resource_provider_generation": generation, "traits": traits});
+    let reply = placement.put(&format!("/resource_providers/{uuid}/traits"), &body).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+}
+
+async fn wait_reported(cloud: &Cloud, uuid: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, traits) = traits_of(cloud, uuid).await;
+        if traits.iter().any(|t| t == "COMPUTE_NODE") {
+            return traits;
+        }
+        assert!(std::time::Instant::now() < deadline, "the agent never reported COMPUTE_NODE again: {traits:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 36: an operator's traits on a compute node survive the agent's
+/// registration (after a restart of the agent, and of the control plane
+/// with its agents), as nova-compute keeps every trait it does not own;
+/// a flavor requiring one still finds the host.
+#[tokio::test]
+async fn operator_traits_survive_agent_and_server_restarts() {
+    let mut cloud = Cloud::start("prefilter-op-trait", &[]).await;
+    cloud.add_agent(Hosts::new("gold", 2, &[])).await;
+    let admin = cloud.nova("admin");
+    let flavor = admin.flavor("f-gold", 1, 64, 1).await;
+    let specs = json!({"extra_specs": {"trait:CUSTOM_GOLD": "required"}});
+    let set = admin.post(&format!("/flavors/{flavor}/os-extra_specs"), &specs).await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    let image = admin.image("img", json!({})).await;
+    let uuid = super::moves::provider_uuid(&cloud, "gold1").await;
+
+    operator_sets_traits(&cloud, &uuid, &["CUSTOM_GOLD", "STORAGE_DISK_SSD"]).await;
+    cloud.kill_agent(0);
+    cloud.restart_agent(0).await;
+    let traits = wait_reported(&cloud, &uuid).await;
+    for kept in ["CUSTOM_GOLD", "STORAGE_DISK_SSD"] {
+        assert!(traits.iter().any(|t| t == kept), "{kept} dropped by the agent's registration: {traits:?}");
+    }
+    let hosts = hosts_of_boots(&admin, 2, &flavor, &image, json!({})).await;
+    assert_eq!(hosts, HashSet::from(["gold1".to_owned()]));
+
+    operator_sets_traits(&cloud, &uuid, &["CUSTOM_GOLD"]).await;
+    cloud.restart().await;
+    let traits = wait_reported(&cloud, &uuid).await;
+    assert!(traits.iter().any(|t| t == "CUSTOM_GOLD"), "CUSTOM_GOLD dropped after a restart: {traits:?}");
+    let hosts = hosts_of_boots(&cloud.nova("admin"), 1, &flavor, &image, json!({})).await;
+    assert_eq!(hosts, HashSet::from(["gold1".to_owned()]));
+    cloud.check_invariants().await;
+}
