@@ -2,7 +2,15 @@
 
 use std::collections::BTreeMap;
 
+use berth_compute_model::lease::{
+    Booking, Demand, EventStatus, EventType, HostAllocation, Lease, LeaseStatus, ReservableHost, ReservationKind,
+};
+use berth_compute_model::ComputeChange as C;
+use berth_compute_model::{ComputeError, Timestamp, World, WorldChangeSet};
+use berth_model::Uuid;
+
 use super::*;
+use crate::admission::{Admission, Overlay};
 
 const H: i64 = 3600;
 
@@ -1181,7 +1189,7 @@ fn a_zero_length_window_holds_its_instant() {
     let mut world = world_with_hosts(1, 8);
     admit(&mut world, &lease(5 * H, 6 * H, vec![hosts(1, 1)])).unwrap();
     let zero = admit(&mut world, &lease(4 * H, 4 * H + 600, vec![hosts(1, 1)])).unwrap();
-    let mut update = |w: &mut World, start: Timestamp, end: Timestamp| {
+    let update = |w: &mut World, start: Timestamp, end: Timestamp| {
         let u = LeaseUpdate { start: Some(start), end: Some(end), ..Default::default() };
         let (set, _) = plan_update_lease(w, zero.id, &u, &no_parse, &mut Uuid::new_v4, 0)?;
         w.apply(&set);

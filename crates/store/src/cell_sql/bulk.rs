@@ -22,10 +22,13 @@ use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
-use super::{
-    apply, apply_update, expect_matches, instance_from_row, instance_kinds, instance_select_list, instance_values,
-    CellConn, Kind, Result, Value, INSTANCE_COLUMNS,
+use super::actions::action_params;
+use super::instances::{
+    apply_update, expect_matches, instance_from_row, instance_kinds, instance_select_list, instance_values,
+    INSTANCE_COLUMNS,
 };
+use super::writes::apply;
+use super::{CellConn, Kind, Result, Value};
 use crate::cell::{CellOp, CellOutcome};
 use crate::StoreError;
 
@@ -238,7 +241,7 @@ fn start_actions(conn: &mut dyn CellConn, ops: &[CellOp], idxs: &[usize]) -> Res
         let CellOp::StartAction(a) = &ops[idx] else { unreachable!("grouped by kind") };
         let n = n as i64;
         let mut row = vec![Value::Int(Some(n))];
-        row.extend(super::action_params(a));
+        row.extend(action_params(a));
         actions.push(row)?;
         for (k, e) in a.events.iter().enumerate() {
             events.push(vec![

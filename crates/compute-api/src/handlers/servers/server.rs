@@ -1,0 +1,108 @@
+//! One server: `GET`, `PUT` (name and description) and `DELETE
+//! /servers/{id}`.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use berth_compute::servers::ServerRecord;
+use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
+use serde_json::Value;
+
+use super::{access, caller, check_lock, groups_of, host_status, rule, server_id, visible};
+use crate::api::{authorize_on, body, version, ComputeCtx, NovaResult};
+use crate::schemas;
+use crate::views::servers::{self as view, HostStatus, ServerExtras};
+
+fn render_show(ctx: &ComputeCtx, req: &Req, record: &ServerRecord) -> ApiResult<Value> {
+    let v = version(req);
+    let links = ctx.links(req);
+    let access = access(req);
+    let spec = ctx.core.read().compute.request_specs.get(&record.uuid()).cloned();
+    let groups = groups_of(ctx, &record.uuid());
+    Ok(match record {
+        ServerRecord::Pending(build) => {
+            let instance = view::build_request_instance(build);
+            let extras = ServerExtras {
+                host_status: Some(HostStatus::NoHost),
+                server_groups: &groups,
+                request_spec: spec.as_ref(),
+                ..ServerExtras::default()
+            };
+            view::show(v, &links, &access, &instance, &extras)
+        }
+        ServerRecord::Placed { instance, fault, .. } => {
+            let extras = ServerExtras {
+                fault: fault.as_ref(),
+                host_status: Some(host_status(ctx, instance)),
+                server_groups: &groups,
+                request_spec: spec.as_ref(),
+            };
+            view::show(v, &links, &access, instance, &extras)
+        }
+        ServerRecord::Unreachable(mapping) => {
+            if !v.at_least(69) {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The cell holding this server is not answering; retry later.",
+                ));
+            }
+            let spec = spec.ok_or_else(|| {
+                ApiError::not_found(format!("Instance {} could not be found.", mapping.instance_uuid))
+            })?;
+            view::down_cell_show(v, &links, mapping, &spec, access.show_flavor_extra_specs, &groups)
+        }
+    })
+}
+
+/// `GET /servers/{id}`.
+pub fn show(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        let id = server_id(&req)?;
+        let record = visible(&ctx, &req, &id).await?;
+        authorize_on(&req, &rule("show"), record.project_id(), None)?;
+        Ok(Resp::ok(render_show(&ctx, &req, &record)?))
+    })
+}
+
+/// `PUT /servers/{id}`: name and description.
+pub fn update(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        let v = version(&req);
+        let id = server_id(&req)?;
+        let record = visible(&ctx, &req, &id).await?;
+        authorize_on(&req, &rule("update"), record.project_id(), None)?;
+        let body = body(&req, &schemas::servers::update(v))?;
+        let server = &body["server"];
+        let name = server.get("name").and_then(Value::as_str).map(str::to_owned);
+        let description = server.get("description").map(|d| d.as_str().map(str::to_owned));
+        ctx.compute.update_server(&id, name, description).await.nova()?;
+        let record = ctx.compute.get_server(&id).await.nova()?;
+        let links = ctx.links(&req);
+        let access = access(&req);
+        let groups = groups_of(&ctx, &id);
+        match &record {
+            ServerRecord::Placed { instance, fault, .. } => {
+                let extras = ServerExtras {
+                    fault: fault.as_ref(),
+                    host_status: Some(host_status(&ctx, instance)),
+                    server_groups: &groups,
+                    request_spec: None,
+                };
+                Ok(Resp::ok(view::update(v, &links, &access, instance, &extras)))
+            }
+            _ => Ok(Resp::ok(render_show(&ctx, &req, &record)?)),
+        }
+    })
+}
+
+/// `DELETE /servers/{id}`.
+pub fn delete(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        let id = server_id(&req)?;
+        let record = visible(&ctx, &req, &id).await?;
+        authorize_on(&req, &rule("delete"), record.project_id(), None)?;
+        check_lock(&req, &record)?;
+        ctx.compute.delete_server(&id, &caller(&req)).await.nova()?;
+        Ok(Resp::no_content())
+    })
+}
