@@ -311,9 +311,27 @@ pub fn create_cell(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     // request for the default).
     let database = match body.get("database_connection") {
         None => ctx.compute.default_cell_database(&name),
-        Some(Value::String(url)) if !url.trim().is_empty() => url.clone(),
+        Some(Value::String(url)) => {
+            let sqlite_path = url.strip_prefix("sqlite://");
+            let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+            if sqlite_path.is_none() && !postgres {
+                return Err(ApiError::bad_request(
+                    "'database_connection' must be a sqlite:///ABSOLUTE/PATH or postgres:// URL",
+                ));
+            }
+            // A relative path would land in whatever directory the
+            // server was started from.
+            if sqlite_path.is_some_and(|path| !path.starts_with('/')) {
+                return Err(ApiError::bad_request("A sqlite:// cell database needs an absolute path."));
+            }
+            url.clone()
+        }
         Some(_) => return Err(ApiError::bad_request("'database_connection' must be a non-empty string")),
     };
+    // Refused before any database is opened (the write checks it again).
+    if ctx.compute.cell_by_name(&name).is_some() {
+        return Err(ApiError::conflict(format!("Cell {name} already exists.")));
+    }
     let cell = CellMapping { uuid: Uuid::new_v4(), name, database_connection: database, disabled: false };
     // Open (and migrate) the database before anything points at it.
     ctx.compute.cells.get(&cell).map_err(|e| ApiError::bad_request(format!("Cannot open the cell database: {e}")))?;

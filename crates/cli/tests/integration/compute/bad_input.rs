@@ -517,6 +517,8 @@ async fn bad_input_is_refused_and_changes_nothing() {
     }
 
     // berth's own APIs: `{"error": {"code", "message"}}`.
+    let dup_path = cloud.server.dir.join("duplicate-cell.sqlite");
+    let dup_db = format!("sqlite://{}", dup_path.display());
     let own: Vec<(&str, Case)> = vec![
         ("/agent/v1", case("p1:p1", "POST", "/register", Some(json!({"agent": "a", "hosts": []})), 403)),
         ("/agent/v1", case("admin", "POST", "/register", Some(json!({"hosts": "x"})), 400)),
@@ -524,11 +526,20 @@ async fn bad_input_is_refused_and_changes_nothing() {
         ("/agent/v1", case("admin", "GET", "/work", None, 400)),
         ("/agent/v1", case("admin", "POST", "/events", Some(json!({"events": [{"task": "x"}]})), 400)),
         ("/admin/v1", case("p1:p1", "GET", "/cells", None, 403)),
+        // A duplicate name is refused before its database is opened.
         (
             "/admin/v1",
-            case("admin", "POST", "/cells", Some(json!({"name": "cell1", "database_connection": "sqlite://x"})), 409),
+            case("admin", "POST", "/cells", Some(json!({"name": "cell1", "database_connection": dup_db})), 409),
         ),
         ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"database_connection": "x"})), 400)),
+        (
+            "/admin/v1",
+            case("admin", "POST", "/cells", Some(json!({"name": "c9", "database_connection": "sqlite://x"})), 400),
+        ),
+        (
+            "/admin/v1",
+            case("admin", "POST", "/cells", Some(json!({"name": "c9", "database_connection": "mysql://h/db"})), 400),
+        ),
         // Issue 36: a non-string connection was taken as "the default".
         ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "c9", "database_connection": 5})), 400)),
         ("/admin/v1", case("admin", "POST", "/cells", Some(json!({"name": "c9", "database_connection": null})), 400)),
@@ -548,6 +559,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
     }
 
     assert!(failures.is_empty(), "{} bad requests answered wrongly:\n{}", failures.len(), failures.join("\n"));
+    assert!(!dup_path.exists(), "a refused cell left its database behind");
     let after = snapshot(&cloud, &nova).await;
     for (key, value) in before.as_object().expect("object") {
         assert_eq!(&after[key], value, "{key} changed by a bad request");

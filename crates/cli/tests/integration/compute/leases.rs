@@ -979,7 +979,7 @@ pub(super) async fn jump_to(cloud: &Cloud, admin: &Client, at: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn updates_at_the_current_minute_follow_blazar() {
     let mut cloud = Cloud::start("rsv-minute", &[]).await;
-    cloud.add_agent(Hosts::new("m", 2, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
+    cloud.add_agent(Hosts::new("m", 3, &["--vcpus", "4", "--cpu-ratio", "1"])).await;
     let admin = rsv(&cloud.server, "admin");
     for host in ["m0", "m1"] {
         enrol(&admin, host, json!({})).await;
@@ -1060,12 +1060,18 @@ async fn updates_at_the_current_minute_follow_blazar() {
     assert_eq!(flavor.body["flavor"]["ram"], json!(256), "{:?}", flavor.body);
 
     // An end equal to the start is accepted (Blazar: 200): the lease starts
-    // and ends at once.
+    // and ends at once. Its instant is held: with both enrolled hosts
+    // booked at 01:00 it does not fit (Blazar refuses it too: its
+    // zero-length windows go only to hosts without allocations); with a
+    // free host enrolled it does.
     let z =
         admin.post("/reservation/v1/leases", &host_lease("z", "2040-01-01 03:00", "2040-01-01 04:00", json!({}))).await;
     assert_eq!(z.status, 201, "{:?}", z.body);
     let id_z = z.body["lease"]["id"].as_str().unwrap().to_owned();
     let instant = json!({"start_date": "2040-01-01 01:00", "end_date": "2040-01-01 01:00"});
+    let booked = admin.put(&format!("/reservation/v1/leases/{id_z}"), &instant).await;
+    assert_blazar_error(&booked, 409, "Not enough hosts available");
+    enrol(&admin, "m2", json!({})).await;
     let instant = admin.put(&format!("/reservation/v1/leases/{id_z}"), &instant).await;
     assert_eq!(instant.status, 200, "{:?}", instant.body);
     let over = wait_lease(&admin, &id_z, "TERMINATED").await;
