@@ -250,8 +250,12 @@ impl Link {
         ca_file: Option<&std::path::Path>,
         request_timeout: Duration,
     ) -> anyhow::Result<Self> {
+        // A pooled connection idle for 2 s is not reused: the control
+        // plane closes idle connections after its keep-alive timeout (5 s
+        // by default), and a request sent just as it does would fail.
         let builder = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
+            .pool_idle_timeout(Duration::from_secs(2))
             .timeout(request_timeout)
             .connect_timeout(request_timeout.min(Duration::from_secs(10)));
         let client = berth_identity::add_trusted_roots(builder, ca_file)?.build()?;

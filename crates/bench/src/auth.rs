@@ -134,7 +134,11 @@ impl Figures {
 /// `GET /compute/v2.1/servers` from `concurrency` clients for `secs`,
 /// each request with the next of `tokens`.
 async fn drive(url: &str, tokens: Arc<Vec<String>>, concurrency: usize, secs: f64) -> Figures {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build().unwrap_or_default();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .unwrap_or_default();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency)

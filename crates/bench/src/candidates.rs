@@ -91,7 +91,10 @@ struct Api {
 impl Api {
     fn new(url: &str, concurrency: usize) -> anyhow::Result<Self> {
         Ok(Self {
-            http: reqwest::Client::builder().pool_max_idle_per_host(concurrency * 2).build()?,
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(concurrency * 2)
+                .pool_idle_timeout(std::time::Duration::from_secs(2))
+                .build()?,
             url: url.to_owned(),
         })
     }

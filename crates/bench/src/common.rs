@@ -172,7 +172,10 @@ pub(crate) struct Nova {
 
 impl Nova {
     pub(crate) fn new(base: &str, pool: usize) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(pool).build()?;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(pool)
+            .pool_idle_timeout(std::time::Duration::from_secs(2))
+            .build()?;
         Ok(Nova { client, base: base.to_owned(), version: "compute 2.96" })
     }
 

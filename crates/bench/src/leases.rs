@@ -279,7 +279,13 @@ pub(crate) async fn run(opts: LeasesOpts, binaries: &Binaries) -> anyhow::Result
     let berth = spawn_berth(binaries, &args).await?;
     let url = berth.url.clone();
     let pool = opts.concurrency * 2;
-    let blazar = Blazar { client: reqwest::Client::builder().pool_max_idle_per_host(pool).build()?, url: url.clone() };
+    let blazar = Blazar {
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(pool)
+            .pool_idle_timeout(std::time::Duration::from_secs(2))
+            .build()?,
+        url: url.clone(),
+    };
     let started = Instant::now();
     hosts_ready(&url, opts.hosts).await?;
     let registered = started.elapsed();

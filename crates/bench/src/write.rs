@@ -73,7 +73,10 @@ async fn send_json(
 }
 
 async fn drive_writes(url: &str, n_providers: usize, concurrency: usize) -> anyhow::Result<WriteResult> {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency * 2).build()?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency * 2)
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
+        .build()?;
     // Shared set-up: one custom trait.
     let resp = send_json(&client, url, reqwest::Method::PUT, "/traits/CUSTOM_BENCH", json!({})).await?;
     anyhow::ensure!(resp.status().is_success(), "creating CUSTOM_BENCH: {}", resp.status());

@@ -6,7 +6,7 @@ use crate::support::TestServer;
 async fn trusted_headers_mode() {
     let server = TestServer::start_with_args("trusted", &["--auth", "trusted-headers"]).await;
     let base = server.base.clone();
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     let get = |headers: Vec<(&'static str, &'static str)>| {
         let mut req = http.get(format!("{base}/resource_providers")).header("accept", "application/json");
         for (k, v) in headers {
@@ -74,7 +74,7 @@ async fn operational_endpoints_follow_operational_access() {
         assert_eq!(resp.status().as_u16(), 200, "{path} from loopback");
     }
     let guarded = TestServer::start_with_args("ops-admin", &["--operational-access", "admin"]).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     for path in ["/metrics", "/healthcheck"] {
         let url = format!("{}{path}", guarded.base);
         assert_eq!(http.get(&url).send().await.expect("get").status().as_u16(), 401, "{path} without a token");
@@ -90,7 +90,7 @@ async fn operational_endpoints_follow_operational_access() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trusted_headers_mode_runs_its_fake_hosts() {
     let server = TestServer::start_with_args("trusted-fake", &["--auth", "trusted-headers", "--fake-hosts", "3"]).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     let list = || {
         http.get(format!("{}/compute/v2.1/os-hypervisors", server.base))
             .header("x-user-id", "op")
@@ -210,7 +210,11 @@ async fn tls_listener_serves_every_api_and_its_own_hosts() {
     let _child = Kill(child);
     let ca_path = ca.clone();
     let ca = reqwest::Certificate::from_pem(&std::fs::read(&ca).expect("ca")).expect("ca pem");
-    let https = reqwest::Client::builder().add_root_certificate(ca).build().expect("client");
+    let https = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .expect("client");
     let base = format!("https://{addr}");
     let root = https.get(format!("{base}/")).send().await.expect("TLS request");
     assert_eq!(root.status().as_u16(), 200);
@@ -230,10 +234,10 @@ async fn tls_listener_serves_every_api_and_its_own_hosts() {
     let body: serde_json::Value = resp.json().await.expect("error body");
     assert_eq!(body["errors"][0]["status"], 431, "{body}");
     // Plain HTTP to a TLS listener gets no answer.
-    let plain = reqwest::Client::new().get(format!("http://{addr}/")).send().await;
+    let plain = crate::support::http_client().get(format!("http://{addr}/")).send().await;
     assert!(plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()));
     // Without the CA the certificate is not trusted.
-    assert!(reqwest::Client::new().get(format!("{base}/")).send().await.is_err());
+    assert!(crate::support::http_client().get(format!("{base}/")).send().await.is_err());
 
     // `--keystone-ca-file`: a berth whose "Keystone" is this TLS listener
     // gets through TLS only with the CA (then the listener, no Keystone,
@@ -269,7 +273,7 @@ async fn tls_listener_serves_every_api_and_its_own_hosts() {
 
 /// `POST`/`GET` on the agent API with `token`: status and body.
 async fn agent_call(base: &str, token: &str, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .post(format!("{base}/agent/v1{path}"))
         .header("x-auth-token", token)
         .json(&body)
@@ -329,7 +333,7 @@ async fn an_agent_credential_gives_a_host_its_own_identity() {
         .arg(&file)
         .spawn()
         .expect("spawn berth agent");
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     let list = || http.get(format!("{base}/compute/v2.1/os-hypervisors")).header("x-auth-token", "admin");
     wait_hypervisors(list, 1, "the agent with a credential never registered").await;
     assert!(agent.try_wait().expect("agent").is_none(), "the agent exited");

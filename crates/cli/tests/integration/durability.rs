@@ -30,7 +30,7 @@ async fn kill9_loses_no_acknowledged_write() {
                     let uuid = uuid::Uuid::new_v4().to_string();
                     let body = json!({"name": format!("k{round}-{writer}-{n}"), "uuid": uuid});
                     n += 1;
-                    let sent = reqwest::Client::new()
+                    let sent = crate::support::http_client()
                         .post(format!("{}/resource_providers", client_base(&client)))
                         .header("x-auth-token", "admin")
                         .header("openstack-api-version", "placement latest")

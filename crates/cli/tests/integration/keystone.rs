@@ -70,7 +70,7 @@ impl Keystone {
         let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
             "name": user, "domain": {"id": "default"}, "password": password}}},
             "scope": {"project": {"name": project, "domain": {"id": "default"}}}}});
-        let resp = reqwest::Client::new()
+        let resp = crate::support::http_client()
             .post(format!("{}/auth/tokens", self.url))
             .json(&body)
             .send()
@@ -90,7 +90,7 @@ impl Keystone {
     async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let token = self.token("admin", &self.admin_password, "admin").await;
         let mut req =
-            reqwest::Client::new().request(method, format!("{}{path}", self.url)).header("x-auth-token", token);
+            crate::support::http_client().request(method, format!("{}{path}", self.url)).header("x-auth-token", token);
         if let Some(body) = body {
             req = req.json(&body);
         }
@@ -137,7 +137,7 @@ impl Keystone {
     /// Revoke `token`.
     pub(crate) async fn revoke(&self, token: &str) {
         let admin = self.token("admin", &self.admin_password, "admin").await;
-        let resp = reqwest::Client::new()
+        let resp = crate::support::http_client()
             .delete(format!("{}/auth/tokens", self.url))
             .header("x-auth-token", admin)
             .header("x-subject-token", token)
@@ -150,7 +150,7 @@ impl Keystone {
     /// Does Keystone still accept `token`?
     pub(crate) async fn accepts(&self, token: &str) -> bool {
         let admin = self.token("admin", &self.admin_password, "admin").await;
-        let resp = reqwest::Client::new()
+        let resp = crate::support::http_client()
             .get(format!("{}/auth/tokens", self.url))
             .header("x-auth-token", admin)
             .header("x-subject-token", token)
@@ -229,7 +229,7 @@ async fn start(tag: &str, args: &[String]) -> TestServer {
 }
 
 async fn status(base: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Option<String>) {
-    let mut req = reqwest::Client::new().get(format!("{base}{path}"));
+    let mut req = crate::support::http_client().get(format!("{base}{path}"));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -412,7 +412,7 @@ async fn an_expired_token_is_refused_even_while_the_cache_would_keep_it() {
 
 /// `POST`/`GET` on the agent API with `token`; status and body.
 async fn agent_call(base: &str, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
+    let mut req = crate::support::http_client()
         .request(method.parse().expect("method"), format!("{base}/agent/v1{path}"))
         .header("x-auth-token", token);
     if let Some(body) = body {
@@ -478,14 +478,14 @@ async fn an_agent_authenticates_as_its_service_user_and_no_other_identity_takes_
     assert_ne!(mine.as_ref().map(|h| h["vcpus"].clone()), Some(json!(64)), "{mine:?}");
 
     // Once an admin unbinds the host, another identity may register it.
-    let unbind = reqwest::Client::new()
+    let unbind = crate::support::http_client()
         .delete(format!("{}/admin/v1/hosts/{host}/binding", server.base))
         .header("x-auth-token", &b)
         .send()
         .await
         .expect("unbind");
     assert_eq!(unbind.status().as_u16(), 403, "only an admin unbinds");
-    let unbind = reqwest::Client::new()
+    let unbind = crate::support::http_client()
         .delete(format!("{}/admin/v1/hosts/{host}/binding", server.base))
         .header("x-auth-token", &admin)
         .send()
@@ -507,7 +507,7 @@ async fn the_dashboard_logs_a_keystone_user_in_by_password_and_shows_a_member_it
     let ks = keystone();
     let t = Tenancy::new(&ks).await;
     let server = start("ks-dashboard", &t.serve_args(&ks.url, &[])).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     let login = |body: Value| {
         let http = http.clone();
         let url = format!("{}/dashboard/api/login", server.base);

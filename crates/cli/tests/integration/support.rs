@@ -93,6 +93,15 @@ fn sweep_stale_schemas(url: &str) {
     }
 }
 
+/// An HTTP client for talking to berth: its pooled connections are not
+/// reused after 2 s idle, well inside the server's keep-alive timeout (5 s
+/// by default), so a request never goes out on a connection the server is
+/// closing at that moment (the race every keep-alive client has with
+/// every server that bounds idle connections).
+pub(crate) fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(2)).build().expect("http client")
+}
+
 /// A running berth server.
 pub(crate) struct TestServer {
     child: Option<Child>,
@@ -214,7 +223,7 @@ impl TestServer {
     }
 
     async fn wait_ready(&mut self, deadline: Instant) -> bool {
-        let client = reqwest::Client::new();
+        let client = crate::support::http_client();
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -260,7 +269,7 @@ impl TestServer {
     /// A client for this server.
     pub(crate) fn client(&self) -> Client {
         Client {
-            http: reqwest::Client::new(),
+            http: crate::support::http_client(),
             base: self.base.clone(),
             version: "latest".into(),
             token: "admin".into(),

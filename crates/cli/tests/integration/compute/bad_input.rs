@@ -71,14 +71,14 @@ async fn snapshot(cloud: &Cloud, nova: &Nova) -> Value {
     for path in ["/resource_providers", "/resource_providers?resources=VCPU:1", "/usages?project_id=admin"] {
         out.insert(format!("placement {path}"), placement.get(path).await.body);
     }
-    let images = reqwest::Client::new()
+    let images = crate::support::http_client()
         .get(format!("{}/image/v2/images", cloud.server.base))
         .header("x-auth-token", "admin")
         .send()
         .await
         .expect("images");
     out.insert("images".to_owned(), images.json().await.expect("images json"));
-    let cells = reqwest::Client::new()
+    let cells = crate::support::http_client()
         .get(format!("{}/admin/v1/cells", cloud.server.base))
         .header("x-auth-token", "admin")
         .send()
@@ -108,7 +108,7 @@ fn strip_volatile(mut value: Value) -> Value {
 }
 
 async fn send(cloud: &Cloud, prefix: &str, case: &Case) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
+    let mut req = crate::support::http_client()
         .request(case.method.parse().expect("method"), format!("{}{prefix}{}", cloud.server.base, case.path))
         .header("x-auth-token", case.token)
         .header("openstack-api-version", "compute 2.96");
@@ -481,7 +481,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
     }
     // A microversion beyond the maximum, and a malformed one.
     for (header, want) in [("compute 2.999", 406), ("compute two", 400)] {
-        let resp = reqwest::Client::new()
+        let resp = crate::support::http_client()
             .get(format!("{}/compute/v2.1/servers", cloud.server.base))
             .header("x-auth-token", "admin")
             .header("openstack-api-version", header)
@@ -569,7 +569,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
 
 /// Create an image as `token` with `visibility`; returns its id.
 async fn image_as(cloud: &Cloud, token: &str, name: &str, visibility: &str) -> String {
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .post(format!("{}/image/v2/images", cloud.server.base))
         .header("x-auth-token", token)
         .header("content-type", "application/json")
@@ -628,7 +628,7 @@ async fn a_server_boots_only_from_an_image_its_project_can_see() {
 /// Send `body` (raw) to `path` (under the server root) as admin with
 /// `content_type`; status and JSON body.
 async fn send_raw(cloud: &Cloud, method: &str, path: &str, content_type: &str, body: String) -> (u16, Value) {
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .request(method.parse().expect("method"), format!("{}{path}", cloud.server.base))
         .header("x-auth-token", "admin")
         .header("openstack-api-version", "compute 2.96")

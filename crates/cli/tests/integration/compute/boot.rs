@@ -269,7 +269,7 @@ async fn hosts_sharing_a_disk_pool_take_boots() {
     // The heal finds nothing to report: a share of a sharing provider is
     // part of a server's allocation, not an allocation on another host.
     cloud.test_hook("clock", json!({"advance": 3600})).await;
-    let report: serde_json::Value = reqwest::Client::new()
+    let report: serde_json::Value = crate::support::http_client()
         .post(format!("{}/admin/v1/heal", cloud.server.base))
         .header("x-auth-token", "admin")
         .json(&json!({"dry_run": true}))

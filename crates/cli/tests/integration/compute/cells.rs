@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::support::{Cloud, Hosts, Nova};
 
 pub(crate) async fn admin(cloud: &Cloud, method: &str, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .request(method.parse().expect("method"), format!("{}/admin/v1{path}", cloud.server.base))
         .header("x-auth-token", "admin")
         .json(&body)
@@ -465,7 +465,7 @@ async fn a_host_is_a_hypervisor_once_its_inventory_is_reported() {
     let cloud = Cloud::start("cells-reported", &[]).await;
     let host = json!({"host": "late0", "node": "late0", "vcpus": 4, "memory_mb": 4096, "local_gb": 10,
                       "hypervisor_type": "fake"});
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .post(format!("{}/agent/v1/register", cloud.server.base))
         .header("x-auth-token", "admin")
         .json(&json!({"agent": "manual", "hosts": [host]}))

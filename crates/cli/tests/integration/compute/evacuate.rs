@@ -101,7 +101,7 @@ impl Poller {
             let (stop, reads, empty): (Arc<AtomicBool>, Arc<AtomicUsize>, Arc<AtomicUsize>) =
                 (stop.clone(), Arc::clone(&reads), Arc::clone(&empty));
             tokio::spawn(async move {
-                let http = reqwest::Client::new();
+                let http = crate::support::http_client();
                 while !stop.load(Ordering::SeqCst) {
                     let resp = http
                         .get(&url)

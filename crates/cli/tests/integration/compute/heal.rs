@@ -15,7 +15,7 @@ use super::support::{Cloud, Hosts};
 use crate::support::Client;
 
 async fn heal(cloud: &Cloud, body: Value) -> Value {
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .post(format!("{}/admin/v1/heal", cloud.server.base))
         .header("x-auth-token", "admin")
         .header("content-type", "application/json")

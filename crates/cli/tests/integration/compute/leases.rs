@@ -692,7 +692,7 @@ async fn receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
 }
 
 async fn images(base: &str) -> Vec<Value> {
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .get(format!("{base}/image/v2/images"))
         .header("x-auth-token", "admin")
         .send()

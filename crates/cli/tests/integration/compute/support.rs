@@ -256,7 +256,7 @@ pub(crate) struct Answer {
 impl Nova {
     pub(crate) fn new(base: &str, token: &str) -> Self {
         Nova {
-            http: reqwest::Client::new(),
+            http: crate::support::http_client(),
             base: base.to_owned(),
             token: token.to_owned(),
             version: "2.96".to_owned(),
