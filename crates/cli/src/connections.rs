@@ -120,7 +120,10 @@ async fn serve_connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        // hyper's head timer also runs while a kept-alive connection
+        // waits for its next request: never shorter than the keep-alive
+        // timeout, or it would close idle connections first.
+        .header_read_timeout(limits.header_read_timeout.max(limits.keepalive_timeout))
         .keep_alive(!limits.keepalive_timeout.is_zero());
     let mut conn = pin!(builder.serve_connection(hyper_util::rt::TokioIo::new(io), service));
     let mut closing = false;

@@ -110,7 +110,7 @@ pub(crate) struct ServeOpts {
     #[arg(long, env = "BERTH_MAX_REQUESTS_PER_CONNECTION")]
     max_requests_per_connection: Option<u64>,
     /// Seconds a request's head may take to arrive, and a new connection
-    /// may stay silent (default 30).
+    /// may stay silent (default 30; at least the keep-alive timeout).
     #[arg(long, env = "BERTH_HEADER_READ_TIMEOUT")]
     header_read_timeout: Option<u64>,
     /// YAML config file (lowest precedence).

@@ -112,7 +112,8 @@ async fn zero_closes_after_every_response_and_requests_per_connection_are_capped
 
 #[tokio::test]
 async fn a_request_head_that_never_ends_is_cut_off() {
-    let server = TestServer::start_with_args("conn-head", &["--header-read-timeout", "1"]).await;
+    let args = ["--header-read-timeout", "1", "--keepalive-timeout", "1"];
+    let server = TestServer::start_with_args("conn-head", &args).await;
     let mut stream = connect(&server).await;
     stream.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.expect("write");
     let closed = closed_within(&mut stream, Duration::from_secs(5)).await.expect("cut off");
@@ -120,4 +121,16 @@ async fn a_request_head_that_never_ends_is_cut_off() {
     // A silent new connection too.
     let mut silent = connect(&server).await;
     assert!(closed_within(&mut silent, Duration::from_secs(5)).await.is_some(), "a silent connection is closed");
+}
+
+/// A keep-alive timeout longer than the head timeout is honoured: hyper's
+/// head timer (which also runs between requests) is stretched to it.
+#[tokio::test]
+async fn a_long_keepalive_outlasts_a_shorter_header_read_timeout() {
+    let args = ["--keepalive-timeout", "3", "--header-read-timeout", "1"];
+    let server = TestServer::start_with_args("conn-long-idle", &args).await;
+    let mut stream = connect(&server).await;
+    get_root(&mut stream).await;
+    assert_eq!(closed_within(&mut stream, Duration::from_millis(2000)).await, None, "kept past the head timeout");
+    assert!(closed_within(&mut stream, Duration::from_secs(4)).await.is_some(), "closed after the keep-alive");
 }
