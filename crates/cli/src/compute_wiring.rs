@@ -701,6 +701,7 @@ fn strip_project(rest: &str) -> String {
         "servers",
         "flavors",
         "os-server-groups",
+        "os-keypairs",
         "os-quota-sets",
         "limits",
         "os-hypervisors",

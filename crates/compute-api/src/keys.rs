@@ -10,7 +10,7 @@
 //! through rustls), which cannot generate RSA. The private key of an
 //! `ssh` pair is an OpenSSH private key; an `x509` pair is a self-signed
 //! Ed25519 certificate for `CN=<user>` whose private key is returned as a
-//! base64 PKCS#8 document (Nova: a base64 PKCS#12 bundle). Tempest's
+//! base64 PKCS#8 (v1) document (Nova: a base64 PKCS#12 bundle). Tempest's
 //! keypair tests check names, types and that `private_key` is returned,
 //! not the algorithm (see docs/COMPUTE.md).
 
@@ -167,7 +167,10 @@ const PKCS8_SEED_PREFIX: [u8; 14] =
     [0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
 
 /// A fresh Ed25519 key: `(pkcs8 document, seed, public key)`.
-fn ed25519() -> Result<(Vec<u8>, [u8; 32], [u8; 32]), String> {
+type Ed25519Parts = (Vec<u8>, [u8; 32], [u8; 32]);
+
+/// Generate an Ed25519 key with `ring` and read its seed back out.
+fn ed25519() -> Result<Ed25519Parts, String> {
     let rng = SystemRandom::new();
     let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| "no randomness".to_owned())?;
     let doc = pkcs8.as_ref().to_vec();
@@ -265,10 +268,14 @@ fn utc_time(iso: &str) -> Vec<u8> {
 
 /// Generate an `x509` key pair for `user_id`: a self-signed Ed25519
 /// certificate for `CN=<user_id>` valid ten years from `now`, its
-/// private key (base64 PKCS#8) and its fingerprint.
+/// private key (base64 PKCS#8 v1) and its fingerprint.
 pub fn generate_x509(user_id: &str, now: i64) -> Result<Generated, String> {
-    let (pkcs8, _, public) = ed25519()?;
+    let (pkcs8, seed, public) = ed25519()?;
     let pair = Ed25519KeyPair::from_pkcs8(&pkcs8).map_err(|_| "bad generated key".to_owned())?;
+    // The private key handed out is PKCS#8 v1 (RFC 8410: version 0, the
+    // algorithm, the seed), which OpenSSL reads; ring's v2 document also
+    // carries the public key, which OpenSSL 3.0 refuses.
+    let private_v1 = seq(&[&der(0x02, &[0]), &seq(&[&der(0x06, &[0x2b, 0x65, 0x70])]), &der(0x04, &der(0x04, &seed))]);
     let ed25519_oid = der(0x06, &[0x2b, 0x65, 0x70]);
     let algorithm = seq(&[&ed25519_oid]);
     let cn = der(0x0c, user_id.as_bytes());
@@ -288,7 +295,7 @@ pub fn generate_x509(user_id: &str, now: i64) -> Result<Generated, String> {
     signature.extend_from_slice(pair.sign(&tbs).as_ref());
     let certificate = seq(&[&tbs, &algorithm, &der(0x03, &signature)]);
     let fingerprint = colon_hex(ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &certificate).as_ref());
-    Ok((B64.encode(&pkcs8), pem_lines("CERTIFICATE", &certificate, 64), fingerprint))
+    Ok((B64.encode(&private_v1), pem_lines("CERTIFICATE", &certificate, 64), fingerprint))
 }
 
 #[cfg(test)]
