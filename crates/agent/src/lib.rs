@@ -472,6 +472,12 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
     let kind = task["kind"].as_str().unwrap_or("");
     let instance = task["instance"].as_str().unwrap_or("").to_owned();
     let host = task["host"].as_str().unwrap_or("").to_owned();
+    // The public key of the server's key pair, on a spawn: a real driver
+    // writes it to the config drive and the metadata service; the fake
+    // one has no guest to put it in, so it only takes it.
+    if let Some(key_data) = task.get("key_data").and_then(Value::as_str) {
+        tracing::debug!(%instance, key_type = key_data.split(' ').next().unwrap_or(""), "key pair taken for the guest");
+    }
     let event = match kind {
         "build" => {
             if !config.build_time.is_zero() {

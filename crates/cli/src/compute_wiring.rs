@@ -162,8 +162,10 @@ impl berth_compute::hub::HostChannel for NatsBroker {
         task: &berth_compute::hub::Task,
     ) -> berth_compute::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
         use berth_compute::hub::HostSendFailure;
-        // The same JSON the long poll hands out.
-        let payload = berth_compute_api::handlers::agents::task_json(task).to_string().into_bytes();
+        // The same JSON the long poll hands out, without `key_data`: this
+        // path carries the tasks other than a pull-mode boot (which a claim
+        // answers), and a re-driven spawn sent here goes without its key.
+        let payload = berth_compute_api::handlers::agents::task_json(task, None).to_string().into_bytes();
         let host = task.host.clone();
         Box::pin(async move {
             let queues = self.queues().await.map_err(HostSendFailure::Unavailable)?;
@@ -699,6 +701,7 @@ fn strip_project(rest: &str) -> String {
         "servers",
         "flavors",
         "os-server-groups",
+        "os-keypairs",
         "os-quota-sets",
         "limits",
         "os-hypervisors",

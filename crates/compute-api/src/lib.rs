@@ -26,8 +26,10 @@
 //! | Version | Body | Change |
 //! |---|---|---|
 //! | 2.1  | all | base shapes (v2.0 compatible) |
+//! | 2.2  | R keypair; Q keypair create | `type` (`ssh`, `x509`); create answers 201, delete 204 |
 //! | 2.3  | R server | admin extended attributes: `OS-EXT-SRV-ATTR:hostname`, `kernel_id`, `launch_index`, `ramdisk_id`, `reservation_id`, `root_device_name`, `user_data` |
 //! | 2.9  | R server | `locked` |
+//! | 2.10 | Q keypair create, keypair queries | `user_id` (admins act for another user) |
 //! | 2.11 | R service, Q service update | `forced_down`; legacy `PUT /os-services/force-down` |
 //! | 2.13 | R server group | `project_id`, `user_id` |
 //! | 2.14 | Q evacuate; R evacuate | `onSharedStorage` gone; no `adminPass` answer (200, no body) |
@@ -40,6 +42,7 @@
 //! | 2.32 | Q server create | `tag` on networks and block devices |
 //! | 2.33 | R hypervisor list | `hypervisors_links` paging |
 //! | 2.33 | Q server create | block-device `tag` dropped again (until 2.42) |
+//! | 2.35 | R keypair list | `limit`, `marker`, `keypairs_links` |
 //! | 2.36 | R quota set, limits; Q quota update | network quotas and limits gone (`fixed_ips`, `floating_ips`, `security_groups`, `security_group_rules`) |
 //! | 2.37 | Q server create | `networks` required: `"none"`, `"auto"` or a list of uuids (network `tag` dropped until 2.42) |
 //! | 2.39 | R limits | `maxImageMeta` gone |
@@ -62,12 +65,14 @@
 //! | 2.71 | R server (show, update; not detail) | `server_groups` |
 //! | 2.73 | R server | `locked_reason` |
 //! | 2.74 | Q server create | `host`, `hypervisor_hostname` |
+//! | 2.75 | Q keypair queries | unknown query parameters refused |
 //! | 2.75 | R flavor, server update, hypervisor | `swap` is `0` not `""`; `PUT /servers/{id}` answers the full server; `servers: []` when asked and none |
 //! | 2.77 | Q unshelve | `null` or `{"availability_zone": name}` |
 //! | 2.84 | R instance action event | `details` (if allowed) |
 //! | 2.88 | R hypervisor | usage fields and `cpu_info` gone, `uptime` added |
 //! | 2.90 | R server; Q server create/update | `OS-EXT-SRV-ATTR:hostname` for everyone; `hostname` (RFC 1123 label) |
 //! | 2.91 | Q unshelve | `availability_zone` may be `null` (unpin), `host` (admin) |
+//! | 2.92 | Q keypair create | `public_key` required (no generation); names may hold `@` and `.` |
 //! | 2.94 | Q server create/update | `hostname` may be an FQDN |
 //! | 2.95 | Q evacuate | the evacuated server ends SHUTOFF |
 //! | 2.96 | R server | `pinned_availability_zone` |
@@ -87,6 +92,7 @@
 
 pub mod api;
 pub mod handlers;
+pub mod keys;
 mod policy_rules;
 pub mod routes;
 pub mod schemas;

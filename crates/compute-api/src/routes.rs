@@ -12,7 +12,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, credentials, flavors, migrations, resources, servers};
+use crate::handlers::{agents, credentials, flavors, keypairs, migrations, resources, servers};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -78,6 +78,8 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
                 s(M::DELETE, flavors::delete_extra_spec),
             ],
         ),
+        Route::new("/v2.1/os-keypairs", vec![s(M::GET, keypairs::index), s(M::POST, keypairs::create)]),
+        Route::new("/v2.1/os-keypairs/{name}", vec![s(M::GET, keypairs::show), s(M::DELETE, keypairs::delete)]),
         Route::new(
             "/v2.1/os-server-groups",
             vec![s(M::GET, resources::list_groups), s(M::POST, resources::create_group)],

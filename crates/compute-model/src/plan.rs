@@ -25,7 +25,7 @@
 //!
 //! One file per family of writes, under `plan/`: `admission`, `claims`
 //! (and burying in cell0), `reschedule` (push mode) and `requeue` (pull
-//! mode), `deletes`; then `flavors`, `images`, `server_groups`, `quotas`,
+//! mode), `deletes`; then `flavors`, `images`, `key_pairs`, `server_groups`, `quotas`,
 //! `aggregates`, `cells` (and host discovery) and `agents` (which identity
 //! speaks for a host). Everything is re-exported here: callers write
 //! `plan::plan_claim`.
@@ -40,6 +40,7 @@ mod claims;
 mod deletes;
 mod flavors;
 mod images;
+mod key_pairs;
 mod quotas;
 mod requeue;
 mod reschedule;
@@ -59,6 +60,7 @@ pub use claims::{plan_bury, plan_claim, plan_claim_boots, ClaimFailure, Claimed,
 pub use deletes::{plan_delete_build_request, plan_forget_deleted, plan_forget_instance, plan_queue_for_delete};
 pub use flavors::{plan_create_flavor, plan_delete_flavor, plan_edit_flavor, NewFlavor};
 pub use images::{plan_delete_image, plan_put_image};
+pub use key_pairs::{not_found as key_pair_not_found, plan_create_key_pair, plan_delete_key_pair};
 pub use quotas::{plan_delete_quotas, plan_set_quota_class, plan_set_quotas};
 pub use requeue::{plan_claim_requeued, plan_expire_requeued, plan_requeue, requeue_waiting, RequeueClaim};
 pub use reschedule::{plan_reschedule, Exhausted, Rescheduled};

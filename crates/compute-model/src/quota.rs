@@ -10,7 +10,10 @@
 //!   build requests (not yet claimed). Migration consumers are not counted,
 //!   so a server in VERIFY_RESIZE is not charged twice;
 //! - `server_groups`: groups of the project (or user);
-//! - `server_group_members`: members of one group owned by the user.
+//! - `server_group_members`: members of one group owned by the user;
+//! - `key_pairs`: key pairs of the user, checked against the user's limit
+//!   (its override, else the project's). As in Nova, their usage is shown
+//!   as 0 and not checked when a limit is set.
 //!
 //! Checks run inside the write that consumes the quota (see
 //! [`crate::plan`]), so they are exact under concurrency.
@@ -236,6 +239,17 @@ pub fn check_server_groups(world: &World, project: &str, user: &str) -> Result<(
         if limit >= 0 && usage(world, project, scope, "server_groups") + 1 > limit {
             return Err(ComputeError::OverQuota("Quota exceeded, too many server groups.".into()));
         }
+    }
+    Ok(())
+}
+
+/// Check that one more key pair of `user` fits the `key_pairs` limit
+/// that applies to them in `project` (Nova's `check_deltas(context,
+/// {'key_pairs': 1}, user_id)`: the count is per user).
+pub fn check_key_pairs(world: &World, project: &str, user: &str) -> Result<(), ComputeError> {
+    let limit = effective_limit(world, project, Some(user), "key_pairs");
+    if limit >= 0 && world.compute.key_pairs_of(user).count() as i64 + 1 > limit {
+        return Err(ComputeError::OverQuota("Quota exceeded, too many key pairs.".into()));
     }
     Ok(())
 }

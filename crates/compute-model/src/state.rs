@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::lease::{Lease, LeaseTables, ReservableHost, ResourceProperty};
 use crate::{
     AgentCredential, Aggregate, BuildRequest, CellMapping, ComputeNodeRef, Flavor, HostMapping, Image, InstanceMapping,
-    RequestSpec, ServerGroup,
+    KeyPair, RequestSpec, ServerGroup,
 };
 
 /// One row-level change to the compute control tables.
@@ -104,6 +104,10 @@ pub enum ComputeChange {
     PutResourceProperty(ResourceProperty),
     /// Remove a resource property.
     DeleteResourceProperty(String, String),
+    /// Insert or replace a key pair (by user and name).
+    PutKeyPair(KeyPair),
+    /// Delete a key pair: `(user, name)`.
+    DeleteKeyPair(String, String),
 }
 
 /// The identity of the row a change touches (what the store keys rows by,
@@ -142,6 +146,8 @@ pub enum RowKey {
     Lease(Uuid),
     /// A resource property `(resource_type, name)`.
     ResourceProperty(String, String),
+    /// A key pair `(user, name)`.
+    KeyPair(String, String),
 }
 
 impl ComputeChange {
@@ -181,6 +187,8 @@ impl ComputeChange {
             C::DeleteLease(id) => RowKey::Lease(*id),
             C::PutResourceProperty(p) => RowKey::ResourceProperty(p.resource_type.clone(), p.name.clone()),
             C::DeleteResourceProperty(t, n) => RowKey::ResourceProperty(t.clone(), n.clone()),
+            C::PutKeyPair(k) => RowKey::KeyPair(k.user_id.clone(), k.name.clone()),
+            C::DeleteKeyPair(u, n) => RowKey::KeyPair(u.clone(), n.clone()),
         }
     }
 }
@@ -236,6 +244,10 @@ pub struct ComputeState {
     pub max_flavor_id: i64,
     /// Highest aggregate id handed out.
     pub max_aggregate_id: i64,
+    /// Key pairs by `(user, name)` (so a user's are listed by name).
+    pub key_pairs: BTreeMap<(String, String), KeyPair>,
+    /// Highest key pair id handed out.
+    pub max_key_pair_id: i64,
 
     /// Derived: the group each instance belongs to.
     pub group_of_instance: HashMap<Uuid, Uuid>,
@@ -329,6 +341,14 @@ impl ComputeState {
         bump_counted(&mut self.placed_by_user, (project.to_owned(), user.to_owned()), counted, sign);
     }
 
+    /// The key pairs of `user`, by name.
+    pub fn key_pairs_of<'a>(&'a self, user: &'a str) -> impl Iterator<Item = &'a KeyPair> + 'a {
+        self.key_pairs
+            .range((user.to_owned(), String::new())..)
+            .take_while(move |((u, _), _)| u == user)
+            .map(|(_, k)| k)
+    }
+
     /// The cell a host is mapped to.
     pub fn cell_of_host(&self, host: &str) -> Option<Uuid> {
         self.host_mappings.get(host).map(|h| h.cell)
@@ -384,6 +404,7 @@ impl ComputeState {
             RowKey::ResourceProperty(t, n) => {
                 self.leases.properties.get(&(t.clone(), n.clone())).cloned().map(C::PutResourceProperty)
             }
+            RowKey::KeyPair(u, n) => self.key_pairs.get(&(u.clone(), n.clone())).cloned().map(C::PutKeyPair),
         }
     }
 
@@ -412,6 +433,7 @@ impl ComputeState {
             RowKey::ReservableHost(id) => C::DeleteReservableHost(id),
             RowKey::Lease(id) => C::DeleteLease(id),
             RowKey::ResourceProperty(t, n) => C::DeleteResourceProperty(t, n),
+            RowKey::KeyPair(u, n) => C::DeleteKeyPair(u, n),
         }
     }
 
@@ -520,6 +542,13 @@ impl ComputeState {
             }
             C::DeleteResourceProperty(t, n) => {
                 self.leases.properties.remove(&(t.clone(), n.clone()));
+            }
+            C::PutKeyPair(k) => {
+                self.max_key_pair_id = self.max_key_pair_id.max(k.id);
+                self.key_pairs.insert((k.user_id.clone(), k.name.clone()), k.clone());
+            }
+            C::DeleteKeyPair(u, n) => {
+                self.key_pairs.remove(&(u.clone(), n.clone()));
             }
         }
     }

@@ -181,6 +181,55 @@ pub struct ServerGroup {
     pub created_at: Timestamp,
 }
 
+/// A key pair's kind (Nova's `keypairs.type`, shown from 2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPairType {
+    /// An OpenSSH public key.
+    Ssh,
+    /// A PEM X.509 certificate (for WinRM).
+    X509,
+}
+
+impl KeyPairType {
+    /// The wire and stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyPairType::Ssh => "ssh",
+            KeyPairType::X509 => "x509",
+        }
+    }
+
+    /// Parse [`KeyPairType::as_str`].
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "ssh" => Some(KeyPairType::Ssh),
+            "x509" => Some(KeyPairType::X509),
+            _ => None,
+        }
+    }
+}
+
+/// A key pair (Nova's API-database `key_pairs`): it belongs to a user,
+/// not to a project, and its name is unique per user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyPair {
+    /// Internal id (creation order; shown by `GET /os-keypairs/{name}`).
+    pub id: i64,
+    /// Owning user.
+    pub user_id: String,
+    /// Name, unique per user.
+    pub name: String,
+    /// `ssh` or `x509`.
+    pub key_type: KeyPairType,
+    /// The public key (OpenSSH line) or the PEM certificate.
+    pub public_key: String,
+    /// MD5 of the key blob (ssh) or SHA-1 of the certificate's DER (x509),
+    /// colon-separated hex.
+    pub fingerprint: String,
+    /// Creation time.
+    pub created_at: Timestamp,
+}
+
 /// A cell mapping (`cell_mappings`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellMapping {
@@ -316,6 +365,10 @@ pub struct InstanceSpec {
     pub metadata: BTreeMap<String, String>,
     /// Key pair name.
     pub key_name: Option<String>,
+    /// The key pair's public key at boot (Nova's `instance.key_data`):
+    /// what the agent injects, and what a rebuild keeps unless given
+    /// another key.
+    pub key_data: Option<String>,
     /// The availability zone the user asked for.
     pub availability_zone: Option<String>,
     /// `r-xxxxxxxx`, shared by the instances of one request.
@@ -415,6 +468,9 @@ pub struct RequestSpec {
     /// `RequestSpec.retry` plus the `host_list` its conductor hands to the
     /// compute host). Empty until a claim leaves alternates.
     pub retry: BuildRetry,
+    /// The public key of the boot's key pair (the instance's `key_data`),
+    /// which every process can hand to the agent with the build task.
+    pub key_data: Option<String>,
 }
 
 /// How an instance's build went so far, and where it may go next if it

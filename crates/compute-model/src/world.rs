@@ -213,6 +213,7 @@ pub(crate) mod tests {
             flavor: flavor(vcpus, ram),
             metadata: BTreeMap::new(),
             key_name: None,
+            key_data: None,
             availability_zone: None,
             reservation_id: "r-1".into(),
             launch_index: 0,

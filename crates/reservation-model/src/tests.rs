@@ -1098,6 +1098,7 @@ fn reserved_boot(world: &mut World, flavor: &berth_compute_model::Flavor, n: usi
             held: true,
         }));
         set.compute(C::PutRequestSpec(RequestSpec {
+            key_data: None,
             instance_uuid: *instance,
             project_id: "p".into(),
             user_id: "u".into(),

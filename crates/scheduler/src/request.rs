@@ -245,6 +245,7 @@ mod tests {
 
     fn spec(extra: &[(&str, &str)]) -> RequestSpec {
         RequestSpec {
+            key_data: None,
             instance_uuid: Uuid::nil(),
             project_id: "p".into(),
             user_id: "u".into(),

@@ -83,6 +83,7 @@ fn minimal_spec(name: &str) -> InstanceSpec {
         flavor: flavor(1),
         metadata: BTreeMap::new(),
         key_name: None,
+        key_data: None,
         availability_zone: None,
         reservation_id: "r-min".to_owned(),
         launch_index: 0,

@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use berth_compute_model::choice::HostChoice;
 use berth_compute_model::{
     AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor,
-    GroupPolicy, HostMapping, Image, ImageRef, InstanceMapping, InstanceSpec, RequestSpec, RowKey, ServerGroup,
+    GroupPolicy, HostMapping, Image, ImageRef, InstanceMapping, InstanceSpec, KeyPair, KeyPairType, RequestSpec,
+    RowKey, ServerGroup,
 };
 use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};
@@ -109,6 +110,27 @@ pub fn to_server_group(v: &Value) -> Result<ServerGroup> {
     })
 }
 
+/// A key pair.
+pub fn key_pair(key_pair: &KeyPair) -> Value {
+    json!({
+        "id": key_pair.id, "user_id": key_pair.user_id, "name": key_pair.name, "type": key_pair.key_type.as_str(),
+        "public_key": key_pair.public_key, "fingerprint": key_pair.fingerprint, "created_at": key_pair.created_at,
+    })
+}
+
+/// Decode [`key_pair`].
+pub fn to_key_pair(v: &Value) -> Result<KeyPair> {
+    Ok(KeyPair {
+        id: i(v, "id")?,
+        user_id: s(v, "user_id")?,
+        name: s(v, "name")?,
+        key_type: KeyPairType::parse(&s(v, "type")?).ok_or_else(|| bad("type"))?,
+        public_key: s(v, "public_key")?,
+        fingerprint: s(v, "fingerprint")?,
+        created_at: i(v, "created_at")?,
+    })
+}
+
 /// A cell mapping.
 pub fn cell(cell: &CellMapping) -> Value {
     json!({"uuid": cell.uuid.to_string(), "name": cell.name, "database_connection": cell.database_connection,
@@ -131,7 +153,7 @@ pub fn instance_spec(spec: &InstanceSpec) -> Value {
         "display_name": spec.display_name, "display_description": spec.display_description,
         "hostname": spec.hostname, "image_ref": spec.image_ref.map(|u| u.to_string()),
         "image_properties": str_map(&spec.image_properties), "flavor": flavor(&spec.flavor),
-        "metadata": str_map(&spec.metadata), "key_name": spec.key_name,
+        "metadata": str_map(&spec.metadata), "key_name": spec.key_name, "key_data": spec.key_data,
         "availability_zone": spec.availability_zone, "reservation_id": spec.reservation_id,
         "launch_index": spec.launch_index, "config_drive": spec.config_drive, "user_data": spec.user_data,
         "access_ip_v4": spec.access_ip_v4, "access_ip_v6": spec.access_ip_v6, "tags": spec.tags,
@@ -150,6 +172,7 @@ pub fn to_instance_spec(v: &Value) -> Result<InstanceSpec> {
         flavor: to_flavor(field(v, "flavor")?)?,
         metadata: get_str_map(v, "metadata")?,
         key_name: opt_s(v, "key_name")?,
+        key_data: opt_s(v, "key_data")?,
         availability_zone: opt_s(v, "availability_zone")?,
         reservation_id: s(v, "reservation_id")?,
         launch_index: i(v, "launch_index")?,
@@ -173,7 +196,7 @@ pub fn request_spec(spec: &RequestSpec) -> Value {
         "force_host": spec.force_host, "force_node": spec.force_node, "group": spec.group.map(|g| g.to_string()),
         "same_host": uuid_list(&spec.same_host), "different_host": uuid_list(&spec.different_host),
         "hints": hints(&spec.hints), "reservation_id": spec.reservation_id,
-        "retry": build_retry(&spec.retry),
+        "retry": build_retry(&spec.retry), "key_data": spec.key_data,
     })
 }
 
@@ -241,6 +264,7 @@ pub fn to_request_spec(v: &Value) -> Result<RequestSpec> {
         }),
     };
     Ok(RequestSpec {
+        key_data: opt_s(v, "key_data")?,
         instance_uuid: uuid(v, "instance_uuid")?,
         project_id: s(v, "project_id")?,
         user_id: s(v, "user_id")?,
@@ -300,6 +324,7 @@ pub fn row_key(key: &RowKey) -> (&'static str, String) {
         RowKey::ReservableHost(id) => ("rsv_host", id.to_string()),
         RowKey::Lease(id) => ("lease", id.to_string()),
         RowKey::ResourceProperty(t, n) => ("rsv_property", json!([t, n]).to_string()),
+        RowKey::KeyPair(u, n) => ("key_pair", json!([u, n]).to_string()),
     }
 }
 
@@ -344,6 +369,7 @@ pub fn change_row(change: &ComputeChange) -> (&'static str, String, Option<Value
         C::PutReservableHost(x) => Some(crate::lease_json::host(x)),
         C::PutLease(x) => Some(crate::lease_json::lease(x)),
         C::PutResourceProperty(x) => Some(crate::lease_json::property(x)),
+        C::PutKeyPair(x) => Some(key_pair(x)),
         _ => None,
     };
     (kind, key, body)
@@ -383,6 +409,10 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
             "rsv_property" => {
                 let p = key_parts(key, 2)?;
                 C::DeleteResourceProperty(p[0].clone(), p[1].clone())
+            }
+            "key_pair" => {
+                let p = key_parts(key, 2)?;
+                C::DeleteKeyPair(p[0].clone(), p[1].clone())
             }
             other => return Err(bad(&format!("row kind {other}"))),
         });
@@ -442,6 +472,7 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
         "rsv_host" => C::PutReservableHost(crate::lease_json::to_host(v)?),
         "lease" => C::PutLease(crate::lease_json::to_lease(v)?),
         "rsv_property" => C::PutResourceProperty(crate::lease_json::to_property(v)?),
+        "key_pair" => C::PutKeyPair(to_key_pair(v)?),
         other => return Err(bad(&format!("row kind {other}"))),
     })
 }
@@ -501,7 +532,8 @@ mod tests {
             image_properties: [("hw_disk_bus".to_owned(), "scsi".to_owned())].into(),
             flavor: sample_flavor(),
             metadata: [("k".to_owned(), "v".to_owned())].into(),
-            key_name: None,
+            key_name: Some("k".into()),
+            key_data: Some("ssh-ed25519 AAAA k".into()),
             availability_zone: Some("az1".into()),
             reservation_id: "r-abc".into(),
             launch_index: 2,
@@ -583,6 +615,7 @@ mod tests {
             }),
             C::DeleteBuildRequest(id),
             C::PutRequestSpec(RequestSpec {
+                key_data: Some("ssh-ed25519 AAAA k".into()),
                 instance_uuid: id,
                 project_id: "p".into(),
                 user_id: "u".into(),
@@ -626,6 +659,16 @@ mod tests {
                 updated_at: Some(2),
             }),
             C::DeleteAggregate(7),
+            C::PutKeyPair(KeyPair {
+                id: 3,
+                user_id: "u\"x".into(),
+                name: "k 1".into(),
+                key_type: KeyPairType::X509,
+                public_key: "-----BEGIN CERTIFICATE-----\n...".into(),
+                fingerprint: "aa:bb".into(),
+                created_at: 5,
+            }),
+            C::DeleteKeyPair("u\"x".into(), "k 1".into()),
             C::PutReservableHost(lease::ReservableHost {
                 id: 4,
                 hypervisor_hostname: "n".into(),

@@ -244,6 +244,7 @@ pub fn store_suite(store: &dyn Store) {
             flavor,
             metadata: Default::default(),
             key_name: None,
+            key_data: None,
             availability_zone: None,
             reservation_id: "r-1".into(),
             launch_index: 0,

@@ -125,9 +125,21 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 }
 
 /// A task as agents get it: from the long poll, in a claim's answer, and
-/// on a host's NATS subject in pull mode.
-pub fn task_json(task: &berth_compute::hub::Task) -> Value {
-    json!({"id": task.id, "kind": task.kind.as_str(), "instance": task.instance.to_string(), "host": task.host})
+/// on a host's NATS subject in pull mode. A task that spawns the
+/// instance (build, rebuild, unshelve) carries `key_data`, the public key
+/// to inject, when the server was booted with a key pair and `world` is
+/// given (the request spec keeps it for the instance's life).
+pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_model::World>) -> Value {
+    use berth_compute::hub::TaskKind;
+    let mut body =
+        json!({"id": task.id, "kind": task.kind.as_str(), "instance": task.instance.to_string(), "host": task.host});
+    if matches!(task.kind, TaskKind::Build | TaskKind::Rebuild | TaskKind::Unshelve) {
+        let key_data = world.and_then(|w| w.compute.request_specs.get(&task.instance)).and_then(|s| s.key_data.clone());
+        if let Some(key_data) = key_data {
+            body["key_data"] = json!(key_data);
+        }
+    }
+    body
 }
 
 /// `GET /agent/v1/work?agent=ID&wait=SECONDS`: long-poll for tasks.
@@ -142,7 +154,8 @@ pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let Some(tasks) = ctx.compute.hub.take(&agent, Duration::from_secs(wait), 1000).await else {
             return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
         };
-        let tasks: Vec<Value> = tasks.iter().map(task_json).collect();
+        let world = ctx.core.read();
+        let tasks: Vec<Value> = tasks.iter().map(|t| task_json(t, Some(&world))).collect();
         Ok(Resp::ok(json!({"tasks": tasks})))
     })
 }
@@ -251,10 +264,13 @@ pub fn claim(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         } else {
             berth_compute::pull::claim_on_host(&ctx.compute, instances[0], &hosts[0]).await
         };
+        let world = ctx.core.read();
         let answer = match claim {
-            berth_compute::pull::PullClaim::Claimed(t) => json!({"result": "claimed", "task": task_json(&t)}),
+            berth_compute::pull::PullClaim::Claimed(t) => {
+                json!({"result": "claimed", "task": task_json(&t, Some(&world))})
+            }
             berth_compute::pull::PullClaim::ClaimedAll(tasks) => {
-                json!({"result": "claimed", "tasks": tasks.iter().map(task_json).collect::<Vec<_>>()})
+                json!({"result": "claimed", "tasks": tasks.iter().map(|t| task_json(t, Some(&world))).collect::<Vec<_>>()})
             }
             berth_compute::pull::PullClaim::Gone => json!({"result": "gone"}),
             berth_compute::pull::PullClaim::Refused(reason) => json!({"result": "refused", "reason": reason}),

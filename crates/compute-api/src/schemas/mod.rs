@@ -38,6 +38,7 @@ use serde_json::{json, Value};
 
 pub mod aggregates;
 pub mod flavors;
+pub mod keypairs;
 pub mod quotas;
 pub mod server_groups;
 pub mod servers;

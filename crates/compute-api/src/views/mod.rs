@@ -25,6 +25,7 @@ pub mod availability_zones;
 pub mod flavors;
 pub mod hypervisors;
 pub mod instance_actions;
+pub mod keypairs;
 pub mod limits;
 pub mod quotas;
 pub mod server_groups;

@@ -61,6 +61,7 @@ pub(crate) fn spec() -> InstanceSpec {
         flavor: flavor_tiny(),
         metadata: [("My Server Name".to_owned(), "Apache1".to_owned())].into_iter().collect(),
         key_name: None,
+        key_data: None,
         availability_zone: Some("us-west".into()),
         reservation_id: "r-3fhpjulh".into(),
         launch_index: 0,
@@ -102,6 +103,7 @@ pub(crate) fn errored() -> (Instance, Fault) {
 
 pub(crate) fn request_spec(instance: &Instance) -> RequestSpec {
     RequestSpec {
+        key_data: None,
         instance_uuid: instance.uuid,
         project_id: instance.project_id.clone(),
         user_id: instance.user_id.clone(),

@@ -26,6 +26,7 @@ fn spec(name: &str) -> InstanceSpec {
         flavor: flavor(1, 512),
         metadata: BTreeMap::new(),
         key_name: None,
+        key_data: None,
         availability_zone: None,
         reservation_id: "r-1".into(),
         launch_index: 0,
@@ -40,6 +41,7 @@ fn spec(name: &str) -> InstanceSpec {
 
 fn request_spec(group: Option<Uuid>) -> RequestSpec {
     RequestSpec {
+        key_data: None,
         instance_uuid: Uuid::nil(),
         project_id: "p".into(),
         user_id: "u".into(),

@@ -132,6 +132,7 @@ pub(super) fn decode_instance(row: &[Value], brief: bool) -> Result<Instance> {
             hostname: c.text()?,
             image_ref: c.opt_text()?.and_then(|i| Uuid::parse_str(&i).ok()),
             key_name: c.opt_text()?,
+            key_data: None,
             reservation_id: c.text()?,
             launch_index: c.int()?,
             config_drive: c.text()?,

@@ -50,6 +50,7 @@ async fn snapshot(cloud: &Cloud, nova: &Nova) -> Value {
         "/servers/detail?all_tenants=1",
         "/flavors/detail?is_public=None",
         "/os-server-groups?all_projects=True",
+        "/os-keypairs",
         "/os-aggregates",
         "/os-quota-sets/admin",
         "/os-quota-sets/p1",
@@ -144,6 +145,9 @@ async fn bad_input_is_refused_and_changes_nothing() {
     let group = nova.post("/os-server-groups", &json!({"server_group": {"name": "g", "policy": "affinity"}})).await;
     assert_eq!(group.status, 200, "{:?}", group.body);
     let group = group.body["server_group"]["id"].as_str().expect("group id").to_owned();
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBieUUS8Ig4rsQkCiNR62QXjgraDjV4cTPo1044yaD0A test@berth";
+    let kp = nova.post("/os-keypairs", &json!({"keypair": {"name": "kp", "public_key": key}})).await;
+    assert_eq!(kp.status, 201, "{:?}", kp.body);
     let agg = nova.post("/os-aggregates", &json!({"aggregate": {"name": "a1"}})).await;
     assert_eq!(agg.status, 200, "{:?}", agg.body);
     let agg = agg.body["aggregate"]["id"].as_i64().expect("aggregate id");
@@ -394,6 +398,57 @@ async fn bad_input_is_refused_and_changes_nothing() {
         case("admin", "DELETE", format!("/os-server-groups/{unknown}"), None, 404),
         case("p1:p1", "DELETE", format!("/os-server-groups/{group}"), None, 404),
         case("admin", "GET", "/os-server-groups?limit=-1", None, 400),
+        // key pairs
+        case(
+            "admin",
+            "POST",
+            "/os-keypairs",
+            Some(json!({"keypair": {"name": "x", "public_key": "ssh-rsa JUNK"}})),
+            400,
+        ),
+        case("admin", "POST", "/os-keypairs", Some(json!({"keypair": {"name": "x", "public_key": 5}})), 400),
+        case("admin", "POST", "/os-keypairs", Some(json!({"keypair": {"name": 5, "public_key": key}})), 400),
+        case("admin", "POST", "/os-keypairs", Some(json!({"keypair": {"public_key": key}})), 400),
+        case("admin", "POST", "/os-keypairs", Some(json!({"keypair": {"name": "x"}})), 400),
+        case("admin", "POST", "/os-keypairs", Some(json!({"keypair": {"name": "x/y", "public_key": key}})), 400),
+        case(
+            "admin",
+            "POST",
+            "/os-keypairs",
+            Some(json!({"keypair": {"name": "x", "public_key": key, "bogus": 1}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/os-keypairs",
+            Some(json!({"keypair": {"name": "x", "type": "rsa", "public_key": key}})),
+            400,
+        ),
+        case(
+            "admin",
+            "POST",
+            "/os-keypairs",
+            Some(json!({"keypair": {"name": "x", "type": "x509", "public_key": key}})),
+            400,
+        ),
+        case("admin", "POST", "/os-keypairs", Some(json!({"keypair": {"name": "kp", "public_key": key}})), 409),
+        case(
+            "p1:p1",
+            "POST",
+            "/os-keypairs",
+            Some(json!({"keypair": {"name": "x", "user_id": "admin", "public_key": key}})),
+            403,
+        ),
+        case("admin", "GET", "/os-keypairs/nope", None, 404),
+        case("admin", "DELETE", "/os-keypairs/nope", None, 404),
+        case("p1:p1", "GET", "/os-keypairs/kp?user_id=admin", None, 403),
+        case("p1:p1", "DELETE", "/os-keypairs/kp?user_id=admin", None, 403),
+        case("p1:p1", "DELETE", "/os-keypairs/kp", None, 404),
+        case("admin", "GET", "/os-keypairs?limit=-1", None, 400),
+        case("admin", "GET", "/os-keypairs?marker=nope", None, 400),
+        case("admin", "GET", "/os-keypairs?bogus=1", None, 400),
+        case("admin", "POST", "/servers", with("key_name", json!("")), 400),
         // quotas and limits
         case("admin", "PUT", "/os-quota-sets/p1", Some(json!({"quota_set": {"instances": -2}})), 400),
         case("admin", "PUT", "/os-quota-sets/p1", Some(json!({"quota_set": {"instances": "lots"}})), 400),

@@ -9,6 +9,7 @@ mod dashboard;
 mod evacuate;
 mod groups;
 mod heal;
+mod keypairs;
 mod lease_end;
 mod leases;
 mod lending;

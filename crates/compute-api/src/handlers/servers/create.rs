@@ -2,7 +2,9 @@
 //! and check the body on its own ([`parse_create`]); resolve its flavor
 //! and image on the snapshot ([`resolve_flavor_and_image`]); check
 //! `user_data` ([`check_user_data`], after the lookups, where it always
-//! was, so a body with several faults is refused for the same one); lower
+//! was, so a body with several faults is refused for the same one); find
+//! the caller's key pair it names ([`resolve_key_pair`], where Nova looks
+//! it up, after `user_data`); lower
 //! the count to what quotas admit ([`admitted_count`]); build the
 //! instances' specs and the request spec they share ([`build_boot`]);
 //! admit the boot in one control write (`Compute::accept_boot`); answer
@@ -32,8 +34,9 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let request = parse_create(req, v, &body)?;
     let (flavor, image) = resolve_flavor_and_image(ctx, req, &request)?;
     check_user_data(server)?;
+    let key_pair = resolve_key_pair(ctx, &request)?;
     let max_count = admitted_count(ctx, &request, &flavor)?;
-    let boot = build_boot(server, request, flavor, image, max_count);
+    let boot = build_boot(server, request, flavor, image, key_pair, max_count);
     let reservation_id = boot.request_spec.reservation_id.clone();
     let admitted = ctx.compute.accept_boot(boot, &req.request_id).nova()?;
     answer_create(ctx, req, server, &reservation_id, &admitted)
@@ -61,9 +64,11 @@ struct CreateRequest {
     image_text: String,
     /// The `hostname` asked for, for a single instance only.
     requested_hostname: Option<String>,
+    /// `key_name`: one of the caller's key pairs.
+    key_name: Option<String>,
 }
 
-/// Read and check the body: what berth cannot do (key pairs, networks,
+/// Read and check the body: what berth cannot do (networks,
 /// volumes), the counts, where to boot (a forced host or node needs its
 /// policy), the scheduler hints, and the flavor and image references.
 fn parse_create(req: &Req, v: ComputeVersion, body: &Value) -> ApiResult<CreateRequest> {
@@ -72,9 +77,7 @@ fn parse_create(req: &Req, v: ComputeVersion, body: &Value) -> ApiResult<CreateR
     let user = api::user(req);
     let name = server["name"].as_str().unwrap_or("").to_owned();
     let bdm_image = local_image_from_bdms(server)?;
-    if server.get("key_name").is_some_and(|k| !k.is_null()) {
-        return Err(ApiError::bad_request("Invalid key_name provided."));
-    }
+    let key_name = server.get("key_name").and_then(Value::as_str).map(str::to_owned);
     if let Some(networks) = server.get("networks").and_then(Value::as_array) {
         if let Some(first) = networks.first() {
             let id = first.get("uuid").or_else(|| first.get("port")).and_then(Value::as_str).unwrap_or("");
@@ -160,7 +163,21 @@ fn parse_create(req: &Req, v: ComputeVersion, body: &Value) -> ApiResult<CreateR
         flavor_id,
         image_text,
         requested_hostname,
+        key_name,
     })
+}
+
+/// The key pair a boot names, as `(name, public key)`: the caller's own
+/// (Nova looks it up for `context.user_id`), else 400 as Nova.
+fn resolve_key_pair(ctx: &ComputeCtx, request: &CreateRequest) -> ApiResult<Option<(String, String)>> {
+    let Some(name) = &request.key_name else { return Ok(None) };
+    let world = ctx.core.read();
+    let key_pair = world
+        .compute
+        .key_pairs
+        .get(&(request.user.clone(), name.clone()))
+        .ok_or_else(|| ApiError::bad_request("Invalid key_name provided."))?;
+    Ok(Some((key_pair.name.clone(), key_pair.public_key.clone())))
 }
 
 /// The flavor and image a boot names, as the caller may see them on the
@@ -273,7 +290,14 @@ fn admitted_count(ctx: &ComputeCtx, request: &CreateRequest, flavor: &Flavor) ->
 
 /// The boot to admit: `max_count` instances, each with a fresh uuid and
 /// its spec, and the request spec they share.
-fn build_boot(server: &Value, request: CreateRequest, flavor: Flavor, image: Image, max_count: i64) -> BootAdmission {
+fn build_boot(
+    server: &Value,
+    request: CreateRequest,
+    flavor: Flavor,
+    image: Image,
+    key_pair: Option<(String, String)>,
+    max_count: i64,
+) -> BootAdmission {
     let CreateRequest {
         project,
         user,
@@ -303,6 +327,7 @@ fn build_boot(server: &Value, request: CreateRequest, flavor: Flavor, image: Ima
         .map(|t| t.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
     let now = berth_core::now();
+    let (key_name, key_data) = key_pair.unzip();
     let instances: Vec<(Uuid, InstanceSpec)> = (0..max_count)
         .map(|idx| {
             let display_name = if max_count > 1 { format!("{name}-{}", idx + 1) } else { name.clone() };
@@ -315,7 +340,8 @@ fn build_boot(server: &Value, request: CreateRequest, flavor: Flavor, image: Ima
                 image_properties: image.properties.clone(),
                 flavor: flavor.clone(),
                 metadata: metadata.clone(),
-                key_name: None,
+                key_name: key_name.clone(),
+                key_data: key_data.clone(),
                 availability_zone: az.clone(),
                 reservation_id: reservation_id.clone(),
                 launch_index: idx,
@@ -353,6 +379,7 @@ fn build_boot(server: &Value, request: CreateRequest, flavor: Flavor, image: Ima
         hints,
         reservation_id: reservation_id.clone(),
         retry: Default::default(),
+        key_data,
     };
     BootAdmission { project_id: project, user_id: user, instances, min_count, request_spec, now }
 }
