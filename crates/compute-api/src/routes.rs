@@ -132,6 +132,7 @@ pub fn compute_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<C
         policy: Arc::new(Policy::new(crate::policy_rules::RULES, overrides)?),
         render_error: api::render_error,
         adjust_auth: api::adjust_auth,
+        request_id_alias: Some("x-compute-request-id"),
     })
 }
 
@@ -160,6 +161,7 @@ pub fn agent_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
+        request_id_alias: None,
     })
 }
 
@@ -186,6 +188,7 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
+        request_id_alias: None,
     })
 }
 
@@ -204,5 +207,6 @@ pub fn identity_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
+        request_id_alias: None,
     })
 }

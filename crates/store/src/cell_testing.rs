@@ -92,6 +92,7 @@ fn minimal_spec(name: &str) -> InstanceSpec {
         access_ip_v6: None,
         tags: Vec::new(),
         scheduler_hints: BTreeMap::new(),
+        auto_disk_config: false,
     }
 }
 

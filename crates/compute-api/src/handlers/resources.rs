@@ -613,7 +613,8 @@ pub fn delete_aggregate(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     authorize(req, "os_compute_api:os-aggregates:delete")?;
     let id = aggregate_id(req)?;
     ctx.core.write(|w| plan_delete_aggregate(w, id).map(|s| (s, ())).map_err(api::refused))?;
-    Ok(Resp::no_content())
+    // Nova answers 200 with no body (no `@wsgi.response` on the method).
+    Ok(Resp::empty(StatusCode::OK))
 }
 
 /// `POST /os-aggregates/{id}/action`: `add_host`, `remove_host`,

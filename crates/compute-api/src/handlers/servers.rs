@@ -102,6 +102,41 @@ pub(crate) fn caller(req: &Req) -> Caller {
     Caller { request_id: req.request_id.clone(), user_id: api::user(req), project_id: api::project(req) }
 }
 
+/// `accessIPv4` and `accessIPv6` of a create or update body, checked as
+/// Nova's `ipv4`/`ipv6` formats check them and written as Nova's
+/// `IPAddressField` writes them back (`str(netaddr.IPAddress(x))`: an
+/// IPv6 address compressed and lower-case). `None`: not in the body.
+fn access_ips(server: &serde_json::Value) -> ApiResult<(Option<String>, Option<String>)> {
+    fn invalid(field: &str, text: &str, format: &str) -> ApiError {
+        ApiError::bad_request(format!(
+            "Invalid input for field/attribute {field}. Value: {text}. '{text}' is not a '{format}'"
+        ))
+    }
+    let text = |key: &str| server.get(key).and_then(serde_json::Value::as_str);
+    let v4 = match text("accessIPv4") {
+        None => None,
+        Some(t) => {
+            let addr: std::net::Ipv4Addr = t.parse().map_err(|_| invalid("accessIPv4", t, "ipv4"))?;
+            Some(addr.to_string())
+        }
+    };
+    let v6 = match text("accessIPv6") {
+        None => None,
+        Some(t) => {
+            let addr: std::net::Ipv6Addr = t.parse().map_err(|_| invalid("accessIPv6", t, "ipv6"))?;
+            Some(addr.to_string())
+        }
+    };
+    Ok((v4, v6))
+}
+
+/// `OS-DCF:diskConfig` of a create, update or resize body (`AUTO` is
+/// Nova's `auto_disk_config = True`); `None`: not given. The schema has
+/// already limited it to `AUTO` and `MANUAL`.
+fn disk_config_requested(body: &serde_json::Value) -> Option<bool> {
+    body.get("OS-DCF:diskConfig").and_then(serde_json::Value::as_str).map(|v| v == "AUTO")
+}
+
 /// Nova's `check_instance_lock`: a locked server takes state-changing
 /// actions from admins only (409 `Instance X is locked`), checked after
 /// the body and the policy, as Nova's compute API checks it.

@@ -19,7 +19,8 @@
 //!    class listing every printable code point) becomes [`PRINTABLE_TEXT`],
 //!    with the same simplification.
 //! 3. `format: ipv4` / `ipv6` become the patterns [`IPV4`] / [`IPV6`] (the
-//!    IPv6 one checks the alphabet and a colon, not the full grammar), and
+//!    IPv6 one checks the alphabet and a colon, not the full grammar: the
+//!    server handlers parse `accessIPv4`/`accessIPv6` fully after it), and
 //!    `oneOf: [{format: ipv4}, {format: ipv6}]` becomes the pattern
 //!    [`IP_ADDRESS`] (with formats ignored, that `oneOf` would reject
 //!    everything).

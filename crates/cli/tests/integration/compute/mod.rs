@@ -2,6 +2,7 @@
 //! ending with the invariants of `support::check_invariants`.
 
 mod agent_events;
+mod api_gaps;
 mod bad_input;
 mod boot;
 mod cells;
