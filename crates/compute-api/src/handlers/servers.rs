@@ -2,9 +2,10 @@
 //! (`os-start`, `os-stop`, `reboot`, lock, the moves) and
 //! `os-instance-actions`, one file each under `servers/`: `create`,
 //! `list`, `server` (show, update, delete), `actions`,
-//! `instance_actions`. Here: what they share (the policy rule names, the
-//! caller's view of a server, loading a server the caller may see, the
-//! lock check).
+//! `instance_actions`, `diagnostics` (diagnostics and
+//! `os-server-password`). Here: what they share (the policy rule names,
+//! the caller's view of a server, loading a server the caller may see,
+//! the lock check).
 
 use berth_compute::servers::{Caller, ServerRecord};
 use berth_compute_model::cell::Instance;
@@ -16,12 +17,14 @@ use crate::views::servers::{HostStatus, HostStatusAccess, ServerAccess};
 
 mod actions;
 mod create;
+mod diagnostics;
 mod instance_actions;
 mod list;
 mod server;
 
 pub use actions::action;
 pub use create::create;
+pub use diagnostics::{clear_password, diagnostics, show_password};
 pub use instance_actions::{list_actions, show_action};
 pub use list::{detail, index};
 pub use server::{delete, show, update};

@@ -38,7 +38,9 @@
 use serde_json::{json, Value};
 
 pub mod aggregates;
+pub mod events;
 pub mod flavors;
+pub mod hosts;
 pub mod quotas;
 pub mod server_groups;
 pub mod servers;

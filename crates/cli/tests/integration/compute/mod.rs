@@ -3,6 +3,7 @@
 
 mod agent_events;
 mod api_gaps;
+mod api_reads;
 mod bad_input;
 mod boot;
 mod cells;
