@@ -695,26 +695,17 @@ impl ComputeServices {
     }
 }
 
-/// Nova accepts `/v2.1/{project_id}/...`: drop the project segment.
+/// Nova accepts `/v2.1/{project_id}/...`: drop the project segment. A
+/// first segment that names one of the compute API's collections (any
+/// route's first segment after `/v2.1/`) is not a project id.
 fn strip_project(rest: &str) -> String {
-    const TOP: &[&str] = &[
-        "servers",
-        "flavors",
-        "os-server-groups",
-        "os-keypairs",
-        "os-quota-sets",
-        "limits",
-        "os-hypervisors",
-        "os-services",
-        "os-aggregates",
-        "os-availability-zone",
-        "",
-    ];
     let Some(after) = rest.strip_prefix("/v2.1/") else { return rest.to_owned() };
     let mut parts = after.splitn(2, '/');
     let first = parts.next().unwrap_or("");
     match parts.next() {
-        Some(tail) if !TOP.contains(&first) => format!("/v2.1/{tail}"),
+        Some(tail) if !first.is_empty() && !berth_compute_api::routes::is_collection(first) => {
+            format!("/v2.1/{tail}")
+        }
         _ => rest.to_owned(),
     }
 }
@@ -779,5 +770,9 @@ mod tests {
         assert_eq!(strip_project("/v2.1/abc123/servers/detail"), "/v2.1/servers/detail");
         assert_eq!(strip_project("/v2.1/flavors/1"), "/v2.1/flavors/1");
         assert_eq!(strip_project("/v2.1/"), "/v2.1/");
+        // Every collection is one, the newer ones included.
+        assert_eq!(strip_project("/v2.1/os-simple-tenant-usage/"), "/v2.1/os-simple-tenant-usage/");
+        assert_eq!(strip_project("/v2.1/extensions/os-consoles"), "/v2.1/extensions/os-consoles");
+        assert_eq!(strip_project("/v2.1/abc123/os-hosts/h1"), "/v2.1/os-hosts/h1");
     }
 }

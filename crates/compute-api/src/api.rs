@@ -288,6 +288,17 @@ pub fn paging(req: &Req, max_limit: usize) -> ApiResult<(Option<usize>, Option<S
     Ok((limit, req.query_one("marker").map(str::to_owned)))
 }
 
+/// Refuse query parameters outside `known`, as Nova's query schemas with
+/// `additionalProperties: false` do (400).
+pub fn only_query(req: &Req, known: &[&str]) -> ApiResult<()> {
+    match req.query.iter().find(|(name, _)| !known.contains(&name.as_str())) {
+        Some((name, _)) => Err(ApiError::bad_request(format!(
+            "Invalid input for query parameters {name}. Value: {name}. Additional properties are not allowed ('{name}' was unexpected)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Parse a boolean query or body value the way oslo's `bool_from_string`
 /// does (strict).
 pub fn parse_bool(text: &str) -> Option<bool> {

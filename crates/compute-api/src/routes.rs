@@ -12,7 +12,9 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, credentials, flavors, keypairs, migrations, resources, servers};
+use crate::handlers::{
+    agents, credentials, events, flavors, hosts, keypairs, migrations, resources, servers, usage,
+};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -30,6 +32,11 @@ fn since(minor: u16, mut endpoint: Endpoint<ComputeCtx>) -> Endpoint<ComputeCtx>
     endpoint
 }
 
+/// Served up to and including 2.`minor` (Nova removed it after).
+fn until(minor: u16, endpoint: Endpoint<ComputeCtx>) -> Endpoint<ComputeCtx> {
+    endpoint.until(Version(2, minor))
+}
+
 /// The compute API's routes.
 pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
     vec![
@@ -44,6 +51,11 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
         ),
         Route::new("/v2.1/servers/{id}/action", vec![a(M::POST, servers::action)]),
         Route::new("/v2.1/servers/{id}/os-instance-actions", vec![a(M::GET, servers::list_actions)]),
+        Route::new("/v2.1/servers/{id}/diagnostics", vec![a(M::GET, servers::diagnostics)]),
+        Route::new(
+            "/v2.1/servers/{id}/os-server-password",
+            vec![a(M::GET, servers::show_password), a(M::DELETE, servers::clear_password)],
+        ),
         Route::new("/v2.1/servers/{id}/migrations", vec![since(23, a(M::GET, migrations::list_server_migrations))]),
         Route::new(
             "/v2.1/servers/{id}/migrations/{mid}",
@@ -98,10 +110,33 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
         ),
         Route::new("/v2.1/os-quota-sets/{project}/defaults", vec![s(M::GET, resources::quota_defaults)]),
         Route::new("/v2.1/os-quota-sets/{project}/detail", vec![s(M::GET, resources::quota_detail)]),
+        Route::new(
+            "/v2.1/os-quota-class-sets/{class}",
+            vec![s(M::GET, resources::show_quota_class), s(M::PUT, resources::update_quota_class)],
+        ),
         Route::new("/v2.1/limits", vec![s(M::GET, resources::limits)]),
+        Route::new("/v2.1/extensions", vec![s(M::GET, resources::list_extensions)]),
+        Route::new("/v2.1/extensions/{alias}", vec![s(M::GET, resources::show_extension)]),
+        Route::new("/v2.1/os-simple-tenant-usage", vec![a(M::GET, usage::list_tenant_usages)]),
+        Route::new("/v2.1/os-simple-tenant-usage/{tenant}", vec![a(M::GET, usage::show_tenant_usage)]),
+        Route::new("/v2.1/os-instance_usage_audit_log", vec![a(M::GET, usage::list_audit_logs)]),
+        Route::new("/v2.1/os-instance_usage_audit_log/{before}", vec![a(M::GET, usage::show_audit_log)]),
+        Route::new("/v2.1/os-server-external-events", vec![a(M::POST, events::create_events)]),
         Route::new("/v2.1/os-hypervisors", vec![a(M::GET, resources::list_hypervisors)]),
         Route::new("/v2.1/os-hypervisors/detail", vec![a(M::GET, resources::detail_hypervisors)]),
+        Route::new("/v2.1/os-hypervisors/statistics", vec![until(87, a(M::GET, hosts::hypervisor_statistics))]),
         Route::new("/v2.1/os-hypervisors/{id}", vec![a(M::GET, resources::show_hypervisor)]),
+        Route::new("/v2.1/os-hypervisors/{id}/uptime", vec![until(87, a(M::GET, hosts::hypervisor_uptime))]),
+        Route::new("/v2.1/os-hypervisors/{pattern}/search", vec![until(52, a(M::GET, hosts::search_hypervisors))]),
+        Route::new("/v2.1/os-hypervisors/{pattern}/servers", vec![until(52, a(M::GET, hosts::hypervisor_servers))]),
+        Route::new("/v2.1/os-hosts", vec![until(42, a(M::GET, hosts::list_hosts))]),
+        Route::new(
+            "/v2.1/os-hosts/{host}",
+            vec![until(42, a(M::GET, hosts::show_host)), until(42, a(M::PUT, hosts::update_host))],
+        ),
+        Route::new("/v2.1/os-hosts/{host}/reboot", vec![until(42, a(M::GET, hosts::host_power_action))]),
+        Route::new("/v2.1/os-hosts/{host}/shutdown", vec![until(42, a(M::GET, hosts::host_power_action))]),
+        Route::new("/v2.1/os-hosts/{host}/startup", vec![until(42, a(M::GET, hosts::host_power_action))]),
         Route::new("/v2.1/os-services", vec![a(M::GET, resources::list_services)]),
         Route::new(
             "/v2.1/os-services/{id}",
@@ -125,6 +160,24 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
     ]
 }
 
+/// Is `segment` the first path segment after `/v2.1/` of some compute
+/// route (`servers`, `os-hosts`, ...)? Anything else there is read as
+/// the optional `{project_id}` segment of Nova's URLs.
+pub fn is_collection(segment: &str) -> bool {
+    static COLLECTIONS: std::sync::OnceLock<std::collections::BTreeSet<String>> = std::sync::OnceLock::new();
+    COLLECTIONS
+        .get_or_init(|| {
+            compute_routes()
+                .iter()
+                .filter_map(|r| r.pattern.strip_prefix("/v2.1/"))
+                .filter_map(|rest| rest.split('/').next())
+                .filter(|first| !first.is_empty() && !first.starts_with('{'))
+                .map(str::to_owned)
+                .collect()
+        })
+        .contains(segment)
+}
+
 /// The compute API with the policy file's `overrides`.
 pub fn compute_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ComputeCtx>> {
     Ok(Api {
@@ -134,6 +187,7 @@ pub fn compute_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<C
         policy: Arc::new(Policy::new(crate::policy_rules::RULES, overrides)?),
         render_error: api::render_error,
         adjust_auth: api::adjust_auth,
+        request_id_alias: Some("x-compute-request-id"),
     })
 }
 
@@ -162,6 +216,7 @@ pub fn agent_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
+        request_id_alias: None,
     })
 }
 
@@ -188,6 +243,7 @@ pub fn admin_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
+        request_id_alias: None,
     })
 }
 
@@ -206,5 +262,6 @@ pub fn identity_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<
         policy: Arc::new(Policy::new(agents::RULES, overrides)?),
         render_error: api::render_plain_error,
         adjust_auth: berth_http::keep_auth,
+        request_id_alias: None,
     })
 }

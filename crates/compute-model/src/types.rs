@@ -387,6 +387,8 @@ pub struct InstanceSpec {
     pub tags: Vec<String>,
     /// Scheduler hints as given (2.100 shows them).
     pub scheduler_hints: BTreeMap<String, Vec<String>>,
+    /// `OS-DCF:diskConfig` is `AUTO` (Nova's `auto_disk_config`).
+    pub auto_disk_config: bool,
 }
 
 /// A build request: an instance accepted by the API but not yet in a cell.

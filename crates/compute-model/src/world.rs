@@ -223,6 +223,7 @@ pub(crate) mod tests {
             access_ip_v6: None,
             tags: vec![],
             scheduler_hints: BTreeMap::new(),
+            auto_disk_config: false,
         }
     }
 

@@ -27,7 +27,8 @@
 //! that write is refused (the migration consumer changed meanwhile) the
 //! cell row is put back and the caller gets a 409. The agent's report
 //! finishes the move in the cell; it re-applies the control write when a
-//! crash lost it (the write is a no-op once done).
+//! crash lost it (the write is a no-op once done). The server ends ACTIVE,
+//! or STOPPED (powered off) when it was stopped before the move, as Nova.
 //!
 //! The sweep re-drives what a crash interrupted ([`redrive_moves`]): a
 //! `pre-migrating` migration whose claim exists goes on to `migrating`; one
@@ -74,6 +75,8 @@ pub enum MoveRequest {
     Resize {
         /// The new flavor's id.
         flavor_id: String,
+        /// `OS-DCF:diskConfig` asked for (`Some(true)`: `AUTO`).
+        auto_disk_config: Option<bool>,
     },
     /// `migrate` (admin), optionally to a host (2.56).
     Migrate {
@@ -174,7 +177,7 @@ impl Compute {
         let old_flavor = instance.spec.flavor.clone();
         let (new_flavor, dest_host) = read(&*self.control, |w| -> Result<(Flavor, Option<String>), ServiceError> {
             match &request {
-                MoveRequest::Resize { flavor_id } => {
+                MoveRequest::Resize { flavor_id, .. } => {
                     let not_found = || invalid(format!("Flavor {flavor_id} could not be found."));
                     let flavor = w.compute.flavors.get(flavor_id).ok_or_else(not_found)?;
                     if flavor.flavorid == old_flavor.flavorid {
@@ -245,6 +248,12 @@ impl Compute {
             update: InstanceUpdate {
                 task_state: Some(Some(task_state::RESIZE_PREP.to_owned())),
                 progress: Some(0),
+                // Nova's `API.resize` (migrate included) sets
+                // `auto_disk_config = auto_disk_config or False`.
+                auto_disk_config: Some(match &request {
+                    MoveRequest::Resize { auto_disk_config, .. } => auto_disk_config.unwrap_or(false),
+                    MoveRequest::Migrate { .. } => false,
+                }),
                 updated_at: now,
                 ..InstanceUpdate::default()
             },
@@ -582,6 +591,22 @@ impl Compute {
                 None => {}
             }
         }
+        // A server stopped before the move stays stopped: Nova's confirm
+        // sets STOPPED when the guest is powered off, its revert powers on
+        // only when `old_vm_state` was not STOPPED. A server in
+        // VERIFY_RESIZE cannot be started or stopped, so its power state
+        // is still the one it had before the move.
+        let (end_vm_state, end_power_state) = if kind == "resize_confirmed" || kind == "resize_reverted" {
+            let id = *uuid;
+            let row = self.cells.read(handle, move |s| s.instance(&id)).await?;
+            if row.is_some_and(|r| r.power_state == power_state::SHUTDOWN) {
+                (vm_state::STOPPED, power_state::SHUTDOWN)
+            } else {
+                (vm_state::ACTIVE, power_state::RUNNING)
+            }
+        } else {
+            (vm_state::ACTIVE, power_state::RUNNING)
+        };
         let (to, instance_update, event, next) = match kind {
             "resize_migrated" => (
                 ms::POST_MIGRATING,
@@ -610,9 +635,9 @@ impl Compute {
             "resize_confirmed" => (
                 ms::CONFIRMED,
                 InstanceUpdate {
-                    vm_state: Some(vm_state::ACTIVE.to_owned()),
+                    vm_state: Some(end_vm_state.to_owned()),
                     task_state: Some(None),
-                    power_state: Some(power_state::RUNNING),
+                    power_state: Some(end_power_state),
                     updated_at: now,
                     ..InstanceUpdate::default()
                 },
@@ -622,9 +647,9 @@ impl Compute {
             _ => (
                 ms::REVERTED,
                 InstanceUpdate {
-                    vm_state: Some(vm_state::ACTIVE.to_owned()),
+                    vm_state: Some(end_vm_state.to_owned()),
                     task_state: Some(None),
-                    power_state: Some(power_state::RUNNING),
+                    power_state: Some(end_power_state),
                     host: Some(Some(source.clone())),
                     node: migration.source_node.clone().map(Some),
                     flavor: Some(migration.old_flavor.clone()),

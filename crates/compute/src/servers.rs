@@ -236,6 +236,21 @@ struct Stream {
     exhausted: bool,
 }
 
+/// What `PUT /servers/{id}` changes (`None`: left as it is).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerEdit {
+    /// New display name.
+    pub name: Option<String>,
+    /// New description (`Some(None)` clears it).
+    pub description: Option<Option<String>>,
+    /// New `accessIPv4`, already normalised.
+    pub access_ip_v4: Option<String>,
+    /// New `accessIPv6`, already normalised.
+    pub access_ip_v6: Option<String>,
+    /// New `auto_disk_config` (`OS-DCF:diskConfig`).
+    pub auto_disk_config: Option<bool>,
+}
+
 impl Compute {
     /// Accept a boot: quota admission and build requests in one write,
     /// then queue it for the conductor. Returns the admitted instances.
@@ -645,15 +660,17 @@ impl Compute {
         ))))
     }
 
-    /// `PUT /servers/{id}`: change the display name and/or description.
-    /// A server still being scheduled gets them on its build request.
-    pub async fn update_server(
-        &self,
-        uuid: &Uuid,
-        name: Option<String>,
-        description: Option<Option<String>>,
-    ) -> Result<(), ServiceError> {
-        if name.is_none() && description.is_none() {
+    /// `PUT /servers/{id}`: change the display name, description, access
+    /// addresses and disk config. A server still being scheduled gets
+    /// them on its build request.
+    pub async fn update_server(&self, uuid: &Uuid, edit: ServerEdit) -> Result<(), ServiceError> {
+        let ServerEdit { name, description, access_ip_v4, access_ip_v6, auto_disk_config } = edit;
+        if name.is_none()
+            && description.is_none()
+            && access_ip_v4.is_none()
+            && access_ip_v6.is_none()
+            && auto_disk_config.is_none()
+        {
             return Ok(());
         }
         let pending = write(&*self.control, |w| {
@@ -665,6 +682,15 @@ impl Compute {
             }
             if let Some(description) = &description {
                 build.spec.display_description = description.clone();
+            }
+            if let Some(ip) = &access_ip_v4 {
+                build.spec.access_ip_v4 = Some(ip.clone());
+            }
+            if let Some(ip) = &access_ip_v6 {
+                build.spec.access_ip_v6 = Some(ip.clone());
+            }
+            if let Some(auto) = auto_disk_config {
+                build.spec.auto_disk_config = auto;
             }
             set.compute(berth_compute_model::ComputeChange::PutBuildRequest(build));
             Ok((set, true))
@@ -679,6 +705,9 @@ impl Compute {
         let update = InstanceUpdate {
             display_name: name,
             display_description: description,
+            access_ip_v4: access_ip_v4.map(Some),
+            access_ip_v6: access_ip_v6.map(Some),
+            auto_disk_config,
             updated_at: self.now(),
             ..InstanceUpdate::default()
         };

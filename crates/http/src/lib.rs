@@ -85,6 +85,9 @@ pub struct Api<C> {
     /// Adjusts a caller's identity before policy sees it (e.g. the roles
     /// noauth2 implies for this API).
     pub adjust_auth: fn(AuthMode, &mut AuthContext),
+    /// A header that repeats the request id beside `openstack-request-id`
+    /// and `x-openstack-request-id` (Nova's `x-compute-request-id`).
+    pub request_id_alias: Option<&'static str>,
 }
 
 impl<C> std::fmt::Debug for Api<C> {
@@ -293,6 +296,9 @@ pub async fn dispatch<C: Send + Sync + 'static>(
         out.insert(header::VARY, v);
     }
     if let Ok(v) = HeaderValue::from_str(&request_id) {
+        if let Some(alias) = api.request_id_alias {
+            out.insert(alias, v.clone());
+        }
         out.insert("openstack-request-id", v.clone());
         out.insert("x-openstack-request-id", v);
     }

@@ -43,5 +43,6 @@ pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Ima
         policy: Arc::new(Policy::new(berth_compute_api::RULES, overrides)?),
         render_error: render_image_error,
         adjust_auth: berth_compute_api::api::adjust_auth,
+        request_id_alias: None,
     })
 }

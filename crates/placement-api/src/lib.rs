@@ -123,6 +123,7 @@ pub fn api(overrides: &std::collections::BTreeMap<String, String>) -> anyhow::Re
         policy: Arc::new(berth_http::Policy::new(RULES, overrides)?),
         render_error,
         adjust_auth: berth_http::keep_auth,
+        request_id_alias: None,
     })
 }
 

@@ -58,5 +58,6 @@ pub fn reservation_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<A
         policy: Arc::new(Policy::new(leases::RULES, overrides)?),
         render_error: leases::render_error,
         adjust_auth: berth_compute_api::api::adjust_auth,
+        request_id_alias: None,
     })
 }

@@ -52,6 +52,12 @@ pub struct InstanceUpdate {
     pub deleted_at: Option<Timestamp>,
     /// Flavor (a move finished or reverted).
     pub flavor: Option<Flavor>,
+    /// `accessIPv4` (`Some(None)` clears it).
+    pub access_ip_v4: Option<Option<String>>,
+    /// `accessIPv6` (`Some(None)` clears it).
+    pub access_ip_v6: Option<Option<String>>,
+    /// `OS-DCF:diskConfig` is `AUTO`.
+    pub auto_disk_config: Option<bool>,
     /// Always set: the update time.
     pub updated_at: Timestamp,
 }

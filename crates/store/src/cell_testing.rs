@@ -93,6 +93,7 @@ fn minimal_spec(name: &str) -> InstanceSpec {
         access_ip_v6: None,
         tags: Vec::new(),
         scheduler_hints: BTreeMap::new(),
+        auto_disk_config: false,
     }
 }
 
@@ -314,6 +315,9 @@ fn conditional_updates(store: &dyn CellStore) {
         tags: Some(vec!["x".into(), "y".into()]),
         deleted_at: None,
         flavor: None,
+        access_ip_v4: Some(Some("10.9.8.7".into())),
+        access_ip_v6: Some(Some("2001:db8::7".into())),
+        auto_disk_config: Some(true),
         updated_at: 14,
     };
     let expect = Expect {
@@ -340,6 +344,9 @@ fn conditional_updates(store: &dyn CellStore) {
     want.spec.display_description = Some("described".into());
     want.spec.metadata = metadata;
     want.spec.tags = vec!["x".into(), "y".into()];
+    want.spec.access_ip_v4 = Some("10.9.8.7".into());
+    want.spec.access_ip_v6 = Some("2001:db8::7".into());
+    want.spec.auto_disk_config = true;
     want.updated_at = Some(14);
     assert_eq!(get(store, row.uuid), Some(want.clone()), "every updated field is stored");
 

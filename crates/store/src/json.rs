@@ -157,7 +157,7 @@ pub fn instance_spec(spec: &InstanceSpec) -> Value {
         "availability_zone": spec.availability_zone, "reservation_id": spec.reservation_id,
         "launch_index": spec.launch_index, "config_drive": spec.config_drive, "user_data": spec.user_data,
         "access_ip_v4": spec.access_ip_v4, "access_ip_v6": spec.access_ip_v6, "tags": spec.tags,
-        "scheduler_hints": hints(&spec.scheduler_hints),
+        "scheduler_hints": hints(&spec.scheduler_hints), "auto_disk_config": spec.auto_disk_config,
     })
 }
 
@@ -182,6 +182,8 @@ pub fn to_instance_spec(v: &Value) -> Result<InstanceSpec> {
         access_ip_v6: opt_s(v, "access_ip_v6")?,
         tags: strings(v, "tags")?,
         scheduler_hints: get_hints(v, "scheduler_hints")?,
+        // Absent in specs written before it was kept: MANUAL.
+        auto_disk_config: v.get("auto_disk_config").and_then(Value::as_bool).unwrap_or(false),
     })
 }
 
@@ -543,6 +545,7 @@ mod tests {
             access_ip_v6: Some("::1".into()),
             tags: vec!["t".into()],
             scheduler_hints: [("group".to_owned(), vec!["x".to_owned()])].into(),
+            auto_disk_config: true,
         }
     }
 

@@ -254,6 +254,7 @@ pub fn store_suite(store: &dyn Store) {
             access_ip_v6: None,
             tags: vec![],
             scheduler_hints: Default::default(),
+            auto_disk_config: false,
         },
         created_at: 70,
         held: true,

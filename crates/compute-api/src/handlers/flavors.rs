@@ -336,7 +336,8 @@ pub fn delete_extra_spec(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         })
         .map_err(api::refused)
     })?;
-    Ok(Resp::empty(StatusCode::ACCEPTED))
+    // Nova answers 200 with no body (no `@wsgi.response` on the method).
+    Ok(Resp::empty(StatusCode::OK))
 }
 
 // ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 //! The smaller compute resources: `os-server-groups`, `os-quota-sets`,
-//! `limits`, `os-hypervisors`, `os-services`, `os-aggregates`,
-//! `os-availability-zone`, and the version documents.
+//! `os-quota-class-sets`, `limits`, `os-hypervisors`, `os-services`,
+//! `os-aggregates`, `os-availability-zone`, the version documents and
+//! `extensions`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use berth_compute::services::HostService;
 use berth_compute_model::plan::{
     plan_add_aggregate_host, plan_create_aggregate, plan_create_server_group, plan_delete_aggregate,
     plan_delete_quotas, plan_delete_server_group, plan_remove_aggregate_host, plan_set_aggregate_metadata,
-    plan_set_quotas, plan_update_aggregate,
+    plan_set_quota_class, plan_set_quotas, plan_update_aggregate,
 };
 use berth_compute_model::{quota, Aggregate, GroupPolicy, ServerGroup};
 use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
@@ -34,6 +35,26 @@ pub fn versions(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 /// `GET /compute/v2.1/`.
 pub fn version_show(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(views::versions::show(&ctx.links(req))))
+}
+
+/// `GET /extensions`: Nova's fixed list.
+pub fn list_extensions(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    authorize(req, "os_compute_api:extensions")?;
+    if version(req).at_least(102) {
+        api::only_query(req, &[])?;
+    }
+    Ok(Resp::ok(views::extensions::index()))
+}
+
+/// `GET /extensions/{alias}` (Nova's 404 has its default text).
+pub fn show_extension(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    authorize(req, "os_compute_api:extensions")?;
+    if version(req).at_least(102) {
+        api::only_query(req, &[])?;
+    }
+    views::extensions::show(req.param(0))
+        .map(Resp::ok)
+        .ok_or_else(|| ApiError::not_found("The resource could not be found."))
 }
 
 // ---------------------------------------------------------------------------
@@ -204,6 +225,50 @@ pub fn delete_quota(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::empty(StatusCode::ACCEPTED))
 }
 
+/// A quota class's limit of `resource`: its own, else the built-in
+/// default (Nova's `get_class_quotas`; for the `default` class this is
+/// what every project defaults to).
+fn class_limit(world: &berth_compute_model::World, class: &str, resource: &str) -> i64 {
+    match world.compute.quota_classes.get(&(class.to_owned(), resource.to_owned())) {
+        Some(limit) => *limit,
+        None => quota::RESOURCES.iter().find(|(r, _)| *r == resource).map_or(-1, |(_, d)| *d),
+    }
+}
+
+/// `GET /os-quota-class-sets/{class}`.
+pub fn show_quota_class(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    authorize(req, "os_compute_api:os-quota-class-sets:show")?;
+    let v = version(req);
+    if v.at_least(102) {
+        api::only_query(req, &[])?;
+    }
+    let class = req.param(0).to_owned();
+    let world = ctx.core.read();
+    Ok(Resp::ok(quota_view::class_set(v, Some(&class), |r| class_limit(&world, &class, r))))
+}
+
+/// `PUT /os-quota-class-sets/{class}`: set the class's limits (`default`
+/// changes every project's defaults).
+pub fn update_quota_class(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    authorize(req, "os_compute_api:os-quota-class-sets:update")?;
+    let v = version(req);
+    let class = req.param(0).to_owned();
+    if class.chars().count() > 255 {
+        return Err(ApiError::bad_request("Invalid input received: quota_class_name has more than 255 characters."));
+    }
+    let body = body(req, &schemas::quotas::class_update(v))?;
+    let mut limits = BTreeMap::new();
+    for (key, value) in body["quota_class_set"].as_object().cloned().unwrap_or_default() {
+        let n = value.as_i64().or_else(|| value.as_str().and_then(|s| s.trim().parse().ok())).ok_or_else(|| {
+            ApiError::bad_request(format!("Invalid input for field/attribute {key}. Value: {value}."))
+        })?;
+        limits.insert(key, n);
+    }
+    ctx.core.write(|w| plan_set_quota_class(w, &class, &limits).map(|s| (s, ())).map_err(api::refused))?;
+    let world = ctx.core.read();
+    Ok(Resp::ok(quota_view::class_set(v, None, |r| class_limit(&world, &class, r))))
+}
+
 /// `GET /limits`.
 pub fn limits(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     authorize(req, "os_compute_api:limits")?;
@@ -226,11 +291,11 @@ pub fn limits(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
 // Services and hypervisors
 // ---------------------------------------------------------------------------
 
-fn zone_of(ctx: &ComputeCtx, host: &str) -> String {
+pub(crate) fn zone_of(ctx: &ComputeCtx, host: &str) -> String {
     ctx.core.read().compute.availability_zone_of_host(host, &ctx.compute.config.scheduler.default_availability_zone)
 }
 
-fn is_up(ctx: &ComputeCtx, host: &str) -> bool {
+pub(crate) fn is_up(ctx: &ComputeCtx, host: &str) -> bool {
     ctx.compute.health.is_up_at(host, ctx.compute.now())
 }
 
@@ -238,7 +303,7 @@ fn is_up(ctx: &ComputeCtx, host: &str) -> bool {
 /// host switched off on purpose (power management) is `down` and
 /// `disabled` with the power state as the reason, as Nova shows a host an
 /// operator took down.
-fn powered_service(
+pub(crate) fn powered_service(
     ctx: &ComputeCtx,
     service: &berth_compute_model::cell::Service,
 ) -> (berth_compute_model::cell::Service, bool) {
@@ -371,7 +436,11 @@ pub fn delete_service(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     })
 }
 
-fn usage_of(ctx: &ComputeCtx, node: &berth_compute_model::cell::ComputeNode, running: i64) -> hv_view::HypervisorUsage {
+pub(crate) fn usage_of(
+    ctx: &ComputeCtx,
+    node: &berth_compute_model::cell::ComputeNode,
+    running: i64,
+) -> hv_view::HypervisorUsage {
     let world = ctx.core.read();
     let mut usage = hv_view::HypervisorUsage { running_vms: running, ..Default::default() };
     let mut providers = vec![node.uuid];
@@ -426,7 +495,8 @@ fn hypervisors(ctx: Arc<ComputeCtx>, req: Req, detail: bool) -> HandlerFuture {
         entries.truncate(limit.unwrap_or(ctx.max_limit));
         for (service, node) in &entries {
             let (shown, up) = powered_service(&ctx, &service.service);
-            let servers: Vec<(Uuid, &str)> = Vec::new();
+            let instances = if with_servers { super::hosts::instances_on(&ctx, &node.host).await? } else { Vec::new() };
+            let servers = super::hosts::servers_of(&instances);
             let source =
                 hv_view::HypervisorSource { node, service: &shown, up, servers: with_servers.then_some(&servers[..]) };
             if detail {
@@ -613,7 +683,8 @@ pub fn delete_aggregate(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     authorize(req, "os_compute_api:os-aggregates:delete")?;
     let id = aggregate_id(req)?;
     ctx.core.write(|w| plan_delete_aggregate(w, id).map(|s| (s, ())).map_err(api::refused))?;
-    Ok(Resp::no_content())
+    // Nova answers 200 with no body (no `@wsgi.response` on the method).
+    Ok(Resp::empty(StatusCode::OK))
 }
 
 /// `POST /os-aggregates/{id}/action`: `add_host`, `remove_host`,

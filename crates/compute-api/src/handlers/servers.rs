@@ -2,9 +2,10 @@
 //! (`os-start`, `os-stop`, `reboot`, lock, the moves) and
 //! `os-instance-actions`, one file each under `servers/`: `create`,
 //! `list`, `server` (show, update, delete), `actions`,
-//! `instance_actions`. Here: what they share (the policy rule names, the
-//! caller's view of a server, loading a server the caller may see, the
-//! lock check).
+//! `instance_actions`, `diagnostics` (diagnostics and
+//! `os-server-password`). Here: what they share (the policy rule names,
+//! the caller's view of a server, loading a server the caller may see,
+//! the lock check).
 
 use berth_compute::servers::{Caller, ServerRecord};
 use berth_compute_model::cell::Instance;
@@ -16,12 +17,14 @@ use crate::views::servers::{HostStatus, HostStatusAccess, ServerAccess};
 
 mod actions;
 mod create;
+mod diagnostics;
 mod instance_actions;
 mod list;
 mod server;
 
 pub use actions::action;
 pub use create::create;
+pub use diagnostics::{clear_password, diagnostics, show_password};
 pub use instance_actions::{list_actions, show_action};
 pub use list::{detail, index};
 pub use server::{delete, show, update};
@@ -100,6 +103,41 @@ async fn visible(ctx: &ComputeCtx, req: &Req, id: &Uuid) -> ApiResult<ServerReco
 
 pub(crate) fn caller(req: &Req) -> Caller {
     Caller { request_id: req.request_id.clone(), user_id: api::user(req), project_id: api::project(req) }
+}
+
+/// `accessIPv4` and `accessIPv6` of a create or update body, checked as
+/// Nova's `ipv4`/`ipv6` formats check them and written as Nova's
+/// `IPAddressField` writes them back (`str(netaddr.IPAddress(x))`: an
+/// IPv6 address compressed and lower-case). `None`: not in the body.
+fn access_ips(server: &serde_json::Value) -> ApiResult<(Option<String>, Option<String>)> {
+    fn invalid(field: &str, text: &str, format: &str) -> ApiError {
+        ApiError::bad_request(format!(
+            "Invalid input for field/attribute {field}. Value: {text}. '{text}' is not a '{format}'"
+        ))
+    }
+    let text = |key: &str| server.get(key).and_then(serde_json::Value::as_str);
+    let v4 = match text("accessIPv4") {
+        None => None,
+        Some(t) => {
+            let addr: std::net::Ipv4Addr = t.parse().map_err(|_| invalid("accessIPv4", t, "ipv4"))?;
+            Some(addr.to_string())
+        }
+    };
+    let v6 = match text("accessIPv6") {
+        None => None,
+        Some(t) => {
+            let addr: std::net::Ipv6Addr = t.parse().map_err(|_| invalid("accessIPv6", t, "ipv6"))?;
+            Some(addr.to_string())
+        }
+    };
+    Ok((v4, v6))
+}
+
+/// `OS-DCF:diskConfig` of a create, update or resize body (`AUTO` is
+/// Nova's `auto_disk_config = True`); `None`: not given. The schema has
+/// already limited it to `AUTO` and `MANUAL`.
+fn disk_config_requested(body: &serde_json::Value) -> Option<bool> {
+    body.get("OS-DCF:diskConfig").and_then(serde_json::Value::as_str).map(|v| v == "AUTO")
 }
 
 /// Nova's `check_instance_lock`: a locked server takes state-changing

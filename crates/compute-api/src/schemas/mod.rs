@@ -19,7 +19,8 @@
 //!    class listing every printable code point) becomes [`PRINTABLE_TEXT`],
 //!    with the same simplification.
 //! 3. `format: ipv4` / `ipv6` become the patterns [`IPV4`] / [`IPV6`] (the
-//!    IPv6 one checks the alphabet and a colon, not the full grammar), and
+//!    IPv6 one checks the alphabet and a colon, not the full grammar: the
+//!    server handlers parse `accessIPv4`/`accessIPv6` fully after it), and
 //!    `oneOf: [{format: ipv4}, {format: ipv6}]` becomes the pattern
 //!    [`IP_ADDRESS`] (with formats ignored, that `oneOf` would reject
 //!    everything).
@@ -37,8 +38,10 @@
 use serde_json::{json, Value};
 
 pub mod aggregates;
+pub mod events;
 pub mod flavors;
 pub mod keypairs;
+pub mod hosts;
 pub mod quotas;
 pub mod server_groups;
 pub mod servers;

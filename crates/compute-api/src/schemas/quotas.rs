@@ -22,3 +22,11 @@ pub fn update(version: ComputeVersion) -> Value {
     properties.insert("force".into(), boolean());
     envelope("quota_set", json!({"type": "object", "properties": properties, "additionalProperties": false}))
 }
+
+/// The `PUT /os-quota-class-sets/{class}` body at `version`:
+/// `{"quota_class_set": {resource: limit, ...}}` (no `force`).
+pub fn class_update(version: ComputeVersion) -> Value {
+    let properties: Map<String, Value> =
+        crate::views::quotas::class_update_resources(version).map(|r| (r.to_owned(), limit())).collect();
+    envelope("quota_class_set", json!({"type": "object", "properties": properties, "additionalProperties": false}))
+}

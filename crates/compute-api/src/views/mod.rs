@@ -22,7 +22,10 @@ use berth_compute_model::Timestamp;
 
 pub mod aggregates;
 pub mod availability_zones;
+pub mod diagnostics;
+pub mod extensions;
 pub mod flavors;
+pub mod hosts;
 pub mod hypervisors;
 pub mod instance_actions;
 pub mod keypairs;
@@ -31,6 +34,7 @@ pub mod quotas;
 pub mod server_groups;
 pub mod servers;
 pub mod services;
+pub mod usage;
 pub mod versions;
 
 /// The path segment of the versioned compute API.

@@ -77,3 +77,38 @@ pub fn detail(version: ComputeVersion, project_id: &str, usage: impl Fn(&str) ->
         json!({"limit": limit, "in_use": in_use, "reserved": 0})
     })
 }
+
+/// The quota-class resources shown at `version` (Nova's
+/// `quota_classes.py`, whose cut-offs differ from quota sets'): before
+/// 2.50 everything but the server-group ones; from 2.50 the server-group
+/// ones and no network ones; from 2.57 no file-injection ones either.
+pub fn class_resources(version: ComputeVersion) -> impl Iterator<Item = &'static str> {
+    RESOURCES.iter().copied().filter(move |r| {
+        if version.at_least(50) {
+            !(HIDDEN_FROM_2_36.contains(r) || version.at_least(57) && HIDDEN_FROM_2_57.contains(r))
+        } else {
+            !matches!(*r, "server_groups" | "server_group_members")
+        }
+    })
+}
+
+/// The resources a quota-class update takes at `version` (before 2.50 all
+/// of them, the server-group ones included though not shown).
+pub fn class_update_resources(version: ComputeVersion) -> impl Iterator<Item = &'static str> {
+    RESOURCES.iter().copied().filter(move |r| {
+        !(version.at_least(50) && HIDDEN_FROM_2_36.contains(r) || version.at_least(57) && HIDDEN_FROM_2_57.contains(r))
+    })
+}
+
+/// The `GET /os-quota-class-sets/{class}` body (with the class as `id`)
+/// and the `PUT` body (`class` `None`: no `id`).
+pub fn class_set(version: ComputeVersion, class: Option<&str>, limit: impl Fn(&str) -> i64) -> Value {
+    let mut body = Map::new();
+    if let Some(id) = class {
+        body.insert("id".into(), json!(id));
+    }
+    for resource in class_resources(version) {
+        body.insert(resource.into(), json!(limit(resource)));
+    }
+    wrap("quota_class_set", Value::Object(body))
+}

@@ -13,8 +13,9 @@
 //!
 //! berth has no networks or volumes: `addresses` is always `{}`,
 //! `os-extended-volumes:volumes_attached` `[]`, `security_groups` is left
-//! out of shown servers (Nova adds it only when Neutron reports groups),
-//! and `OS-DCF:diskConfig` is `MANUAL` (no auto disk config).
+//! out of shown servers (Nova adds it only when Neutron reports groups on
+//! the server's ports, and a server here has none), and
+//! `OS-DCF:diskConfig` shows the instance's `auto_disk_config`.
 
 use std::collections::BTreeMap;
 
@@ -228,12 +229,27 @@ pub fn build_request_instance(build_request: &BuildRequest) -> Instance {
     )
 }
 
+/// `OS-DCF:diskConfig` as Nova shows `auto_disk_config`.
+pub fn disk_config(auto_disk_config: bool) -> &'static str {
+    if auto_disk_config {
+        "AUTO"
+    } else {
+        "MANUAL"
+    }
+}
+
 /// The `POST /servers` body (unless `return_reservation_id` was asked):
 /// `id`, `links`, `OS-DCF:diskConfig`, the security groups asked for (Nova
 /// echoes `[{"name": "default"}]` when none were), and `adminPass` when the
 /// caller generated or received one (Nova leaves it out when
 /// `[api] enable_instance_password` is off).
-pub fn create(links: &Links, id: Uuid, security_groups: &[&str], admin_pass: Option<&str>) -> Value {
+pub fn create(
+    links: &Links,
+    id: Uuid,
+    auto_disk_config: bool,
+    security_groups: &[&str],
+    admin_pass: Option<&str>,
+) -> Value {
     let id = id.to_string();
     let groups: Vec<Value> = if security_groups.is_empty() {
         vec![json!({"name": "default"})]
@@ -243,7 +259,7 @@ pub fn create(links: &Links, id: Uuid, security_groups: &[&str], admin_pass: Opt
     let mut server = Map::new();
     server.insert("id".into(), json!(id));
     server.insert("links".into(), links.resource(COLLECTION, &id));
-    server.insert("OS-DCF:diskConfig".into(), json!("MANUAL"));
+    server.insert("OS-DCF:diskConfig".into(), json!(disk_config(auto_disk_config)));
     server.insert("security_groups".into(), Value::Array(groups));
     if let Some(pass) = admin_pass {
         server.insert("adminPass".into(), json!(pass));
@@ -521,7 +537,7 @@ fn render(
     // Nova stamps a never-updated row with the current time; a pure view
     // uses the creation time instead.
     server.insert("updated".into(), json!(isotime(instance.updated_at.unwrap_or(instance.created_at))));
-    server.insert("OS-DCF:diskConfig".into(), json!("MANUAL"));
+    server.insert("OS-DCF:diskConfig".into(), json!(disk_config(spec.auto_disk_config)));
     if FAULT_STATUSES.contains(&status) {
         if let Some(f) = extras.fault {
             server.insert("fault".into(), fault(access, f));

@@ -1,8 +1,10 @@
 //! Version documents: `GET /compute/` (all versions) and
 //! `GET /compute/v2.1/` (Nova's `views/versions.py` and `versionsV21.py`).
 //!
-//! berth serves only v2.1 with its microversions; the legacy v2.0 API
-//! Nova still lists as `DEPRECATED` is not served, so it is not listed.
+//! berth serves only v2.1 with its microversions. The index still lists
+//! the legacy v2.0 API first, `DEPRECATED`, exactly as Nova's does
+//! (clients and Tempest read the list in that order); its `/v2/` link is
+//! not served (docs/COMPUTE.md).
 
 use serde_json::{json, Value};
 
@@ -12,13 +14,24 @@ use crate::ComputeVersion;
 /// When v2.1 was last changed, as Nova reports it.
 const V21_UPDATED: &str = "2013-07-23T11:33:21Z";
 
+/// When v2.0 was last changed, as Nova 34 reports it.
+const V20_UPDATED: &str = "2025-07-04T12:00:00Z";
+
 fn self_href(links: &Links) -> String {
     format!("{}/{API_VERSION_SEGMENT}/", links.base())
 }
 
-/// The `GET /compute/` body: `{"versions": [v2.1]}` with its `self` link.
+/// The `GET /compute/` body: `{"versions": [v2.0, v2.1]}`, each with its
+/// `self` link (Nova's `build_versions`, sorted by id).
 pub fn index(links: &Links) -> Value {
     json!({"versions": [{
+        "id": "v2.0",
+        "status": "DEPRECATED",
+        "version": "",
+        "min_version": "",
+        "updated": V20_UPDATED,
+        "links": [{"rel": "self", "href": format!("{}/v2/", links.base())}],
+    }, {
         "id": "v2.1",
         "status": "CURRENT",
         "version": ComputeVersion::MAX.to_string(),

@@ -71,6 +71,7 @@ pub(crate) fn spec() -> InstanceSpec {
         access_ip_v6: Some("80fe::".into()),
         tags: vec![],
         scheduler_hints: BTreeMap::new(),
+        auto_disk_config: false,
     }
 }
 

@@ -191,7 +191,7 @@ fn down_cell_stubs_match_samples() {
 #[test]
 fn create_and_update_match_samples() {
     let links = links();
-    let body = servers::create(&links, uuid(1), &[], Some("wKLKinb9u7GM"));
+    let body = servers::create(&links, uuid(1), false, &[], Some("wKLKinb9u7GM"));
     assert_sample(&body, "servers/server-create-resp.json.tpl", &["/server/OS-DCF:diskConfig"]);
     assert_eq!(servers::create_reservation("r-3fhpjulh"), json!({"reservation_id": "r-3fhpjulh"}));
 
@@ -263,7 +263,7 @@ fn every_version_fits_nova_response_schemas() {
             assert_nova_response("servers.detail", version, &servers::detail(details, next.clone()));
             assert_nova_response("servers.index", version, &servers::index(index, next));
         }
-        let created = servers::create(&links, active.uuid, &["default", "web"], Some("pass"));
+        let created = servers::create(&links, active.uuid, false, &["default", "web"], Some("pass"));
         assert_nova_response("servers.create", version, &created);
         assert_nova_response("servers.create", version, &servers::create_reservation("r-3fhpjulh"));
     }

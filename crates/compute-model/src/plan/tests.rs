@@ -36,6 +36,7 @@ fn spec(name: &str) -> InstanceSpec {
         access_ip_v6: None,
         tags: vec![],
         scheduler_hints: BTreeMap::new(),
+        auto_disk_config: false,
     }
 }
 

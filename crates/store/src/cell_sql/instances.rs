@@ -241,6 +241,15 @@ pub fn apply_update(row: &mut Instance, update: &InstanceUpdate) {
     if let Some(flavor) = u.flavor {
         row.spec.flavor = flavor;
     }
+    if let Some(v) = u.access_ip_v4 {
+        row.spec.access_ip_v4 = v;
+    }
+    if let Some(v) = u.access_ip_v6 {
+        row.spec.access_ip_v6 = v;
+    }
+    if let Some(v) = u.auto_disk_config {
+        row.spec.auto_disk_config = v;
+    }
     row.updated_at = Some(u.updated_at);
 }
 

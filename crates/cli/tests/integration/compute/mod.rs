@@ -2,6 +2,8 @@
 //! ending with the invariants of `support::check_invariants`.
 
 mod agent_events;
+mod api_gaps;
+mod api_reads;
 mod bad_input;
 mod boot;
 mod cells;

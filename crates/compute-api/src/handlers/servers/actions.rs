@@ -15,7 +15,7 @@ use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{caller, check_lock, random_string, rule, server_id, visible};
+use super::{caller, check_lock, disk_config_requested, random_string, rule, server_id, visible};
 use crate::api::{self, authorize_on, body, version, ComputeCtx, NovaResult};
 use crate::schemas;
 
@@ -115,7 +115,11 @@ async fn move_action(
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            ctx.compute.move_server(id, MoveRequest::Resize { flavor_id }, &caller(req)).await.nova()?;
+            let auto_disk_config = disk_config_requested(&value["resize"]);
+            ctx.compute
+                .move_server(id, MoveRequest::Resize { flavor_id, auto_disk_config }, &caller(req))
+                .await
+                .nova()?;
             Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
         }
         "migrate" => {

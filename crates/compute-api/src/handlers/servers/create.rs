@@ -19,7 +19,7 @@ use berth_http::{ApiError, ApiResult, Req, Resp};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{random_string, ref_id, rule};
+use super::{access_ips, disk_config_requested, random_string, ref_id, rule};
 use crate::api::{self, authorize, body, is_admin, version, ComputeCtx, NovaResult};
 use crate::schemas;
 use crate::version::ComputeVersion;
@@ -33,13 +33,26 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let server = &body["server"];
     let request = parse_create(req, v, &body)?;
     let (flavor, image) = resolve_flavor_and_image(ctx, req, &request)?;
+    let auto_disk_config = auto_disk_config(request.disk_config, &image)?;
     check_user_data(server)?;
     let key_pair = resolve_key_pair(ctx, &request)?;
     let max_count = admitted_count(ctx, &request, &flavor)?;
-    let boot = build_boot(server, request, flavor, image, key_pair, max_count);
+    let boot = build_boot(server, request, flavor, image, key_pair, max_count, auto_disk_config);
     let reservation_id = boot.request_spec.reservation_id.clone();
     let admitted = ctx.compute.accept_boot(boot, &req.request_id).nova()?;
-    answer_create(ctx, req, server, &reservation_id, &admitted)
+    answer_create(ctx, req, server, &reservation_id, &admitted, auto_disk_config)
+}
+
+/// The instance's `auto_disk_config`: as asked, else the image's
+/// `auto_disk_config` property (oslo's lenient `bool_from_string`); an
+/// image whose property is `disabled` refuses `AUTO` (Nova's
+/// `_inherit_properties_from_image`).
+fn auto_disk_config(requested: Option<bool>, image: &Image) -> ApiResult<bool> {
+    let property = image.properties.get("auto_disk_config").map(|p| p.trim().to_ascii_lowercase());
+    if property.as_deref() == Some("disabled") && requested == Some(true) {
+        return Err(ApiError::bad_request(format!("Requested image {} has automatic disk resize disabled.", image.id)));
+    }
+    Ok(requested.unwrap_or_else(|| property.as_deref().and_then(api::parse_bool).unwrap_or(false)))
 }
 
 /// A `POST /servers` body as far as it can be read and checked without
@@ -66,6 +79,10 @@ struct CreateRequest {
     requested_hostname: Option<String>,
     /// `key_name`: one of the caller's key pairs.
     key_name: Option<String>,
+    /// `accessIPv4` and `accessIPv6`, checked and normalised.
+    access_ips: (Option<String>, Option<String>),
+    /// `OS-DCF:diskConfig` as asked (`Some(true)`: `AUTO`).
+    disk_config: Option<bool>,
 }
 
 /// Read and check the body: what berth cannot do (networks,
@@ -76,6 +93,8 @@ fn parse_create(req: &Req, v: ComputeVersion, body: &Value) -> ApiResult<CreateR
     let project = api::project(req);
     let user = api::user(req);
     let name = server["name"].as_str().unwrap_or("").to_owned();
+    // Nova checks the address formats with the schema, before anything.
+    let access_ips = access_ips(server)?;
     let bdm_image = local_image_from_bdms(server)?;
     let key_name = server.get("key_name").and_then(Value::as_str).map(str::to_owned);
     if let Some(networks) = server.get("networks").and_then(Value::as_array) {
@@ -164,6 +183,8 @@ fn parse_create(req: &Req, v: ComputeVersion, body: &Value) -> ApiResult<CreateR
         image_text,
         requested_hostname,
         key_name,
+        access_ips,
+        disk_config: disk_config_requested(server),
     })
 }
 
@@ -297,6 +318,7 @@ fn build_boot(
     image: Image,
     key_pair: Option<(String, String)>,
     max_count: i64,
+    auto_disk_config: bool,
 ) -> BootAdmission {
     let CreateRequest {
         project,
@@ -311,6 +333,7 @@ fn build_boot(
         different_host,
         group,
         requested_hostname,
+        access_ips: (access_ip_v4, access_ip_v6),
         ..
     } = request;
     let metadata: BTreeMap<String, String> = server
@@ -351,10 +374,11 @@ fn build_boot(
                     _ => String::new(),
                 },
                 user_data: server.get("user_data").and_then(Value::as_str).map(str::to_owned),
-                access_ip_v4: server.get("accessIPv4").and_then(Value::as_str).map(str::to_owned),
-                access_ip_v6: server.get("accessIPv6").and_then(Value::as_str).map(str::to_owned),
+                access_ip_v4: access_ip_v4.clone(),
+                access_ip_v6: access_ip_v6.clone(),
                 tags: tags.clone(),
                 scheduler_hints: hints.clone(),
+                auto_disk_config,
             };
             (Uuid::new_v4(), spec)
         })
@@ -384,28 +408,35 @@ fn build_boot(
     BootAdmission { project_id: project, user_id: user, instances, min_count, request_spec, now }
 }
 
-/// 202 with the first server's id, its links and a made-up admin
-/// password; only the reservation id when `return_reservation_id` asks.
+/// 202 with the first server's id, its links, its disk config and the
+/// admin password given (else a made-up one, as Nova's
+/// `_get_server_admin_password`); only the reservation id when
+/// `return_reservation_id` asks.
 fn answer_create(
     ctx: &ComputeCtx,
     req: &Req,
     server: &Value,
     reservation_id: &str,
     admitted: &[Uuid],
+    auto_disk_config: bool,
 ) -> ApiResult<Resp> {
     if server.get("return_reservation_id").and_then(Value::as_bool).unwrap_or(false) {
         return Ok(Resp::json(StatusCode::ACCEPTED, view::create_reservation(reservation_id)));
     }
     let first = admitted.first().copied().ok_or_else(ApiError::internal)?;
     let links = ctx.links(req);
-    let password = random_string(12, b"abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789");
+    let password = match server.get("adminPass").and_then(Value::as_str) {
+        Some(given) => given.to_owned(),
+        None => random_string(12, b"abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"),
+    };
     let groups: Vec<&str> = server
         .get("security_groups")
         .and_then(Value::as_array)
         .map(|g| g.iter().filter_map(|x| x["name"].as_str()).collect())
         .unwrap_or_default();
     let location = links.self_href(view::COLLECTION, &first.to_string());
-    Ok(Resp::json(StatusCode::ACCEPTED, view::create(&links, first, &groups, Some(&password))).location(location))
+    Ok(Resp::json(StatusCode::ACCEPTED, view::create(&links, first, auto_disk_config, &groups, Some(&password)))
+        .location(location))
 }
 
 /// Block device mappings berth can honour: local disks only (the image as

@@ -11,7 +11,7 @@ use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
 use uuid::Uuid;
 
 use super::{access, host_status, ref_id, rule};
-use crate::api::{self, authorize, is_admin, version, ComputeCtx, NovaResult};
+use crate::api::{self, authorize, version, ComputeCtx, NovaResult};
 use crate::views::page_is_full;
 use crate::views::servers::{self as view, HostStatus, ServerExtras};
 
@@ -94,9 +94,9 @@ fn parse_list(ctx: &ComputeCtx, req: &Req, detail: bool) -> ApiResult<Parsed> {
     if all_tenants {
         authorize(req, &rule(if detail { "detail:get_all_tenants" } else { "index:get_all_tenants" }))?;
         filter.project_id = req.query_one("project_id").or_else(|| req.query_one("tenant_id")).map(str::to_owned);
-    } else if is_admin(req) && (req.query_one("project_id").is_some() || req.query_one("tenant_id").is_some()) {
-        filter.project_id = req.query_one("project_id").or_else(|| req.query_one("tenant_id")).map(str::to_owned);
     } else {
+        // Without `all_tenants` Nova ignores `tenant_id` and `project_id`
+        // (lp:#1185290), admins included: the caller's own project.
         filter.project_id = Some(api::project(req));
     }
     let mut has_filters = false;

@@ -1,14 +1,17 @@
-//! One server: `GET`, `PUT` (name and description) and `DELETE
+//! One server: `GET`, `PUT` (name, description, access addresses, disk
+//! config) and `DELETE
 //! /servers/{id}`.
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use berth_compute::servers::ServerRecord;
+use berth_compute::servers::{ServerEdit, ServerRecord};
 use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
 use serde_json::Value;
 
-use super::{access, caller, check_lock, groups_of, host_status, rule, server_id, visible};
+use super::{
+    access, access_ips, caller, check_lock, disk_config_requested, groups_of, host_status, rule, server_id, visible,
+};
 use crate::api::{authorize_on, body, version, ComputeCtx, NovaResult};
 use crate::schemas;
 use crate::views::servers::{self as view, HostStatus, ServerExtras};
@@ -64,7 +67,8 @@ pub fn show(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     })
 }
 
-/// `PUT /servers/{id}`: name and description.
+/// `PUT /servers/{id}`: name, description, `accessIPv4`/`accessIPv6`,
+/// `OS-DCF:diskConfig`.
 pub fn update(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         let v = version(&req);
@@ -73,9 +77,15 @@ pub fn update(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         authorize_on(&req, &rule("update"), record.project_id(), None)?;
         let body = body(&req, &schemas::servers::update(v))?;
         let server = &body["server"];
-        let name = server.get("name").and_then(Value::as_str).map(str::to_owned);
-        let description = server.get("description").map(|d| d.as_str().map(str::to_owned));
-        ctx.compute.update_server(&id, name, description).await.nova()?;
+        let (access_ip_v4, access_ip_v6) = access_ips(server)?;
+        let edit = ServerEdit {
+            name: server.get("name").and_then(Value::as_str).map(str::to_owned),
+            description: server.get("description").map(|d| d.as_str().map(str::to_owned)),
+            access_ip_v4,
+            access_ip_v6,
+            auto_disk_config: disk_config_requested(server),
+        };
+        ctx.compute.update_server(&id, edit).await.nova()?;
         let record = ctx.compute.get_server(&id).await.nova()?;
         let links = ctx.links(&req);
         let access = access(&req);

@@ -1,0 +1,330 @@
+//! Issue 37, the read-mostly resources Tempest found missing, each as
+//! Nova 34 answers it: `extensions`, `os-quota-class-sets`,
+//! `os-server-external-events`, `os-server-password`, `diagnostics`,
+//! `os-simple-tenant-usage`, `os-instance_usage_audit_log`, `os-hosts`
+//! and the hypervisor routes of older microversions (`statistics`,
+//! `uptime`, `search`, `servers`), with their microversion limits.
+
+use serde_json::{json, Value};
+
+use super::moves::{setup, FOUR};
+use super::support::{wait_status, Cloud, Hosts, Nova};
+
+fn message(answer: &Value) -> String {
+    answer.as_object().and_then(|o| o.values().next()).and_then(|f| f["message"].as_str()).unwrap_or("").to_owned()
+}
+
+/// `extensions`, quota classes, external events, the server password and
+/// diagnostics.
+#[tokio::test]
+async fn extensions_quota_classes_events_password_and_diagnostics() {
+    let mut cloud = Cloud::start("reads-misc", &[]).await;
+    cloud.add_agent(Hosts::new("x", 1, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let alice = cloud.nova("alice:proj");
+
+    // Extensions: Nova's fixed list, to anyone.
+    let list = alice.get("/extensions").await;
+    assert_eq!(list.status, 200);
+    assert_eq!(list.body["extensions"].as_array().map(Vec::len), Some(99));
+    let one = alice.get("/extensions/os-consoles").await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.body["extension"]["name"], "Consoles");
+    assert_eq!(alice.get("/extensions/nope").await.status, 404);
+    assert_eq!(alice.at("2.102").get("/extensions?x=1").await.status, 400);
+    assert_eq!(alice.at("2.101").get("/extensions?x=1").await.status, 200);
+
+    // Quota classes: `default` shows and changes every project's defaults.
+    assert_eq!(alice.get("/os-quota-class-sets/default").await.status, 403);
+    let shown = admin.at("2.57").get("/os-quota-class-sets/default").await;
+    assert_eq!(shown.status, 200);
+    assert_eq!(shown.body["quota_class_set"]["id"], "default");
+    assert_eq!(shown.body["quota_class_set"]["cores"], 20);
+    assert!(shown.body["quota_class_set"].get("injected_files").is_none(), "{}", shown.body);
+    assert!(shown.body["quota_class_set"].get("server_groups").is_some());
+    let old = admin.at("2.1").get("/os-quota-class-sets/default").await.body["quota_class_set"].clone();
+    assert!(old.get("server_groups").is_none() && old.get("floating_ips").is_some(), "{old}");
+    for bad in [json!({"quota_class_set": {"cores": -2}}), json!({"quota_class_set": {"nope": 1}}), json!({"cores": 1})]
+    {
+        assert_eq!(admin.put("/os-quota-class-sets/default", &bad).await.status, 400, "{bad}");
+    }
+    let update = json!({"quota_class_set": {"cores": 30, "ram": "40960"}});
+    let updated = admin.put("/os-quota-class-sets/default", &update).await;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    assert_eq!(updated.body["quota_class_set"]["cores"], 30);
+    assert!(updated.body["quota_class_set"].get("id").is_none());
+    let defaults = alice.get("/os-quota-sets/proj/defaults").await.body["quota_set"].clone();
+    assert_eq!((defaults["cores"].clone(), defaults["ram"].clone()), (json!(30), json!(40960)));
+
+    // A server to talk about.
+    let image = setup(&admin).await;
+    let flavor = admin.flavor("small", 2, 512, 1).await;
+    let id = alice.boot_id("vm", &flavor, &image).await;
+    wait_status(&alice, &id, "ACTIVE").await;
+
+    // External events: accepted for a placed server, 404 inside a 207 for
+    // an unknown one; admins (or services) only.
+    let unknown = "8b7a6f2e-0000-4000-8000-000000000001";
+    let events = json!({"events": [
+        {"name": "network-changed", "server_uuid": id},
+        {"name": "network-vif-plugged", "server_uuid": unknown, "tag": "port"},
+    ]});
+    assert_eq!(alice.post("/os-server-external-events", &events).await.status, 403);
+    let answer = admin.post("/os-server-external-events", &events).await;
+    assert_eq!(answer.status, 207, "{:?}", answer.body);
+    assert_eq!(answer.body["events"][0]["code"], 200);
+    assert_eq!(answer.body["events"][0]["status"], "completed");
+    assert_eq!(
+        answer.body["events"][1],
+        json!({"name": "network-vif-plugged", "server_uuid": unknown, "tag": "port", "status": "failed", "code": 404})
+    );
+    let one = json!({"events": [{"name": "network-changed", "server_uuid": id}]});
+    assert_eq!(admin.post("/os-server-external-events", &one).await.status, 200);
+    let power = json!({"events": [{"name": "power-update", "server_uuid": id}]});
+    assert_eq!(admin.at("2.75").post("/os-server-external-events", &power).await.status, 400);
+    let answer = admin.at("2.76").post("/os-server-external-events", &power).await;
+    assert_eq!((answer.status, answer.body["events"][0]["code"].clone()), (207, json!(400)), "tag required");
+    for bad in [
+        json!({"events": []}),
+        json!({"events": [{"name": "network-changed"}]}),
+        json!({"events": [{"name": "network-changed", "server_uuid": "x"}]}),
+    ] {
+        assert_eq!(admin.post("/os-server-external-events", &bad).await.status, 400, "{bad}");
+    }
+    assert_eq!(wait_status(&alice, &id, "ACTIVE").await["status"], "ACTIVE", "events change nothing");
+
+    // The server password: always empty here; clearing it is a 204.
+    let password = alice.get(&format!("/servers/{id}/os-server-password")).await;
+    assert_eq!((password.status, password.body.clone()), (200, json!({"password": ""})));
+    assert_eq!(alice.delete(&format!("/servers/{id}/os-server-password")).await.status, 204);
+    assert_eq!(cloud.nova("bob:other").get(&format!("/servers/{id}/os-server-password")).await.status, 404);
+    assert_eq!(alice.get(&format!("/servers/{unknown}/os-server-password")).await.status, 404);
+
+    // Diagnostics: admin only; the 2.48 shape, a flat object before.
+    assert_eq!(alice.get(&format!("/servers/{id}/diagnostics")).await.status, 403);
+    let diagnostics = admin.at("2.48").get(&format!("/servers/{id}/diagnostics")).await;
+    assert_eq!(diagnostics.status, 200, "{:?}", diagnostics.body);
+    let d = &diagnostics.body;
+    assert_eq!(
+        (d["state"].clone(), d["driver"].clone(), d["num_cpus"].clone()),
+        (json!("running"), json!("libvirt"), json!(2))
+    );
+    assert_eq!(d["memory_details"], json!({"maximum": 512, "used": 0}));
+    assert_eq!(d["cpu_details"].as_array().map(Vec::len), Some(2));
+    assert_eq!(d["nic_details"], json!([]));
+    let flat = admin.at("2.47").get(&format!("/servers/{id}/diagnostics")).await.body;
+    assert_eq!(flat["memory"], 512 * 1024, "{flat}");
+    assert_eq!(admin.get(&format!("/servers/{unknown}/diagnostics")).await.status, 404);
+    cloud.check_invariants().await;
+}
+
+/// Usage reports and the usage audit log.
+#[tokio::test]
+async fn tenant_usage_and_audit_log() {
+    let mut cloud = Cloud::start("reads-usage", &[]).await;
+    cloud.add_agent(Hosts::new("u", 2, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let alice = cloud.nova("alice:proj");
+    let image = setup(&admin).await;
+    let flavor = admin.flavor("small", 2, 512, 1).await;
+    let first = alice.boot_id("vm1", &flavor, &image).await;
+    let second = alice.boot_id("vm2", &flavor, &image).await;
+    let mine = admin.boot_id("admin-vm", &flavor, &image).await;
+    for id in [&first, &second, &mine] {
+        wait_status(&admin, id, "ACTIVE").await;
+    }
+    assert_eq!(alice.delete(&format!("/servers/{second}")).await.status, 204);
+    super::support::wait_gone(&alice, &second).await;
+
+    let period = "start=2000-01-01T00:00:00&end=2100-01-01T00:00:00.5";
+    assert_eq!(alice.get(&format!("/os-simple-tenant-usage?{period}")).await.status, 403);
+    let all = admin.get(&format!("/os-simple-tenant-usage?{period}&detailed=1")).await;
+    assert_eq!(all.status, 200, "{:?}", all.body);
+    let usages = all.body["tenant_usages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(usages.len(), 2, "{usages:?}");
+    let proj = usages.iter().find(|u| u["tenant_id"] == "proj").expect("proj");
+    let servers = proj["server_usages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(servers.len(), 2, "the deleted server counts: {servers:?}");
+    let gone = servers.iter().find(|s| s["instance_id"] == second.as_str()).expect("deleted one");
+    assert_eq!(gone["state"], "terminated");
+    assert!(gone["ended_at"].is_string());
+    assert_eq!(proj["start"], "2000-01-01T00:00:00.000000");
+    assert_eq!(proj["server_usages"][0]["vcpus"], 2);
+    let brief = admin.get(&format!("/os-simple-tenant-usage?{period}")).await.body;
+    assert!(brief["tenant_usages"][0].get("server_usages").is_none(), "{brief}");
+
+    let own = alice.get(&format!("/os-simple-tenant-usage/proj?{period}")).await;
+    assert_eq!(own.status, 200, "{:?}", own.body);
+    assert_eq!(own.body["tenant_usage"]["tenant_id"], "proj");
+    assert_eq!(own.body["tenant_usage"]["server_usages"].as_array().map(Vec::len), Some(2));
+    assert_eq!(alice.get(&format!("/os-simple-tenant-usage/admin?{period}")).await.status, 403);
+    let none = admin.get(&format!("/os-simple-tenant-usage/nobody?{period}")).await;
+    assert_eq!((none.status, none.body.clone()), (200, json!({"tenant_usage": {}})));
+    // The empty tenant id Tempest asks for is no resource.
+    assert_eq!(admin.get(&format!("/os-simple-tenant-usage/?{period}")).await.status, 404);
+    let backwards = admin.get("/os-simple-tenant-usage/proj?start=2100-01-01T00:00:00&end=2000-01-01T00:00:00").await;
+    assert_eq!(backwards.status, 400);
+    assert_eq!(message(&backwards.body), "Invalid start time. The start time cannot occur after the end time.");
+    let bad = admin.get("/os-simple-tenant-usage?start=yesterday").await;
+    assert_eq!(
+        (bad.status, message(&bad.body)),
+        (400, "Invalid datetime string: Datetime is in invalid format".to_owned())
+    );
+    assert_eq!(admin.at("2.75").get(&format!("/os-simple-tenant-usage?{period}&x=1")).await.status, 400);
+    assert_eq!(admin.at("2.74").get(&format!("/os-simple-tenant-usage?{period}&x=1")).await.status, 200);
+
+    // 2.40 pages over servers: one at a time, with a `next` link.
+    let page = admin.at("2.40").get(&format!("/os-simple-tenant-usage/proj?{period}&limit=1")).await.body;
+    assert_eq!(page["tenant_usage"]["server_usages"].as_array().map(Vec::len), Some(1), "{page}");
+    let next = page["tenant_usage_links"][0]["href"].as_str().expect("next link").to_owned();
+    let marker = page["tenant_usage"]["server_usages"][0]["instance_id"].as_str().expect("id").to_owned();
+    assert!(next.contains(&format!("marker={marker}")), "{next}");
+    let rest = admin.at("2.40").get(&format!("/os-simple-tenant-usage/proj?{period}&limit=1&marker={marker}")).await;
+    assert_ne!(rest.body["tenant_usage"]["server_usages"][0]["instance_id"], json!(marker));
+    let missing = admin.at("2.40").get(&format!("/os-simple-tenant-usage?{period}&marker=nope")).await;
+    assert_eq!(missing.status, 400);
+
+    // The audit log: nothing ran; both compute hosts are listed as not run.
+    assert_eq!(alice.get("/os-instance_usage_audit_log").await.status, 403);
+    let log = admin.get("/os-instance_usage_audit_log").await;
+    assert_eq!(log.status, 200, "{:?}", log.body);
+    let body = &log.body["instance_usage_audit_logs"];
+    assert_eq!(body["num_hosts"], 2);
+    assert_eq!(body["hosts_not_run"], json!(["u0", "u1"]));
+    assert_eq!(body["overall_status"], "0 of 2 hosts done. 0 errors.");
+    let before = admin.get("/os-instance_usage_audit_log/2026-11-28%2022%3A03%3A37").await;
+    assert_eq!(before.status, 200, "{:?}", before.body);
+    assert_eq!(before.body["instance_usage_audit_log"]["period_beginning"], "2026-10-01 00:00:00");
+    assert_eq!(before.body["instance_usage_audit_log"]["period_ending"], "2026-11-01 00:00:00");
+    let invalid = admin.get("/os-instance_usage_audit_log/invalid_time").await;
+    assert_eq!((invalid.status, message(&invalid.body)), (400, "Invalid timestamp for date invalid_time".to_owned()));
+    cloud.check_invariants().await;
+}
+
+async fn hypervisors(nova: &Nova) -> Vec<Value> {
+    nova.at("2.1").get("/os-hypervisors").await.body["hypervisors"].as_array().cloned().unwrap_or_default()
+}
+
+/// `os-hosts` (until 2.42) and the hypervisor routes Nova removed at 2.53
+/// (`search`, `servers`) and 2.88 (`statistics`, `uptime`).
+#[tokio::test]
+async fn hosts_and_old_hypervisor_routes() {
+    let mut cloud = Cloud::start("reads-hosts", &[]).await;
+    cloud.add_agent(Hosts::new("h", 2, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let alice = cloud.nova("alice:proj");
+    let image = setup(&admin).await;
+    let flavor = admin.flavor("small", 1, 512, 1).await;
+    let id = alice.boot_id("vm", &flavor, &image).await;
+    let server = wait_status(&alice, &id, "ACTIVE").await;
+    let host = admin.get(&format!("/servers/{id}")).await.body["server"]["OS-EXT-SRV-ATTR:host"]
+        .as_str()
+        .expect("host")
+        .to_owned();
+    assert_eq!(server["status"], "ACTIVE");
+
+    // Statistics, until 2.87.
+    let old = admin.at("2.87");
+    assert_eq!(alice.at("2.87").get("/os-hypervisors/statistics").await.status, 403);
+    let stats = old.get("/os-hypervisors/statistics").await;
+    assert_eq!(stats.status, 200, "{:?}", stats.body);
+    let s = &stats.body["hypervisor_statistics"];
+    assert_eq!((s["count"].clone(), s["vcpus"].clone(), s["vcpus_used"].clone()), (json!(2), json!(8), json!(1)));
+    assert_eq!(s["running_vms"], 1);
+    assert_eq!(s["free_ram_mb"], s["memory_mb"].as_i64().unwrap_or(0) - 512);
+    assert_eq!(admin.at("2.88").get("/os-hypervisors/statistics").await.status, 404);
+
+    // Uptime, until 2.87, by integer id before 2.53 and uuid after.
+    let listed = hypervisors(&admin).await;
+    let int_id = listed[0]["id"].as_i64().expect("integer id");
+    let uptime = admin.at("2.1").get(&format!("/os-hypervisors/{int_id}/uptime")).await;
+    assert_eq!(uptime.status, 200, "{:?}", uptime.body);
+    assert!(uptime.body["hypervisor"]["uptime"].as_str().is_some_and(|u| u.contains(" up ")), "{}", uptime.body);
+    let uuids = admin.at("2.53").get("/os-hypervisors").await.body["hypervisors"].clone();
+    let uuid = uuids[0]["id"].as_str().expect("uuid").to_owned();
+    assert_eq!(old.get(&format!("/os-hypervisors/{uuid}/uptime")).await.status, 200);
+    assert_eq!(old.get("/os-hypervisors/nope/uptime").await.status, 400);
+    let missing = admin.at("2.1").get("/os-hypervisors/999/uptime").await;
+    assert_eq!(
+        (missing.status, message(&missing.body)),
+        (404, "Hypervisor with ID '999' could not be found.".to_owned())
+    );
+    assert_eq!(admin.at("2.88").get(&format!("/os-hypervisors/{uuid}/uptime")).await.status, 404);
+    assert_eq!(alice.at("2.87").get(&format!("/os-hypervisors/{uuid}/uptime")).await.status, 403);
+
+    // Search and servers by hostname pattern, until 2.52.
+    let v252 = admin.at("2.52");
+    let found = v252.get("/os-hypervisors/h/search").await;
+    assert_eq!(found.status, 200, "{:?}", found.body);
+    assert_eq!(found.body["hypervisors"].as_array().map(Vec::len), Some(2));
+    assert!(found.body["hypervisors"][0].get("servers").is_none());
+    let with = v252.get(&format!("/os-hypervisors/{host}/servers")).await;
+    assert_eq!(with.status, 200, "{:?}", with.body);
+    assert_eq!(with.body["hypervisors"][0]["servers"], json!([{"name": "vm", "uuid": id}]));
+    let nothing = v252.get("/os-hypervisors/zzz/search").await;
+    assert_eq!(
+        (nothing.status, message(&nothing.body)),
+        (404, "No hypervisor matching 'zzz' could be found.".to_owned())
+    );
+    assert_eq!(admin.at("2.53").get("/os-hypervisors/h/search").await.status, 404);
+    assert_eq!(admin.at("2.53").get("/os-hypervisors/h/servers").await.status, 404);
+    assert_eq!(alice.at("2.52").get("/os-hypervisors/h/servers").await.status, 403);
+    // `with_servers` (2.53) lists them too.
+    let listed =
+        admin.at("2.53").get(&format!("/os-hypervisors?with_servers=true&hypervisor_hostname_pattern={host}")).await;
+    assert_eq!(listed.body["hypervisors"][0]["servers"], json!([{"name": "vm", "uuid": id}]), "{}", listed.body);
+
+    // os-hosts, until 2.42.
+    let v242 = admin.at("2.42");
+    assert_eq!(alice.at("2.42").get("/os-hosts").await.status, 403);
+    let hosts = v242.get("/os-hosts").await;
+    assert_eq!(hosts.status, 200, "{:?}", hosts.body);
+    let names: Vec<&str> =
+        hosts.body["hosts"].as_array().expect("hosts").iter().filter_map(|h| h["host_name"].as_str()).collect();
+    assert!(names.contains(&"h0") && names.contains(&"h1"), "{names:?}");
+    assert_eq!(hosts.body["hosts"][0]["service"], "compute");
+    let zone = hosts.body["hosts"][0]["zone"].as_str().expect("zone").to_owned();
+    assert_eq!(v242.get(&format!("/os-hosts?zone={zone}")).await.body["hosts"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v242.get("/os-hosts?zone=nowhere").await.body, json!({"hosts": []}));
+    assert_eq!(v242.get("/os-hosts?zone=").await.body["hosts"].as_array().map(Vec::len), Some(2));
+    assert_eq!(admin.at("2.43").get("/os-hosts").await.status, 404);
+
+    let shown = v242.get(&format!("/os-hosts/{host}")).await;
+    assert_eq!(shown.status, 200, "{:?}", shown.body);
+    let resources = shown.body["host"].as_array().cloned().unwrap_or_default();
+    let projects: Vec<&str> = resources.iter().filter_map(|r| r["resource"]["project"].as_str()).collect();
+    assert_eq!(projects, ["(total)", "(used_now)", "(used_max)", "proj"]);
+    assert_eq!(resources[0]["resource"]["cpu"], 4);
+    assert_eq!(resources[3]["resource"]["memory_mb"], 512);
+    let nowhere = v242.get("/os-hosts/nowhere").await;
+    assert_eq!((nowhere.status, message(&nowhere.body)), (404, "Host 'nowhere' is not mapped to any cell".to_owned()));
+
+    for bad in
+        [json!({}), json!({"status": "off"}), json!({"status": "enable", "x": 1}), json!({"maintenance_mode": 1})]
+    {
+        assert_eq!(v242.put("/os-hosts/h0", &bad).await.status, 400, "{bad}");
+    }
+    assert_eq!(v242.put("/os-hosts/nowhere", &json!({"status": "disable"})).await.status, 404);
+    assert_eq!(v242.put("/os-hosts/h0", &json!({"maintenance_mode": "enable"})).await.status, 501);
+    assert_eq!(alice.at("2.42").put("/os-hosts/h0", &json!({"status": "disable"})).await.status, 403);
+    let disabled = v242.put("/os-hosts/h0", &json!({"status": "Disable"})).await;
+    assert_eq!((disabled.status, disabled.body.clone()), (200, json!({"host": "h0", "status": "disabled"})));
+    let services = admin.get("/os-services?host=h0").await.body["services"].clone();
+    assert_eq!(services[0]["status"], "disabled", "{services}");
+    let listed: Vec<String> = v242.get("/os-hosts").await.body["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .filter_map(|h| h["host_name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!listed.contains(&"h0".to_owned()), "a disabled host is not listed: {listed:?}");
+    assert_eq!(v242.put("/os-hosts/h0", &json!({"status": "enable"})).await.body["status"], "enabled");
+    assert_eq!(admin.get("/os-services?host=h0").await.body["services"][0]["status"], "enabled");
+
+    for action in ["reboot", "shutdown", "startup"] {
+        assert_eq!(v242.get(&format!("/os-hosts/nowhere/{action}")).await.status, 404, "{action}");
+        assert_eq!(v242.get(&format!("/os-hosts/h0/{action}")).await.status, 501, "{action}");
+        assert_eq!(alice.at("2.42").get(&format!("/os-hosts/h0/{action}")).await.status, 403, "{action}");
+    }
+    cloud.check_invariants().await;
+}
