@@ -182,7 +182,16 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// The store failed: a full disk (or quota) is Glance's 413, anything else
+/// a 500 with the detail only in the log.
 fn storage_error(err: std::io::Error) -> ApiError {
+    if matches!(err.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
+        tracing::warn!(error = %err, "image store full");
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Image storage media is full: There is not enough disk space on the image storage media.",
+        );
+    }
     tracing::error!(error = %err, "image store");
     ApiError::internal()
 }
