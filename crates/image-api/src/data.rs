@@ -238,6 +238,11 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
             let data = ctx.store.data_path(&id);
             let placed = std::fs::rename(&temporary, &data).and_then(|()| sync_dir(ctx.store.dir()));
             match placed {
+                // The sweep took the temporary of an upload idle for longer
+                // than `--image-upload-idle-secs` (and gave the image back).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ApiError::conflict(format!(
+                    "The upload to image {id} was idle for too long and was abandoned."
+                ))),
                 Err(e) => Err(storage_error(e)),
                 Ok(()) => {
                     let now = berth_core::now();
