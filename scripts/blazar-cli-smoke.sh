@@ -103,7 +103,8 @@ clouds:
 EOF
 osc() { OS_CLIENT_CONFIG_FILE="$DIR/clouds.yaml" OS_CLOUD=berth "$VENV/bin/openstack" "$@"; }
 osc flavor create --vcpus 1 --ram 256 --disk 1 tiny >/dev/null
-osc image create --disk-format qcow2 --container-format bare --public cirros >/dev/null
+head -c 4096 /dev/urandom > "$DIR/cirros.img"  # a boot needs an image with data
+osc image create --disk-format qcow2 --container-format bare --public --file "$DIR/cirros.img" cirros >/dev/null
 osc server create --flavor tiny --image cirros --nic none --hint reserved=True \
   --hint lease_params='{"name": "rsv-lease", "start": "2050-04-01 09:00", "end": "2050-04-01 17:00"}' rsv1 >/dev/null
 check "$(osc server show rsv1 -f value -c status)" RESERVED "openstack server create --hint reserved=True (RESERVED)"

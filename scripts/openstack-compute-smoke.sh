@@ -51,8 +51,29 @@ check "$(os flavor show tiny -f json -c properties | python3 -c 'import sys,json
 if os flavor set --property trait:NO_SUCH_TRAIT=required tiny 2>/dev/null; then echo "FAIL: invalid extra spec accepted" >&2; exit 1; fi
 echo "ok: invalid extra spec refused"
 
-IMG=$(os image create --disk-format qcow2 --container-format bare --public cirros -f value -c id)
+# Image data (issue 38): uploaded, checked and served back whole. A new
+# image is queued until it has data, and a boot refuses it, as Nova does.
+head -c 300000 /dev/urandom > "$DIR/cirros.img"
+IMG=$(os image create --disk-format qcow2 --container-format bare --public --file "$DIR/cirros.img" cirros -f value -c id)
 check "$(os image list --name cirros -f value -c ID)" "$IMG" "image create/list"
+check "$(os image show cirros -f value -c status)" active "image create --file: active"
+check "$(os image show cirros -f value -c size)" 300000 "image size"
+check "$(os image show cirros -f value -c checksum)" "$(md5sum < "$DIR/cirros.img" | cut -d' ' -f1)" "image checksum (md5)"
+# openstackclient does not show os_hash_value: ask the API.
+check "$(curl -sf -H 'X-Auth-Token: admin' "$B/image/v2/images/$IMG" | python3 -c 'import sys,json;print(json.load(sys.stdin)["os_hash_value"])')" \
+  "$(sha512sum < "$DIR/cirros.img" | cut -d' ' -f1)" "image os_hash_value (sha512)"
+os image save --file "$DIR/cirros.out" cirros
+cmp "$DIR/cirros.img" "$DIR/cirros.out"
+echo "ok: image save returns the uploaded bytes"
+# Through the API: openstackclient uploads its stdin when that is not a
+# terminal (here it is not), which would make the image active.
+curl -sf -H 'X-Auth-Token: admin' -H 'Content-Type: application/json' \
+  -d '{"name": "empty", "disk_format": "qcow2", "container_format": "bare"}' "$B/image/v2/images" >/dev/null
+check "$(os image show empty -f value -c status)" queued "image create without data: queued"
+out=$(os server create --flavor tiny --image empty --nic none nodata 2>&1 || true)
+case "$out" in *"is not active"*) echo "ok: boot from a queued image refused" ;;
+  *) echo "FAIL: boot from a queued image: $out" >&2; exit 1 ;; esac
+os image delete empty
 
 # Reserved servers (issue 21): `--hint reserved=True --hint lease_params=...`
 # admits a lease of one slot shaped like the flavor on an enrolled host; the

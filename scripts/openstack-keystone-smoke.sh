@@ -75,7 +75,8 @@ check "$(admin resource provider list -f value -c name | sort | tr '\n' ' ')" "f
 admin reservation host create fake-1 -f value -c id >/dev/null
 check "$(admin reservation host list -f value -c hypervisor_hostname)" fake-1 "admin: reservation host create"
 admin flavor create --vcpus 1 --ram 256 --disk 1 tiny -f value -c id >/dev/null
-IMG=$(admin image create --disk-format qcow2 --container-format bare --public cirros -f value -c id)
+head -c 4096 /dev/urandom > "$DIR/cirros.img"  # a boot needs an image with data
+IMG=$(admin image create --disk-format qcow2 --container-format bare --public --file "$DIR/cirros.img" cirros -f value -c id)
 check "$(as "demo-$TAG" demo-pw "demo-$TAG" -- image list -f value -c ID)" "$IMG" "member: image list"
 
 demo() { as "demo-$TAG" demo-pw "demo-$TAG" -- "$@"; }

@@ -204,6 +204,21 @@ impl Nova {
         let bytes = resp.bytes().await?;
         Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
     }
+
+    /// Give image `id` some data (a new image is `queued`, and a boot
+    /// refuses it until it is `active`); `url` is berth's root.
+    pub(crate) async fn upload_image(&self, url: &str, id: &str) -> anyhow::Result<()> {
+        let resp = self
+            .client
+            .put(format!("{url}/image/v2/images/{id}/file"))
+            .header("x-auth-token", "admin")
+            .header("content-type", "application/octet-stream")
+            .body(&b"berth bench image"[..])
+            .send()
+            .await?;
+        anyhow::ensure!(resp.status().as_u16() == 204, "image upload: {}", resp.status());
+        Ok(())
+    }
 }
 
 /// The `p` quantile (0 to 1) of `sorted`, nearest rank; zero when empty.
@@ -399,7 +414,9 @@ pub(crate) async fn boot_inputs(
         .await?;
     anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
     let image: Value = resp.json().await?;
-    Ok((flavor, image["id"].as_str().unwrap_or("").to_owned()))
+    let image = image["id"].as_str().unwrap_or("").to_owned();
+    nova.upload_image(url, &image).await?;
+    Ok((flavor, image))
 }
 
 #[cfg(test)]

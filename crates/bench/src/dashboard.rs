@@ -154,6 +154,7 @@ pub(crate) async fn run(opts: DashboardOpts, binaries: &Binaries) -> anyhow::Res
     let (status, image) = admin.call(reqwest::Method::POST, "/image/v2/images", Some(image)).await?;
     anyhow::ensure!(status == 201, "image create: {status} {image}");
     let image = image["id"].as_str().unwrap_or("").to_owned();
+    admin.upload_image(&url, &image).await?;
     let batch = opts.batch.max(1);
     let boots: Vec<Value> = (0..opts.servers.div_ceil(batch))
         .map(|i| {

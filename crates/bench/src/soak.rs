@@ -705,6 +705,7 @@ pub(crate) async fn run(opts: SoakOpts, binaries: &Binaries) -> anyhow::Result<(
         )
         .await?;
     let image = image["id"].as_str().unwrap_or("").to_owned();
+    nova.upload_image(&url, &image).await?;
 
     let processes: Vec<Nova> = urls.iter().map(|u| nova.at(&format!("{u}/compute/v2.1"), "compute 2.96")).collect();
     let shared = Arc::new(Shared {

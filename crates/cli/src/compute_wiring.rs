@@ -103,6 +103,13 @@ pub(crate) struct ComputeSettings {
     /// Settings of the lease runtime.
     pub(crate) reservations: ReservationConfig,
     pub(crate) cell_timeout: Duration,
+    /// Directory of the image data.
+    pub(crate) image_store_dir: std::path::PathBuf,
+    /// Largest image data in bytes.
+    pub(crate) image_size_cap: u64,
+    /// How long an upload may go without writing before a sweep takes it
+    /// for dead.
+    pub(crate) image_upload_idle: Duration,
     pub(crate) test_hooks: bool,
     /// Where the test clock keeps its offset (with test hooks).
     pub(crate) clock_file: Option<std::path::PathBuf>,
@@ -188,6 +195,38 @@ impl berth_compute::hub::PeerChannel for StorePeers {
     }
 }
 
+/// How often the image store is swept (more often if uploads are taken
+/// for dead sooner).
+const IMAGE_SWEEP_EVERY: Duration = Duration::from_secs(5 * 60);
+
+/// Open the image store and sweep it: at start-up, the only process on an
+/// embedded database takes every leftover at once (no upload can be in
+/// progress); processes sharing a database take only idle ones. A thread
+/// sweeps again periodically.
+fn start_image_store(
+    core: &Arc<berth_core::App>,
+    settings: &ComputeSettings,
+) -> anyhow::Result<Arc<berth_image_api::data::ImageStore>> {
+    let store =
+        Arc::new(berth_image_api::data::ImageStore::open(settings.image_store_dir.clone(), settings.image_size_cap)?);
+    let upload_idle = settings.image_upload_idle;
+    let idle = if core.store().shared() { upload_idle } else { Duration::ZERO };
+    let report = store.sweep(core, idle);
+    tracing::info!(dir = %store.dir().display(), ?report, "image store swept");
+    let (core, swept) = (core.clone(), store.clone());
+    let spawned = std::thread::Builder::new().name("berth-image-sweep".into()).spawn(move || loop {
+        std::thread::sleep(IMAGE_SWEEP_EVERY.min(upload_idle).max(Duration::from_secs(1)));
+        let report = swept.sweep(&core, upload_idle);
+        if report != berth_image_api::data::SweepReport::default() {
+            tracing::info!(?report, "image store swept");
+        }
+    });
+    if let Err(err) = spawned {
+        tracing::warn!(error = %err, "no periodic image sweep");
+    }
+    Ok(store)
+}
+
 impl ComputeServices {
     /// The validator of the per-host agent credentials berth issues.
     pub(crate) fn agent_credentials(&self) -> Arc<dyn berth_http::TokenValidator> {
@@ -201,6 +240,7 @@ impl ComputeServices {
         settings: ComputeSettings,
         overrides: &BTreeMap<String, String>,
     ) -> anyhow::Result<Self> {
+        let image_store = start_image_store(&core, &settings)?;
         let opener: CellOpener = Arc::new(open_cell);
         let cells = Cells::new(opener, settings.cell_timeout);
         let clock = Arc::new(match &settings.clock_file {
@@ -262,7 +302,7 @@ impl ComputeServices {
             root_ctx: ctx(""),
             compute: compute.clone(),
             compute_api: berth_compute_api::routes::compute_api(overrides)?,
-            image_ctx: Arc::new(ImageCtx { core: core.clone() }),
+            image_ctx: Arc::new(ImageCtx { core: core.clone(), store: image_store }),
             image_api: berth_image_api::image_api(overrides)?,
             agent_api: berth_compute_api::routes::agent_api(overrides)?,
             admin_api: berth_compute_api::routes::admin_api(overrides)?,

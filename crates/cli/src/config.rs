@@ -50,6 +50,12 @@ pub(crate) struct FileConfig {
     pub(crate) cors_allow_headers: Option<String>,
     /// Largest request body in bytes.
     pub(crate) max_body_bytes: Option<usize>,
+    /// Directory of the image data (default `<data_dir>/images`).
+    pub(crate) image_store_dir: Option<PathBuf>,
+    /// Largest image data in bytes (Glance's `image_size_cap`).
+    pub(crate) image_size_cap: Option<u64>,
+    /// Seconds without a write before an upload is taken for dead.
+    pub(crate) image_upload_idle_secs: Option<u64>,
     /// Idle keep-alive timeout in seconds (0: close after every response).
     pub(crate) keepalive_timeout: Option<u64>,
     /// Requests per connection before it is closed (0: no cap).

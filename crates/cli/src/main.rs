@@ -31,13 +31,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the server: placement, compute, image, agent and admin APIs.
-    Serve(serve::ServeOpts),
+    Serve(Box<serve::ServeOpts>),
     /// Run database migrations and exit.
     Migrate(serve::MigrateOpts),
     /// Run benchmarks against a berth (and optionally the real placement).
     Bench(berth_bench::BenchOpts),
     /// Run fake compute hosts (a hypervisor agent) against a berth.
-    Agent(agent::AgentCmd),
+    Agent(Box<agent::AgentCmd>),
     /// Manage cells: create, list, disable/enable, discover hosts.
     Cell(cell_cmd::CellOpts),
 }
@@ -78,10 +78,10 @@ fn main() -> std::process::ExitCode {
     tune_malloc();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(opts) => serve::run(opts),
+        Command::Serve(opts) => serve::run(*opts),
         Command::Migrate(opts) => serve::migrate(opts),
         Command::Bench(opts) => bench_binaries().and_then(|binaries| berth_bench::run(opts, &binaries)),
-        Command::Agent(cmd) => agent::dispatch(cmd),
+        Command::Agent(cmd) => agent::dispatch(*cmd),
         Command::Cell(opts) => cell_cmd::run(opts),
     };
     match result {

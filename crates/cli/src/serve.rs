@@ -96,9 +96,24 @@ pub(crate) struct ServeOpts {
     /// Extra headers allowed in CORS requests (comma separated).
     #[arg(long, env = "BERTH_CORS_ALLOW_HEADERS")]
     cors_allow_headers: Option<String>,
-    /// Largest accepted request body in bytes (413 above).
+    /// Largest accepted request body in bytes (413 above). Image data
+    /// uploads are bounded by `--image-size-cap` instead.
     #[arg(long, env = "BERTH_MAX_BODY_BYTES")]
     max_body_bytes: Option<usize>,
+    /// Directory of the image data (default `<data-dir>/images`). Several
+    /// processes on one database need one shared directory.
+    #[arg(long, env = "BERTH_IMAGE_STORE_DIR")]
+    image_store_dir: Option<PathBuf>,
+    /// Largest image data in bytes (Glance's `image_size_cap`, default
+    /// 1 TiB; 413 above).
+    #[arg(long, env = "BERTH_IMAGE_SIZE_CAP")]
+    image_size_cap: Option<u64>,
+    /// Seconds an image upload may go without writing before a sweep
+    /// takes it for dead (its process crashed): the image goes back to
+    /// `queued` and its partial data is removed (default 900). The only
+    /// process on an embedded database sweeps every leftover at start-up.
+    #[arg(long, env = "BERTH_IMAGE_UPLOAD_IDLE_SECS")]
+    image_upload_idle_secs: Option<u64>,
     /// Seconds a connection may stay idle between requests before berth
     /// closes it (default 5, Apache's `KeepAliveTimeout`; 0 closes after
     /// every response). Clients that share one connection across forked
@@ -521,6 +536,14 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         config: compute_config,
         reservations,
         cell_timeout: std::time::Duration::from_millis(opts.cell_timeout_ms.or(file.cell_timeout_ms).unwrap_or(2000)),
+        image_store_dir: opts.image_store_dir.or(file.image_store_dir).unwrap_or_else(|| data_dir.join("images")),
+        image_size_cap: opts
+            .image_size_cap
+            .or(file.image_size_cap)
+            .unwrap_or(berth_image_api::data::DEFAULT_IMAGE_SIZE_CAP),
+        image_upload_idle: std::time::Duration::from_secs(
+            opts.image_upload_idle_secs.or(file.image_upload_idle_secs).unwrap_or(900),
+        ),
         test_hooks: opts.test_hooks,
         clock_file: opts.test_hooks.then(|| data_dir.join("test-clock-offset")),
         pull: match opts.scheduling.or(file.scheduling).as_deref().unwrap_or("push") {

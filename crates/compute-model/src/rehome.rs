@@ -264,6 +264,7 @@ pub fn plan_shelve_snapshot(world: &World, snapshot: &ShelveSnapshot<'_>, now: T
         min_disk: base_image.map_or(0, |i| i.min_disk),
         min_ram: base_image.map_or(0, |i| i.min_ram),
         size: None,
+        hashes: None,
         tags: Vec::new(),
         properties,
         created_at,

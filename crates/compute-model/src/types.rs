@@ -66,8 +66,9 @@ pub struct Image {
     pub id: Uuid,
     /// Name (may be absent in Glance).
     pub name: Option<String>,
-    /// `queued` until data is uploaded, then `active` (berth images have
-    /// no data and are `active` at once unless created otherwise).
+    /// Glance's status: `queued` until data is uploaded, `saving` while
+    /// an upload runs, then `active`. Snapshot images berth records itself
+    /// (shelve, lease snapshots) are `active` without data.
     pub status: String,
     /// `public`, `private`, `shared` or `community`.
     pub visibility: String,
@@ -85,6 +86,8 @@ pub struct Image {
     pub min_ram: i64,
     /// Size in bytes, if known.
     pub size: Option<i64>,
+    /// The hashes of the uploaded data (none before an upload).
+    pub hashes: Option<ImageHashes>,
     /// Tags.
     pub tags: Vec<String>,
     /// Every other property (`hw_*`, `img_*`, `trait:*`, `os_distro`, ...).
@@ -93,6 +96,17 @@ pub struct Image {
     pub created_at: Timestamp,
     /// Last update.
     pub updated_at: Timestamp,
+}
+
+/// The hashes of an image's data, computed while it was uploaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageHashes {
+    /// Glance's `checksum`: the MD5 hex digest.
+    pub checksum: String,
+    /// Glance's `os_hash_algo` (`sha512`).
+    pub os_hash_algo: String,
+    /// Glance's `os_hash_value`: the hex digest by `os_hash_algo`.
+    pub os_hash_value: String,
 }
 
 impl Image {

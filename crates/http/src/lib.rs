@@ -5,7 +5,8 @@
 //! [`dispatch`] serves one request for one API: it assigns the request id,
 //! handles CORS, negotiates the microversion, checks content headers,
 //! matches the route (404/405 + `Allow`), authenticates, checks Accept
-//! (406) and the body limit (413), calls the handler (a panic becomes a
+//! (406) and the body limit (413) — a streaming handler takes the body
+//! unread and bounds it itself — calls the handler (a panic becomes a
 //! 500), and renders errors in the API's own format. Handlers are plain
 //! functions `fn(&C, &Req) -> ApiResult<Resp>` (or async ones), where `C`
 //! is the API's context: extract, call the core, convert.
@@ -225,10 +226,16 @@ pub async fn dispatch<C: Send + Sync + 'static>(
         if version < endpoint.min_version || endpoint.max_version.is_some_and(|max| version > max) {
             return Err(ApiError::not_found("The resource could not be found."));
         }
-        if method == Method::GET && !accepts_json(&headers) {
+        let streams = matches!(endpoint.handler, Handler::Stream(_));
+        if method == Method::GET && !streams && !accepts_json(&headers) {
             return Err(ApiError::new(StatusCode::NOT_ACCEPTABLE, "Only application/json is provided"));
         }
-        let body = read_body(body, server.config.max_body_bytes).await?;
+        // A streaming handler takes the body unread (and bounds it itself).
+        let (body, unread) = if streams {
+            (bytes::Bytes::new(), Some(body))
+        } else {
+            (read_body(body, server.config.max_body_bytes).await?, None)
+        };
         let (scheme, host) = link_base(&headers);
         let req = Req {
             method: method.clone(),
@@ -259,9 +266,17 @@ pub async fn dispatch<C: Send + Sync + 'static>(
                     }
                 }
             }
-            Handler::Async(handler) => {
+            Handler::Async(_) | Handler::Stream(_) => {
                 let (rid, m, p) = (req.request_id.clone(), req.method.clone(), req.path.clone());
-                match tokio::spawn(handler(ctx.clone(), req)).await {
+                // Spawned: a client that goes away does not cancel the
+                // handler halfway through (a streaming one sees the body
+                // fail instead, and cleans up).
+                let future = match (&endpoint.handler, unread) {
+                    (Handler::Stream(handler), Some(unread)) => handler(ctx.clone(), req, unread),
+                    (Handler::Async(handler), _) => handler(ctx.clone(), req),
+                    _ => return Err(ApiError::internal()),
+                };
+                match tokio::spawn(future).await {
                     Ok(result) => result,
                     Err(_) => {
                         tracing::error!(request_id = %rid, method = %m, path = %p, "handler panicked");
@@ -403,16 +418,17 @@ pub fn parse_query(query: &str) -> Vec<(String, String)> {
 
 fn render(resp: Resp) -> Response<Body> {
     let mut builder = Response::builder().status(resp.status);
-    let body = match (resp.raw_json, resp.body) {
-        (Some(bytes), _) => {
+    let body = match (resp.stream, resp.raw_json, resp.body) {
+        (Some(stream), _, _) => stream,
+        (None, Some(bytes), _) => {
             builder = builder.header(header::CONTENT_TYPE, "application/json");
             Body::from(bytes)
         }
-        (None, Some(value)) => {
+        (None, None, Some(value)) => {
             builder = builder.header(header::CONTENT_TYPE, "application/json");
             Body::from(serde_json::to_vec(&value).unwrap_or_default())
         }
-        (None, None) => Body::empty(),
+        (None, None, None) => Body::empty(),
     };
     let mut response = builder.body(body).unwrap_or_default();
     for (name, value) in resp.headers {

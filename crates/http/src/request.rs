@@ -166,17 +166,20 @@ pub struct Resp {
     /// Pre-serialised JSON body (wins over `body`), for large responses
     /// written straight to bytes.
     pub raw_json: Option<Vec<u8>>,
+    /// A streamed body of the handler's own media type (wins over both;
+    /// the handler sets `Content-Type` and `Content-Length`).
+    pub stream: Option<axum::body::Body>,
 }
 
 impl Resp {
     /// A JSON response.
     pub fn json(status: StatusCode, body: Value) -> Self {
-        Self { status, headers: Vec::new(), body: Some(body), raw_json: None }
+        Self { status, headers: Vec::new(), body: Some(body), raw_json: None, stream: None }
     }
 
     /// A response whose JSON body is already serialised.
     pub fn raw_json(status: StatusCode, bytes: Vec<u8>) -> Self {
-        Self { status, headers: Vec::new(), body: None, raw_json: Some(bytes) }
+        Self { status, headers: Vec::new(), body: None, raw_json: Some(bytes), stream: None }
     }
 
     /// 200 with a JSON body.
@@ -186,7 +189,12 @@ impl Resp {
 
     /// A response without body.
     pub fn empty(status: StatusCode) -> Self {
-        Self { status, headers: Vec::new(), body: None, raw_json: None }
+        Self { status, headers: Vec::new(), body: None, raw_json: None, stream: None }
+    }
+
+    /// A streamed response (image data).
+    pub fn stream(status: StatusCode, body: axum::body::Body) -> Self {
+        Self { status, headers: Vec::new(), body: None, raw_json: None, stream: Some(body) }
     }
 
     /// 204 No Content.

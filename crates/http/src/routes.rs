@@ -17,6 +17,11 @@ pub enum Handler<C> {
     Sync(fn(&C, &Req) -> ApiResult<Resp>),
     /// `fn(context, request) -> future`.
     Async(fn(Arc<C>, Req) -> HandlerFuture),
+    /// `fn(context, request, body) -> future`: the body arrives unread,
+    /// as a stream, unbounded by the listener's body limit (the handler
+    /// bounds it), and the answer may be of any media type (no 406 for
+    /// an `Accept` without JSON). For image data.
+    Stream(fn(Arc<C>, Req, axum::body::Body) -> HandlerFuture),
 }
 
 impl<C> Clone for Handler<C> {
@@ -24,6 +29,7 @@ impl<C> Clone for Handler<C> {
         match self {
             Handler::Sync(f) => Handler::Sync(*f),
             Handler::Async(f) => Handler::Async(*f),
+            Handler::Stream(f) => Handler::Stream(*f),
         }
     }
 }
@@ -33,6 +39,7 @@ impl<C> std::fmt::Debug for Handler<C> {
         f.write_str(match self {
             Handler::Sync(_) => "Handler::Sync",
             Handler::Async(_) => "Handler::Async",
+            Handler::Stream(_) => "Handler::Stream",
         })
     }
 }
@@ -61,6 +68,15 @@ impl<C> Endpoint<C> {
     /// An asynchronous endpoint from `min_version` on.
     pub fn async_(method: Method, min_version: Version, handler: fn(Arc<C>, Req) -> HandlerFuture) -> Self {
         Endpoint { method, min_version, max_version: None, handler: Handler::Async(handler), public: false }
+    }
+
+    /// A streaming endpoint from `min_version` on (see [`Handler::Stream`]).
+    pub fn stream(
+        method: Method,
+        min_version: Version,
+        handler: fn(Arc<C>, Req, axum::body::Body) -> HandlerFuture,
+    ) -> Self {
+        Endpoint { method, min_version, max_version: None, handler: Handler::Stream(handler), public: false }
     }
 
     /// Served only up to `max` (removed after).

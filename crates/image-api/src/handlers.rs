@@ -1,6 +1,6 @@
 //! The Glance v2 subset at `/image/v2`: list (name, visibility, status,
-//! owner filters; limit/marker), show, create, upload (data is discarded,
-//! the image goes `active`), delete, and the schemas clients fetch.
+//! owner filters; limit/marker), show, create (`queued`), delete (with its
+//! data), and the schemas clients fetch; image data is [`crate::data`]'s.
 //! Images carry the properties the scheduler reads (`trait:*`, `hw_*`,
 //! `img_*`, `disk_format`).
 
@@ -24,7 +24,9 @@ fn can_see(req: &Req, image: &Image) -> bool {
     image.visible_to(req.auth.project_id.as_deref(), is_admin(req))
 }
 
-fn find(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
+/// The image the request's first path parameter names, if the caller
+/// can see it (404 otherwise, as Glance hides what a caller cannot see).
+pub(crate) fn find(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
     let text = req.param(0);
     let missing = || ApiError::not_found(format!("No image found with ID {text}"));
     let id = Uuid::parse_str(text).map_err(|_| missing())?;
@@ -122,8 +124,8 @@ pub fn create(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let image = Image {
         id,
         name: obj.get("name").and_then(Value::as_str).map(str::to_owned),
-        // berth images carry no data: they are usable at once.
-        status: "active".to_owned(),
+        // Glance: `queued` until its data is uploaded (a boot refuses it).
+        status: "queued".to_owned(),
         visibility,
         protected: obj.get("protected").and_then(Value::as_bool).unwrap_or(false),
         owner,
@@ -132,6 +134,7 @@ pub fn create(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
         min_disk: obj.get("min_disk").and_then(Value::as_i64).unwrap_or(0),
         min_ram: obj.get("min_ram").and_then(Value::as_i64).unwrap_or(0),
         size: None,
+        hashes: None,
         tags: obj
             .get("tags")
             .and_then(Value::as_array)
@@ -170,32 +173,6 @@ pub fn create(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::json(StatusCode::CREATED, view::image(&image)).location(location))
 }
 
-/// `PUT /image/v2/images/{id}/file`: the data is not kept; the image
-/// records its size and is `active`.
-pub fn upload(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
-    // Glance takes image data only as `application/octet-stream`.
-    let content_type = req
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
-    if content_type.as_deref() != Some("application/octet-stream") {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("Invalid content type {}", content_type.as_deref().unwrap_or("None")),
-        ));
-    }
-    let mut image = find(ctx, req)?;
-    if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() {
-        return Err(ApiError::forbidden("You are not permitted to upload data to this image."));
-    }
-    image.size = Some(req.body.len() as i64);
-    image.status = "active".to_owned();
-    image.updated_at = berth_core::now();
-    ctx.core.write(|w| plan_put_image(w, image.clone()).map(|set| (set, ())).map_err(api::refused))?;
-    Ok(Resp::no_content())
-}
-
 /// `DELETE /image/v2/images/{id}`.
 pub fn delete(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let image = find(ctx, req)?;
@@ -203,6 +180,9 @@ pub fn delete(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
         return Err(ApiError::forbidden("You are not permitted to delete this image."));
     }
     ctx.core.write(|w| plan_delete_image(w, &image.id).map(|set| (set, ())).map_err(api::refused))?;
+    // Deleted first, data after: a crash between leaves an orphan file
+    // the sweep removes, never an image without its data.
+    ctx.store.remove(&image.id);
     Ok(Resp::no_content())
 }
 

@@ -1,6 +1,7 @@
 //! The Glance v2 image subset berth serves at `/image/v2`: list, show,
-//! create, upload (data discarded), delete, and the schema documents
-//! clients fetch. Images carry the properties the scheduler reads
+//! create, delete, image data (upload and download, streamed to and from
+//! a filesystem store with Glance's checksums: [`data`]), and the schema
+//! documents clients fetch. Images carry the properties the scheduler reads
 //! (`trait:*`, `hw_*`, `img_*`, `disk_format`).
 //!
 //! Owns: Glance's wire format ([`views`], [`schemas`], the error body in
@@ -12,12 +13,13 @@
 //!
 //! Must not: talk to a store crate directly (the tidy test checks it),
 //! or need the compute runtime: handlers reach only the control state
-//! ([`ImageCtx`]).
+//! and the image data directory ([`ImageCtx`]).
 //!
 //! It borrows the compute API's HTTP helpers (`berth_compute_api::api`:
 //! body validation with Nova's messages, noauth2 roles, error mapping;
 //! `views::isotime`), a dependency on a sibling on the same floor.
 
+pub mod data;
 pub mod handlers;
 pub mod routes;
 pub mod schemas;
@@ -31,6 +33,8 @@ pub use routes::image_api;
 pub struct ImageCtx {
     /// The control state (images live there).
     pub core: Arc<berth_core::App>,
+    /// Where image data lives.
+    pub store: Arc<data::ImageStore>,
 }
 
 impl std::fmt::Debug for ImageCtx {

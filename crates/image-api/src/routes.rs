@@ -10,7 +10,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{error_response, Api, ApiError, ApiResult, Policy, Req, Resp, Version, VersionSpec};
 use serde_json::json;
 
-use crate::{handlers, ImageCtx};
+use crate::{data, handlers, ImageCtx};
 
 type Sync = fn(&ImageCtx, &Req) -> ApiResult<Resp>;
 
@@ -32,7 +32,13 @@ pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Ima
         Route::new("/versions", vec![g(M::GET, handlers::versions).public()]),
         Route::new("/v2/images", vec![g(M::GET, handlers::index), g(M::POST, handlers::create)]),
         Route::new("/v2/images/{id}", vec![g(M::GET, handlers::show), g(M::DELETE, handlers::delete)]),
-        Route::new("/v2/images/{id}/file", vec![g(M::PUT, handlers::upload)]),
+        Route::new(
+            "/v2/images/{id}/file",
+            vec![
+                Endpoint::stream(M::GET, Version(2, 0), data::download),
+                Endpoint::stream(M::PUT, Version(2, 0), data::upload),
+            ],
+        ),
         Route::new("/v2/schemas/image", vec![g(M::GET, handlers::image_schema)]),
         Route::new("/v2/schemas/images", vec![g(M::GET, handlers::images_schema)]),
     ];

@@ -35,7 +35,7 @@ pub const RESERVED_ATTRIBUTES: &[&str] = &["location", "deleted", "deleted_at"];
 /// `ramdisk_id` and the other documented properties, typed as in Glance's
 /// schema; any other key is an extra property and must be a string.
 /// `owner` is writable in Glance only by admins, and `locations` not at all
-/// here (berth images have no data); the handler decides.
+/// here (image data lives only in berth's own store); the handler decides.
 pub fn create() -> Value {
     let writable: Map<String, Value> = image_schema_properties()
         .into_iter()

@@ -22,6 +22,7 @@ fn glance_image() -> Image {
         min_disk: 0,
         min_ram: 0,
         size: Some(21_430_272),
+        hashes: None,
         tags: vec!["boot".into()],
         properties: [("hw_disk_bus", "scsi"), ("os_hidden", "false"), ("status", "spoofed")]
             .into_iter()
@@ -116,6 +117,22 @@ fn glance_images() {
     assert_eq!(listing["schema"], json!("/v2/schemas/images"));
     assert_eq!(listing["next"], json!(format!("/v2/images?limit=1&marker={id}")));
     assert!(images::list(&[], &[], None).get("next").is_none());
+    // Uploaded data shows its hashes (and still validates).
+    let hashed = Image {
+        size: Some(3),
+        hashes: Some(berth_compute_model::ImageHashes {
+            checksum: "900150983cd24fb0d6963f7d28e17f72".into(),
+            os_hash_algo: "sha512".into(),
+            os_hash_value: "ddaf35a1".into(),
+        }),
+        ..image.clone()
+    };
+    let body = images::image(&hashed);
+    assert_eq!(body["checksum"], json!("900150983cd24fb0d6963f7d28e17f72"));
+    assert_eq!(body["os_hash_algo"], json!("sha512"));
+    assert_eq!(body["os_hash_value"], json!("ddaf35a1"));
+    assert_eq!(body["size"], json!(3));
+    assert!(berth_http::schema::validate(&schema, &body).is_ok());
     let schemas = images::images_schema();
     assert_eq!(schemas["properties"]["images"]["items"], schema);
     assert!(berth_http::schema::validate(&schemas, &listing).is_ok());

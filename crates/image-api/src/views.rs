@@ -45,8 +45,9 @@ pub const BASE_ATTRIBUTES: &[&str] = &[
 ];
 
 /// One image as Glance v2 shows it: the base attributes, then every other
-/// property as a top-level string. berth images have no data, so
-/// `checksum`, `os_hash_*` and `virtual_size` are `null`. `os_hidden` is
+/// property as a top-level string. `checksum` and `os_hash_*` are `null`
+/// until data is uploaded; `virtual_size` is always `null` (berth does
+/// not inspect disk formats). `os_hidden` is
 /// kept as the `os_hidden` property (`"true"` hides the image).
 pub fn image(image: &Image) -> Value {
     let id = image.id.to_string();
@@ -64,9 +65,10 @@ pub fn image(image: &Image) -> Value {
     body.insert("min_ram".into(), json!(image.min_ram));
     body.insert("size".into(), json!(image.size));
     body.insert("virtual_size".into(), Value::Null);
-    body.insert("checksum".into(), Value::Null);
-    body.insert("os_hash_algo".into(), Value::Null);
-    body.insert("os_hash_value".into(), Value::Null);
+    let hashes = image.hashes.as_ref();
+    body.insert("checksum".into(), json!(hashes.map(|h| &h.checksum)));
+    body.insert("os_hash_algo".into(), json!(hashes.map(|h| &h.os_hash_algo)));
+    body.insert("os_hash_value".into(), json!(hashes.map(|h| &h.os_hash_value)));
     body.insert("tags".into(), json!(image.tags));
     body.insert("created_at".into(), json!(isotime(image.created_at)));
     body.insert("updated_at".into(), json!(isotime(image.updated_at)));

@@ -268,6 +268,7 @@ impl Reservations {
                     min_disk: 0,
                     min_ram: 0,
                     size: None,
+                    hashes: None,
                     tags: Vec::new(),
                     properties,
                     created_at: now,

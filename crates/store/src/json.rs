@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use berth_compute_model::choice::HostChoice;
 use berth_compute_model::{
     AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor,
-    GroupPolicy, HostMapping, Image, ImageRef, InstanceMapping, InstanceSpec, KeyPair, KeyPairType, RequestSpec,
-    RowKey, ServerGroup,
+    GroupPolicy, HostMapping, Image, ImageHashes, ImageRef, InstanceMapping, InstanceSpec, KeyPair, KeyPairType,
+    RequestSpec, RowKey, ServerGroup,
 };
 use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};
@@ -62,6 +62,9 @@ pub fn image(image: &Image) -> Value {
         "protected": image.protected, "owner": image.owner, "disk_format": image.disk_format,
         "container_format": image.container_format, "min_disk": image.min_disk, "min_ram": image.min_ram,
         "size": image.size, "tags": image.tags, "properties": str_map(&image.properties),
+        "checksum": image.hashes.as_ref().map(|h| &h.checksum),
+        "os_hash_algo": image.hashes.as_ref().map(|h| &h.os_hash_algo),
+        "os_hash_value": image.hashes.as_ref().map(|h| &h.os_hash_value),
         "created_at": image.created_at, "updated_at": image.updated_at,
     })
 }
@@ -80,6 +83,13 @@ pub fn to_image(v: &Value) -> Result<Image> {
         min_disk: i(v, "min_disk")?,
         min_ram: i(v, "min_ram")?,
         size: opt_i(v, "size")?,
+        // Rows written before images kept data have no hashes.
+        hashes: match (opt_s(v, "checksum")?, opt_s(v, "os_hash_algo")?, opt_s(v, "os_hash_value")?) {
+            (Some(checksum), Some(os_hash_algo), Some(os_hash_value)) => {
+                Some(ImageHashes { checksum, os_hash_algo, os_hash_value })
+            }
+            _ => None,
+        },
         tags: strings(v, "tags")?,
         properties: get_str_map(v, "properties")?,
         created_at: i(v, "created_at")?,
@@ -567,7 +577,12 @@ mod tests {
                 container_format: None,
                 min_disk: 1,
                 min_ram: 0,
-                size: None,
+                size: Some(3),
+                hashes: Some(ImageHashes {
+                    checksum: "900150983cd24fb0d6963f7d28e17f72".into(),
+                    os_hash_algo: "sha512".into(),
+                    os_hash_value: "ddaf".into(),
+                }),
                 tags: vec![],
                 properties: [("trait:CUSTOM_X".to_owned(), "required".to_owned())].into(),
                 created_at: 1,

@@ -10,6 +10,7 @@ mod concurrency;
 mod connections;
 mod durability;
 mod harness;
+mod images;
 mod isolation;
 mod keystone;
 mod logs;

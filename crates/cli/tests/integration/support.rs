@@ -266,6 +266,11 @@ impl TestServer {
             .unwrap_or_else(|| panic!("metric {name} missing"))
     }
 
+    /// The server process's id (for `/proc/<pid>/status`).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// A client for this server.
     pub(crate) fn client(&self) -> Client {
         Client {

@@ -550,3 +550,69 @@ fn an_agent_credential_binds_its_host_and_speaks_only_for_it() {
     assert!(check_host_owner(&world, "admin", ["h0"]).is_ok());
     assert!(matches!(plan_revoke_agent_credential(&world, "h0"), Err(ComputeError::NotFound(_))));
 }
+
+fn queued_image(world: &mut World) -> Uuid {
+    let id = Uuid::new_v4();
+    let image = crate::Image {
+        id,
+        name: Some("i".into()),
+        status: "queued".into(),
+        visibility: "private".into(),
+        protected: false,
+        owner: Some("p".into()),
+        disk_format: Some("raw".into()),
+        container_format: Some("bare".into()),
+        min_disk: 0,
+        min_ram: 0,
+        size: None,
+        hashes: None,
+        tags: Vec::new(),
+        properties: BTreeMap::new(),
+        created_at: 1,
+        updated_at: 1,
+    };
+    world.apply(&plan_put_image(world, image).expect("put"));
+    id
+}
+
+fn hashes() -> crate::ImageHashes {
+    crate::ImageHashes { checksum: "c".into(), os_hash_algo: "sha512".into(), os_hash_value: "v".into() }
+}
+
+#[test]
+fn an_upload_takes_a_queued_image_once_through_saving_to_active() {
+    let mut world = World::with_standard_data(0);
+    let id = queued_image(&mut world);
+    world.apply(&plan_begin_image_upload(&world, &id, 5).expect("queued → saving"));
+    assert_eq!(world.compute.images[&id].status, "saving");
+    // The compare-and-set: a second upload finds `saving`.
+    let second = plan_begin_image_upload(&world, &id, 6).expect_err("a second upload");
+    assert_eq!(second, ComputeError::Conflict("Image status transition from saving to saving is not allowed".into()));
+    world.apply(&plan_finish_image_upload(&world, &id, 3, hashes(), 7).expect("saving → active"));
+    let image = &world.compute.images[&id];
+    assert_eq!(
+        (image.status.as_str(), image.size, image.hashes.clone(), image.updated_at),
+        ("active", Some(3), Some(hashes()), 7)
+    );
+    let again = plan_begin_image_upload(&world, &id, 8).expect_err("an active image");
+    assert_eq!(again, ComputeError::Conflict("Image status transition from active to saving is not allowed".into()));
+    // An abort touches only a `saving` image.
+    assert!(plan_abort_image_upload(&world, &id, 9).expect("abort").is_empty());
+    let missing = Uuid::new_v4();
+    assert!(matches!(plan_begin_image_upload(&world, &missing, 9), Err(ComputeError::NotFound(_))));
+    assert!(matches!(plan_finish_image_upload(&world, &missing, 1, hashes(), 9), Err(ComputeError::NotFound(_))));
+}
+
+#[test]
+fn an_aborted_upload_leaves_the_image_queued_and_its_finish_is_refused() {
+    let mut world = World::with_standard_data(0);
+    let id = queued_image(&mut world);
+    assert!(matches!(plan_finish_image_upload(&world, &id, 1, hashes(), 2), Err(ComputeError::Conflict(_))));
+    world.apply(&plan_begin_image_upload(&world, &id, 2).expect("begin"));
+    world.apply(&plan_abort_image_upload(&world, &id, 3).expect("abort"));
+    let image = &world.compute.images[&id];
+    assert_eq!((image.status.as_str(), image.size, image.hashes.clone()), ("queued", None, None));
+    // An upload the sweep gave back cannot complete.
+    let late = plan_finish_image_upload(&world, &id, 1, hashes(), 4).expect_err("late finish");
+    assert_eq!(late, ComputeError::Conflict("Image status transition from queued to active is not allowed".into()));
+}

@@ -637,7 +637,9 @@ async fn image_as(cloud: &Cloud, token: &str, name: &str, visibility: &str) -> S
         .expect("image create");
     assert_eq!(resp.status().as_u16(), 201, "create image {name}");
     let value: Value = resp.json().await.expect("image json");
-    value["id"].as_str().expect("image id").to_owned()
+    let id = value["id"].as_str().expect("image id").to_owned();
+    cloud.nova(token).upload_image(&id, b"data".to_vec()).await;
+    id
 }
 
 #[tokio::test]
@@ -815,12 +817,29 @@ async fn input_upstream_refuses_is_refused_with_its_status_and_text() {
     );
     let enough: serde_json::Map<String, Value> = (0..128).map(|i| (format!("p{i}"), json!("v"))).collect();
     let got = send_raw(&cloud, "POST", "/image/v2/images", "application/json", create(Value::Object(enough))).await;
+    let queued = got.1["id"].as_str().unwrap_or_default().to_owned();
     want(&mut failures, "128 properties", got.clone(), 201, "");
-    let upload = format!("/image/v2/images/{image}/file");
+    let got = nova.boot("early", &flavor, &queued, json!({})).await;
+    want(
+        &mut failures,
+        "boot from a queued image",
+        (got.status, got.body),
+        400,
+        &format!("Image {queued} is not active."),
+    );
+    let upload = format!("/image/v2/images/{queued}/file");
     let got = send_raw(&cloud, "PUT", &upload, "application/json", "{}".into()).await;
     want(&mut failures, "upload as JSON", got, 415, "Invalid content type application/json");
     let got = send_raw(&cloud, "PUT", &upload, "application/octet-stream", "data".into()).await;
     want(&mut failures, "upload as octet-stream", got, 204, "");
+    let got = send_raw(&cloud, "PUT", &upload, "application/octet-stream", "again".into()).await;
+    want(
+        &mut failures,
+        "upload to an active image",
+        got,
+        409,
+        "Image status transition from active to saving is not allowed",
+    );
     let images_after = nova.image_get("/images").await.body["images"].as_array().map(Vec::len);
     if images_after != images_before.map(|n| n + 1) {
         failures.push(format!("images: {images_before:?} before, {images_after:?} after (only one created)"));

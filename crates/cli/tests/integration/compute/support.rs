@@ -346,7 +346,24 @@ impl Nova {
             .expect("image create");
         assert_eq!(resp.status().as_u16(), 201, "create image");
         let value: Value = resp.json().await.expect("image json");
-        value["id"].as_str().expect("image id").to_owned()
+        let id = value["id"].as_str().expect("image id").to_owned();
+        // A new image is `queued` and a boot refuses it until it has data.
+        self.upload_image(&id, b"berth test image".to_vec()).await;
+        id
+    }
+
+    /// Upload `data` to an image (asserting 204: it is `active` then).
+    pub(crate) async fn upload_image(&self, id: &str, data: Vec<u8>) {
+        let resp = self
+            .http
+            .put(format!("{}/image/v2/images/{id}/file", self.base))
+            .header("x-auth-token", &self.token)
+            .header("content-type", "application/octet-stream")
+            .body(data)
+            .send()
+            .await
+            .expect("image upload");
+        assert_eq!(resp.status().as_u16(), 204, "upload image data");
     }
 
     /// Boot; returns the answer (202 with the server, or the error).

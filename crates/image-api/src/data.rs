@@ -1,0 +1,440 @@
+//! Image data: `PUT /v2/images/{id}/file` streams the body into a
+//! filesystem store (hashing it as it goes) and `GET` streams it back;
+//! [`ImageStore::sweep`] removes what a crash or a deletion left behind.
+//!
+//! The store is one directory: an image's data is the file named by its
+//! id; an upload writes `<id>.<random>.part` first, fsyncs it and renames
+//! it into place only when the body is complete and within the size cap,
+//! so no partial data is ever visible under an image's name. The status
+//! moves `queued → saving` (a compare-and-set in one planned write: of
+//! two concurrent uploads the second finds `saving` and gets 409), then
+//! `saving → active` with size and hashes in one planned write after the
+//! rename; a failed upload goes back to `queued` and leaves no file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use berth_compute_model::plan::{plan_abort_image_upload, plan_begin_image_upload, plan_finish_image_upload};
+use berth_compute_model::{Image, ImageHashes};
+use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
+use http_body_util::BodyExt;
+use md5::Md5;
+use sha2::{Digest, Sha512};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use uuid::Uuid;
+
+use berth_compute_api::api::{self, is_admin};
+
+use crate::handlers::find;
+use crate::ImageCtx;
+
+/// Glance's `image_size_cap` default: 1 TiB.
+pub const DEFAULT_IMAGE_SIZE_CAP: u64 = 1 << 40;
+
+/// How much of an upload is buffered before it is written to the file.
+const WRITE_BUFFER: usize = 256 * 1024;
+/// How much of the file one download chunk reads.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Where image data lives, and how large an image may be.
+#[derive(Debug)]
+pub struct ImageStore {
+    dir: PathBuf,
+    size_cap: u64,
+}
+
+/// What one [`ImageStore::sweep`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Temporary files removed (uploads that never completed).
+    pub temporaries: usize,
+    /// Data files removed (of images gone, or not `active`).
+    pub orphans: usize,
+    /// Images given back to `queued` (their upload died with a process).
+    pub requeued: usize,
+}
+
+/// A file of the store, by its name.
+enum Entry {
+    Data(Uuid),
+    Temporary(Uuid),
+}
+
+fn entry(name: &str) -> Option<Entry> {
+    if let Ok(id) = Uuid::parse_str(name) {
+        return Some(Entry::Data(id));
+    }
+    let (id, rest) = name.split_once('.')?;
+    rest.ends_with(".part").then_some(())?;
+    Uuid::parse_str(id).ok().map(Entry::Temporary)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl ImageStore {
+    /// The store in `dir` (created if missing), refusing images larger
+    /// than `size_cap` bytes.
+    pub fn open(dir: PathBuf, size_cap: u64) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create the image store {}: {e}", dir.display()))?;
+        Ok(ImageStore { dir, size_cap })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn data_path(&self, id: &Uuid) -> PathBuf {
+        self.dir.join(id.to_string())
+    }
+
+    fn temporary_path(&self, id: &Uuid) -> PathBuf {
+        self.dir.join(format!("{id}.{}.part", Uuid::new_v4().simple()))
+    }
+
+    /// Remove an image's data, if it has any.
+    pub fn remove(&self, id: &Uuid) {
+        remove_file(&self.data_path(id));
+    }
+
+    /// Remove what interrupted uploads and deletions left: temporaries,
+    /// data files of images that are gone or not `active`, and give back
+    /// to `queued` the images left `saving` by a process that died. Only
+    /// files untouched for `idle` count (an upload in progress writes its
+    /// temporary continuously); `Duration::ZERO` at the start-up of the
+    /// only process using the store takes everything.
+    pub fn sweep(&self, core: &berth_core::App, idle: Duration) -> SweepReport {
+        let mut report = SweepReport::default();
+        let Ok(listing) = std::fs::read_dir(&self.dir) else { return report };
+        let mut files = Vec::new();
+        for item in listing.flatten() {
+            let name = item.file_name().to_string_lossy().into_owned();
+            let Some(kind) = entry(&name) else { continue };
+            let age = item.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            files.push((kind, item.path(), age.unwrap_or(Duration::MAX)));
+        }
+        // An upload is alive while its temporary is fresh.
+        let mut uploading = std::collections::BTreeSet::new();
+        for (kind, path, age) in &files {
+            if let Entry::Temporary(id) = kind {
+                if *age >= idle {
+                    remove_file(path);
+                    report.temporaries += 1;
+                } else {
+                    uploading.insert(*id);
+                }
+            }
+        }
+        let now = berth_core::now();
+        let stuck: Vec<Uuid> = core
+            .read()
+            .compute
+            .images
+            .values()
+            .filter(|i| i.status == "saving" && !uploading.contains(&i.id))
+            .filter(|i| now.saturating_sub(i.updated_at) >= idle.as_secs() as i64)
+            .map(|i| i.id)
+            .collect();
+        for id in stuck {
+            let requeued = core.write(|w| {
+                let set = plan_abort_image_upload(w, &id, now).map_err(api::refused)?;
+                let changed = !set.is_empty();
+                Ok::<_, ApiError>((set, changed))
+            });
+            match requeued {
+                Ok(true) => {
+                    tracing::warn!(image = %id, "an upload died with its process: the image is queued again");
+                    report.requeued += 1;
+                }
+                Ok(false) => {}
+                Err(err) => tracing::warn!(image = %id, error = %err.detail, "image not requeued"),
+            }
+        }
+        for (kind, path, age) in &files {
+            if let Entry::Data(id) = kind {
+                let active = core.read().compute.images.get(id).is_some_and(|i| i.status == "active");
+                if !active && *age >= idle {
+                    remove_file(path);
+                    report.orphans += 1;
+                }
+            }
+        }
+        report
+    }
+}
+
+fn remove_file(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "image data not removed"),
+    }
+}
+
+/// Make a rename durable: fsync the directory holding it.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The store failed: a full disk (or quota) is Glance's 413, anything else
+/// a 500 with the detail only in the log.
+fn storage_error(err: std::io::Error) -> ApiError {
+    if matches!(err.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
+        tracing::warn!(error = %err, "image store full");
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Image storage media is full: There is not enough disk space on the image storage media.",
+        );
+    }
+    tracing::error!(error = %err, "image store");
+    ApiError::internal()
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "The incoming image is too large: The provided image is too large.")
+}
+
+/// `PUT /image/v2/images/{id}/file`.
+pub fn upload(ctx: Arc<ImageCtx>, req: Req, body: Body) -> HandlerFuture {
+    Box::pin(async move { upload_data(&ctx, &req, body).await })
+}
+
+async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
+    // Glance takes image data only as `application/octet-stream`.
+    let content_type = req
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    if content_type.as_deref() != Some("application/octet-stream") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Invalid content type {}", content_type.as_deref().unwrap_or("None")),
+        ));
+    }
+    let image = find(ctx, req)?;
+    if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() {
+        return Err(ApiError::forbidden("You are not permitted to upload data to this image."));
+    }
+    let declared = req.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > ctx.store.size_cap) {
+        return Err(too_large());
+    }
+    let id = image.id;
+    ctx.core
+        .write(|w| plan_begin_image_upload(w, &id, berth_core::now()).map(|set| (set, ())).map_err(api::refused))?;
+    let temporary = ctx.store.temporary_path(&id);
+    let outcome = receive(ctx, &temporary, body).await;
+    let finished = match outcome {
+        Ok((size, hashes)) => {
+            // In place before the image says `active`: a crash between the
+            // two leaves a `saving` image whose data the sweep removes.
+            let data = ctx.store.data_path(&id);
+            let placed = std::fs::rename(&temporary, &data).and_then(|()| sync_dir(ctx.store.dir()));
+            match placed {
+                // The sweep took the temporary of an upload idle for longer
+                // than `--image-upload-idle-secs` (and gave the image back).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ApiError::conflict(format!(
+                    "The upload to image {id} was idle for too long and was abandoned."
+                ))),
+                Err(e) => Err(storage_error(e)),
+                Ok(()) => {
+                    let now = berth_core::now();
+                    let size = i64::try_from(size).unwrap_or(i64::MAX);
+                    let written = ctx.core.write(|w| {
+                        plan_finish_image_upload(w, &id, size, hashes, now).map(|set| (set, ())).map_err(api::refused)
+                    });
+                    if let Err(err) = written {
+                        ctx.store.remove(&id);
+                        Err(if err.status == StatusCode::NOT_FOUND {
+                            ApiError::new(
+                                StatusCode::GONE,
+                                format!(
+                                    "Image {id} could not be found after upload. The image may have been deleted \
+                                     during the upload."
+                                ),
+                            )
+                        } else {
+                            err
+                        })
+                    } else {
+                        Ok(())
+                    }
+                }
+            }
+        }
+        Err(err) => Err(err),
+    };
+    match finished {
+        Ok(()) => Ok(Resp::no_content()),
+        Err(err) => {
+            remove_file(&temporary);
+            let _ = ctx.core.write(|w| {
+                plan_abort_image_upload(w, &id, berth_core::now()).map(|set| (set, ())).map_err(api::refused)
+            });
+            Err(err)
+        }
+    }
+}
+
+/// Write the body into `temporary`, hashing it, within the size cap;
+/// fsync it. Returns the size and hashes.
+async fn receive(ctx: &ImageCtx, temporary: &Path, mut body: Body) -> ApiResult<(u64, ImageHashes)> {
+    let file =
+        tokio::fs::OpenOptions::new().write(true).create_new(true).open(temporary).await.map_err(storage_error)?;
+    let mut file = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
+    let (mut md5, mut sha512) = (Md5::new(), Sha512::new());
+    let mut size: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        // The client went away or sent a broken body: nobody reads this
+        // answer, but the upload must not count.
+        let frame = frame.map_err(|_| ApiError::bad_request("The request body could not be read."))?;
+        let Ok(data) = frame.into_data() else { continue };
+        size = size.saturating_add(data.len() as u64);
+        if size > ctx.store.size_cap {
+            return Err(too_large());
+        }
+        md5.update(&data);
+        sha512.update(&data);
+        file.write_all(&data).await.map_err(storage_error)?;
+    }
+    file.flush().await.map_err(storage_error)?;
+    file.get_ref().sync_all().await.map_err(storage_error)?;
+    let hashes = ImageHashes {
+        checksum: hex(&md5.finalize()),
+        os_hash_algo: "sha512".to_owned(),
+        os_hash_value: hex(&sha512.finalize()),
+    };
+    Ok((size, hashes))
+}
+
+/// A `Range: bytes=…` request against `size` bytes: `Ok(None)` without
+/// one, the inclusive span otherwise, `Err` for one that cannot be served
+/// (416, as Glance: several ranges, or none within the data).
+fn byte_range(header: Option<&axum::http::HeaderValue>, size: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(value) = header else { return Ok(None) };
+    let text = value.to_str().map_err(|_| ())?.trim();
+    let spec = text.strip_prefix("bytes=").ok_or(())?.trim();
+    if spec.contains(',') {
+        return Err(());
+    }
+    let (first, last) = spec.split_once('-').ok_or(())?;
+    let (first, last) = (first.trim(), last.trim());
+    let span = match (first.is_empty(), last.is_empty()) {
+        // `bytes=-N`: the last N bytes.
+        (true, false) => {
+            let n: u64 = last.parse().map_err(|_| ())?;
+            if n == 0 || size == 0 {
+                return Err(());
+            }
+            (size.saturating_sub(n), size - 1)
+        }
+        (false, _) => {
+            let a: u64 = first.parse().map_err(|_| ())?;
+            let b: u64 = if last.is_empty() { u64::MAX } else { last.parse().map_err(|_| ())? };
+            if a > b || a >= size {
+                return Err(());
+            }
+            (a, b.min(size - 1))
+        }
+        (true, true) => return Err(()),
+    };
+    Ok(Some(span))
+}
+
+/// `GET /image/v2/images/{id}/file`.
+pub fn download(ctx: Arc<ImageCtx>, req: Req, _body: Body) -> HandlerFuture {
+    Box::pin(async move { download_data(&ctx, &req).await })
+}
+
+async fn download_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
+    let image: Image = find(ctx, req)?;
+    // Glance: an image without data answers 204 (so does a snapshot berth
+    // recorded without data).
+    if image.status != "active" {
+        return Ok(Resp::no_content());
+    }
+    let mut file = match tokio::fs::File::open(ctx.store.data_path(&image.id)).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Resp::no_content()),
+        Err(e) => return Err(storage_error(e)),
+    };
+    let size = file.metadata().await.map_err(storage_error)?.len();
+    let range = byte_range(req.headers.get("range"), size).map_err(|()| {
+        let mut err = ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "Requested range not satisfiable");
+        err.headers.push(("content-range", format!("bytes */{size}")));
+        err
+    })?;
+    let (start, length) = match range {
+        Some((a, b)) => (a, b - a + 1),
+        None => (0, size),
+    };
+    if start > 0 {
+        file.seek(std::io::SeekFrom::Start(start)).await.map_err(storage_error)?;
+    }
+    let chunks = futures_util::stream::unfold((file, length), |(mut file, left)| async move {
+        if left == 0 {
+            return None;
+        }
+        let want = usize::try_from(left).unwrap_or(usize::MAX).min(READ_CHUNK);
+        let mut buf = vec![0u8; want];
+        match file.read(&mut buf).await {
+            Ok(0) => Some((Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)), (file, 0))),
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(buf), (file, left - n as u64)))
+            }
+            Err(e) => Some((Err(e), (file, 0))),
+        }
+    });
+    let status = if range.is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
+    let mut resp = Resp::stream(status, Body::from_stream(chunks))
+        .header("content-type", "application/octet-stream")
+        .header("content-length", length.to_string());
+    match range {
+        Some((a, b)) => resp = resp.header("content-range", format!("bytes {a}-{b}/{size}")),
+        // Glance sends the checksum of the whole image only.
+        None => {
+            if let Some(hashes) = &image.hashes {
+                resp = resp.header("content-md5", &hashes.checksum);
+            }
+        }
+    }
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_file_names() {
+        let id = Uuid::new_v4();
+        assert!(matches!(entry(&id.to_string()), Some(Entry::Data(x)) if x == id));
+        assert!(matches!(entry(&format!("{id}.abc.part")), Some(Entry::Temporary(x)) if x == id));
+        assert!(entry("lost+found").is_none());
+        assert!(entry(&format!("{id}.abc")).is_none());
+        assert_eq!(hex(&[0, 15, 255]), "000fff");
+    }
+
+    #[test]
+    fn byte_ranges_as_glance_serves_them() {
+        let range = |text: &str, size| byte_range(Some(&axum::http::HeaderValue::from_str(text).unwrap()), size);
+        assert_eq!(byte_range(None, 10), Ok(None));
+        assert_eq!(range("bytes=0-3", 10), Ok(Some((0, 3))));
+        assert_eq!(range("bytes=4-", 10), Ok(Some((4, 9))));
+        assert_eq!(range("bytes=5-100", 10), Ok(Some((5, 9))), "a range past the end is cut to the data");
+        assert_eq!(range("bytes=-3", 10), Ok(Some((7, 9))));
+        assert_eq!(range("bytes=-30", 10), Ok(Some((0, 9))));
+        for bad in ["bytes=10-12", "bytes=4-2", "bytes=0-1,3-4", "items=0-1", "bytes=-", "bytes=a-b", "bytes=-0"] {
+            assert_eq!(range(bad, 10), Err(()), "{bad}");
+        }
+        assert_eq!(range("bytes=0-0", 0), Err(()), "an empty image has no byte 0");
+    }
+}
