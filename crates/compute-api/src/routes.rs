@@ -12,9 +12,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{
-    agents, credentials, events, flavors, hosts, keypairs, migrations, resources, servers, usage,
-};
+use crate::handlers::{agents, credentials, events, flavors, hosts, keypairs, migrations, resources, servers, usage};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;

@@ -55,7 +55,7 @@ impl Got {
 
 impl Glance {
     fn new(server: &TestServer, token: &str) -> Self {
-        Glance { http: reqwest::Client::new(), base: server.base.clone(), token: token.to_owned() }
+        Glance { http: crate::support::http_client(), base: server.base.clone(), token: token.to_owned() }
     }
 
     async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Got {

@@ -13,7 +13,7 @@ use super::support::{wait_status, Cloud, Hosts, Nova};
 
 /// A raw request to the compute API: status, headers and JSON body.
 async fn raw(nova: &Nova, method: &str, path: &str) -> (u16, reqwest::header::HeaderMap, Value) {
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http_client()
         .request(method.parse().expect("method"), format!("{}/compute{path}", nova.base_url()))
         .header("x-auth-token", &nova.token)
         .header("openstack-api-version", format!("compute {}", nova.version))
