@@ -127,7 +127,12 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 /// A task as agents get it: from the long poll, in a claim's answer, and
 /// on a host's NATS subject in pull mode.
 pub fn task_json(task: &berth_compute::hub::Task) -> Value {
-    json!({"id": task.id, "kind": task.kind.as_str(), "instance": task.instance.to_string(), "host": task.host})
+    let mut value =
+        json!({"id": task.id, "kind": task.kind.as_str(), "instance": task.instance.to_string(), "host": task.host});
+    if let Some(name) = &task.display_name {
+        value["display_name"] = json!(name);
+    }
+    value
 }
 
 /// `GET /agent/v1/work?agent=ID&wait=SECONDS`: long-poll for tasks.

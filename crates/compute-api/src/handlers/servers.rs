@@ -18,12 +18,17 @@ mod actions;
 mod create;
 mod instance_actions;
 mod list;
+mod metadata;
 mod server;
 
 pub use actions::action;
 pub use create::create;
 pub use instance_actions::{list_actions, show_action};
 pub use list::{detail, index};
+pub use metadata::{
+    add_tag, create_metadata, delete_all_tags, delete_metadata, delete_tag, list_ips, list_metadata, list_tags,
+    replace_tags, show_ips, show_metadata, show_tag, update_all_metadata, update_metadata,
+};
 pub use server::{delete, show, update};
 
 const RULE: &str = "os_compute_api:servers:";
