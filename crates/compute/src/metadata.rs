@@ -6,10 +6,11 @@
 //! cell write whose expectation is Nova's state check: metadata changes
 //! take a server `active`, `paused`, `suspended` or `stopped` with no task
 //! (`check_instance_state`), tags the same vm states whatever the task.
-//! Reads need no method here: the API shows what the server record
-//! holds. As in Nova (`instance.save()` of a merged dict), two concurrent
-//! merges of different keys can lose one of them: the row's state is
-//! checked, not its previous metadata.
+//! The write also expects the metadata (or tags) it read, so a
+//! concurrent change makes it read and merge again: two merges of
+//! different keys both land (Nova's `instance.save()` of a merged dict can
+//! lose one). Reads need no method here: the API shows what the server
+//! record holds.
 
 use std::collections::BTreeMap;
 
@@ -77,6 +78,10 @@ pub enum TagOutcome {
     AlreadyThere,
 }
 
+/// How often a change is recomputed when a concurrent one changed the
+/// row between its read and its write.
+const ATTEMPTS: usize = 16;
+
 impl Compute {
     /// Change a server's user metadata; returns the metadata now.
     pub async fn update_metadata(
@@ -89,70 +94,80 @@ impl Compute {
             MetadataChange::Delete(_) => "delete metadata",
             _ => "update metadata",
         };
-        let (instance, cell) = self.editable(uuid, action).await?;
-        let mut metadata = instance.spec.metadata.clone();
-        match change {
-            MetadataChange::Merge(items) => metadata.extend(items),
-            MetadataChange::Replace(items) => metadata = items,
-            MetadataChange::Delete(key) => {
-                // Nova looks the key up before the state check.
-                if metadata.remove(&key).is_none() {
-                    return Err(ServiceError::Refused(ComputeError::NotFound("Metadata item was not found".into())));
+        let limit =
+            read(&*self.control, |w| effective_limit(w, &caller.project_id, Some(&caller.user_id), "metadata_items"));
+        for _ in 0..ATTEMPTS {
+            let (instance, cell) = self.editable(uuid, action).await?;
+            let mut metadata = instance.spec.metadata.clone();
+            match &change {
+                MetadataChange::Merge(items) => metadata.extend(items.clone()),
+                MetadataChange::Replace(items) => metadata = items.clone(),
+                MetadataChange::Delete(key) => {
+                    // Nova looks the key up before the state check.
+                    if metadata.remove(key).is_none() {
+                        return Err(ServiceError::Refused(ComputeError::NotFound(
+                            "Metadata item was not found".into(),
+                        )));
+                    }
                 }
             }
-        }
-        if action == "update metadata" {
-            let limit = read(&*self.control, |w| {
-                effective_limit(w, &caller.project_id, Some(&caller.user_id), "metadata_items")
-            });
-            // Nova's `MetadataLimitExceeded` (403).
-            if limit >= 0 && metadata.len() as i64 > limit {
+            // Nova's `MetadataLimitExceeded` (403), for the caller's
+            // project as Nova's `limit_check` counts it.
+            if action == "update metadata" && limit >= 0 && metadata.len() as i64 > limit {
                 return Err(ServiceError::Refused(ComputeError::OverQuota(format!(
                     "Maximum number of metadata items exceeds {limit}"
                 ))));
             }
+            check_state(&instance, uuid, action, true)?;
+            let expect = Expect { metadata: Some(instance.spec.metadata.clone()), ..editable_expect(true) };
+            let update = InstanceUpdate { metadata: Some(metadata.clone()), ..InstanceUpdate::default() };
+            if self.write_edit(&cell, uuid, expect, update).await? {
+                return Ok(metadata);
+            }
         }
-        check_state(&instance, uuid, action, true)?;
-        let update = InstanceUpdate { metadata: Some(metadata.clone()), ..InstanceUpdate::default() };
-        self.write_edit(&cell, uuid, action, true, update).await?;
-        Ok(metadata)
+        Err(invalid_state(action, uuid, "task_state", "changing"))
     }
 
     /// Change a server's tags.
     pub async fn update_tags(&self, uuid: &Uuid, change: TagChange) -> Result<TagOutcome, ServiceError> {
         let action = change.action();
-        let (instance, cell) = self.editable(uuid, action).await?;
-        check_state(&instance, uuid, action, false)?;
-        let mut tags = instance.spec.tags.clone();
-        match change {
-            TagChange::Add(tag) => {
-                if tags.len() >= MAX_TAGS {
-                    return Err(ServiceError::Refused(ComputeError::Invalid(format!(
-                        "The number of tags exceeded the per-server limit {MAX_TAGS}"
-                    ))));
+        for _ in 0..ATTEMPTS {
+            let (instance, cell) = self.editable(uuid, action).await?;
+            check_state(&instance, uuid, action, false)?;
+            let mut tags = instance.spec.tags.clone();
+            match &change {
+                TagChange::Add(tag) => {
+                    if tags.len() >= MAX_TAGS {
+                        return Err(ServiceError::Refused(ComputeError::Invalid(format!(
+                            "The number of tags exceeded the per-server limit {MAX_TAGS}"
+                        ))));
+                    }
+                    if tags.contains(tag) {
+                        return Ok(TagOutcome::AlreadyThere);
+                    }
+                    tags.push(tag.clone());
                 }
-                if tags.contains(&tag) {
-                    return Ok(TagOutcome::AlreadyThere);
+                TagChange::Replace(list) => tags = list.clone(),
+                TagChange::Remove(tag) => {
+                    let before = tags.len();
+                    tags.retain(|t| t != tag);
+                    if tags.len() == before {
+                        return Err(ServiceError::Refused(ComputeError::NotFound(format!(
+                            "Instance {uuid} has no tag '{tag}'"
+                        ))));
+                    }
                 }
-                tags.push(tag);
+                TagChange::Clear => tags.clear(),
             }
-            TagChange::Replace(list) => tags = list,
-            TagChange::Remove(tag) => {
-                let before = tags.len();
-                tags.retain(|t| *t != tag);
-                if tags.len() == before {
-                    return Err(ServiceError::Refused(ComputeError::NotFound(format!(
-                        "Instance {uuid} has no tag '{tag}'"
-                    ))));
-                }
+            tags.sort();
+            tags.dedup();
+            let expect = Expect { tags: Some(instance.spec.tags.clone()), ..editable_expect(false) };
+            let update = InstanceUpdate { tags: Some(tags.clone()), ..InstanceUpdate::default() };
+            if self.write_edit(&cell, uuid, expect, update).await? {
+                return Ok(TagOutcome::Changed(tags));
             }
-            TagChange::Clear => tags.clear(),
         }
-        tags.sort();
-        tags.dedup();
-        let update = InstanceUpdate { tags: Some(tags.clone()), ..InstanceUpdate::default() };
-        self.write_edit(&cell, uuid, action, false, update).await?;
-        Ok(TagOutcome::Changed(tags))
+        Err(invalid_state(action, uuid, "task_state", "changing"))
     }
 
     /// The placed server to edit (a server still being scheduled is in
@@ -165,32 +180,37 @@ impl Compute {
         }
     }
 
-    /// One conditional write of `update`, expecting the state the check
-    /// passed (a server that moved on meanwhile is the same 409).
+    /// One conditional write of `update`: true when applied, false when
+    /// the row changed since it was read (the caller reads again: a
+    /// server that left the editable states is then its 409).
     async fn write_edit(
         &self,
         cell: &CellMapping,
         uuid: &Uuid,
-        action: &str,
-        no_task: bool,
+        expect: Expect,
         mut update: InstanceUpdate,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<bool, ServiceError> {
         update.updated_at = self.now();
-        let expect = Expect {
-            vm_states: statuses(EDITABLE),
-            task_states: if no_task { vec![None] } else { Vec::new() },
-            not_deleted: true,
-            ..Expect::default()
-        };
         let outcomes =
             self.cells.get(cell)?.write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }]).await?;
         match outcomes.first() {
-            Some(CellOutcome::Done) => Ok(()),
+            Some(CellOutcome::Done) => Ok(true),
             Some(CellOutcome::Missing) => {
                 Err(ServiceError::Refused(ComputeError::NotFound(format!("Instance {uuid} could not be found."))))
             }
-            _ => Err(invalid_state(action, uuid, "task_state", "changing")),
+            _ => Ok(false),
         }
+    }
+}
+
+/// What an edit expects besides the value it read: Nova's vm states, and
+/// for metadata no task.
+fn editable_expect(no_task: bool) -> Expect {
+    Expect {
+        vm_states: statuses(EDITABLE),
+        task_states: if no_task { vec![None] } else { Vec::new() },
+        not_deleted: true,
+        ..Expect::default()
     }
 }
 

@@ -60,6 +60,21 @@ async fn server_metadata_is_stored_served_and_checked_as_nova_does() {
     let shown = owner.get(&format!("/servers/{id}")).await.body["server"].clone();
     assert_eq!(shown["metadata"], json!({}));
 
+    // Concurrent merges of different keys all land: each write expects
+    // the metadata it read and reads again when another merge won.
+    let merges: Vec<_> = (0..6)
+        .map(|n| {
+            let (owner, base) = (owner.clone(), base.clone());
+            tokio::spawn(async move { owner.post(&base, &json!({"metadata": {format!("c{n}"): "x"}})).await.status })
+        })
+        .collect();
+    for merge in merges {
+        assert_eq!(merge.await.unwrap(), 200);
+    }
+    let all = metadata(&owner, &id).await;
+    assert_eq!(all.as_object().map(|m| m.len()), Some(6), "no merge lost: {all}");
+    assert_eq!(owner.put(&base, &json!({"metadata": {}})).await.status, 200);
+
     // Bad bodies: 400, nothing changes.
     let mismatch = owner.put(&format!("{base}/x"), &json!({"meta": {"y": "1"}})).await;
     assert_eq!((mismatch.status, message(&mismatch.body).as_str()), (400, "Request body and URI mismatch"));
