@@ -215,6 +215,12 @@ check "$(os --os-compute-api-version 2.26 server list --tags blue -f value -c Na
 os --os-compute-api-version 2.26 server unset --tag blue vm1
 check "$(os --os-compute-api-version 2.26 server show vm1 -f json -c tags | python3 -c 'import sys,json;print(sorted(json.load(sys.stdin)["tags"]))')" "['green']" "server unset --tag (2.26)"
 
+# os-resetState (admin): ERROR and back.
+os server set --auto-approve --state error vm1
+check "$(os server show vm1 -f value -c status)" ERROR "server set --state error (os-resetState)"
+os server set --auto-approve --state active vm1
+check "$(os server show vm1 -f value -c status)" ACTIVE "server set --state active"
+
 os server delete --wait vm1
 if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; exit 1; fi
 echo "ok: server delete --wait"
