@@ -236,6 +236,41 @@ check "$(os --os-compute-api-version 2.73 server show vm1 -f value -c locked_rea
 os server unlock vm1
 check "$(os --os-compute-api-version 2.73 server show vm1 -f value -c locked)" False "server unlock"
 
+# Pause/unpause and suspend/resume (the host's agent does them).
+os server pause vm1
+wait_status vm1 PAUSED
+echo "ok: server pause"
+os server unpause vm1
+wait_status vm1 ACTIVE
+echo "ok: server unpause"
+os server suspend vm1
+wait_status vm1 SUSPENDED
+echo "ok: server suspend"
+os server resume vm1
+wait_status vm1 ACTIVE
+echo "ok: server resume"
+
+# The console log comes from the host's agent (the fake driver's boot lines).
+check "$(os console log show vm1 | grep -c 'local-hostname: vm1' || true)" 1 "console log show"
+check "$(os console log show --lines 1 vm1 | grep -c 'local-hostname' || true)" 0 "console log show --lines 1"
+
+# Metadata (properties) and tags (2.26).
+os server set --property role=web --property tier=1 vm1
+check "$(os server show vm1 -f json -c properties | python3 -c 'import sys,json;print(sorted(json.load(sys.stdin)["properties"].items()))')" "[('role', 'web'), ('tier', '1')]" "server set --property"
+os server unset --property tier vm1
+check "$(os server show vm1 -f json -c properties | python3 -c 'import sys,json;print(sorted(json.load(sys.stdin)["properties"].items()))')" "[('role', 'web')]" "server unset --property"
+os --os-compute-api-version 2.26 server set --tag blue --tag green vm1
+check "$(os --os-compute-api-version 2.26 server show vm1 -f json -c tags | python3 -c 'import sys,json;print(sorted(json.load(sys.stdin)["tags"]))')" "['blue', 'green']" "server set --tag (2.26)"
+check "$(os --os-compute-api-version 2.26 server list --tags blue -f value -c Name)" vm1 "server list --tags (2.26)"
+os --os-compute-api-version 2.26 server unset --tag blue vm1
+check "$(os --os-compute-api-version 2.26 server show vm1 -f json -c tags | python3 -c 'import sys,json;print(sorted(json.load(sys.stdin)["tags"]))')" "['green']" "server unset --tag (2.26)"
+
+# os-resetState (admin): ERROR and back.
+os server set --auto-approve --state error vm1
+check "$(os server show vm1 -f value -c status)" ERROR "server set --state error (os-resetState)"
+os server set --auto-approve --state active vm1
+check "$(os server show vm1 -f value -c status)" ACTIVE "server set --state active"
+
 os server delete --wait vm1
 if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; exit 1; fi
 echo "ok: server delete --wait"

@@ -524,12 +524,39 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         "shelve" => "shelved",
         "shelve_offload" => "offloaded",
         "unshelve" => "unshelved",
+        "pause" => "paused",
+        "unpause" => "unpaused",
+        "suspend" => "suspended",
+        "resume" => "resumed",
+        "console_output" => {
+            let name = task["display_name"].as_str().unwrap_or("");
+            return json!({"instance": instance, "host": host, "kind": "console_output", "task": task["id"],
+                          "message": fake_console_log(&instance, name, &host)});
+        }
         other => {
             tracing::warn!(kind = other, "unknown task kind");
             return Value::Null;
         }
     };
     json!({"instance": instance, "host": host, "kind": event, "task": task["id"]})
+}
+
+/// The fake driver's console log: a short, deterministic boot of a
+/// guest named after the server (its hostname) and its uuid, so a
+/// client sees plausible lines and tests can check tails of it.
+fn fake_console_log(instance: &str, name: &str, host: &str) -> String {
+    let guest: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect::<String>();
+    let guest = if guest.is_empty() { "server" } else { guest.as_str() };
+    [
+        format!("[    0.000000] Linux version 6.1.0-berth (fake hypervisor on {host})"),
+        format!("[    0.000000] DMI: OpenStack Foundation OpenStack Nova, BIOS berth {instance}"),
+        "[    0.412345] Run /sbin/init as init process".to_owned(),
+        format!("[    1.024000] cloud-init[312]: instance-id: {instance}"),
+        format!("[    1.180000] cloud-init[312]: local-hostname: {guest}"),
+        format!("{guest} login: "),
+    ]
+    .join("\n")
 }
 
 /// The simulated power of an agent's hosts (see `AgentConfig::power_dir`).

@@ -48,6 +48,40 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
             vec![a(M::GET, servers::show), a(M::PUT, servers::update), a(M::DELETE, servers::delete)],
         ),
         Route::new("/v2.1/servers/{id}/action", vec![a(M::POST, servers::action)]),
+        Route::new(
+            "/v2.1/servers/{id}/metadata",
+            vec![
+                a(M::GET, servers::list_metadata),
+                a(M::POST, servers::create_metadata),
+                a(M::PUT, servers::update_all_metadata),
+            ],
+        ),
+        Route::new(
+            "/v2.1/servers/{id}/metadata/{key}",
+            vec![
+                a(M::GET, servers::show_metadata),
+                a(M::PUT, servers::update_metadata),
+                a(M::DELETE, servers::delete_metadata),
+            ],
+        ),
+        Route::new(
+            "/v2.1/servers/{id}/tags",
+            vec![
+                since(26, a(M::GET, servers::list_tags)),
+                since(26, a(M::PUT, servers::replace_tags)),
+                since(26, a(M::DELETE, servers::delete_all_tags)),
+            ],
+        ),
+        Route::new(
+            "/v2.1/servers/{id}/tags/{tag}",
+            vec![
+                since(26, a(M::GET, servers::show_tag)),
+                since(26, a(M::PUT, servers::add_tag)),
+                since(26, a(M::DELETE, servers::delete_tag)),
+            ],
+        ),
+        Route::new("/v2.1/servers/{id}/ips", vec![a(M::GET, servers::list_ips)]),
+        Route::new("/v2.1/servers/{id}/ips/{network}", vec![a(M::GET, servers::show_ips)]),
         Route::new("/v2.1/servers/{id}/os-instance-actions", vec![a(M::GET, servers::list_actions)]),
         Route::new("/v2.1/servers/{id}/diagnostics", vec![a(M::GET, servers::diagnostics)]),
         Route::new(

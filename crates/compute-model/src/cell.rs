@@ -81,6 +81,14 @@ pub mod task_state {
     /// Being unshelved (scheduled and claimed when offloaded, then spawned
     /// by the host once the row names one).
     pub const UNSHELVING: &str = "unshelving";
+    /// The host is pausing it.
+    pub const PAUSING: &str = "pausing";
+    /// The host is unpausing it.
+    pub const UNPAUSING: &str = "unpausing";
+    /// The host is suspending it.
+    pub const SUSPENDING: &str = "suspending";
+    /// The host is resuming it.
+    pub const RESUMING: &str = "resuming";
 }
 
 /// Nova's migration statuses for cold moves, in order.

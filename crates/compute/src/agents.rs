@@ -304,6 +304,10 @@ impl Compute {
 
     async fn agent_event(&self, event: &AgentEvent) -> Result<bool, ServiceError> {
         let uuid = event.instance;
+        if event.kind == "console_output" {
+            // An answer, not a transition: nothing is written.
+            return Ok(self.console_answered(event));
+        }
         let mapped = || read(&*self.control, |w| w.compute.instance_mappings.get(&uuid).and_then(|m| m.cell));
         // Another process may have claimed it and handed it out (relayed
         // here): its claim may be newer than this process's snapshot.
@@ -355,6 +359,9 @@ impl Compute {
         }
         if matches!(event.kind.as_str(), "shelved" | "offloaded" | "unshelved") {
             return self.shelve_event(&handle, &uuid, &event.kind, &event.host).await;
+        }
+        if matches!(event.kind.as_str(), "paused" | "unpaused" | "suspended" | "resumed") {
+            return self.pause_event(&handle, &uuid, &event.kind, &event.host).await;
         }
         let mut ops = Vec::new();
         match event.kind.as_str() {

@@ -72,6 +72,17 @@ pub enum TaskKind {
     LiveMigrationPrepare,
     /// Copy a live-migrating instance over (on the source host).
     LiveMigrate,
+    /// Pause.
+    Pause,
+    /// Unpause.
+    Unpause,
+    /// Suspend.
+    Suspend,
+    /// Resume a suspended instance.
+    Resume,
+    /// Read the console log (a request: the agent answers with the text in
+    /// its event; no task state).
+    ConsoleOutput,
 }
 
 impl TaskKind {
@@ -94,6 +105,11 @@ impl TaskKind {
             TaskKind::Unshelve => "unshelve",
             TaskKind::LiveMigrationPrepare => "live_migration_prepare",
             TaskKind::LiveMigrate => "live_migrate",
+            TaskKind::Pause => "pause",
+            TaskKind::Unpause => "unpause",
+            TaskKind::Suspend => "suspend",
+            TaskKind::Resume => "resume",
+            TaskKind::ConsoleOutput => "console_output",
         }
     }
 
@@ -114,6 +130,10 @@ impl TaskKind {
             ts::SHELVING => Some(TaskKind::Shelve),
             ts::SHELVING_OFFLOADING => Some(TaskKind::ShelveOffload),
             ts::UNSHELVING => Some(TaskKind::Unshelve),
+            ts::PAUSING => Some(TaskKind::Pause),
+            ts::UNPAUSING => Some(TaskKind::Unpause),
+            ts::SUSPENDING => Some(TaskKind::Suspend),
+            ts::RESUMING => Some(TaskKind::Resume),
             _ => None,
         }
     }
@@ -137,6 +157,10 @@ pub const AGENT_TASK_STATES: &[&str] = &[
     "shelving",
     "shelving_offloading",
     "unshelving",
+    "pausing",
+    "unpausing",
+    "suspending",
+    "resuming",
 ];
 
 /// One task for an agent.
@@ -152,20 +176,48 @@ pub struct Task {
     pub instance: Uuid,
     /// The host it is on.
     pub host: String,
+    /// The instance's display name, for the tasks whose answer names it
+    /// (console output); `None` otherwise.
+    pub display_name: Option<String>,
 }
 
 impl Task {
     /// The task for `instance` on `host` in `task_state`.
     pub fn new(instance: Uuid, host: &str, task_state: &str) -> Option<Self> {
         let kind = TaskKind::for_task_state(task_state)?;
-        Some(Task { id: format!("{instance}:{task_state}@{host}"), kind, instance, host: host.to_owned() })
+        Some(Task {
+            id: format!("{instance}:{task_state}@{host}"),
+            kind,
+            instance,
+            host: host.to_owned(),
+            display_name: None,
+        })
     }
 
     /// A live migration's step (no task state of its own: the row stays
     /// `migrating` on the source throughout, so the migration record's
     /// status says which host acts; see `live.rs`).
     pub fn live(instance: Uuid, host: &str, kind: TaskKind) -> Self {
-        Task { id: format!("{instance}:{}@{host}", kind.as_str()), kind, instance, host: host.to_owned() }
+        Task {
+            id: format!("{instance}:{}@{host}", kind.as_str()),
+            kind,
+            instance,
+            host: host.to_owned(),
+            display_name: None,
+        }
+    }
+
+    /// A request for the console log of `instance` on `host` (no task
+    /// state: the API waits for the agent's answer; one id per instance,
+    /// so concurrent requests share one answer).
+    pub fn console_output(instance: Uuid, host: &str, display_name: &str) -> Self {
+        Task {
+            id: format!("{instance}:console_output@{host}"),
+            kind: TaskKind::ConsoleOutput,
+            instance,
+            host: host.to_owned(),
+            display_name: Some(display_name.to_owned()),
+        }
     }
 
     /// The source's clean-up of an instance evacuated away from `host`
@@ -177,6 +229,7 @@ impl Task {
             kind: TaskKind::DestroyEvacuated,
             instance,
             host: host.to_owned(),
+            display_name: None,
         }
     }
 }
@@ -251,7 +304,13 @@ pub fn relayed_tasks(payload: &str) -> Vec<Task> {
                     .into_iter()
                     .find(|kind| kind.as_str() == tag)
             })?;
-            Some(Task { id: format!("{instance}:{tag}@{host}"), kind, instance, host: host.to_owned() })
+            Some(Task {
+                id: format!("{instance}:{tag}@{host}"),
+                kind,
+                instance,
+                host: host.to_owned(),
+                display_name: None,
+            })
         })
         .collect()
 }

@@ -15,6 +15,10 @@
 //! - [`servers`]: what the API asks of servers: show, list across cells,
 //!   delete, start/stop/reboot;
 //! - [`agents`]: what agents ask: register, heartbeat, work, events.
+//! - [`pause`]: pause/unpause and suspend/resume reports, and the admin's
+//!   `os-resetState`;
+//! - [`console`]: console output, asked of the host's agent;
+//! - [`metadata`]: a server's user metadata and tags;
 //! - [`pull`]: pull-mode scheduling's control-plane side: publishing
 //!   boots to their queues (through a registered broker), the queues a
 //!   host can take, the claim for one host, the outbox sweep;
@@ -41,6 +45,7 @@ pub mod agents;
 pub mod build;
 pub mod cells;
 pub mod conductor;
+pub mod console;
 pub mod control;
 pub mod error;
 pub mod evacuate;
@@ -51,7 +56,9 @@ pub mod hub;
 pub mod inflight;
 pub mod live;
 pub mod lock;
+pub mod metadata;
 pub mod moves;
+pub mod pause;
 pub mod pull;
 pub mod servers;
 pub mod services;
@@ -279,6 +286,8 @@ pub struct Compute {
     /// Takes boots over in their admission write (reserved servers);
     /// registered once by the process wiring.
     boot_extension: std::sync::OnceLock<Arc<dyn extension::BootExtension>>,
+    /// API requests waiting for an agent's console output, by task id.
+    console_waiters: console::Waiters,
     jobs: tokio::sync::mpsc::UnboundedSender<build::BootJob>,
     jobs_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<build::BootJob>>>,
 }
@@ -313,6 +322,7 @@ impl Compute {
             build_request_ids: Mutex::new(std::collections::HashMap::new()),
             agent_hosts_checked: Mutex::new(std::collections::HashMap::new()),
             boot_extension: std::sync::OnceLock::new(),
+            console_waiters: console::Waiters::default(),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
             config,

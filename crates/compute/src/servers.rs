@@ -720,8 +720,10 @@ impl Compute {
         Ok(())
     }
 
-    /// `os-start`, `os-stop`, `reboot`: check the state, set the task
-    /// state and hand the task to the host's agent.
+    /// `os-start`, `os-stop`, `reboot`, `pause`, `unpause`, `suspend`,
+    /// `resume`: check the state, set the task state and start the
+    /// instance action in one cell write, and hand the task to the host's
+    /// agent, whose report ends it.
     pub async fn server_action(&self, uuid: &Uuid, action: ServerAction, caller: &Caller) -> Result<(), ServiceError> {
         let record = self.get_server(uuid).await?;
         let (instance, cell) = match record {
@@ -741,12 +743,27 @@ impl Compute {
                 &[vm_state::ACTIVE, vm_state::STOPPED, vm_state::PAUSED, vm_state::SUSPENDED, vm_state::ERROR],
                 task_state::REBOOTING_HARD,
             ),
+            ServerAction::Pause | ServerAction::Suspend => (&[vm_state::ACTIVE], action.task_state()),
+            ServerAction::Unpause => (&[vm_state::PAUSED], action.task_state()),
+            ServerAction::Resume => (&[vm_state::SUSPENDED], action.task_state()),
         };
-        if instance.task_state.is_some() {
-            return Err(invalid_state(action.name(), uuid, "task_state", instance.task_state.as_deref().unwrap_or("")));
-        }
-        if !vm_states.contains(&instance.vm_state.as_str()) {
-            return Err(invalid_state(action.name(), uuid, "vm_state", &instance.vm_state));
+        let task_text = instance.task_state.as_deref().unwrap_or("None");
+        if action.checks_vm_state_first() {
+            // Nova's `check_instance_state`: the vm state first, then the
+            // task state (`None` when there is none).
+            if !vm_states.contains(&instance.vm_state.as_str()) {
+                return Err(invalid_state(action.name(), uuid, "vm_state", &instance.vm_state));
+            }
+            if instance.task_state.is_some() {
+                return Err(invalid_state(action.name(), uuid, "task_state", task_text));
+            }
+        } else {
+            if instance.task_state.is_some() {
+                return Err(invalid_state(action.name(), uuid, "task_state", task_text));
+            }
+            if !vm_states.contains(&instance.vm_state.as_str()) {
+                return Err(invalid_state(action.name(), uuid, "vm_state", &instance.vm_state));
+            }
         }
         let Some(host) = instance.host.clone() else {
             return Err(invalid_state(action.name(), uuid, "vm_state", &instance.vm_state));
@@ -760,7 +777,19 @@ impl Compute {
         };
         let update =
             InstanceUpdate { task_state: Some(Some(task.to_owned())), updated_at: now, ..InstanceUpdate::default() };
-        let record = caller.action(uuid, action.name(), now, Vec::new());
+        let events = match action.compute_event() {
+            Some(event) => vec![berth_compute_model::cell::ActionEvent {
+                event: event.to_owned(),
+                start_time: now,
+                finish_time: None,
+                result: None,
+                traceback: None,
+                host: Some(host.clone()),
+                details: None,
+            }],
+            None => Vec::new(),
+        };
+        let record = caller.action(uuid, action.name(), now, events);
         let handle = self.cells.get(&cell)?;
         let outcomes = handle
             .write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(record)])
@@ -793,6 +822,14 @@ pub enum ServerAction {
         /// Hard reboot.
         hard: bool,
     },
+    /// `pause`.
+    Pause,
+    /// `unpause`.
+    Unpause,
+    /// `suspend`.
+    Suspend,
+    /// `resume`.
+    Resume,
 }
 
 impl ServerAction {
@@ -802,9 +839,56 @@ impl ServerAction {
             ServerAction::Start => "start",
             ServerAction::Stop => "stop",
             ServerAction::Reboot { .. } => "reboot",
+            ServerAction::Pause => "pause",
+            ServerAction::Unpause => "unpause",
+            ServerAction::Suspend => "suspend",
+            ServerAction::Resume => "resume",
+        }
+    }
+
+    /// The task state the host's agent works in (pause, unpause, suspend,
+    /// resume; the power actions' are chosen with their vm states).
+    fn task_state(self) -> &'static str {
+        match self {
+            ServerAction::Pause => task_state::PAUSING,
+            ServerAction::Unpause => task_state::UNPAUSING,
+            ServerAction::Suspend => task_state::SUSPENDING,
+            ServerAction::Resume => task_state::RESUMING,
+            ServerAction::Start => task_state::POWERING_ON,
+            ServerAction::Stop => task_state::POWERING_OFF,
+            ServerAction::Reboot { hard: false } => task_state::REBOOTING,
+            ServerAction::Reboot { hard: true } => task_state::REBOOTING_HARD,
+        }
+    }
+
+    /// Nova's order of the state checks: `check_instance_state` looks at
+    /// the vm state before the task state (the power actions, older here,
+    /// keep berth's task-first order).
+    fn checks_vm_state_first(self) -> bool {
+        matches!(self, ServerAction::Pause | ServerAction::Unpause | ServerAction::Suspend | ServerAction::Resume)
+    }
+
+    /// The compute manager's event of the action (`wrap_instance_event`
+    /// with prefix `compute`), finished by the agent's report.
+    pub fn compute_event(self) -> Option<&'static str> {
+        match self {
+            ServerAction::Pause => Some(EVENT_PAUSE),
+            ServerAction::Unpause => Some(EVENT_UNPAUSE),
+            ServerAction::Suspend => Some(EVENT_SUSPEND),
+            ServerAction::Resume => Some(EVENT_RESUME),
+            _ => None,
         }
     }
 }
+
+/// Nova's event of a pause.
+pub const EVENT_PAUSE: &str = "compute_pause_instance";
+/// Nova's event of an unpause.
+pub const EVENT_UNPAUSE: &str = "compute_unpause_instance";
+/// Nova's event of a suspend.
+pub const EVENT_SUSPEND: &str = "compute_suspend_instance";
+/// Nova's event of a resume.
+pub const EVENT_RESUME: &str = "compute_resume_instance";
 
 fn stub_after(mapping: &InstanceMapping, marker: &Marker) -> bool {
     // Stubs only appear without sort keys: default order created_at desc.

@@ -75,6 +75,12 @@ pub struct Expect {
     /// The row's host must be this (`Some(None)`: no host); `None`: any.
     /// An agent's report is only taken from the host the instance is on.
     pub host: Option<Option<String>>,
+    /// The row's user metadata must be exactly this (the compare of a
+    /// read-modify-write: a merge never loses a concurrent one's keys);
+    /// `None`: any.
+    pub metadata: Option<std::collections::BTreeMap<String, String>>,
+    /// The row's tags must be exactly these (as above); `None`: any.
+    pub tags: Option<Vec<String>>,
 }
 
 /// One write to a cell.

@@ -290,6 +290,10 @@ fn conditional_updates(store: &dyn CellStore) {
         Expect { task_states: vec![None], ..Default::default() },
         Expect { task_states: vec![Some("spawning".into()), None], ..Default::default() },
         Expect { host: Some(Some("elsewhere".into())), ..Default::default() },
+        // A read-modify-write of metadata or tags that something else
+        // changed since its read.
+        Expect { metadata: Some([("k".to_owned(), "v".to_owned())].into()), ..Default::default() },
+        Expect { tags: Some(vec!["t".into()]), ..Default::default() },
     ] {
         assert_eq!(write_one(store, update(expect.clone(), touch.clone())), CellOutcome::Mismatch, "{expect:?}");
         assert_eq!(get(store, row.uuid), Some(row.clone()), "a mismatch changes nothing ({expect:?})");
@@ -325,6 +329,8 @@ fn conditional_updates(store: &dyn CellStore) {
         task_states: vec![None, Some("scheduling".into())],
         not_deleted: true,
         host: Some(row.host.clone()),
+        metadata: Some(row.spec.metadata.clone()),
+        tags: Some(row.spec.tags.clone()),
     };
     assert_eq!(write_one(store, update(expect, full_update)), CellOutcome::Done);
     let mut want = row.clone();

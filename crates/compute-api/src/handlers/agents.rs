@@ -128,7 +128,8 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 /// on a host's NATS subject in pull mode. A task that spawns the
 /// instance (build, rebuild, unshelve) carries `key_data`, the public key
 /// to inject, when the server was booted with a key pair and `world` is
-/// given (the request spec keeps it for the instance's life).
+/// given (the request spec keeps it for the instance's life); a task that
+/// names the server (console output) carries its `display_name`.
 pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_model::World>) -> Value {
     use berth_compute::hub::TaskKind;
     let mut body =
@@ -138,6 +139,9 @@ pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_m
         if let Some(key_data) = key_data {
             body["key_data"] = json!(key_data);
         }
+    }
+    if let Some(name) = &task.display_name {
+        body["display_name"] = json!(name);
     }
     body
 }

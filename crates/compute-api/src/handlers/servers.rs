@@ -20,6 +20,7 @@ mod create;
 mod diagnostics;
 mod instance_actions;
 mod list;
+mod metadata;
 mod server;
 
 pub use actions::action;
@@ -27,6 +28,10 @@ pub use create::create;
 pub use diagnostics::{clear_password, diagnostics, show_password};
 pub use instance_actions::{list_actions, show_action};
 pub use list::{detail, index};
+pub use metadata::{
+    add_tag, create_metadata, delete_all_tags, delete_metadata, delete_tag, list_ips, list_metadata, list_tags,
+    replace_tags, show_ips, show_metadata, show_tag, update_all_metadata, update_metadata,
+};
 pub use server::{delete, show, update};
 
 const RULE: &str = "os_compute_api:servers:";

@@ -414,3 +414,52 @@ pub fn lock(minor: u16) -> Value {
 pub fn unlock() -> Value {
     envelope("unlock", json!({}))
 }
+
+/// The server metadata bodies: `{"metadata": {...}}` (create, update
+/// all) or, `single`, `{"meta": {key: value}}` with exactly one item.
+pub fn metadata_body(key: &str, single: bool) -> Value {
+    let mut items = metadata();
+    if single {
+        items["minProperties"] = json!(1);
+        items["maxProperties"] = json!(1);
+    }
+    envelope(key, items)
+}
+
+/// `PUT /servers/{id}/tags`: `{"tags": [tag, ...]}`, at most 50.
+pub fn tags_body() -> Value {
+    envelope("tags", json!({"type": "array", "items": tag(), "maxItems": 50}))
+}
+
+/// `pause`, `unpause`, `suspend`, `resume`: `{"<name>": <anything>}`.
+pub fn any_action(name: &str) -> Value {
+    envelope(name, json!({}))
+}
+
+/// `os-getConsoleOutput`: `{"os-getConsoleOutput": {"length": n}}`, `n`
+/// an integer ≥ -1, a string of digits (any sign) or null.
+pub fn console_output() -> Value {
+    envelope(
+        "os-getConsoleOutput",
+        json!({
+            "type": "object",
+            "properties": {
+                "length": {"type": ["integer", "string", "null"], "pattern": "^-?[0-9]+$", "minimum": -1},
+            },
+            "additionalProperties": false,
+        }),
+    )
+}
+
+/// `os-resetState`: `{"os-resetState": {"state": "active" | "error"}}`.
+pub fn reset_state() -> Value {
+    envelope(
+        "os-resetState",
+        json!({
+            "type": "object",
+            "properties": {"state": {"type": "string", "enum": ["active", "error"]}},
+            "required": ["state"],
+            "additionalProperties": false,
+        }),
+    )
+}

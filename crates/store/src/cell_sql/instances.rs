@@ -259,6 +259,8 @@ pub fn expect_matches(row: &Instance, expect: &Expect) -> bool {
         && (expect.task_states.is_empty() || expect.task_states.contains(&row.task_state))
         && !(expect.not_deleted && row.deleted)
         && expect.host.as_ref().is_none_or(|host| *host == row.host)
+        && expect.metadata.as_ref().is_none_or(|metadata| *metadata == row.spec.metadata)
+        && expect.tags.as_ref().is_none_or(|tags| *tags == row.spec.tags)
 }
 
 pub(super) fn upsert_instance_sql(dialect: Dialect, on_conflict_update: bool) -> String {

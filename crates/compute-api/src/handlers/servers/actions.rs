@@ -1,5 +1,6 @@
 //! `POST /servers/{id}/action`: power (`os-start`, `os-stop`, `reboot`),
-//! `lock` and `unlock`, and the moves (resize, migrate, confirm and
+//! `lock` and `unlock`, `pause`/`unpause`, `suspend`/`resume`,
+//! `os-getConsoleOutput`, `os-resetState`, and the moves (resize, migrate, confirm and
 //! revert, evacuate, live migration, shelve, shelve offload, unshelve),
 //! older microversions' shapes upgraded where they are parsed.
 
@@ -9,6 +10,7 @@ use axum::http::StatusCode;
 use berth_compute::evacuate::EvacuateRequest;
 use berth_compute::live::LiveMigrateRequest;
 use berth_compute::moves::MoveRequest;
+use berth_compute::pause::ResetState;
 use berth_compute::servers::{ServerAction, ServerRecord};
 use berth_compute::shelve::UnshelveRequest;
 use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
@@ -35,6 +37,9 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         if let Some(resp) = move_action(&ctx, &req, &id, &name, &value, &record).await? {
             return Ok(resp);
         }
+        if let Some(resp) = state_action(&ctx, &req, &id, &name, &value, &record).await? {
+            return Ok(resp);
+        }
         let (action, schema, policy) = match name.as_str() {
             "os-start" => (ServerAction::Start, schemas::servers::start(), rule("start")),
             "os-stop" => (ServerAction::Stop, schemas::servers::stop(), rule("stop")),
@@ -50,6 +55,62 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         ctx.compute.server_action(&id, action, &caller(&req)).await.nova()?;
         Ok(Resp::empty(StatusCode::ACCEPTED))
     })
+}
+
+/// `pause`, `unpause`, `suspend`, `resume` (the host's agent does them),
+/// `os-getConsoleOutput` and the admin's `os-resetState` (`None`: none of
+/// them).
+async fn state_action(
+    ctx: &ComputeCtx,
+    req: &Req,
+    id: &Uuid,
+    name: &str,
+    value: &Value,
+    record: &ServerRecord,
+) -> ApiResult<Option<Resp>> {
+    let project = record.project_id();
+    let user = match record {
+        ServerRecord::Placed { instance, .. } => Some(instance.user_id.as_str()),
+        ServerRecord::Pending(build) => Some(build.user_id.as_str()),
+        ServerRecord::Unreachable(_) => None,
+    };
+    let (action, policy, with_user) = match name {
+        "pause" => (ServerAction::Pause, "os_compute_api:os-pause-server:pause", true),
+        "unpause" => (ServerAction::Unpause, "os_compute_api:os-pause-server:unpause", false),
+        "suspend" => (ServerAction::Suspend, "os_compute_api:os-suspend-server:suspend", true),
+        "resume" => (ServerAction::Resume, "os_compute_api:os-suspend-server:resume", false),
+        "os-getConsoleOutput" => {
+            body(req, &schemas::servers::console_output())?;
+            authorize_on(req, "os_compute_api:os-console-output", project, None)?;
+            let length = match &value[name]["length"] {
+                Value::Number(n) => n.as_i64(),
+                // The schema's pattern admits only digits with a sign; one
+                // too long for an integer is as good as all the lines.
+                Value::String(s) => {
+                    Some(s.parse::<i64>().unwrap_or(if s.starts_with('-') { i64::MIN } else { i64::MAX }))
+                }
+                _ => None,
+            };
+            let output = ctx.compute.console_output(id, length).await.nova()?;
+            return Ok(Some(Resp::ok(serde_json::json!({"output": output}))));
+        }
+        "os-resetState" => {
+            body(req, &schemas::servers::reset_state())?;
+            authorize_on(req, "os_compute_api:os-admin-actions:reset_state", project, None)?;
+            let state = match value[name]["state"].as_str() {
+                Some("error") => ResetState::Error,
+                _ => ResetState::Active,
+            };
+            ctx.compute.reset_state(id, state, &caller(req)).await.nova()?;
+            return Ok(Some(Resp::empty(StatusCode::ACCEPTED)));
+        }
+        _ => return Ok(None),
+    };
+    body(req, &schemas::servers::any_action(name))?;
+    authorize_on(req, policy, project, if with_user { user } else { None })?;
+    check_lock(req, record)?;
+    ctx.compute.server_action(id, action, &caller(req)).await.nova()?;
+    Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
 }
 
 /// `lock` and `unlock` (`None`: neither).
