@@ -136,6 +136,12 @@ def setup(admin, base):
                {"extra_specs": {"trait:COMPUTE_NODE": "forbidden"}})
     image = admin.post("/image/v2/images", {"name": "cirros", "disk_format": "qcow2",
                                              "container_format": "bare", "visibility": "public"})["id"]
+    # A new image is queued until its data arrives; a boot needs it active.
+    upload = urllib.request.Request(f"{admin.base}/image/v2/images/{image}/file", data=b"cirros" * 1024, method="PUT")
+    upload.add_header("X-Auth-Token", admin.token)
+    upload.add_header("Content-Type", "application/octet-stream")
+    with urllib.request.urlopen(upload, timeout=30) as resp:
+        check(resp.status == 204, f"image upload answered {resp.status}")
     # The pool: fake-2 and fake-3 (no servers yet, as Blazar requires).
     pool = {}
     for name in ("fake-2", "fake-3"):
