@@ -150,16 +150,14 @@ async fn serve_connection(
     }
 }
 
-/// Resolves when the connection should close: it has served its last
-/// allowed request, or it has answered at least one and stayed idle for
-/// the keep-alive timeout. Never for a connection that has not served a
-/// request yet (hyper's header-read timeout bounds that one).
+/// Resolves when the connection should close: it has answered at least
+/// one request and stayed idle for the keep-alive timeout. Never for a
+/// connection that has not served a request yet (hyper's header-read
+/// timeout bounds that one); the request cap is the last answer's
+/// `Connection: close`, which hyper honours itself.
 async fn close_when_due(activity: &mut watch::Receiver<Activity>, limits: ConnectionLimits) -> &'static str {
     loop {
         let now = *activity.borrow_and_update();
-        if limits.max_requests > 0 && now.begun >= limits.max_requests {
-            return "max requests per connection";
-        }
         if now.in_flight == 0 && now.begun > 0 && !limits.keepalive_timeout.is_zero() {
             match tokio::time::timeout(limits.keepalive_timeout, activity.changed()).await {
                 Err(_elapsed) => return "keep-alive timeout",

@@ -348,11 +348,11 @@ pub fn create_cell(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
         }
         Some(_) => return Err(ApiError::bad_request("'database_connection' must be a non-empty string")),
     };
-    // Refused before any database is opened (the write checks it again).
-    if ctx.compute.cell_by_name(&name).is_some() {
-        return Err(ApiError::conflict(format!("Cell {name} already exists.")));
-    }
     let cell = CellMapping { uuid: Uuid::new_v4(), name, database_connection: database, disabled: false };
+    // The write's own checks (a duplicate name) run once before any
+    // database is opened, so a refused cell leaves no file behind; the
+    // write runs them again against the state it commits on.
+    plan_put_cell(&ctx.core.read(), cell.clone()).map_err(crate::api::refused)?;
     // Open (and migrate) the database before anything points at it.
     ctx.compute.cells.get(&cell).map_err(|e| ApiError::bad_request(format!("Cannot open the cell database: {e}")))?;
     ctx.core.write(|w| plan_put_cell(w, cell.clone()).map(|s| (s, ())).map_err(crate::api::refused))?;
