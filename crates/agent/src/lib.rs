@@ -14,7 +14,9 @@
 //!    source, `resize_finish` on the destination, `resize_confirm` on the
 //!    source, `resize_revert` on the destination; `rebuild` on an
 //!    evacuation's destination, `destroy_evacuated` on its source once
-//!    back; `shelve`, `shelve_offload`, `unshelve`; a live migration's
+//!    back; `shelve`, `shelve_offload`, `unshelve`; `pause`, `unpause`,
+//!    `suspend`, `resume`, `rescue`, `unrescue`, `soft_delete`, `restore`,
+//!    `console_output`; a live migration's
 //!    `live_migration_prepare` on the destination, refused by a bad host,
 //!    and `live_migrate` on the source, which takes the configured
 //!    transfer time); each task runs after
@@ -25,7 +27,11 @@
 //!    `resize_migrated`, `resize_finished`, `resize_confirmed`,
 //!    `resize_reverted`, `rebuilt`, `rebuild_failed`, `evacuated_destroyed`,
 //!    `shelved`, `offloaded`, `unshelved`, `live_migration_prepared`,
-//!    `live_migrated`, `live_migration_failed`), batched.
+//!    `live_migrated`, `live_migration_failed`, `paused`, `unpaused`,
+//!    `suspended`, `resumed`, `rescued`, `unrescued`, `soft_deleted`,
+//!    `restored`), batched. A `rebuild` task is an evacuation's on its
+//!    destination and an in-place rebuild's on the server's own host
+//!    (the control plane tells them apart; the agent does the same).
 //!
 //! No message broker: the kubelet model. In pull mode ([`pull`]) the
 //! agent also takes boots from NATS JetStream queues and claims them over
@@ -528,6 +534,10 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         "unpause" => "unpaused",
         "suspend" => "suspended",
         "resume" => "resumed",
+        "rescue" => "rescued",
+        "unrescue" => "unrescued",
+        "soft_delete" => "soft_deleted",
+        "restore" => "restored",
         "console_output" => {
             let name = task["display_name"].as_str().unwrap_or("");
             return json!({"instance": instance, "host": host, "kind": "console_output", "task": task["id"],

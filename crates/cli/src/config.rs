@@ -134,6 +134,8 @@ pub(crate) struct FileConfig {
     pub(crate) shelved_offload_time: Option<i64>,
     /// Seconds before a finished resize is confirmed automatically (0: never).
     pub(crate) resize_confirm_window: Option<i64>,
+    /// Seconds a soft-deleted server waits before it is deleted (0: no soft delete).
+    pub(crate) reclaim_instance_interval: Option<i64>,
     /// Cell agents register in when they name none.
     pub(crate) default_cell: Option<String>,
     /// Default availability zone.

@@ -279,6 +279,11 @@ pub(crate) struct ServeOpts {
     /// `resize_confirm_window`); 0, the default, never.
     #[arg(long, env = "BERTH_RESIZE_CONFIRM_WINDOW")]
     resize_confirm_window: Option<i64>,
+    /// Seconds a deleted server stays SOFT_DELETED (restorable) before it
+    /// is deleted (Nova's `reclaim_instance_interval`); 0, the default,
+    /// deletes at once.
+    #[arg(long, env = "BERTH_RECLAIM_INSTANCE_INTERVAL")]
+    reclaim_instance_interval: Option<i64>,
     /// Cell for agents that name none (default `cell1`).
     #[arg(long, env = "BERTH_DEFAULT_CELL")]
     default_cell: Option<String>,
@@ -511,6 +516,11 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         heal_grace_secs: opts.heal_grace_secs.or(file.heal_grace_secs).unwrap_or(300).max(0),
         shelved_offload_time: opts.shelved_offload_time.or(file.shelved_offload_time).unwrap_or(0).max(-1),
         resize_confirm_window: opts.resize_confirm_window.or(file.resize_confirm_window).unwrap_or(0).max(0),
+        reclaim_instance_interval: opts
+            .reclaim_instance_interval
+            .or(file.reclaim_instance_interval)
+            .unwrap_or(0)
+            .max(0),
         cell_database_template: crate::compute_wiring::cell_database_template(database.as_deref(), &data_dir),
         ..berth_compute::ComputeConfig::default()
     };

@@ -39,6 +39,8 @@ fn until(minor: u16, endpoint: Endpoint<ComputeCtx>) -> Endpoint<ComputeCtx> {
 pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
     vec![
         Route::new("/", vec![s(M::GET, resources::versions).public()]),
+        Route::new("/v2", vec![s(M::GET, resources::version_show_v20).public()]),
+        Route::new("/v2/", vec![s(M::GET, resources::version_show_v20).public()]),
         Route::new("/v2.1", vec![s(M::GET, resources::version_show).public()]),
         Route::new("/v2.1/", vec![s(M::GET, resources::version_show).public()]),
         Route::new("/v2.1/servers", vec![a(M::GET, servers::index), s(M::POST, servers::create)]),
@@ -156,6 +158,8 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
         Route::new("/v2.1/os-server-external-events", vec![a(M::POST, events::create_events)]),
         Route::new("/v2.1/os-hypervisors", vec![a(M::GET, resources::list_hypervisors)]),
         Route::new("/v2.1/os-hypervisors/detail", vec![a(M::GET, resources::detail_hypervisors)]),
+        Route::new("/v2.1/os-networks", vec![until(35, s(M::GET, resources::list_networks))]),
+        Route::new("/v2.1/os-networks/{id}", vec![until(35, s(M::GET, resources::show_network))]),
         Route::new("/v2.1/os-hypervisors/statistics", vec![until(87, a(M::GET, hosts::hypervisor_statistics))]),
         Route::new("/v2.1/os-hypervisors/{id}", vec![a(M::GET, resources::show_hypervisor)]),
         Route::new("/v2.1/os-hypervisors/{id}/uptime", vec![until(87, a(M::GET, hosts::hypervisor_uptime))]),

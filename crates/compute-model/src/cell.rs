@@ -89,6 +89,14 @@ pub mod task_state {
     pub const SUSPENDING: &str = "suspending";
     /// The host is resuming it.
     pub const RESUMING: &str = "resuming";
+    /// The host is booting it from its rescue image.
+    pub const RESCUING: &str = "rescuing";
+    /// The host is booting it from its own disk again.
+    pub const UNRESCUING: &str = "unrescuing";
+    /// The host is powering it off for a soft delete.
+    pub const SOFT_DELETING: &str = "soft-deleting";
+    /// The host is powering a soft-deleted instance on again.
+    pub const RESTORING: &str = "restoring";
 }
 
 /// Nova's migration statuses for cold moves, in order.

@@ -360,7 +360,10 @@ impl Compute {
         if matches!(event.kind.as_str(), "shelved" | "offloaded" | "unshelved") {
             return self.shelve_event(&handle, &uuid, &event.kind, &event.host).await;
         }
-        if matches!(event.kind.as_str(), "paused" | "unpaused" | "suspended" | "resumed") {
+        if matches!(
+            event.kind.as_str(),
+            "paused" | "unpaused" | "suspended" | "resumed" | "rescued" | "unrescued" | "soft_deleted" | "restored"
+        ) {
             return self.pause_event(&handle, &uuid, &event.kind, &event.host).await;
         }
         let mut ops = Vec::new();
@@ -618,6 +621,7 @@ pub(crate) fn spawn_sweep(compute: Arc<Compute>) {
                     crate::evacuate::redrive_evacuations(&compute, &handle, &local).await;
                     crate::live::redrive_live_migrations(&compute, &handle, &local).await;
                     crate::shelve::offload_due(&compute, &handle).await;
+                    crate::rebuild::reclaim_due(&compute, &handle).await;
                     crate::moves::confirm_due(&compute, &handle).await;
                     crate::shelve::redrive_unshelves(&compute, &handle).await;
                 }

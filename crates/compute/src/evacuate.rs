@@ -330,7 +330,12 @@ impl Compute {
         host: &str,
         message: Option<&str>,
     ) -> Result<bool, ServiceError> {
-        let Some(m) = self.open_evacuation(handle, uuid).await? else { return Ok(false) };
+        let open = self.open_evacuation(handle, uuid).await?;
+        if kind != "evacuated_destroyed" && open.as_ref().is_none_or(|m| m.status != ms::PRE_MIGRATING) {
+            // No evacuation rebuilding it: an in-place rebuild's report.
+            return self.local_rebuild_event(handle, uuid, kind, host, message).await;
+        }
+        let Some(m) = open else { return Ok(false) };
         let source = m.source_compute.clone().unwrap_or_default();
         let source_node = m.source_node.clone().unwrap_or_default();
         let Some(source_root) = read(&*self.control, |w| node_uuid(w, &source, &source_node)) else {

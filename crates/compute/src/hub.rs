@@ -80,6 +80,14 @@ pub enum TaskKind {
     Suspend,
     /// Resume a suspended instance.
     Resume,
+    /// Boot from a rescue image.
+    Rescue,
+    /// Boot from the instance's own disk again.
+    Unrescue,
+    /// Power off for a soft delete.
+    SoftDelete,
+    /// Power a soft-deleted instance on again.
+    Restore,
     /// Read the console log (a request: the agent answers with the text in
     /// its event; no task state).
     ConsoleOutput,
@@ -110,6 +118,10 @@ impl TaskKind {
             TaskKind::Suspend => "suspend",
             TaskKind::Resume => "resume",
             TaskKind::ConsoleOutput => "console_output",
+            TaskKind::Rescue => "rescue",
+            TaskKind::Unrescue => "unrescue",
+            TaskKind::SoftDelete => "soft_delete",
+            TaskKind::Restore => "restore",
         }
     }
 
@@ -134,6 +146,10 @@ impl TaskKind {
             ts::UNPAUSING => Some(TaskKind::Unpause),
             ts::SUSPENDING => Some(TaskKind::Suspend),
             ts::RESUMING => Some(TaskKind::Resume),
+            ts::RESCUING => Some(TaskKind::Rescue),
+            ts::UNRESCUING => Some(TaskKind::Unrescue),
+            ts::SOFT_DELETING => Some(TaskKind::SoftDelete),
+            ts::RESTORING => Some(TaskKind::Restore),
             _ => None,
         }
     }
@@ -161,6 +177,10 @@ pub const AGENT_TASK_STATES: &[&str] = &[
     "unpausing",
     "suspending",
     "resuming",
+    "rescuing",
+    "unrescuing",
+    "soft-deleting",
+    "restoring",
 ];
 
 /// One task for an agent.

@@ -17,6 +17,8 @@
 //! - [`agents`]: what agents ask: register, heartbeat, work, events.
 //! - [`pause`]: pause/unpause and suspend/resume reports, and the admin's
 //!   `os-resetState`;
+//! - [`rebuild`]: rebuild in place, and the reclaim of soft-deleted
+//!   servers;
 //! - [`console`]: console output, asked of the host's agent;
 //! - [`metadata`]: a server's user metadata and tags;
 //! - [`pull`]: pull-mode scheduling's control-plane side: publishing
@@ -60,6 +62,7 @@ pub mod metadata;
 pub mod moves;
 pub mod pause;
 pub mod pull;
+pub mod rebuild;
 pub mod servers;
 pub mod services;
 pub mod shelve;
@@ -122,6 +125,10 @@ pub struct ComputeConfig {
     /// before the sweep confirms it (Nova's `resize_confirm_window`; 0,
     /// the default, never).
     pub resize_confirm_window: i64,
+    /// Seconds a soft-deleted server waits before the sweep deletes it
+    /// (Nova's `reclaim_instance_interval`; 0, the default: `DELETE`
+    /// deletes at once and there is no soft delete).
+    pub reclaim_instance_interval: i64,
 }
 
 impl Default for ComputeConfig {
@@ -141,6 +148,7 @@ impl Default for ComputeConfig {
             heal_grace_secs: 300,
             shelved_offload_time: 0,
             resize_confirm_window: 0,
+            reclaim_instance_interval: 0,
         }
     }
 }

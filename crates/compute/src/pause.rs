@@ -19,7 +19,10 @@ use uuid::Uuid;
 use crate::action::invalid_state;
 use crate::cells::Cell;
 use crate::error::ServiceError;
-use crate::servers::{Caller, EVENT_PAUSE, EVENT_RESUME, EVENT_SUSPEND, EVENT_UNPAUSE};
+use crate::servers::{
+    Caller, EVENT_PAUSE, EVENT_RESCUE, EVENT_RESTORE, EVENT_RESUME, EVENT_SOFT_DELETE, EVENT_SUSPEND, EVENT_UNPAUSE,
+    EVENT_UNRESCUE,
+};
 use crate::Compute;
 
 /// What `os-resetState` sets.
@@ -32,7 +35,10 @@ pub enum ResetState {
 }
 
 impl Compute {
-    /// An agent's `paused`, `unpaused`, `suspended` or `resumed` report.
+    /// An agent's `paused`, `unpaused`, `suspended`, `resumed`, `rescued`,
+    /// `unrescued`, `soft_deleted` or `restored` report. A soft delete
+    /// stamps `terminated_at` (Nova's `deleted_at` of a soft-deleted row:
+    /// when the reclaim's interval starts); a restore clears it.
     pub(crate) async fn pause_event(
         &self,
         handle: &Arc<Cell>,
@@ -46,9 +52,20 @@ impl Compute {
             "suspended" => {
                 ("suspend", EVENT_SUSPEND, task_state::SUSPENDING, vm_state::SUSPENDED, power_state::SUSPENDED)
             }
+            "rescued" => ("rescue", EVENT_RESCUE, task_state::RESCUING, vm_state::RESCUED, power_state::RUNNING),
+            "unrescued" => ("unrescue", EVENT_UNRESCUE, task_state::UNRESCUING, vm_state::ACTIVE, power_state::RUNNING),
+            "soft_deleted" => {
+                ("delete", EVENT_SOFT_DELETE, task_state::SOFT_DELETING, vm_state::SOFT_DELETED, power_state::SHUTDOWN)
+            }
+            "restored" => ("restore", EVENT_RESTORE, task_state::RESTORING, vm_state::ACTIVE, power_state::RUNNING),
             _ => ("resume", EVENT_RESUME, task_state::RESUMING, vm_state::ACTIVE, power_state::RUNNING),
         };
         let now = self.now();
+        let terminated_at = match kind {
+            "soft_deleted" => Some(Some(now)),
+            "restored" => Some(None),
+            _ => None,
+        };
         let expect = Expect {
             task_states: vec![Some(from.to_owned())],
             not_deleted: true,
@@ -59,6 +76,7 @@ impl Compute {
             vm_state: Some(to.to_owned()),
             task_state: Some(None),
             power_state: Some(power),
+            terminated_at,
             updated_at: now,
             ..InstanceUpdate::default()
         };

@@ -571,13 +571,29 @@ impl Compute {
         })
     }
 
-    /// Delete a server, wherever it is in its life.
+    /// Delete a server, wherever it is in its life. With
+    /// `reclaim_instance_interval` set, a launched server on a live host
+    /// with no task is soft-deleted instead (Nova's `soft_delete`, which
+    /// falls back to a delete otherwise).
     pub async fn delete_server(&self, uuid: &Uuid, caller: &Caller) -> Result<(), ServiceError> {
+        self.delete_as(uuid, caller, DeleteMode::Api).await
+    }
+
+    /// `forceDelete`: delete now, soft-deleted or not, when the server has
+    /// no task (Nova's `force_delete`: `check_instance_state(task_state=None)`).
+    pub async fn force_delete_server(&self, uuid: &Uuid, caller: &Caller) -> Result<(), ServiceError> {
+        self.delete_as(uuid, caller, DeleteMode::Force).await
+    }
+
+    pub(crate) async fn delete_as(&self, uuid: &Uuid, caller: &Caller, mode: DeleteMode) -> Result<(), ServiceError> {
         for _ in 0..5 {
             let (mapping, pending) = read(&*self.control, |w| {
                 (w.compute.instance_mappings.get(uuid).cloned(), w.compute.build_requests.contains_key(uuid))
             });
             let mapping = mapping.ok_or_else(|| not_found(uuid))?;
+            if pending && mode != DeleteMode::Api {
+                return Err(invalid_state(mode.action(), uuid, "vm_state", vm_state::BUILDING));
+            }
             if pending {
                 // A held build request (a reserved server) takes what the
                 // boot extension adds with it (its lease), in one write.
@@ -605,6 +621,19 @@ impl Compute {
                 write(&*self.control, |w| Ok((plan_forget_instance(w, uuid), ())))?;
                 return Err(not_found(uuid));
             };
+            match mode {
+                DeleteMode::Api => {}
+                DeleteMode::Force => {
+                    if let Some(task) = &row.task_state {
+                        return Err(invalid_state("forceDelete", uuid, "task_state", task));
+                    }
+                }
+                DeleteMode::Reclaim => {
+                    if row.vm_state != vm_state::SOFT_DELETED || row.task_state.is_some() {
+                        return Ok(());
+                    }
+                }
+            }
             if row.task_state.as_deref() == Some(task_state::DELETING) {
                 // A crash may have lost the queue-for-delete write that
                 // follows `deleting` (below), which the agent's `deleted`
@@ -616,7 +645,49 @@ impl Compute {
             let now = self.now();
             let action = caller.action(uuid, "delete", now, Vec::new());
             let local = cell.uuid == CELL0_UUID || row.host.as_deref().is_none_or(|h| !self.health.is_up_at(h, now));
-            let expect = Expect { task_states: vec![row.task_state.clone()], not_deleted: true, ..Expect::default() };
+            let expect = Expect {
+                task_states: vec![row.task_state.clone()],
+                // The reclaim deletes only what is still soft-deleted: a
+                // restore that came first wins (one write decides).
+                vm_states: if mode == DeleteMode::Reclaim { vec![vm_state::SOFT_DELETED.to_owned()] } else { Vec::new() },
+                not_deleted: true,
+                ..Expect::default()
+            };
+            let soft = mode == DeleteMode::Api
+                && self.config.reclaim_instance_interval > 0
+                && !local
+                && row.task_state.is_none()
+                && row.launched_at.is_some()
+                && row.vm_state != vm_state::SOFT_DELETED;
+            if soft {
+                let host = row.host.clone().unwrap_or_default();
+                let event = berth_compute_model::cell::ActionEvent {
+                    event: EVENT_SOFT_DELETE.to_owned(),
+                    start_time: now,
+                    finish_time: None,
+                    result: None,
+                    traceback: None,
+                    host: Some(host.clone()),
+                    details: None,
+                };
+                let action = caller.action(uuid, "delete", now, vec![event]);
+                let update = InstanceUpdate {
+                    task_state: Some(Some(task_state::SOFT_DELETING.to_owned())),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                let expect = Expect { task_states: vec![None], ..expect };
+                let outcomes = handle
+                    .write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(action)])
+                    .await?;
+                if outcomes.first() != Some(&CellOutcome::Done) {
+                    continue;
+                }
+                if let Some(task) = Task::new(*uuid, &host, task_state::SOFT_DELETING) {
+                    self.hub.push(task);
+                }
+                return Ok(());
+            }
             if local {
                 // No host to ask (cell0, never placed, or its service is
                 // down): delete here, as Nova's local delete does.
@@ -653,6 +724,9 @@ impl Compute {
             if let Some(task) = row.host.as_deref().and_then(|h| Task::new(*uuid, h, task_state::DELETING)) {
                 self.hub.push(task);
             }
+            return Ok(());
+        }
+        if mode == DeleteMode::Reclaim {
             return Ok(());
         }
         Err(ServiceError::Refused(ComputeError::Conflict(format!(
@@ -746,6 +820,9 @@ impl Compute {
             ServerAction::Pause | ServerAction::Suspend => (&[vm_state::ACTIVE], action.task_state()),
             ServerAction::Unpause => (&[vm_state::PAUSED], action.task_state()),
             ServerAction::Resume => (&[vm_state::SUSPENDED], action.task_state()),
+            ServerAction::Rescue => (&[vm_state::ACTIVE, vm_state::STOPPED, vm_state::ERROR], action.task_state()),
+            ServerAction::Unrescue => (&[vm_state::RESCUED], action.task_state()),
+            ServerAction::Restore => (&[vm_state::SOFT_DELETED], action.task_state()),
         };
         let task_text = instance.task_state.as_deref().unwrap_or("None");
         if action.checks_vm_state_first() {
@@ -795,12 +872,42 @@ impl Compute {
             .write(vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }, CellOp::StartAction(record)])
             .await?;
         if outcomes.first() != Some(&CellOutcome::Done) {
-            return Err(invalid_state(action.name(), uuid, "task_state", "changing"));
+            // Something else won the row (a delete, the reclaim, another
+            // action): answer as the state it left.
+            return Err(match self.get_server(uuid).await {
+                Ok(ServerRecord::Placed { instance, .. }) => match &instance.task_state {
+                    Some(task) => invalid_state(action.name(), uuid, "task_state", task),
+                    None => invalid_state(action.name(), uuid, "vm_state", &instance.vm_state),
+                },
+                Ok(_) => invalid_state(action.name(), uuid, "task_state", "changing"),
+                Err(err) => err,
+            });
         }
         if let Some(task) = Task::new(*uuid, &host, task) {
             self.hub.push(task);
         }
         Ok(())
+    }
+}
+
+/// Who deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeleteMode {
+    /// `DELETE /servers/{id}`: soft when `reclaim_instance_interval` is set.
+    Api,
+    /// `forceDelete`: now, and only without a task.
+    Force,
+    /// The periodic reclaim: only a soft-deleted server with no task.
+    Reclaim,
+}
+
+impl DeleteMode {
+    fn action(self) -> &'static str {
+        match self {
+            DeleteMode::Api => "delete",
+            DeleteMode::Force => "forceDelete",
+            DeleteMode::Reclaim => "reclaim",
+        }
     }
 }
 
@@ -830,6 +937,13 @@ pub enum ServerAction {
     Suspend,
     /// `resume`.
     Resume,
+    /// `rescue` (the rescue image and password mean nothing to the fake
+    /// driver; a hypervisor driver gets them from the instance).
+    Rescue,
+    /// `unrescue`.
+    Unrescue,
+    /// `restore` a soft-deleted server.
+    Restore,
 }
 
 impl ServerAction {
@@ -843,6 +957,9 @@ impl ServerAction {
             ServerAction::Unpause => "unpause",
             ServerAction::Suspend => "suspend",
             ServerAction::Resume => "resume",
+            ServerAction::Rescue => "rescue",
+            ServerAction::Unrescue => "unrescue",
+            ServerAction::Restore => "restore",
         }
     }
 
@@ -854,6 +971,9 @@ impl ServerAction {
             ServerAction::Unpause => task_state::UNPAUSING,
             ServerAction::Suspend => task_state::SUSPENDING,
             ServerAction::Resume => task_state::RESUMING,
+            ServerAction::Rescue => task_state::RESCUING,
+            ServerAction::Unrescue => task_state::UNRESCUING,
+            ServerAction::Restore => task_state::RESTORING,
             ServerAction::Start => task_state::POWERING_ON,
             ServerAction::Stop => task_state::POWERING_OFF,
             ServerAction::Reboot { hard: false } => task_state::REBOOTING,
@@ -865,7 +985,7 @@ impl ServerAction {
     /// the vm state before the task state (the power actions, older here,
     /// keep berth's task-first order).
     fn checks_vm_state_first(self) -> bool {
-        matches!(self, ServerAction::Pause | ServerAction::Unpause | ServerAction::Suspend | ServerAction::Resume)
+        !matches!(self, ServerAction::Start | ServerAction::Stop | ServerAction::Reboot { .. })
     }
 
     /// The compute manager's event of the action (`wrap_instance_event`
@@ -876,6 +996,9 @@ impl ServerAction {
             ServerAction::Unpause => Some(EVENT_UNPAUSE),
             ServerAction::Suspend => Some(EVENT_SUSPEND),
             ServerAction::Resume => Some(EVENT_RESUME),
+            ServerAction::Rescue => Some(EVENT_RESCUE),
+            ServerAction::Unrescue => Some(EVENT_UNRESCUE),
+            ServerAction::Restore => Some(EVENT_RESTORE),
             _ => None,
         }
     }
@@ -889,6 +1012,14 @@ pub const EVENT_UNPAUSE: &str = "compute_unpause_instance";
 pub const EVENT_SUSPEND: &str = "compute_suspend_instance";
 /// Nova's event of a resume.
 pub const EVENT_RESUME: &str = "compute_resume_instance";
+/// Nova's event of a rescue.
+pub const EVENT_RESCUE: &str = "compute_rescue_instance";
+/// Nova's event of an unrescue.
+pub const EVENT_UNRESCUE: &str = "compute_unrescue_instance";
+/// Nova's event of a restore.
+pub const EVENT_RESTORE: &str = "compute_restore_instance";
+/// Nova's event of a soft delete.
+pub const EVENT_SOFT_DELETE: &str = "compute_soft_delete_instance";
 
 fn stub_after(mapping: &InstanceMapping, marker: &Marker) -> bool {
     // Stubs only appear without sort keys: default order created_at desc.

@@ -58,6 +58,14 @@ pub struct InstanceUpdate {
     pub access_ip_v6: Option<Option<String>>,
     /// `OS-DCF:diskConfig` is `AUTO`.
     pub auto_disk_config: Option<bool>,
+    /// A rebuild's image: its id and the properties the instance keeps.
+    pub image: Option<(Option<Uuid>, std::collections::BTreeMap<String, String>)>,
+    /// A rebuild's key pair: `(key_name, key_data)`, both `None` to unset.
+    pub key_pair: Option<(Option<String>, Option<String>)>,
+    /// A rebuild's `user_data` (`Some(None)` clears it).
+    pub user_data: Option<Option<String>>,
+    /// A rebuild's `hostname`.
+    pub hostname: Option<String>,
     /// Always set: the update time.
     pub updated_at: Timestamp,
 }

@@ -37,6 +37,26 @@ pub fn version_show(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(views::versions::show(&ctx.links(req))))
 }
 
+/// `GET /compute/v2/`: the legacy v2.0 API's version document (the only
+/// thing berth serves under `/v2`; see docs/COMPUTE.md).
+pub fn version_show_v20(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    Ok(Resp::ok(views::versions::show_v20(&ctx.links(req))))
+}
+
+/// `GET /os-networks` (2.1–2.35): Nova's proxy to Neutron's networks.
+/// berth has no network service, so the list is Nova's answer when
+/// Neutron has none: empty.
+pub fn list_networks(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    authorize(req, "os_compute_api:os-networks:list")?;
+    Ok(Resp::ok(serde_json::json!({"networks": []})))
+}
+
+/// `GET /os-networks/{id}` (2.1–2.35): there are none (Nova's 404 text).
+pub fn show_network(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    authorize(req, "os_compute_api:os-networks:show")?;
+    Err(ApiError::not_found("Network not found"))
+}
+
 /// `GET /extensions`: Nova's fixed list.
 pub fn list_extensions(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     authorize(req, "os_compute_api:extensions")?;

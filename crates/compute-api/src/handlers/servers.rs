@@ -21,6 +21,7 @@ mod diagnostics;
 mod instance_actions;
 mod list;
 mod metadata;
+mod rebuild;
 mod server;
 
 pub use actions::action;

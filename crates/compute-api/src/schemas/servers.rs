@@ -463,3 +463,74 @@ pub fn reset_state() -> Value {
         }),
     )
 }
+
+/// The `rebuild` action body at `version` (Nova's `rebuild*` schemas):
+/// `imageRef` required; `name`, `adminPass`, `metadata`,
+/// `preserve_ephemeral`, `OS-DCF:diskConfig`, access addresses, and
+/// `personality` before 2.57; 2.19 `description`; 2.54 `key_name` (null
+/// removes it); 2.57 `user_data` (base64, null removes it); 2.63
+/// `trusted_image_certificates`; 2.90 `hostname` (2.94: FQDNs).
+pub fn rebuild(version: ComputeVersion) -> Value {
+    let mut rebuild = object(json!({
+        "name": name(),
+        "imageRef": uuid(),
+        "adminPass": {"type": "string"},
+        "metadata": metadata(),
+        "preserve_ephemeral": boolean(),
+        "OS-DCF:diskConfig": {"type": "string", "enum": ["AUTO", "MANUAL"]},
+        "accessIPv4": {"type": "string", "pattern": IPV4},
+        "accessIPv6": {"type": "string", "pattern": IPV6},
+    }));
+    if !version.at_least(57) {
+        rebuild.insert(
+            "personality".into(),
+            json!({
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}, "contents": {"type": "string"}},
+                    "additionalProperties": false,
+                },
+            }),
+        );
+    } else {
+        rebuild.insert("user_data".into(), json!({"type": ["string", "null"], "maxLength": 65535}));
+    }
+    if version.at_least(19) {
+        rebuild.insert("description".into(), description());
+    }
+    if version.at_least(54) {
+        rebuild.insert("key_name".into(), json!({"oneOf": [name(), {"type": "null"}]}));
+    }
+    if version.at_least(63) {
+        rebuild.insert(
+            "trusted_image_certificates".into(),
+            json!({
+                "type": ["array", "null"],
+                "minItems": 1,
+                "maxItems": 50,
+                "uniqueItems": true,
+                "items": {"type": "string", "minLength": 1},
+            }),
+        );
+    }
+    if version.at_least(90) {
+        rebuild.insert("hostname".into(), server_hostname(version));
+    }
+    envelope(
+        "rebuild",
+        json!({"type": "object", "properties": rebuild, "required": ["imageRef"], "additionalProperties": false}),
+    )
+}
+
+/// The `rescue` action body: `{"rescue": null | {"adminPass", "rescue_image_ref"}}`.
+pub fn rescue() -> Value {
+    envelope(
+        "rescue",
+        json!({
+            "type": ["object", "null"],
+            "properties": {"adminPass": {"type": "string"}, "rescue_image_ref": uuid()},
+            "additionalProperties": false,
+        }),
+    )
+}

@@ -211,6 +211,32 @@ pub fn update(
     wrap("server", render(version, links, access, instance, extras, parts, true))
 }
 
+/// The `rebuild` action's body: [`update`]'s view (the full one from
+/// 2.75, without `OS-EXT-SRV-ATTR:user_data`), plus `key_name` from 2.54,
+/// `user_data` from 2.57, and `adminPass` (Nova's default
+/// `enable_instance_password`).
+pub fn rebuild(
+    version: ComputeVersion,
+    links: &Links,
+    access: &ServerAccess,
+    instance: &Instance,
+    extras: &ServerExtras<'_>,
+    admin_pass: &str,
+) -> Value {
+    let mut body = update(version, links, access, instance, extras);
+    if let Some(server) = body.get_mut("server").and_then(Value::as_object_mut) {
+        server.remove("OS-EXT-SRV-ATTR:user_data");
+        if version.at_least(54) {
+            server.insert("key_name".into(), opt_str(instance.spec.key_name.as_deref()));
+        }
+        if version.at_least(57) {
+            server.insert("user_data".into(), opt_str(instance.spec.user_data.as_deref()));
+        }
+        server.insert("adminPass".into(), json!(admin_pass));
+    }
+    body
+}
+
 /// The instance Nova shows for a build request: the requested server in
 /// `BUILD` (`building`/`scheduling`), power state NOSTATE, no host, created
 /// (and last updated) when the request was accepted. A held build request

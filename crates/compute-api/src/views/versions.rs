@@ -3,8 +3,9 @@
 //!
 //! berth serves only v2.1 with its microversions. The index still lists
 //! the legacy v2.0 API first, `DEPRECATED`, exactly as Nova's does
-//! (clients and Tempest read the list in that order); its `/v2/` link is
-//! not served (docs/COMPUTE.md).
+//! (clients and Tempest read the list in that order); its `/v2/` link
+//! answers v2.0's version document, and nothing else is served under
+//! `/v2` (docs/COMPUTE.md).
 
 use serde_json::{json, Value};
 
@@ -56,6 +57,25 @@ pub fn show(links: &Links) -> Value {
         ],
         "media-types": [
             {"base": "application/json", "type": "application/vnd.openstack.compute+json;version=2.1"},
+        ],
+    }})
+}
+
+/// The `GET /compute/v2/` body: the v2.0 version document (Nova's
+/// `VERSIONS['v2.0']` with its `self` link first).
+pub fn show_v20(links: &Links) -> Value {
+    json!({"version": {
+        "id": "v2.0",
+        "status": "DEPRECATED",
+        "version": "",
+        "min_version": "",
+        "updated": V20_UPDATED,
+        "links": [
+            {"rel": "self", "href": format!("{}/v2/", links.base())},
+            {"rel": "describedby", "type": "text/html", "href": "http://docs.openstack.org/"},
+        ],
+        "media-types": [
+            {"base": "application/json", "type": "application/vnd.openstack.compute+json;version=2"},
         ],
     }})
 }

@@ -250,6 +250,20 @@ pub fn apply_update(row: &mut Instance, update: &InstanceUpdate) {
     if let Some(v) = u.auto_disk_config {
         row.spec.auto_disk_config = v;
     }
+    if let Some((image_ref, properties)) = u.image {
+        row.spec.image_ref = image_ref;
+        row.spec.image_properties = properties;
+    }
+    if let Some((key_name, key_data)) = u.key_pair {
+        row.spec.key_name = key_name;
+        row.spec.key_data = key_data;
+    }
+    if let Some(v) = u.user_data {
+        row.spec.user_data = v;
+    }
+    if let Some(v) = u.hostname {
+        row.spec.hostname = v;
+    }
     row.updated_at = Some(u.updated_at);
 }
 

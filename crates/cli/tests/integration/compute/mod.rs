@@ -20,6 +20,7 @@ mod lock;
 mod metadata;
 mod moves;
 mod pause;
+mod rebuild;
 mod power;
 mod prefilters;
 mod pull;

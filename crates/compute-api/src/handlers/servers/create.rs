@@ -265,7 +265,7 @@ fn resolve_flavor_and_image(ctx: &ComputeCtx, req: &Req, request: &CreateRequest
 }
 
 /// `user_data`, if any, must be base64 as Python decodes it.
-fn check_user_data(server: &Value) -> ApiResult<()> {
+pub(super) fn check_user_data(server: &Value) -> ApiResult<()> {
     if let Some(data) = server.get("user_data").and_then(Value::as_str) {
         if !is_base64(data) {
             return Err(ApiError::bad_request(format!(
