@@ -13,7 +13,10 @@ BERTH=${BERTH_BIN:-target/release/berth}
 [ -n "${BERTH_BIN:-}" ] || cargo build --release --locked -q
 DIR=$(mktemp -d /tmp/berth-osc-compute.XXXXXX)
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-"$BERTH" serve --listen "127.0.0.1:$PORT" --data-dir "$DIR/data" --fake-hosts 4 --log warn &
+# Soft delete on (Nova's reclaim_instance_interval): `server delete` keeps a
+# launched server SOFT_DELETED for an hour; `--force` deletes at once.
+"$BERTH" serve --listen "127.0.0.1:$PORT" --data-dir "$DIR/data" --fake-hosts 4 --log warn \
+  --reclaim-instance-interval 3600 &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
 for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/compute/" >/dev/null && break; sleep 0.05; done
@@ -129,7 +132,7 @@ os server create --flavor tiny --image cirros --nic none --key-name imp --wait k
 check "$(os server show kvm -f value -c key_name)" imp "server create --key-name (key_name shown)"
 if os server create --flavor tiny --image cirros --nic none --key-name nokey kvm2 >/dev/null 2>&1; then echo "FAIL: unknown key name accepted" >&2; exit 1; fi
 echo "ok: server create --key-name refuses an unknown key pair"
-os server delete --wait kvm
+os server delete --force --wait kvm
 os keypair delete gen
 check "$(os keypair list -f value -c Name)" imp "keypair delete"
 os quota set --key-pairs 1 admin
@@ -271,9 +274,29 @@ check "$(os server show vm1 -f value -c status)" ERROR "server set --state error
 os server set --auto-approve --state active vm1
 check "$(os server show vm1 -f value -c status)" ACTIVE "server set --state active"
 
-os server delete --wait vm1
+# Rebuild: a new name and metadata; the host's agent re-spawns it.
+os server rebuild --image "$IMG" --name vm1r --property rebuilt=yes --password rebuildPassw0rd --wait vm1 >/dev/null
+check "$(os server show vm1r -f value -c status)" ACTIVE "server rebuild --wait"
+check "$(os server show vm1r -f json -c properties | python3 -c 'import sys,json;print(json.load(sys.stdin)["properties"]["rebuilt"])')" yes "server rebuild --property"
+os server set --name vm1 vm1r
+# Rescue and unrescue.
+os server rescue --password rescuePassw0rd vm1
+wait_status vm1 RESCUE
+echo "ok: server rescue"
+os server unrescue vm1
+wait_status vm1 ACTIVE
+echo "ok: server unrescue"
+
+# Soft delete (reclaim_instance_interval): delete, restore, force delete.
+os server delete vm1
+wait_status vm1 SOFT_DELETED
+echo "ok: server delete (soft)"
+os server restore vm1
+wait_status vm1 ACTIVE
+echo "ok: server restore"
+os server delete --force --wait vm1
 if os server show vm1 >/dev/null 2>&1; then echo "FAIL: vm1 still there" >&2; exit 1; fi
-echo "ok: server delete --wait"
+echo "ok: server delete --force --wait"
 
 os quota set --instances 20 --cores 40 admin
 check "$(os quota show --compute admin -f json | python3 -c 'import sys,json;d=json.load(sys.stdin);r=[x for x in d if x["Resource"]=="instances"] if isinstance(d,list) else None;print(r[0]["Limit"] if r else d.get("instances"))')" 20 "quota set/show"
