@@ -66,7 +66,12 @@ pub struct RebuildRequest {
 
 impl Compute {
     /// `rebuild`: step 1 of the module doc.
-    pub async fn rebuild_server(&self, uuid: &Uuid, request: RebuildRequest, caller: &Caller) -> Result<(), ServiceError> {
+    pub async fn rebuild_server(
+        &self,
+        uuid: &Uuid,
+        request: RebuildRequest,
+        caller: &Caller,
+    ) -> Result<(), ServiceError> {
         let (instance, handle) = self.placed(uuid, "rebuild").await?;
         let allowed = [vm_state::ACTIVE, vm_state::STOPPED, vm_state::ERROR];
         if !allowed.contains(&instance.vm_state.as_str()) {
@@ -80,8 +85,9 @@ impl Compute {
         };
         if let Some(metadata) = &request.metadata {
             // Nova's `MetadataLimitExceeded` (403), as for a boot.
-            let limit =
-                read(&*self.control, |w| effective_limit(w, &caller.project_id, Some(&caller.user_id), "metadata_items"));
+            let limit = read(&*self.control, |w| {
+                effective_limit(w, &caller.project_id, Some(&caller.user_id), "metadata_items")
+            });
             if limit >= 0 && metadata.len() as i64 > limit {
                 return Err(ServiceError::Refused(ComputeError::OverQuota(format!(
                     "Maximum number of metadata items exceeds {limit}"
@@ -201,7 +207,8 @@ impl Compute {
             ops.push(CellOp::UpdateInstance { uuid: *uuid, expect, update });
             None
         } else {
-            let message = message.map_or_else(|| format!("Rebuild of instance {uuid} failed on {host}."), str::to_owned);
+            let message =
+                message.map_or_else(|| format!("Rebuild of instance {uuid} failed on {host}."), str::to_owned);
             let update = InstanceUpdate {
                 vm_state: Some(vm_state::ERROR.to_owned()),
                 task_state: Some(None),

@@ -649,7 +649,11 @@ impl Compute {
                 task_states: vec![row.task_state.clone()],
                 // The reclaim deletes only what is still soft-deleted: a
                 // restore that came first wins (one write decides).
-                vm_states: if mode == DeleteMode::Reclaim { vec![vm_state::SOFT_DELETED.to_owned()] } else { Vec::new() },
+                vm_states: if mode == DeleteMode::Reclaim {
+                    vec![vm_state::SOFT_DELETED.to_owned()]
+                } else {
+                    Vec::new()
+                },
                 not_deleted: true,
                 ..Expect::default()
             };

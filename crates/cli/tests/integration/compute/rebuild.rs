@@ -110,7 +110,10 @@ async fn rebuild_in_place_answers_and_moves_as_nova() {
     wait_status(&owner, &id, "SHUTOFF").await;
     assert_eq!(act(&owner, &id, rebuild(&other)).await.0, 202);
     let stopped = wait_status(&owner, &id, "SHUTOFF").await;
-    assert_eq!((stopped["image"]["id"].as_str(), stopped["OS-EXT-STS:power_state"].as_i64()), (Some(other.as_str()), Some(4)));
+    assert_eq!(
+        (stopped["image"]["id"].as_str(), stopped["OS-EXT-STS:power_state"].as_i64()),
+        (Some(other.as_str()), Some(4))
+    );
 
     // Wrong states: Nova's texts.
     assert_eq!(act(&owner, &id, json!({"os-start": null})).await.0, 202);

@@ -120,9 +120,10 @@ async fn rebuild(ctx: &ComputeCtx, req: &Req, id: &Uuid, rebuild: &Value, record
     {
         return Err(ApiError::bad_request(format!("Requested image {} has automatic disk resize disabled.", image.id)));
     }
-    let metadata: Option<BTreeMap<String, String>> = rebuild.get("metadata").and_then(Value::as_object).map(|m| {
-        m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect()
-    });
+    let metadata: Option<BTreeMap<String, String>> = rebuild
+        .get("metadata")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect());
     let key_pair = match rebuild.get("key_name") {
         Some(_) if !v.at_least(54) => None,
         None => None,
@@ -156,8 +157,10 @@ async fn rebuild(ctx: &ComputeCtx, req: &Req, id: &Uuid, rebuild: &Value, record
         user_data,
         hostname: rebuild.get("hostname").and_then(Value::as_str).filter(|_| v.at_least(90)).map(str::to_owned),
     };
-    let password =
-        rebuild.get("adminPass").and_then(Value::as_str).map_or_else(|| random_string(12, PASSWORD_ALPHABET), str::to_owned);
+    let password = rebuild
+        .get("adminPass")
+        .and_then(Value::as_str)
+        .map_or_else(|| random_string(12, PASSWORD_ALPHABET), str::to_owned);
     ctx.compute.rebuild_server(id, request, &caller(req)).await.nova()?;
     let record = ctx.compute.get_server(id).await.nova()?;
     let ServerRecord::Placed { instance, fault, .. } = &record else {
