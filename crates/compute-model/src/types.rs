@@ -403,6 +403,10 @@ pub struct InstanceSpec {
     pub scheduler_hints: BTreeMap<String, Vec<String>>,
     /// `OS-DCF:diskConfig` is `AUTO` (Nova's `auto_disk_config`).
     pub auto_disk_config: bool,
+    /// The security groups' names (Nova: those of the server's ports):
+    /// the create's `security_groups`, else `default`; changed by
+    /// `addSecurityGroup`/`removeSecurityGroup`.
+    pub security_groups: Vec<String>,
 }
 
 /// A build request: an instance accepted by the API but not yet in a cell.

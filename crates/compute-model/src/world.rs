@@ -224,6 +224,7 @@ pub(crate) mod tests {
             tags: vec![],
             scheduler_hints: BTreeMap::new(),
             auto_disk_config: false,
+            security_groups: Vec::new(),
         }
     }
 

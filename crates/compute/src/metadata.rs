@@ -172,6 +172,42 @@ impl Compute {
 
     /// The placed server to edit (a server still being scheduled is in
     /// vm state `building`: 409).
+    /// `addSecurityGroup` (`add`) or `removeSecurityGroup`: the server's
+    /// list of security group names, changed in one write conditional on
+    /// the list read (a concurrent change makes it read again). Adding a
+    /// group the server has changes nothing; removing one it lacks is
+    /// Nova's 404. No state check, as Nova (it asks Neutron's ports).
+    pub async fn change_security_group(&self, uuid: &Uuid, name: &str, add: bool) -> Result<(), ServiceError> {
+        for _ in 0..ATTEMPTS {
+            let (instance, cell) =
+                self.editable(uuid, if add { "addSecurityGroup" } else { "removeSecurityGroup" }).await?;
+            let mut groups = instance.spec.security_groups.clone();
+            let present = groups.iter().any(|g| g == name);
+            match (add, present) {
+                (true, true) => return Ok(()),
+                (true, false) => groups.push(name.to_owned()),
+                (false, true) => groups.retain(|g| g != name),
+                (false, false) => {
+                    return Err(ServiceError::Refused(ComputeError::NotFound(format!(
+                        "Security group {name} not associated with the instance {uuid}"
+                    ))))
+                }
+            }
+            let expect = Expect {
+                security_groups: Some(instance.spec.security_groups.clone()),
+                not_deleted: true,
+                ..Expect::default()
+            };
+            let update = InstanceUpdate { security_groups: Some(groups), ..InstanceUpdate::default() };
+            if self.write_edit(&cell, uuid, expect, update).await? {
+                return Ok(());
+            }
+        }
+        Err(ServiceError::Refused(ComputeError::Conflict(format!(
+            "Instance {uuid} changed repeatedly while its security groups were changed; retry."
+        ))))
+    }
+
     async fn editable(&self, uuid: &Uuid, action: &str) -> Result<(Instance, CellMapping), ServiceError> {
         match self.get_server(uuid).await? {
             ServerRecord::Placed { instance, cell, .. } => Ok((instance, cell)),

@@ -66,6 +66,8 @@ pub struct InstanceUpdate {
     pub user_data: Option<Option<String>>,
     /// A rebuild's `hostname`.
     pub hostname: Option<String>,
+    /// The security groups' names, replaced whole.
+    pub security_groups: Option<Vec<String>>,
     /// Always set: the update time.
     pub updated_at: Timestamp,
 }
@@ -89,6 +91,8 @@ pub struct Expect {
     pub metadata: Option<std::collections::BTreeMap<String, String>>,
     /// The row's tags must be exactly these (as above); `None`: any.
     pub tags: Option<Vec<String>>,
+    /// The row's security groups must be exactly these (as above).
+    pub security_groups: Option<Vec<String>>,
 }
 
 /// One write to a cell.

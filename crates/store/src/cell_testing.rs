@@ -94,6 +94,7 @@ fn minimal_spec(name: &str) -> InstanceSpec {
         tags: Vec::new(),
         scheduler_hints: BTreeMap::new(),
         auto_disk_config: false,
+        security_groups: Vec::new(),
     }
 }
 

@@ -168,6 +168,7 @@ pub fn instance_spec(spec: &InstanceSpec) -> Value {
         "launch_index": spec.launch_index, "config_drive": spec.config_drive, "user_data": spec.user_data,
         "access_ip_v4": spec.access_ip_v4, "access_ip_v6": spec.access_ip_v6, "tags": spec.tags,
         "scheduler_hints": hints(&spec.scheduler_hints), "auto_disk_config": spec.auto_disk_config,
+        "security_groups": spec.security_groups,
     })
 }
 
@@ -194,6 +195,8 @@ pub fn to_instance_spec(v: &Value) -> Result<InstanceSpec> {
         scheduler_hints: get_hints(v, "scheduler_hints")?,
         // Absent in specs written before it was kept: MANUAL.
         auto_disk_config: v.get("auto_disk_config").and_then(Value::as_bool).unwrap_or(false),
+        // Absent in specs written before it was kept: none.
+        security_groups: if v.get("security_groups").is_some() { strings(v, "security_groups")? } else { Vec::new() },
     })
 }
 
@@ -556,6 +559,7 @@ mod tests {
             tags: vec!["t".into()],
             scheduler_hints: [("group".to_owned(), vec!["x".to_owned()])].into(),
             auto_disk_config: true,
+            security_groups: vec!["default".to_owned()],
         }
     }
 

@@ -255,6 +255,7 @@ pub fn store_suite(store: &dyn Store) {
             tags: vec![],
             scheduler_hints: Default::default(),
             auto_disk_config: false,
+            security_groups: Vec::new(),
         },
         created_at: 70,
         held: true,

@@ -534,3 +534,16 @@ pub fn rescue() -> Value {
         }),
     )
 }
+
+/// `addSecurityGroup` / `removeSecurityGroup`: `{name: {"name": "..."}}`.
+pub fn security_group_action(action: &str) -> Value {
+    envelope(
+        action,
+        json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 255}},
+            "required": ["name"],
+            "additionalProperties": false,
+        }),
+    )
+}

@@ -12,9 +12,10 @@
 //!   [`down_cell_detail_item`], [`down_cell_show`]).
 //!
 //! berth has no networks or volumes: `addresses` is always `{}`,
-//! `os-extended-volumes:volumes_attached` `[]`, `security_groups` is left
-//! out of shown servers (Nova adds it only when Neutron reports groups on
-//! the server's ports, and a server here has none), and
+//! `os-extended-volumes:volumes_attached` `[]`, `security_groups` lists
+//! the groups the server keeps (its create's, as Nova's ports would
+//! carry them; left out while it is building and once none are left, as
+//! Nova leaves it out of a server whose ports have none), and
 //! `OS-DCF:diskConfig` shows the instance's `auto_disk_config`.
 
 use std::collections::BTreeMap;
@@ -124,6 +125,7 @@ struct Parts {
     host_status: bool,
     extended_status: bool,
     extended_volumes: bool,
+    security_groups: bool,
 }
 
 impl Parts {
@@ -137,6 +139,7 @@ impl Parts {
             host_status: true,
             extended_status: true,
             extended_volumes: true,
+            security_groups: true,
         }
     }
 
@@ -151,6 +154,7 @@ impl Parts {
             host_status: false,
             extended_status: false,
             extended_volumes: false,
+            security_groups: false,
         }
     }
 }
@@ -606,6 +610,10 @@ fn render(
     }
     if parts.extended_volumes {
         server.insert("os-extended-volumes:volumes_attached".into(), json!([]));
+    }
+    if parts.security_groups && !spec.security_groups.is_empty() && instance.vm_state != "building" {
+        let groups: Vec<Value> = spec.security_groups.iter().map(|name| json!({"name": name})).collect();
+        server.insert("security_groups".into(), Value::Array(groups));
     }
     if version.at_least(9) {
         server.insert("locked".into(), json!(instance.locked));

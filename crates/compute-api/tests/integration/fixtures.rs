@@ -72,6 +72,7 @@ pub(crate) fn spec() -> InstanceSpec {
         tags: vec![],
         scheduler_hints: BTreeMap::new(),
         auto_disk_config: false,
+        security_groups: Vec::new(),
     }
 }
 

@@ -37,6 +37,7 @@ fn spec(name: &str) -> InstanceSpec {
         tags: vec![],
         scheduler_hints: BTreeMap::new(),
         auto_disk_config: false,
+        security_groups: Vec::new(),
     }
 }
 

@@ -264,6 +264,9 @@ pub fn apply_update(row: &mut Instance, update: &InstanceUpdate) {
     if let Some(v) = u.hostname {
         row.spec.hostname = v;
     }
+    if let Some(v) = u.security_groups {
+        row.spec.security_groups = v;
+    }
     row.updated_at = Some(u.updated_at);
 }
 
@@ -275,6 +278,7 @@ pub fn expect_matches(row: &Instance, expect: &Expect) -> bool {
         && expect.host.as_ref().is_none_or(|host| *host == row.host)
         && expect.metadata.as_ref().is_none_or(|metadata| *metadata == row.spec.metadata)
         && expect.tags.as_ref().is_none_or(|tags| *tags == row.spec.tags)
+        && expect.security_groups.as_ref().is_none_or(|groups| *groups == row.spec.security_groups)
 }
 
 pub(super) fn upsert_instance_sql(dialect: Dialect, on_conflict_update: bool) -> String {

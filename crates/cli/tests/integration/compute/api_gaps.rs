@@ -83,8 +83,9 @@ async fn statuses_versions_and_request_ids_are_novas() {
 /// Server bodies as Nova shows them: a given `adminPass` comes back,
 /// `OS-DCF:diskConfig` is what was asked (else the image's
 /// `auto_disk_config`), the access addresses are checked and IPv6 is
-/// written compressed, `PUT` changes them, and a server without ports
-/// shows no `security_groups` (the create answer echoes them). An admin's
+/// written compressed, `PUT` changes them, and a server shows the
+/// security groups it was created with, changed by `addSecurityGroup` and
+/// `removeSecurityGroup` (the key gone with the last one). An admin's
 /// `tenant_id` without `all_tenants` is ignored.
 #[tokio::test]
 async fn server_bodies_and_tenant_filter_follow_nova() {
@@ -136,7 +137,26 @@ async fn server_bodies_and_tenant_filter_follow_nova() {
     assert_eq!(shown["OS-DCF:diskConfig"], "AUTO", "{shown}");
     assert_eq!(shown["accessIPv4"], "192.168.0.3");
     assert_eq!(shown["accessIPv6"], "::babe:dc0c:1602");
-    assert!(shown.get("security_groups").is_none(), "no ports, no groups: {shown}");
+    assert_eq!(shown["security_groups"], json!([{"name": "web"}]), "the groups kept: {shown}");
+    // addSecurityGroup / removeSecurityGroup change the list; with none
+    // left the key goes (Nova: ports without groups); removing one the
+    // server lacks is Nova's 404.
+    let action = format!("/servers/{id}/action");
+    assert_eq!(alice.post(&action, &json!({"addSecurityGroup": {"name": "db"}})).await.status, 202);
+    let shown = alice.get(&format!("/servers/{id}")).await.body["server"].clone();
+    assert_eq!(shown["security_groups"], json!([{"name": "web"}, {"name": "db"}]));
+    assert_eq!(alice.post(&action, &json!({"addSecurityGroup": {}})).await.status, 400);
+    for group in ["web", "db"] {
+        assert_eq!(alice.post(&action, &json!({"removeSecurityGroup": {"name": group}})).await.status, 202);
+    }
+    let shown = alice.get(&format!("/servers/{id}")).await.body["server"].clone();
+    assert!(shown.get("security_groups").is_none(), "none left: {shown}");
+    let missing = alice.post(&action, &json!({"removeSecurityGroup": {"name": "web"}})).await;
+    assert_eq!(missing.status, 404, "{:?}", missing.body);
+    assert_eq!(
+        missing.body["itemNotFound"]["message"],
+        format!("Security group web not associated with the instance {id}")
+    );
 
     // Defaults: MANUAL, unless the image says auto_disk_config; a made-up
     // password; the default group echoed.

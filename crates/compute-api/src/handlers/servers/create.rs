@@ -349,6 +349,17 @@ fn build_boot(
         .and_then(Value::as_array)
         .map(|t| t.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
+    // The groups asked for (each once), else `default`, as Nova gives a
+    // server's ports.
+    let mut security_groups: Vec<String> = Vec::new();
+    for group in server.get("security_groups").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(name) = group["name"].as_str().filter(|n| !security_groups.iter().any(|g| g == n)) {
+            security_groups.push(name.to_owned());
+        }
+    }
+    if security_groups.is_empty() {
+        security_groups.push("default".to_owned());
+    }
     let now = berth_core::now();
     let (key_name, key_data) = key_pair.unzip();
     let instances: Vec<(Uuid, InstanceSpec)> = (0..max_count)
@@ -379,6 +390,7 @@ fn build_boot(
                 tags: tags.clone(),
                 scheduler_hints: hints.clone(),
                 auto_disk_config,
+                security_groups: security_groups.clone(),
             };
             (Uuid::new_v4(), spec)
         })

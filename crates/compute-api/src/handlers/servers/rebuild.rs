@@ -1,6 +1,7 @@
-//! `POST /servers/{id}/action`: `rebuild`, `rescue`/`unrescue`, and
-//! soft delete's `restore` and `forceDelete` (Nova's `servers.py`
-//! `_rebuild`, `rescue.py`, `deferred_delete.py`).
+//! `POST /servers/{id}/action`: `rebuild`, `rescue`/`unrescue`, soft
+//! delete's `restore` and `forceDelete`, and `addSecurityGroup`/
+//! `removeSecurityGroup` (Nova's `servers.py` `_rebuild`, `rescue.py`,
+//! `deferred_delete.py`, `security_groups.py`).
 
 use std::collections::BTreeMap;
 
@@ -63,6 +64,16 @@ pub(super) async fn rebuild_action(
                 "restore" => ctx.compute.server_action(id, ServerAction::Restore, &caller(req)).await.nova()?,
                 _ => ctx.compute.force_delete_server(id, &caller(req)).await.nova()?,
             }
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
+        "addSecurityGroup" | "removeSecurityGroup" => {
+            body(req, &schemas::servers::security_group_action(name))?;
+            let add = name == "addSecurityGroup";
+            let policy =
+                if add { "os_compute_api:os-security-groups:add" } else { "os_compute_api:os-security-groups:remove" };
+            authorize_on(req, policy, project, None)?;
+            let group = value[name]["name"].as_str().unwrap_or_default();
+            ctx.compute.change_security_group(id, group, add).await.nova()?;
             Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
         }
         _ => Ok(None),
