@@ -295,6 +295,7 @@ fn conditional_updates(store: &dyn CellStore) {
         // changed since its read.
         Expect { metadata: Some([("k".to_owned(), "v".to_owned())].into()), ..Default::default() },
         Expect { tags: Some(vec!["t".into()]), ..Default::default() },
+        Expect { security_groups: Some(vec!["none-such".into()]), ..Default::default() },
     ] {
         assert_eq!(write_one(store, update(expect.clone(), touch.clone())), CellOutcome::Mismatch, "{expect:?}");
         assert_eq!(get(store, row.uuid), Some(row.clone()), "a mismatch changes nothing ({expect:?})");
@@ -303,6 +304,7 @@ fn conditional_updates(store: &dyn CellStore) {
     // Every field of an update, with matching expectations.
     let mut metadata = BTreeMap::new();
     metadata.insert("m".to_owned(), "1".to_owned());
+    let rebuilt_image = Uuid::from_u128(0xbeef);
     let full_update = InstanceUpdate {
         vm_state: Some("active".into()),
         task_state: Some(None),
@@ -323,6 +325,11 @@ fn conditional_updates(store: &dyn CellStore) {
         access_ip_v4: Some(Some("10.9.8.7".into())),
         access_ip_v6: Some(Some("2001:db8::7".into())),
         auto_disk_config: Some(true),
+        image: Some((Some(rebuilt_image), [("hw_rng".to_owned(), "1".to_owned())].into())),
+        key_pair: Some((Some("kp".into()), Some("ssh-ed25519 AAAA".into()))),
+        user_data: Some(Some("aGk=".into())),
+        hostname: Some("host-up".into()),
+        security_groups: Some(vec!["sg".into()]),
         updated_at: 14,
     };
     let expect = Expect {
@@ -332,6 +339,7 @@ fn conditional_updates(store: &dyn CellStore) {
         host: Some(row.host.clone()),
         metadata: Some(row.spec.metadata.clone()),
         tags: Some(row.spec.tags.clone()),
+        security_groups: Some(row.spec.security_groups.clone()),
     };
     assert_eq!(write_one(store, update(expect, full_update)), CellOutcome::Done);
     let mut want = row.clone();
@@ -354,6 +362,13 @@ fn conditional_updates(store: &dyn CellStore) {
     want.spec.access_ip_v4 = Some("10.9.8.7".into());
     want.spec.access_ip_v6 = Some("2001:db8::7".into());
     want.spec.auto_disk_config = true;
+    want.spec.image_ref = Some(rebuilt_image);
+    want.spec.image_properties = [("hw_rng".to_owned(), "1".to_owned())].into();
+    want.spec.key_name = Some("kp".into());
+    want.spec.key_data = Some("ssh-ed25519 AAAA".into());
+    want.spec.user_data = Some("aGk=".into());
+    want.spec.hostname = "host-up".into();
+    want.spec.security_groups = vec!["sg".into()];
     want.updated_at = Some(14);
     assert_eq!(get(store, row.uuid), Some(want.clone()), "every updated field is stored");
 
