@@ -89,6 +89,10 @@ pub mod task_state {
     pub const SUSPENDING: &str = "suspending";
     /// The host is resuming it.
     pub const RESUMING: &str = "resuming";
+    /// The host is taking a `createImage` snapshot and uploading it.
+    pub const IMAGE_SNAPSHOT: &str = "image_snapshot";
+    /// The host is taking a `createBackup` image and uploading it.
+    pub const IMAGE_BACKUP: &str = "image_backup";
 }
 
 /// Nova's migration statuses for cold moves, in order.

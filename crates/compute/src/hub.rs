@@ -83,6 +83,9 @@ pub enum TaskKind {
     /// Read the console log (a request: the agent answers with the text in
     /// its event; no task state).
     ConsoleOutput,
+    /// Take a snapshot (`createImage`, `createBackup`) and upload it to
+    /// the image the task names.
+    Snapshot,
 }
 
 impl TaskKind {
@@ -110,6 +113,7 @@ impl TaskKind {
             TaskKind::Suspend => "suspend",
             TaskKind::Resume => "resume",
             TaskKind::ConsoleOutput => "console_output",
+            TaskKind::Snapshot => "snapshot",
         }
     }
 
@@ -134,6 +138,7 @@ impl TaskKind {
             ts::UNPAUSING => Some(TaskKind::Unpause),
             ts::SUSPENDING => Some(TaskKind::Suspend),
             ts::RESUMING => Some(TaskKind::Resume),
+            ts::IMAGE_SNAPSHOT | ts::IMAGE_BACKUP => Some(TaskKind::Snapshot),
             _ => None,
         }
     }
@@ -161,6 +166,8 @@ pub const AGENT_TASK_STATES: &[&str] = &[
     "unpausing",
     "suspending",
     "resuming",
+    "image_snapshot",
+    "image_backup",
 ];
 
 /// One task for an agent.

@@ -22,6 +22,7 @@ mod instance_actions;
 mod list;
 mod metadata;
 mod server;
+mod snapshot;
 
 pub use actions::action;
 pub use create::create;

@@ -29,4 +29,5 @@ mod reschedule;
 mod reserved;
 mod reshape;
 mod shelve;
+mod snapshots;
 pub(crate) mod support;
