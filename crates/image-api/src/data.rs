@@ -218,7 +218,15 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
             format!("Invalid content type {}", content_type.as_deref().unwrap_or("None")),
         ));
     }
-    let image = find(ctx, req)?;
+    // The agent of the server's host sees the snapshot it uploads.
+    let image = match find(ctx, req) {
+        Ok(image) => image,
+        Err(err) => {
+            let id = Uuid::parse_str(req.param(0)).map_err(|_| err.clone())?;
+            let image = ctx.core.read().compute.images.get(&id).cloned();
+            image.filter(|i| agent_snapshot(ctx, req, i)).ok_or(err)?
+        }
+    };
     if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() && !agent_snapshot(ctx, req, &image) {
         return Err(ApiError::forbidden("You are not permitted to upload data to this image."));
     }

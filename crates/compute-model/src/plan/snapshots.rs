@@ -160,7 +160,7 @@ pub fn plan_rotate_backups(
 }
 
 /// The image a snapshot or backup of `instance` under way uploads to:
-/// its newest `queued` or `saving` snapshot/backup image. The task state
+/// its newest image (`instance_uuid`) still `queued` or `saving`. The task state
 /// allows one at a time, so the instance names it (and a task re-driven
 /// after a restart finds it again).
 pub fn snapshot_image_of(world: &World, instance: &Uuid) -> Option<Uuid> {
@@ -169,7 +169,7 @@ pub fn snapshot_image_of(world: &World, instance: &Uuid) -> Option<Uuid> {
         .map(|i| i.id)
 }
 
-/// The snapshot and backup images of `instance` waiting for data.
+/// The images of `instance` (`instance_uuid`) waiting for data.
 fn pending_snapshots<'w>(world: &'w World, instance: &Uuid) -> impl Iterator<Item = &'w Image> + 'w {
     let instance = instance.to_string();
     world
@@ -177,6 +177,6 @@ fn pending_snapshots<'w>(world: &'w World, instance: &Uuid) -> impl Iterator<Ite
         .images
         .values()
         .filter(|i| matches!(i.status.as_str(), "queued" | "saving"))
-        .filter(|i| matches!(i.properties.get("image_type").map(String::as_str), Some("snapshot" | "backup")))
+        // Not by `image_type`: the request's metadata may replace it.
         .filter(move |i| i.properties.get("instance_uuid") == Some(&instance))
 }

@@ -146,9 +146,14 @@ async fn create_image_uploads_the_snapshot_through_the_agent_with_novas_properti
         vec![("compute_snapshot_instance".to_owned(), "Success".to_owned())]
     );
 
-    // From 2.45 the body names the image; a server boots from it.
-    let second = snapshot(&owner, &id, json!({"createImage": {"name": "snap-2"}})).await;
-    wait_image_active(&owner, &second).await;
+    // From 2.45 the body names the image; a server boots from it. The
+    // request's metadata wins over Nova's own properties (Tempest sets
+    // `image_type`).
+    let second =
+        snapshot(&owner, &id, json!({"createImage": {"name": "snap-2", "metadata": {"image_type": "test"}}})).await;
+    assert_eq!(wait_image_active(&owner, &second).await["metadata"]["image_type"], "test");
+    // No import tasks (Glance's list for an image never imported).
+    assert_eq!(owner.image_get(&format!("/images/{second}/tasks")).await.body, json!({"tasks": []}));
     wait_status(&owner, &id, "ACTIVE").await;
     let child = owner.boot_id("from-snap", &small, &second).await;
     wait_status(&owner, &child, "ACTIVE").await;
