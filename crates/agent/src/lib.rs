@@ -332,6 +332,22 @@ impl Link {
         .await
     }
 
+    /// Upload `data` as image `image`'s data through the image API
+    /// (`PUT /image/v2/images/{id}/file`); returns the status.
+    pub async fn upload_image(&self, image: &str, data: Vec<u8>) -> anyhow::Result<u16> {
+        let url = format!("{}/image/v2/images/{image}/file", self.base);
+        let resp = self
+            .send(|token| {
+                self.client
+                    .put(&url)
+                    .header("X-Auth-Token", token)
+                    .header("Content-Type", "application/octet-stream")
+                    .body(data.clone())
+            })
+            .await?;
+        Ok(resp.status().as_u16())
+    }
+
     /// An agent-API request; returns status and JSON body (Null when none).
     pub async fn agent(
         &self,
@@ -538,6 +554,7 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         "unrescue" => "unrescued",
         "soft_delete" => "soft_deleted",
         "restore" => "restored",
+        "snapshot" => return snapshot(config, task, &instance, &host).await,
         "console_output" => {
             let name = task["display_name"].as_str().unwrap_or("");
             return json!({"instance": instance, "host": host, "kind": "console_output", "task": task["id"],
@@ -549,6 +566,45 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         }
     };
     json!({"instance": instance, "host": host, "kind": event, "task": task["id"]})
+}
+
+/// The fake driver's snapshot: deterministic bytes standing for the
+/// server's disk, uploaded to the image the task names through the image
+/// API (a real driver uploads the disk through the same call), then
+/// `snapshotted`; `snapshot_failed` when there is no image to upload to
+/// or the image API refuses. An image already taking or holding data (a
+/// task handed out again) counts as done.
+async fn snapshot(config: &AgentConfig, task: &Value, instance: &str, host: &str) -> Value {
+    let report = |kind: &str, message: Option<String>| {
+        let mut event = json!({"instance": instance, "host": host, "kind": kind, "task": task["id"]});
+        if let Some(message) = message {
+            event["message"] = json!(message);
+        }
+        event
+    };
+    let Some(image) = task["image"].as_str() else {
+        return report("snapshot_failed", Some(format!("No image to upload the snapshot of {instance} to.")));
+    };
+    if !config.build_time.is_zero() {
+        tokio::time::sleep(config.build_time).await;
+    }
+    let uploaded = match Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)
+    {
+        Ok(link) => link.upload_image(image, fake_disk(instance, image)).await,
+        Err(err) => Err(err),
+    };
+    match uploaded {
+        Ok(204 | 409) => report("snapshotted", None),
+        Ok(status) => report("snapshot_failed", Some(format!("Uploading image {image} failed: HTTP {status}"))),
+        Err(err) => report("snapshot_failed", Some(format!("Uploading image {image} failed: {err}"))),
+    }
+}
+
+/// The fake driver's disk image: 64 KiB naming the server and the image,
+/// the same for the same pair (tests check its checksum).
+pub fn fake_disk(instance: &str, image: &str) -> Vec<u8> {
+    let line = format!("berth fake disk of server {instance} for image {image}\n");
+    line.bytes().cycle().take(64 * 1024).collect()
 }
 
 /// The fake driver's console log: a short, deterministic boot of a

@@ -227,6 +227,16 @@ fn start_image_store(
     Ok(store)
 }
 
+/// The image store as the compute runtime's image data hook (backups
+/// rotated out, snapshots dropped, images deleted through the proxy).
+struct StoreImageData(Arc<berth_image_api::data::ImageStore>);
+
+impl berth_compute::extension::ImageData for StoreImageData {
+    fn remove(&self, image: &uuid::Uuid) {
+        self.0.remove(image);
+    }
+}
+
 impl ComputeServices {
     /// The validator of the per-host agent credentials berth issues.
     pub(crate) fn agent_credentials(&self) -> Arc<dyn berth_http::TokenValidator> {
@@ -248,6 +258,7 @@ impl ComputeServices {
             None => SystemClock::default(),
         });
         let compute = Compute::new(core.clone(), cells, clock, settings.config.clone());
+        compute.set_image_data(Arc::new(StoreImageData(image_store.clone())));
         if let Some(pull) = &settings.pull {
             // Before `start`: boots resumed at start-up are published too.
             let broker = Arc::new(NatsBroker {

@@ -12,7 +12,9 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{Api, ApiResult, HandlerFuture, Policy, Req, Resp, Version, VersionSpec};
 
 use crate::api::{self, ComputeCtx};
-use crate::handlers::{agents, credentials, events, flavors, hosts, keypairs, migrations, resources, servers, usage};
+use crate::handlers::{
+    agents, credentials, events, flavors, hosts, images, keypairs, migrations, resources, servers, usage,
+};
 
 type Sync = fn(&ComputeCtx, &Req) -> ApiResult<Resp>;
 type Async = fn(Arc<ComputeCtx>, Req) -> HandlerFuture;
@@ -122,6 +124,28 @@ pub fn compute_routes() -> Vec<Route<ComputeCtx>> {
                 s(M::GET, flavors::show_extra_spec),
                 s(M::PUT, flavors::update_extra_spec),
                 s(M::DELETE, flavors::delete_extra_spec),
+            ],
+        ),
+        Route::new("/v2.1/images", vec![until(35, s(M::GET, images::index))]),
+        Route::new("/v2.1/images/detail", vec![until(35, s(M::GET, images::detail))]),
+        Route::new(
+            "/v2.1/images/{id}",
+            vec![until(35, s(M::GET, images::show)), until(35, s(M::DELETE, images::delete))],
+        ),
+        Route::new(
+            "/v2.1/images/{id}/metadata",
+            vec![
+                until(35, s(M::GET, images::list_metadata)),
+                until(35, s(M::POST, images::create_metadata)),
+                until(35, s(M::PUT, images::update_all_metadata)),
+            ],
+        ),
+        Route::new(
+            "/v2.1/images/{id}/metadata/{key}",
+            vec![
+                until(35, s(M::GET, images::show_metadata)),
+                until(35, s(M::PUT, images::update_metadata)),
+                until(35, s(M::DELETE, images::delete_metadata)),
             ],
         ),
         Route::new("/v2.1/os-keypairs", vec![s(M::GET, keypairs::index), s(M::POST, keypairs::create)]),

@@ -97,6 +97,10 @@ pub mod task_state {
     pub const SOFT_DELETING: &str = "soft-deleting";
     /// The host is powering a soft-deleted instance on again.
     pub const RESTORING: &str = "restoring";
+    /// The host is taking a `createImage` snapshot and uploading it.
+    pub const IMAGE_SNAPSHOT: &str = "image_snapshot";
+    /// The host is taking a `createBackup` image and uploading it.
+    pub const IMAGE_BACKUP: &str = "image_backup";
 }
 
 /// Nova's migration statuses for cold moves, in order.

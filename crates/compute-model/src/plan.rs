@@ -25,7 +25,7 @@
 //!
 //! One file per family of writes, under `plan/`: `admission`, `claims`
 //! (and burying in cell0), `reschedule` (push mode) and `requeue` (pull
-//! mode), `deletes`; then `flavors`, `images`, `key_pairs`, `server_groups`, `quotas`,
+//! mode), `deletes`; then `flavors`, `images`, `snapshots` (of servers), `key_pairs`, `server_groups`, `quotas`,
 //! `aggregates`, `cells` (and host discovery) and `agents` (which identity
 //! speaks for a host). Everything is re-exported here: callers write
 //! `plan::plan_claim`.
@@ -45,6 +45,7 @@ mod quotas;
 mod requeue;
 mod reschedule;
 mod server_groups;
+mod snapshots;
 
 pub use admission::{hold_boot, plan_admit_boot, BootAdmission};
 pub use agents::{
@@ -67,6 +68,7 @@ pub use quotas::{plan_delete_quotas, plan_set_quota_class, plan_set_quotas};
 pub use requeue::{plan_claim_requeued, plan_expire_requeued, plan_requeue, requeue_waiting, RequeueClaim};
 pub use reschedule::{plan_reschedule, Exhausted, Rescheduled};
 pub use server_groups::{plan_create_server_group, plan_delete_server_group};
+pub use snapshots::{plan_rotate_backups, plan_snapshot_image, snapshot_image_of, SnapshotImage, SnapshotKind};
 
 type Result<T> = std::result::Result<T, ComputeError>;
 

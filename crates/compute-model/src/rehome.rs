@@ -204,7 +204,7 @@ pub fn shelved_image_id(instance: &Uuid) -> Uuid {
 /// Image properties a snapshot does not inherit from the image its
 /// server was booted from (Nova's `NON_INHERITABLE_IMAGE_PROPERTIES`,
 /// and the `os_glance` namespace Glance reserves).
-const NOT_INHERITED: &[&str] = &[
+pub(crate) const NOT_INHERITED: &[&str] = &[
     "cinder_encryption_key_id",
     "cinder_encryption_key_deletion_policy",
     "img_signature",

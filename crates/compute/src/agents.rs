@@ -360,6 +360,9 @@ impl Compute {
         if matches!(event.kind.as_str(), "shelved" | "offloaded" | "unshelved") {
             return self.shelve_event(&handle, &uuid, &event.kind, &event.host).await;
         }
+        if matches!(event.kind.as_str(), "snapshotted" | "snapshot_failed") {
+            return self.snapshot_event(&handle, &uuid, &event.kind, &event.host, event.message.as_deref()).await;
+        }
         if matches!(
             event.kind.as_str(),
             "paused" | "unpaused" | "suspended" | "resumed" | "rescued" | "unrescued" | "soft_deleted" | "restored"

@@ -50,3 +50,12 @@ pub trait BootExtension: Send + Sync {
     /// acts on it later.
     fn admitted(&self) {}
 }
+
+/// Image data the runtime drops with the images it deletes (backups
+/// rotated out, snapshots of failed or abandoned uploads, images deleted
+/// through the compute API's proxy). The process wiring registers the
+/// image API's store; without one, the store's sweep finds the files.
+pub trait ImageData: Send + Sync {
+    /// Remove `image`'s data, if there is any.
+    fn remove(&self, image: &Uuid);
+}

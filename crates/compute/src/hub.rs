@@ -91,6 +91,9 @@ pub enum TaskKind {
     /// Read the console log (a request: the agent answers with the text in
     /// its event; no task state).
     ConsoleOutput,
+    /// Take a snapshot (`createImage`, `createBackup`) and upload it to
+    /// the image the task names.
+    Snapshot,
 }
 
 impl TaskKind {
@@ -122,6 +125,7 @@ impl TaskKind {
             TaskKind::Unrescue => "unrescue",
             TaskKind::SoftDelete => "soft_delete",
             TaskKind::Restore => "restore",
+            TaskKind::Snapshot => "snapshot",
         }
     }
 
@@ -150,6 +154,7 @@ impl TaskKind {
             ts::UNRESCUING => Some(TaskKind::Unrescue),
             ts::SOFT_DELETING => Some(TaskKind::SoftDelete),
             ts::RESTORING => Some(TaskKind::Restore),
+            ts::IMAGE_SNAPSHOT | ts::IMAGE_BACKUP => Some(TaskKind::Snapshot),
             _ => None,
         }
     }
@@ -181,6 +186,8 @@ pub const AGENT_TASK_STATES: &[&str] = &[
     "unrescuing",
     "soft-deleting",
     "restoring",
+    "image_snapshot",
+    "image_backup",
 ];
 
 /// One task for an agent.

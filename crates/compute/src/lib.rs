@@ -20,12 +20,15 @@
 //! - [`rebuild`]: rebuild in place, and the reclaim of soft-deleted
 //!   servers;
 //! - [`console`]: console output, asked of the host's agent;
+//! - [`snapshot`]: `createImage` and `createBackup` (the image record,
+//!   the host's upload, backup rotation);
 //! - [`metadata`]: a server's user metadata and tags;
 //! - [`pull`]: pull-mode scheduling's control-plane side: publishing
 //!   boots to their queues (through a registered broker), the queues a
 //!   host can take, the claim for one host, the outbox sweep;
 //! - [`extension`]: the boot path's extension point ([`extension::BootExtension`],
-//!   reserved servers), registered by the process wiring;
+//!   reserved servers) and the image data hook ([`extension::ImageData`]),
+//!   registered by the process wiring;
 //! - [`error`] and [`action`]: the error every operation returns and the
 //!   pieces the instance actions share; they use no operation module.
 //!
@@ -66,6 +69,7 @@ pub mod rebuild;
 pub mod servers;
 pub mod services;
 pub mod shelve;
+pub mod snapshot;
 pub mod timing;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -294,6 +298,9 @@ pub struct Compute {
     /// Takes boots over in their admission write (reserved servers);
     /// registered once by the process wiring.
     boot_extension: std::sync::OnceLock<Arc<dyn extension::BootExtension>>,
+    /// Removes the data of images the runtime deletes; registered once by
+    /// the process wiring.
+    image_data: std::sync::OnceLock<Arc<dyn extension::ImageData>>,
     /// API requests waiting for an agent's console output, by task id.
     console_waiters: console::Waiters,
     jobs: tokio::sync::mpsc::UnboundedSender<build::BootJob>,
@@ -330,6 +337,7 @@ impl Compute {
             build_request_ids: Mutex::new(std::collections::HashMap::new()),
             agent_hosts_checked: Mutex::new(std::collections::HashMap::new()),
             boot_extension: std::sync::OnceLock::new(),
+            image_data: std::sync::OnceLock::new(),
             console_waiters: console::Waiters::default(),
             jobs,
             jobs_rx: std::sync::Mutex::new(Some(jobs_rx)),
@@ -353,6 +361,20 @@ impl Compute {
     /// returns false).
     pub fn set_boot_extension(&self, extension: Arc<dyn extension::BootExtension>) -> bool {
         self.boot_extension.set(extension).is_ok()
+    }
+
+    /// Register what removes image data (once; a second call is ignored
+    /// and returns false).
+    pub fn set_image_data(&self, data: Arc<dyn extension::ImageData>) -> bool {
+        self.image_data.set(data).is_ok()
+    }
+
+    /// Remove the data of an image just deleted (nothing without a
+    /// registered store: its sweep removes the file).
+    pub fn remove_image_data(&self, image: &uuid::Uuid) {
+        if let Some(data) = self.image_data.get() {
+            data.remove(image);
+        }
     }
 
     /// The registered boot extension, if any.

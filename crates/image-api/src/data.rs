@@ -218,8 +218,16 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
             format!("Invalid content type {}", content_type.as_deref().unwrap_or("None")),
         ));
     }
-    let image = find(ctx, req)?;
-    if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() {
+    // The agent of the server's host sees the snapshot it uploads.
+    let image = match find(ctx, req) {
+        Ok(image) => image,
+        Err(err) => {
+            let id = Uuid::parse_str(req.param(0)).map_err(|_| err.clone())?;
+            let image = ctx.core.read().compute.images.get(&id).cloned();
+            image.filter(|i| agent_snapshot(ctx, req, i)).ok_or(err)?
+        }
+    };
+    if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() && !agent_snapshot(ctx, req, &image) {
         return Err(ApiError::forbidden("You are not permitted to upload data to this image."));
     }
     let declared = req.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -281,6 +289,22 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
             Err(err)
         }
     }
+}
+
+/// An agent uploading a server's snapshot (`instance_uuid`) from the
+/// host the server is on, as nova-compute uploads to Glance: a caller
+/// with the `service` role that may speak for that host.
+fn agent_snapshot(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
+    let Some(user) = req.auth.user_id.as_deref() else { return false };
+    if !req.auth.roles.iter().any(|r| r == "service") {
+        return false;
+    }
+    let Some(instance) = image.properties.get("instance_uuid").and_then(|u| Uuid::parse_str(u).ok()) else {
+        return false;
+    };
+    let world = ctx.core.read();
+    let Some(node) = berth_compute_model::choice::host_of_instance(&world, &instance) else { return false };
+    berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
 }
 
 /// Write the body into `temporary`, hashing it, within the size cap;

@@ -186,6 +186,14 @@ pub fn delete(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::no_content())
 }
 
+/// `GET /image/v2/images/{id}/tasks` (Glance 2.12): the image's import
+/// tasks. berth runs none (uploads and snapshots are synchronous), so the
+/// list is empty, as Glance's is for an image that was never imported.
+pub fn image_tasks(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
+    find(ctx, req)?;
+    Ok(Resp::ok(json!({"tasks": []})))
+}
+
 /// `GET /image/v2/schemas/image`.
 pub fn image_schema(_: &ImageCtx, _: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(view::image_schema()))

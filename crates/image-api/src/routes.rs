@@ -39,6 +39,7 @@ pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Ima
                 Endpoint::stream(M::PUT, Version(2, 0), data::upload),
             ],
         ),
+        Route::new("/v2/images/{id}/tasks", vec![g(M::GET, handlers::image_tasks)]),
         Route::new("/v2/schemas/image", vec![g(M::GET, handlers::image_schema)]),
         Route::new("/v2/schemas/images", vec![g(M::GET, handlers::images_schema)]),
     ];

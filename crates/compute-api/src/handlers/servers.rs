@@ -23,6 +23,7 @@ mod list;
 mod metadata;
 mod rebuild;
 mod server;
+mod snapshot;
 
 pub use actions::action;
 pub use create::create;

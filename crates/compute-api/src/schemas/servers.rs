@@ -547,3 +547,35 @@ pub fn security_group_action(action: &str) -> Value {
         }),
     )
 }
+
+/// `createImage`: `{"createImage": {"name", "metadata"?}}`.
+pub fn create_image() -> Value {
+    envelope(
+        "createImage",
+        json!({
+            "type": "object",
+            "properties": {"name": name(), "metadata": metadata()},
+            "required": ["name"],
+            "additionalProperties": false,
+        }),
+    )
+}
+
+/// `createBackup`: `{"createBackup": {"name", "backup_type", "rotation",
+/// "metadata"?}}`, `rotation` Nova's `non_negative_integer`.
+pub fn create_backup() -> Value {
+    envelope(
+        "createBackup",
+        json!({
+            "type": "object",
+            "properties": {
+                "name": name(),
+                "backup_type": {"type": "string"},
+                "rotation": {"type": ["integer", "string"], "pattern": "^[0-9]*$", "minimum": 0, "minLength": 1},
+                "metadata": metadata(),
+            },
+            "required": ["name", "backup_type", "rotation"],
+            "additionalProperties": false,
+        }),
+    )
+}

@@ -27,6 +27,7 @@ pub mod extensions;
 pub mod flavors;
 pub mod hosts;
 pub mod hypervisors;
+pub mod images;
 pub mod instance_actions;
 pub mod keypairs;
 pub mod limits;

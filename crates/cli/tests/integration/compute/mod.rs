@@ -30,4 +30,5 @@ mod reschedule;
 mod reserved;
 mod reshape;
 mod shelve;
+mod snapshots;
 pub(crate) mod support;

@@ -1,7 +1,8 @@
 //! `POST /servers/{id}/action`: power (`os-start`, `os-stop`, `reboot`),
 //! `lock` and `unlock`, `pause`/`unpause`, `suspend`/`resume`,
 //! `os-getConsoleOutput`, `os-resetState`, `rebuild`, `rescue`/`unrescue`,
-//! `restore`/`forceDelete` (in `rebuild.rs`), and the moves (resize, migrate, confirm and
+//! `restore`/`forceDelete` (in `rebuild.rs`), `createImage`/`createBackup`
+//! (in `snapshot`), and the moves (resize, migrate, confirm and
 //! revert, evacuate, live migration, shelve, shelve offload, unshelve),
 //! older microversions' shapes upgraded where they are parsed.
 
@@ -42,6 +43,9 @@ pub fn action(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
             return Ok(resp);
         }
         if let Some(resp) = super::rebuild::rebuild_action(&ctx, &req, &id, &name, &value, &record).await? {
+            return Ok(resp);
+        }
+        if let Some(resp) = super::snapshot::snapshot_action(&ctx, &req, &id, &name, &value, &record).await? {
             return Ok(resp);
         }
         let (action, schema, policy) = match name.as_str() {

@@ -201,6 +201,44 @@ fn resolve_key_pair(ctx: &ComputeCtx, request: &CreateRequest) -> ApiResult<Opti
     Ok(Some((key_pair.name.clone(), key_pair.public_key.clone())))
 }
 
+/// Nova's `_check_requested_image` and `_validate_flavor_image_nostatus`
+/// for an image-backed root disk: the image is `active`, its
+/// `img_config_drive` is one Nova knows, and the flavor holds it (RAM
+/// against `min_ram`; a root disk of 0 is not checked, otherwise in bytes
+/// against the image's size and `min_disk`).
+pub(crate) fn check_image_for_flavor(image: &Image, flavor: &Flavor) -> ApiResult<()> {
+    if image.status != "active" {
+        return Err(ApiError::bad_request(format!("Image {} is not active.", image.id)));
+    }
+    if let Some(option) = image.properties.get("img_config_drive") {
+        if !matches!(option.as_str(), "optional" | "mandatory") {
+            return Err(ApiError::bad_request(format!("Image's config drive option '{option}' is invalid")));
+        }
+    }
+    if image.min_ram > flavor.memory_mb {
+        return Err(ApiError::bad_request("Flavor's memory is too small for requested image."));
+    }
+    const GIB: i64 = 1 << 30;
+    let dest_size = flavor.root_gb.saturating_mul(GIB);
+    if dest_size != 0 {
+        let image_size = image.size.unwrap_or(0);
+        if image_size > dest_size {
+            return Err(ApiError::bad_request(format!(
+                "Flavor's disk is too small for requested image. Flavor disk is {dest_size} bytes, image is \
+                 {image_size} bytes."
+            )));
+        }
+        let min_disk = image.min_disk.saturating_mul(GIB);
+        if min_disk > dest_size {
+            return Err(ApiError::bad_request(format!(
+                "Flavor's disk is smaller than the minimum size specified in image metadata. Flavor disk is \
+                 {dest_size} bytes, minimum size is {min_disk} bytes."
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The flavor and image a boot names, as the caller may see them on the
 /// snapshot, checked against each other; and the availability zone and
 /// server group it names.
@@ -241,15 +279,7 @@ fn resolve_flavor_and_image(ctx: &ComputeCtx, req: &Req, request: &CreateRequest
     if flavor.disabled {
         return Err(ApiError::bad_request("Flavor is disabled."));
     }
-    if image.status != "active" {
-        return Err(ApiError::bad_request(format!("Image {} is not active.", image.id)));
-    }
-    if image.min_ram > flavor.memory_mb {
-        return Err(ApiError::bad_request("Flavor's memory is too small for requested image."));
-    }
-    if flavor.root_gb > 0 && image.min_disk > flavor.root_gb {
-        return Err(ApiError::bad_request("Flavor's disk is too small for requested image."));
-    }
+    check_image_for_flavor(&image, &flavor)?;
     if let Some(zone) = az {
         if !known_zones.contains(zone) {
             return Err(ApiError::bad_request("The requested availability zone is not available"));
