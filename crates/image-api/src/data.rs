@@ -61,6 +61,7 @@ pub struct SweepReport {
 enum Entry {
     Data(Uuid),
     Temporary(Uuid),
+    Staged(Uuid),
 }
 
 fn entry(name: &str) -> Option<Entry> {
@@ -68,6 +69,9 @@ fn entry(name: &str) -> Option<Entry> {
         return Some(Entry::Data(id));
     }
     let (id, rest) = name.split_once('.')?;
+    if rest == "staged" {
+        return Uuid::parse_str(id).ok().map(Entry::Staged);
+    }
     rest.ends_with(".part").then_some(())?;
     Uuid::parse_str(id).ok().map(Entry::Temporary)
 }
@@ -90,11 +94,16 @@ impl ImageStore {
         &self.dir
     }
 
-    fn data_path(&self, id: &Uuid) -> PathBuf {
+    pub(crate) fn data_path(&self, id: &Uuid) -> PathBuf {
         self.dir.join(id.to_string())
     }
 
-    fn temporary_path(&self, id: &Uuid) -> PathBuf {
+    /// Where an image's staged data waits for its import (`uploading`).
+    pub(crate) fn staged_path(&self, id: &Uuid) -> PathBuf {
+        self.dir.join(format!("{id}.staged"))
+    }
+
+    pub(crate) fn temporary_path(&self, id: &Uuid) -> PathBuf {
         self.dir.join(format!("{id}.{}.part", Uuid::new_v4().simple()))
     }
 
@@ -137,11 +146,24 @@ impl ImageStore {
             .compute
             .images
             .values()
-            .filter(|i| i.status == "saving" && !uploading.contains(&i.id))
+            .filter(|i| matches!(i.status.as_str(), "saving" | "importing") && !uploading.contains(&i.id))
             .filter(|i| now.saturating_sub(i.updated_at) >= idle.as_secs() as i64)
             .map(|i| i.id)
             .collect();
-        for id in stuck {
+        // A stage that died before its file was in place leaves an
+        // `uploading` image without staged data.
+        let staged: std::collections::BTreeSet<Uuid> =
+            files.iter().filter_map(|(kind, _, _)| if let Entry::Staged(id) = kind { Some(*id) } else { None }).collect();
+        let stuck_stages: Vec<Uuid> = core
+            .read()
+            .compute
+            .images
+            .values()
+            .filter(|i| i.status == "uploading" && !uploading.contains(&i.id) && !staged.contains(&i.id))
+            .filter(|i| now.saturating_sub(i.updated_at) >= idle.as_secs() as i64)
+            .map(|i| i.id)
+            .collect();
+        for id in stuck.into_iter().chain(stuck_stages) {
             let requeued = core.write(|w| {
                 let set = plan_abort_image_upload(w, &id, now).map_err(api::refused)?;
                 let changed = !set.is_empty();
@@ -157,19 +179,23 @@ impl ImageStore {
             }
         }
         for (kind, path, age) in &files {
-            if let Entry::Data(id) = kind {
-                let active = core.read().compute.images.get(id).is_some_and(|i| i.status == "active");
-                if !active && *age >= idle {
-                    remove_file(path);
-                    report.orphans += 1;
-                }
+            let (id, wanted): (&Uuid, &[&str]) = match kind {
+                Entry::Data(id) => (id, &["active", "deactivated"]),
+                // Staged data is kept while its image waits for an import.
+                Entry::Staged(id) => (id, &["uploading", "importing"]),
+                Entry::Temporary(_) => continue,
+            };
+            let kept = core.read().compute.images.get(id).is_some_and(|i| wanted.contains(&i.status.as_str()));
+            if !kept && *age >= idle {
+                remove_file(path);
+                report.orphans += 1;
             }
         }
         report
     }
 }
 
-fn remove_file(path: &Path) {
+pub(crate) fn remove_file(path: &Path) {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -178,13 +204,13 @@ fn remove_file(path: &Path) {
 }
 
 /// Make a rename durable: fsync the directory holding it.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
 /// The store failed: a full disk (or quota) is Glance's 413, anything else
 /// a 500 with the detail only in the log.
-fn storage_error(err: std::io::Error) -> ApiError {
+pub(crate) fn storage_error(err: std::io::Error) -> ApiError {
     if matches!(err.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
         tracing::warn!(error = %err, "image store full");
         return ApiError::new(
@@ -196,7 +222,7 @@ fn storage_error(err: std::io::Error) -> ApiError {
     ApiError::internal()
 }
 
-fn too_large() -> ApiError {
+pub(crate) fn too_large() -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "The incoming image is too large: The provided image is too large.")
 }
 
@@ -285,7 +311,7 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
 
 /// Write the body into `temporary`, hashing it, within the size cap;
 /// fsync it. Returns the size and hashes.
-async fn receive(ctx: &ImageCtx, temporary: &Path, mut body: Body) -> ApiResult<(u64, ImageHashes)> {
+pub(crate) async fn receive(ctx: &ImageCtx, temporary: &Path, mut body: Body) -> ApiResult<(u64, ImageHashes)> {
     let file =
         tokio::fs::OpenOptions::new().write(true).create_new(true).open(temporary).await.map_err(storage_error)?;
     let mut file = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
@@ -355,9 +381,14 @@ pub fn download(ctx: Arc<ImageCtx>, req: Req, _body: Body) -> HandlerFuture {
 
 async fn download_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let image: Image = find(ctx, req)?;
+    if image.status == "deactivated" && !is_admin(req) {
+        return Err(ApiError::forbidden(
+            "The requested image has been deactivated. Image data download is forbidden.",
+        ));
+    }
     // Glance: an image without data answers 204 (so does a snapshot berth
     // recorded without data).
-    if image.status != "active" {
+    if image.status != "active" && image.status != "deactivated" {
         return Ok(Resp::no_content());
     }
     let mut file = match tokio::fs::File::open(ctx.store.data_path(&image.id)).await {
