@@ -1,8 +1,8 @@
 //! Image tags (`PUT`/`DELETE /v2/images/{id}/tags/{tag}`) and the
 //! deactivate/reactivate actions (`POST /v2/images/{id}/actions/...`,
-//! admin only by Glance's default policy). A deactivated image keeps its
-//! data, but only an admin may download it ([`crate::data`]) and the
-//! compute API refuses to boot it.
+//! the owner's or an admin's, Glance's default policy). A deactivated
+//! image keeps its data, but only an admin may download it
+//! ([`crate::data`]) and the compute API refuses to boot it.
 //!
 //! Each is one planned write against the image as it is then: a tag
 //! added concurrently with another is never lost, and the status a
@@ -94,8 +94,9 @@ pub fn reactivate(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
 
 fn transition(ctx: &ImageCtx, req: &Req, action: &str, from: &'static str, to: &'static str) -> ApiResult<Resp> {
     let image = find(ctx, req)?;
-    if !is_admin(req) {
-        return Err(ApiError::forbidden(format!("You are not authorized to complete {action}_image action.")));
+    // Glance's default policy: an admin, or a member of the owning project.
+    if !may_modify(req, &image) {
+        return Err(ApiError::forbidden(format!("You are not authorized to complete {action} action.")));
     }
     let action = action.to_owned();
     write_image(ctx, image.id, move |image| {

@@ -152,8 +152,10 @@ impl ImageStore {
             .collect();
         // A stage that died before its file was in place leaves an
         // `uploading` image without staged data.
-        let staged: std::collections::BTreeSet<Uuid> =
-            files.iter().filter_map(|(kind, _, _)| if let Entry::Staged(id) = kind { Some(*id) } else { None }).collect();
+        let staged: std::collections::BTreeSet<Uuid> = files
+            .iter()
+            .filter_map(|(kind, _, _)| if let Entry::Staged(id) = kind { Some(*id) } else { None })
+            .collect();
         let stuck_stages: Vec<Uuid> = core
             .read()
             .compute
@@ -382,9 +384,7 @@ pub fn download(ctx: Arc<ImageCtx>, req: Req, _body: Body) -> HandlerFuture {
 async fn download_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let image: Image = find(ctx, req)?;
     if image.status == "deactivated" && !is_admin(req) {
-        return Err(ApiError::forbidden(
-            "The requested image has been deactivated. Image data download is forbidden.",
-        ));
+        return Err(ApiError::forbidden("The requested image has been deactivated. Image data download is forbidden."));
     }
     // Glance: an image without data answers 204 (so does a snapshot berth
     // recorded without data).

@@ -110,9 +110,10 @@ pub fn import(ctx: Arc<ImageCtx>, req: Req) -> HandlerFuture {
 }
 
 fn method(req: &Req) -> ApiResult<String> {
-    let body: Value = serde_json::from_slice(&req.body)
-        .map_err(|_| ApiError::bad_request("Malformed JSON in request body."))?;
-    let method = body.get("method").ok_or_else(|| ApiError::bad_request("Import request requires a 'method' field."))?;
+    let body: Value =
+        serde_json::from_slice(&req.body).map_err(|_| ApiError::bad_request("Malformed JSON in request body."))?;
+    let method =
+        body.get("method").ok_or_else(|| ApiError::bad_request("Import request requires a 'method' field."))?;
     let name = method
         .get("name")
         .and_then(Value::as_str)
@@ -182,9 +183,34 @@ async fn finish_import(ctx: &ImageCtx, id: &Uuid) -> ApiResult<()> {
         os_hash_algo: "sha512".to_owned(),
         os_hash_value: hex(&sha512.finalize()),
     };
-    std::fs::rename(&staged, ctx.store.data_path(id)).and_then(|()| sync_dir(ctx.store.dir())).map_err(storage_error)?;
+    std::fs::rename(&staged, ctx.store.data_path(id))
+        .and_then(|()| sync_dir(ctx.store.dir()))
+        .map_err(storage_error)?;
     let size = i64::try_from(size).unwrap_or(i64::MAX);
     ctx.core.write(|w| {
         plan_finish_image_upload(w, id, size, hashes, berth_core::now()).map(|set| (set, ())).map_err(api::refused)
     })
+}
+
+/// `POST /image/v2/tasks`: Glance's legacy task API (admin only, its
+/// `tasks_api_access` default). Its one use is an `import` task that
+/// downloads `import_from`, which berth's import filter never passes: there
+/// is no outbound network, so every task is refused as Glance refuses a
+/// URI its filter rejects.
+pub fn create_task(_: &ImageCtx, req: &Req) -> ApiResult<Resp> {
+    if !is_admin(req) {
+        return Err(ApiError::forbidden("You are not authorized to complete tasks_api_access action."));
+    }
+    let body: Value =
+        serde_json::from_slice(&req.body).map_err(|_| ApiError::bad_request("Malformed JSON in request body."))?;
+    for param in ["type", "input"] {
+        if body.get(param).is_none() {
+            return Err(ApiError::bad_request(format!("Task '{param}' is required")));
+        }
+    }
+    let source = body["input"].get("import_from").map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+    Err(ApiError::bad_request(format!(
+        "URI for legacy import task does not pass filtering: {}",
+        source.as_deref().unwrap_or("None")
+    )))
 }

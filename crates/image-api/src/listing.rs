@@ -26,7 +26,8 @@ use berth_compute_api::api::{is_admin, parse_time};
 use crate::views as view;
 use crate::ImageCtx;
 
-const SORT_KEYS: &[&str] = &["name", "status", "container_format", "disk_format", "size", "id", "created_at", "updated_at"];
+const SORT_KEYS: &[&str] =
+    &["name", "status", "container_format", "disk_format", "size", "id", "created_at", "updated_at"];
 /// Glance's `limit_param_default` and `api_limit_max`.
 const LIMIT_DEFAULT: usize = 25;
 const LIMIT_MAX: usize = 1000;
@@ -254,9 +255,7 @@ fn listed(image: &Image, project: Option<&str>, admin: bool, query: &Query) -> b
         || own
         || matches!(image.visibility.as_str(), "public" | "community")
         || (image.visibility == "shared"
-            && image
-                .member_status(project)
-                .is_some_and(|s| query.member_status == "all" || s == query.member_status));
+            && image.member_status(project).is_some_and(|s| query.member_status == "all" || s == query.member_status));
     let has_visibility_filter = query.filters.iter().any(|f| matches!(f, Filter::Visibility(_)));
     visible && (has_visibility_filter || own || image.visibility != "community")
 }

@@ -46,8 +46,18 @@ pub struct Change {
 }
 
 /// Base attributes a patch may set (but never remove).
-const WRITABLE_BASE: &[&str] =
-    &["name", "visibility", "protected", "os_hidden", "owner", "disk_format", "container_format", "min_disk", "min_ram", "tags"];
+const WRITABLE_BASE: &[&str] = &[
+    "name",
+    "visibility",
+    "protected",
+    "os_hidden",
+    "owner",
+    "disk_format",
+    "container_format",
+    "min_disk",
+    "min_ram",
+    "tags",
+];
 
 /// Attributes Glance refuses in a patch as read-only (`id` among them).
 const READ_ONLY: &[&str] = &[
@@ -142,7 +152,9 @@ fn parse_change(raw: &Value, draft: Draft) -> ApiResult<Change> {
     let value = if op == "remove" {
         Value::Null
     } else {
-        obj.get("value").cloned().ok_or_else(|| bad(format!("Operation \"{op}\" requires a member named \"value\".")))?
+        obj.get("value")
+            .cloned()
+            .ok_or_else(|| bad(format!("Operation \"{op}\" requires a member named \"value\".")))?
     };
     if READ_ONLY.contains(&path.as_str()) {
         return Err(ApiError::forbidden(format!("Attribute '{path}' is read-only.")));
@@ -173,7 +185,8 @@ fn decode_pointer(pointer: &str) -> ApiResult<Vec<String>> {
     if pointer.len() > 1 && pointer.ends_with('/') {
         return Err(bad(format!("Pointer `{pointer}` end with \"/\".")));
     }
-    let bad_escape = pointer.ends_with('~') || pointer.match_indices('~').any(|(i, _)| !matches!(pointer.as_bytes().get(i + 1), Some(b'0' | b'1')));
+    let bad_escape = pointer.ends_with('~')
+        || pointer.match_indices('~').any(|(i, _)| !matches!(pointer.as_bytes().get(i + 1), Some(b'0' | b'1')));
     if bad_escape {
         return Err(bad(format!("Pointer `{pointer}` contains \"~\" not part of a recognized escape sequence.")));
     }

@@ -46,6 +46,7 @@ pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Ima
         ),
         Route::new("/v2/images/{id}/stage", vec![Endpoint::stream(M::PUT, Version(2, 0), import::stage)]),
         Route::new("/v2/images/{id}/import", vec![Endpoint::async_(M::POST, Version(2, 0), import::import)]),
+        Route::new("/v2/tasks", vec![g(M::POST, import::create_task)]),
         Route::new("/v2/images/{id}/tags/{tag}", vec![g(M::PUT, actions::add_tag), g(M::DELETE, actions::delete_tag)]),
         Route::new("/v2/images/{id}/actions/deactivate", vec![g(M::POST, actions::deactivate)]),
         Route::new("/v2/images/{id}/actions/reactivate", vec![g(M::POST, actions::reactivate)]),

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use berth_compute_model::choice::HostChoice;
 use berth_compute_model::{
     AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor,
-    GroupPolicy, HostMapping, Image, ImageHashes, ImageMember, ImageRef, InstanceMapping, InstanceSpec, KeyPair, KeyPairType,
-    RequestSpec, RowKey, ServerGroup,
+    GroupPolicy, HostMapping, Image, ImageHashes, ImageMember, ImageRef, InstanceMapping, InstanceSpec, KeyPair,
+    KeyPairType, RequestSpec, RowKey, ServerGroup,
 };
 use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};
@@ -79,8 +79,11 @@ fn to_image_members(v: &Value) -> Result<BTreeMap<String, ImageMember>> {
     members
         .iter()
         .map(|(project, m)| {
-            let member =
-                ImageMember { status: s(m, "status")?, created_at: i(m, "created_at")?, updated_at: i(m, "updated_at")? };
+            let member = ImageMember {
+                status: s(m, "status")?,
+                created_at: i(m, "created_at")?,
+                updated_at: i(m, "updated_at")?,
+            };
             Ok((project.clone(), member))
         })
         .collect()

@@ -94,7 +94,12 @@ impl Glance {
     async fn ids(&self, query: &str) -> Vec<String> {
         let got = self.get(&format!("/images{query}")).await;
         assert_eq!(got.status, 200, "list {query}: {:?}", got.json());
-        got.json()["images"].as_array().expect("images").iter().map(|i| i["id"].as_str().expect("id").to_owned()).collect()
+        got.json()["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| i["id"].as_str().expect("id").to_owned())
+            .collect()
     }
 }
 
@@ -131,9 +136,7 @@ async fn images_are_patched_as_glance_does() {
     let admin = Glance::new(&server, "admin");
     let id = owner.create(json!({"name": "a", "disk_format": "raw", "container_format": "bare"})).await;
 
-    let wrong = owner
-        .send("PATCH", &format!("/v2/images/{id}"), Some("application/json"), Some(b"[]".to_vec()))
-        .await;
+    let wrong = owner.send("PATCH", &format!("/v2/images/{id}"), Some("application/json"), Some(b"[]".to_vec())).await;
     assert_eq!(wrong.status, 415);
     assert!(wrong.headers.get("accept-patch").is_some(), "415 names the patch types");
 
@@ -181,7 +184,11 @@ async fn images_are_patched_as_glance_does() {
             "You are not authorized to complete publicize_image action.",
         ),
         (json!({"op": "replace"}), 400, "Request body must be a JSON array of operation objects."),
-        (json!([{"op": "move", "path": "/name"}]), 400, "Invalid operation: `move`. It must be one of the following: add, remove, replace."),
+        (
+            json!([{"op": "move", "path": "/name"}]),
+            400,
+            "Invalid operation: `move`. It must be one of the following: add, remove, replace.",
+        ),
         (json!([{"op": "add", "path": "/a/b", "value": "x"}]), 400, "Invalid JSON pointer for this resource: '/a/b'"),
         (json!([{"op": "add", "path": "/name"}]), 400, "Operation \"add\" requires a member named \"value\"."),
         (json!([{"op": "replace", "path": "/min_ram", "value": "lots"}]), 400, ""),
@@ -196,8 +203,7 @@ async fn images_are_patched_as_glance_does() {
         }
     }
     assert_eq!(owner.get(&format!("/images/{id}")).await.json(), before, "refused patches change nothing");
-    let malformed =
-        owner.send("PATCH", &format!("/v2/images/{id}"), Some(PATCH), Some(b"[{".to_vec())).await;
+    let malformed = owner.send("PATCH", &format!("/v2/images/{id}"), Some(PATCH), Some(b"[{".to_vec())).await;
     assert_eq!(malformed.status, 400);
     // Another project cannot see a private image, let alone change it.
     assert_eq!(other.patch(&id, json!([{"op": "replace", "path": "/name", "value": "x"}])).await.status, 404);
@@ -220,7 +226,10 @@ async fn images_are_patched_as_glance_does() {
     // disk_format changes only while queued; the data makes it active.
     owner.upload(&id, b"data").await;
     let got = owner.patch(&id, json!([{"op": "replace", "path": "/disk_format", "value": "qcow2"}])).await;
-    assert_eq!((got.status, got.message()), (403, "Attribute disk_format can be only replaced for a queued image.".into()));
+    assert_eq!(
+        (got.status, got.message()),
+        (403, "Attribute disk_format can be only replaced for a queued image.".into())
+    );
     assert_eq!(owner.patch(&id, json!([{"op": "replace", "path": "/protected", "value": false}])).await.status, 200);
     assert_eq!(owner.delete(&format!("/images/{id}")).await.status, 204);
 }
@@ -331,6 +340,7 @@ async fn a_deactivated_image_is_served_only_to_admins_and_not_booted() {
     let cloud = Cloud::start("image-deactivate", &[]).await;
     let server = &cloud.server;
     let (owner, admin) = (Glance::new(server, "demo:pa"), Glance::new(server, "admin"));
+    let stranger = Glance::new(server, "demo:pb");
     let flavor = cloud.nova("admin").flavor("m1", 1, 64, 1).await;
     let id = owner.create(json!({"name": "d", "disk_format": "raw", "container_format": "bare"})).await;
     let deactivate = format!("/v2/images/{id}/actions/deactivate");
@@ -338,8 +348,15 @@ async fn a_deactivated_image_is_served_only_to_admins_and_not_booted() {
     let queued = admin.send("POST", &deactivate, None, None).await;
     assert_eq!((queued.status, queued.message()), (403, "Not allowed to deactivate image in status 'queued'".into()));
     owner.upload(&id, b"bytes of d").await;
-    assert_eq!(owner.send("POST", &deactivate, None, None).await.status, 403, "admin only");
-    assert_eq!(admin.send("POST", &deactivate, None, None).await.status, 204);
+    let patch = json!([{"op": "replace", "path": "/visibility", "value": "public"}]);
+    assert_eq!(admin.patch(&id, patch).await.status, 200);
+    let refused = stranger.send("POST", &deactivate, None, None).await;
+    assert_eq!(
+        (refused.status, refused.message()),
+        (403, "You are not authorized to complete deactivate action.".into()),
+        "the owner's or an admin's"
+    );
+    assert_eq!(owner.send("POST", &deactivate, None, None).await.status, 204);
     assert_eq!(admin.send("POST", &deactivate, None, None).await.status, 204, "again: no change");
     assert_eq!(owner.get(&format!("/images/{id}")).await.json()["status"], "deactivated");
     let file = format!("/images/{id}/file");
@@ -350,11 +367,14 @@ async fn a_deactivated_image_is_served_only_to_admins_and_not_booted() {
     );
     let served = admin.get(&file).await;
     assert_eq!((served.status, served.bytes.as_slice()), (200, b"bytes of d".as_slice()));
-    let boot = cloud.nova("demo:pa").boot("s", &flavor, &id, json!({})).await;
-    assert_eq!(boot.status, 400);
-    assert_eq!(boot.body["badRequest"]["message"], format!("Image {id} is not active."));
-    assert_eq!(owner.send("POST", &reactivate, None, None).await.status, 403);
-    assert_eq!(admin.send("POST", &reactivate, None, None).await.status, 204);
+    assert_eq!(stranger.get(&file).await.status, 403, "a public deactivated image: no data for non-admins");
+    for project in ["demo:pa", "demo:pb"] {
+        let boot = cloud.nova(project).boot("s", &flavor, &id, json!({})).await;
+        assert_eq!(boot.status, 400);
+        assert_eq!(boot.body["badRequest"]["message"], format!("Image {id} is not active."));
+    }
+    assert_eq!(stranger.send("POST", &reactivate, None, None).await.status, 403);
+    assert_eq!(owner.send("POST", &reactivate, None, None).await.status, 204);
     assert_eq!(owner.get(&file).await.bytes, b"bytes of d");
     let boot = cloud.nova("demo:pa").boot("s", &flavor, &id, json!({})).await;
     assert_eq!(boot.status, 202, "{:?}", boot.body);
@@ -450,4 +470,15 @@ async fn glance_direct_import_stages_then_imports_with_checksums() {
     assert_eq!(file.bytes, data);
     let active = glance.post(&format!("/images/{id}/import"), import("glance-direct")).await;
     assert_eq!((active.status, active.message()), (409, "Image with status active cannot be target for import".into()));
+
+    // The legacy task API: admin only, and no URI passes (no outbound network).
+    let task = json!({"type": "import", "input": {"import_from": "http://example.com/x.qcow2"}});
+    assert_eq!(glance.post("/tasks", task.clone()).await.status, 403);
+    let admin = Glance::new(&server, "admin");
+    let refused = admin.post("/tasks", task).await;
+    assert_eq!(
+        (refused.status, refused.message()),
+        (400, "URI for legacy import task does not pass filtering: http://example.com/x.qcow2".into())
+    );
+    assert_eq!(admin.post("/tasks", json!({"type": "import"})).await.message(), "Task 'input' is required");
 }
