@@ -139,7 +139,7 @@ fn parse(req: &Req) -> ApiResult<Query> {
         }
     }
     // Glance orders ties by `created_at` and `id`, in the first direction.
-    let default_dir = sort.first().map_or(false, |(_, asc)| *asc);
+    let default_dir = sort.first().is_some_and(|(_, asc)| *asc);
     for key in ["created_at", "id"] {
         if !sort.iter().any(|(k, _)| k == key) {
             sort.push((key.to_owned(), default_dir));
