@@ -39,11 +39,68 @@ const WRITE_BUFFER: usize = 256 * 1024;
 /// How much of the file one download chunk reads.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// Where image data lives, and how large an image may be.
+/// Where image data lives, how large an image may be, and the per-project
+/// quotas.
 #[derive(Debug)]
 pub struct ImageStore {
     dir: PathBuf,
     size_cap: u64,
+    quotas: ImageQuotas,
+}
+
+/// Per-project image quotas (Glance's unified limits `image_count_total`
+/// and `image_size_total`; `None`: unlimited, Glance's default without
+/// limits). Each is checked in the planned write that would pass it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImageQuotas {
+    /// Most images a project may have.
+    pub count_total: Option<u64>,
+    /// Most image data a project may store, in MiB.
+    pub size_total_mib: Option<u64>,
+}
+
+/// oslo.limit's refusal, which Glance answers with 413.
+fn over_limit(project: &str, resource: &str, limit: u64, usage: u64, delta: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "Project {project} is over a limit for [Resource {resource} is over limit of {limit} due to current \
+             usage {usage} and delta {delta}]"
+        ),
+    )
+}
+
+impl ImageQuotas {
+    /// Refuse one more image for `project` past `image_count_total`.
+    pub fn check_count(&self, world: &berth_compute_model::World, project: Option<&str>) -> ApiResult<()> {
+        let (Some(limit), Some(project)) = (self.count_total, project) else { return Ok(()) };
+        let usage = world.compute.images.values().filter(|i| i.owner.as_deref() == Some(project)).count() as u64;
+        if usage + 1 > limit {
+            return Err(over_limit(project, "image_count_total", limit, usage, 1));
+        }
+        Ok(())
+    }
+
+    /// Refuse `size` more bytes of data for image `id` past
+    /// `image_size_total` (usage: the data of the owner's other images,
+    /// in MiB rounded up, as Glance counts it).
+    pub fn check_size(&self, world: &berth_compute_model::World, id: &Uuid, size: u64) -> ApiResult<()> {
+        let Some(limit) = self.size_total_mib else { return Ok(()) };
+        let Some(project) = world.compute.images.get(id).and_then(|i| i.owner.clone()) else { return Ok(()) };
+        let used: u64 = world
+            .compute
+            .images
+            .values()
+            .filter(|i| i.owner.as_deref() == Some(project.as_str()) && i.id != *id)
+            .filter_map(|i| i.size)
+            .map(|s| u64::try_from(s).unwrap_or(0))
+            .sum();
+        let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+        if mib(used + size) > limit {
+            return Err(over_limit(&project, "image_size_total", limit, mib(used), mib(size)));
+        }
+        Ok(())
+    }
 }
 
 /// What one [`ImageStore::sweep`] did.
@@ -86,7 +143,17 @@ impl ImageStore {
     pub fn open(dir: PathBuf, size_cap: u64) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the image store {}: {e}", dir.display()))?;
-        Ok(ImageStore { dir, size_cap })
+        Ok(ImageStore { dir, size_cap, quotas: ImageQuotas::default() })
+    }
+
+    /// The same store with per-project `quotas`.
+    pub fn with_quotas(self, quotas: ImageQuotas) -> Self {
+        ImageStore { quotas, ..self }
+    }
+
+    /// The per-project quotas.
+    pub fn quotas(&self) -> &ImageQuotas {
+        &self.quotas
     }
 
     /// The store's directory.
@@ -276,6 +343,7 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
                     let now = berth_core::now();
                     let size = i64::try_from(size).unwrap_or(i64::MAX);
                     let written = ctx.core.write(|w| {
+                        ctx.store.quotas.check_size(w, &id, u64::try_from(size).unwrap_or(0))?;
                         plan_finish_image_upload(w, &id, size, hashes, now).map(|set| (set, ())).map_err(api::refused)
                     });
                     if let Err(err) = written {

@@ -206,11 +206,15 @@ pub fn create(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
             return Err(ApiError::bad_request(format!("'{key}' value out of range, must not exceed {}.", i32::MAX)));
         }
     }
-    let exists = ctx.core.read().compute.images.contains_key(&id);
-    if exists {
-        return Err(ApiError::conflict(format!("Image with identifier {id} already exists!")));
-    }
-    ctx.core.write(|w| plan_put_image(w, image.clone()).map(|set| (set, ())).map_err(api::refused))?;
+    ctx.core.write(|w| {
+        // Checked in the write that creates it: no two creates pass the
+        // same id or the last quota slot.
+        if w.compute.images.contains_key(&id) {
+            return Err(ApiError::conflict(format!("Image with identifier {id} already exists!")));
+        }
+        ctx.store.quotas().check_count(w, image.owner.as_deref())?;
+        plan_put_image(w, image.clone()).map(|set| (set, ())).map_err(api::refused)
+    })?;
     let location = format!("{}/image/v2/images/{id}", req.base_url);
     Ok(Resp::json(StatusCode::CREATED, view::image(&image)).location(location))
 }

@@ -188,6 +188,7 @@ async fn finish_import(ctx: &ImageCtx, id: &Uuid) -> ApiResult<()> {
         .map_err(storage_error)?;
     let size = i64::try_from(size).unwrap_or(i64::MAX);
     ctx.core.write(|w| {
+        ctx.store.quotas().check_size(w, id, u64::try_from(size).unwrap_or(0))?;
         plan_finish_image_upload(w, id, size, hashes, berth_core::now()).map(|set| (set, ())).map_err(api::refused)
     })
 }

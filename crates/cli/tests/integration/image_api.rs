@@ -482,3 +482,33 @@ async fn glance_direct_import_stages_then_imports_with_checksums() {
     );
     assert_eq!(admin.post("/tasks", json!({"type": "import"})).await.message(), "Task 'input' is required");
 }
+
+#[tokio::test]
+async fn image_quotas_bound_each_project_s_count_and_data() {
+    let server =
+        TestServer::start_with_args("image-quotas", &["--image-count-quota", "2", "--image-size-quota-mib", "1"]).await;
+    let (p1, p2) = (Glance::new(&server, "demo:p1"), Glance::new(&server, "demo:p2"));
+    let body = json!({"name": "q", "disk_format": "raw", "container_format": "bare"});
+    let first = p1.create(body.clone()).await;
+    let second = p1.create(body.clone()).await;
+    let third = p1.post("/images", body.clone()).await;
+    assert_eq!(third.status, 413, "{:?}", third.json());
+    assert_eq!(
+        third.message(),
+        "Project p1 is over a limit for [Resource image_count_total is over limit of 2 due to current usage 2 and \
+         delta 1]"
+    );
+    p2.create(body.clone()).await;
+    let data = vec![1u8; 600 * 1024];
+    p1.upload(&first, &data).await;
+    let over = p1
+        .send("PUT", &format!("/v2/images/{second}/file"), Some("application/octet-stream"), Some(data.clone()))
+        .await;
+    assert_eq!(over.status, 413, "{:?}", over.json());
+    assert!(over.message().contains("image_size_total is over limit of 1"), "{}", over.message());
+    let image = p1.get(&format!("/images/{second}")).await.json();
+    assert_eq!((image["status"].as_str(), image["size"].as_i64()), (Some("queued"), None), "no data kept");
+    assert_eq!(p1.delete(&format!("/images/{first}")).await.status, 204);
+    p1.upload(&second, &data).await;
+    assert_eq!(p1.ids("").await, vec![second.clone()]);
+}
