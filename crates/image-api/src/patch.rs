@@ -43,6 +43,7 @@ pub struct Change {
     op: &'static str,
     path: String,
     value: Value,
+    draft: Draft,
 }
 
 /// Base attributes a patch may set (but never remove).
@@ -168,7 +169,7 @@ fn parse_change(raw: &Value, draft: Draft) -> ApiResult<Change> {
         berth_http::schema::validate(&schemas::create(), &partial)
             .map_err(|e| bad(format!("Provided object does not match schema 'image': {}", e.message)))?;
     }
-    Ok(Change { op, path, value })
+    Ok(Change { op, path, value, draft })
 }
 
 /// Glance's restricted JSON pointer (`_decode_json_pointer`).
@@ -222,6 +223,12 @@ pub fn apply(image: &Image, changes: &[Change], admin: bool) -> ApiResult<Image>
                 }
             }
             op => {
+                // Draft 4's `add` does not replace (Glance's
+                // `json_schema_version == 4` check); draft 10's does.
+                let present = base || next.properties.contains_key(path);
+                if op == "add" && change.draft == Draft::Four && present {
+                    return Err(ApiError::conflict(format!("Property {path} already present.")));
+                }
                 if op == "replace" && !base && !next.properties.contains_key(path) {
                     return Err(ApiError::conflict(format!("Property {path} does not exist.")));
                 }

@@ -168,6 +168,17 @@ async fn images_are_patched_as_glance_does() {
         .await;
     assert_eq!(old.status, 200, "{:?}", old.json());
     assert!(old.json().get("hw_disk_bus").is_none());
+    let present = owner
+        .send(
+            "PATCH",
+            &format!("/v2/images/{id}"),
+            Some(PATCH_OLD),
+            Some(json!([{"add": "/name", "value": "c"}]).to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!((present.status, present.message()), (409, "Property name already present.".into()));
+    let replaced = owner.patch(&id, json!([{"op": "add", "path": "/name", "value": "b"}])).await;
+    assert_eq!(replaced.status, 200, "v2.1's add replaces");
 
     let refusals = [
         (json!([{"op": "replace", "path": "/hw_gone", "value": "x"}]), 409, "Property hw_gone does not exist."),
