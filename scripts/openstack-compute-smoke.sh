@@ -32,6 +32,13 @@ clouds:
     identity_endpoint_override: $B/identity/v3
     identity_api_version: '3'
     compute_api_version: '2.96'
+  berth-b:
+    auth_type: admin_token
+    auth: {token: 'demo:projb', endpoint: $B/compute/v2.1}
+    compute_endpoint_override: $B/compute/v2.1
+    image_endpoint_override: $B/image
+    identity_endpoint_override: $B/identity/v3
+    identity_api_version: '3'
 EOF
 export OS_CLIENT_CONFIG_FILE="$DIR/clouds.yaml" OS_CLOUD=berth
 os() { "$VENV/bin/openstack" "$@"; }
@@ -77,6 +84,37 @@ out=$(os server create --flavor tiny --image empty --nic none nodata 2>&1 || tru
 case "$out" in *"is not active"*) echo "ok: boot from a queued image refused" ;;
   *) echo "FAIL: boot from a queued image: $out" >&2; exit 1 ;; esac
 os image delete empty
+# PATCH, tags, members and deactivation (issue 38). Project projb is a
+# second cloud entry (noauth2 token `demo:projb`).
+osb() { OS_CLOUD=berth-b "$VENV/bin/openstack" "$@"; }
+os image set --tag boot --property hw_disk_bus=scsi cirros
+check "$(os image show cirros -f json -c tags | python3 -c 'import sys,json;print(",".join(json.load(sys.stdin)["tags"]))')" boot "image set --tag"
+check "$(os image show cirros -f json -c properties | python3 -c 'import sys,json;print(json.load(sys.stdin)["properties"]["hw_disk_bus"])')" scsi "image set --property"
+check "$(os image list --tag boot -f value -c Name)" cirros "image list --tag"
+os image unset --tag boot --property hw_disk_bus cirros
+check "$(os image list --tag boot -f value -c Name)" "" "image unset --tag"
+SH=$(os image create --shared --disk-format raw --container-format bare --file "$DIR/cirros.img" shared1 -f value -c id)
+check "$(osb image show "$SH" -f value -c id 2>/dev/null || true)" "" "a shared image is hidden from other projects"
+os image add project "$SH" projb >/dev/null
+check "$(os image member list "$SH" -f value -c Status)" pending "image add project: pending"
+check "$(osb image show "$SH" -f value -c name)" shared1 "a member sees a shared image"
+check "$(osb image list -f value -c ID | grep -c "$SH" || true)" 0 "a pending share is not listed"
+osb image set --accept --project projb "$SH"
+check "$(os image member list "$SH" -f value -c Status)" accepted "image set --accept"
+check "$(osb image list -f value -c ID | grep -c "$SH")" 1 "an accepted share is listed"
+osb image save --file "$DIR/shared.out" "$SH" && cmp "$DIR/cirros.img" "$DIR/shared.out"
+echo "ok: a member downloads a shared image"
+os image remove project "$SH" projb
+check "$(osb image show "$SH" -f value -c id 2>/dev/null || true)" "" "image remove project"
+os image set --deactivate "$SH"
+check "$(os image show "$SH" -f value -c status)" deactivated "image set --deactivate"
+os image set --activate "$SH"
+check "$(os image show "$SH" -f value -c status)" active "image set --activate"
+os image set --protected "$SH"
+if os image delete "$SH" 2>/dev/null; then echo "FAIL: a protected image deleted" >&2; exit 1; fi
+os image set --unprotected "$SH"
+os image delete "$SH"
+echo "ok: image set --protected blocks delete"
 
 # Reserved servers (issue 21): `--hint reserved=True --hint lease_params=...`
 # admits a lease of one slot shaped like the flavor on an enrolled host; the

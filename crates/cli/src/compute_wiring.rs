@@ -110,6 +110,8 @@ pub(crate) struct ComputeSettings {
     /// How long an upload may go without writing before a sweep takes it
     /// for dead.
     pub(crate) image_upload_idle: Duration,
+    /// Per-project image quotas.
+    pub(crate) image_quotas: berth_image_api::data::ImageQuotas,
     pub(crate) test_hooks: bool,
     /// Where the test clock keeps its offset (with test hooks).
     pub(crate) clock_file: Option<std::path::PathBuf>,
@@ -207,8 +209,10 @@ fn start_image_store(
     core: &Arc<berth_core::App>,
     settings: &ComputeSettings,
 ) -> anyhow::Result<Arc<berth_image_api::data::ImageStore>> {
-    let store =
-        Arc::new(berth_image_api::data::ImageStore::open(settings.image_store_dir.clone(), settings.image_size_cap)?);
+    let store = Arc::new(
+        berth_image_api::data::ImageStore::open(settings.image_store_dir.clone(), settings.image_size_cap)?
+            .with_quotas(settings.image_quotas),
+    );
     let upload_idle = settings.image_upload_idle;
     let idle = if core.store().shared() { upload_idle } else { Duration::ZERO };
     let report = store.sweep(core, idle);

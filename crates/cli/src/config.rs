@@ -56,6 +56,10 @@ pub(crate) struct FileConfig {
     pub(crate) image_size_cap: Option<u64>,
     /// Seconds without a write before an upload is taken for dead.
     pub(crate) image_upload_idle_secs: Option<u64>,
+    /// Most images per project (Glance's `image_count_total`).
+    pub(crate) image_count_quota: Option<u64>,
+    /// Most image data per project in MiB (Glance's `image_size_total`).
+    pub(crate) image_size_quota_mib: Option<u64>,
     /// Idle keep-alive timeout in seconds (0: close after every response).
     pub(crate) keepalive_timeout: Option<u64>,
     /// Requests per connection before it is closed (0: no cap).

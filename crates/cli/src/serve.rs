@@ -114,6 +114,14 @@ pub(crate) struct ServeOpts {
     /// process on an embedded database sweeps every leftover at start-up.
     #[arg(long, env = "BERTH_IMAGE_UPLOAD_IDLE_SECS")]
     image_upload_idle_secs: Option<u64>,
+    /// Most images a project may have (Glance's `image_count_total`
+    /// unified limit; unlimited by default, as Glance without limits).
+    #[arg(long, env = "BERTH_IMAGE_COUNT_QUOTA")]
+    image_count_quota: Option<u64>,
+    /// Most image data a project may store, in MiB (Glance's
+    /// `image_size_total` unified limit; unlimited by default).
+    #[arg(long, env = "BERTH_IMAGE_SIZE_QUOTA_MIB")]
+    image_size_quota_mib: Option<u64>,
     /// Seconds a connection may stay idle between requests before berth
     /// closes it (default 5, Apache's `KeepAliveTimeout`; 0 closes after
     /// every response). Clients that share one connection across forked
@@ -554,6 +562,10 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         image_upload_idle: std::time::Duration::from_secs(
             opts.image_upload_idle_secs.or(file.image_upload_idle_secs).unwrap_or(900),
         ),
+        image_quotas: berth_image_api::data::ImageQuotas {
+            count_total: opts.image_count_quota.or(file.image_count_quota),
+            size_total_mib: opts.image_size_quota_mib.or(file.image_size_quota_mib),
+        },
         test_hooks: opts.test_hooks,
         clock_file: opts.test_hooks.then(|| data_dir.join("test-clock-offset")),
         pull: match opts.scheduling.or(file.scheduling).as_deref().unwrap_or("push") {

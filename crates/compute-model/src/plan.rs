@@ -61,7 +61,8 @@ pub use claims::{plan_bury, plan_claim, plan_claim_boots, ClaimFailure, Claimed,
 pub use deletes::{plan_delete_build_request, plan_forget_deleted, plan_forget_instance, plan_queue_for_delete};
 pub use flavors::{plan_create_flavor, plan_delete_flavor, plan_edit_flavor, NewFlavor};
 pub use images::{
-    plan_abort_image_upload, plan_begin_image_upload, plan_delete_image, plan_finish_image_upload, plan_put_image,
+    plan_abort_image_upload, plan_begin_image_upload, plan_delete_image, plan_finish_image_upload, plan_image_status,
+    plan_put_image,
 };
 pub use key_pairs::{not_found as key_pair_not_found, plan_create_key_pair, plan_delete_key_pair};
 pub use quotas::{plan_delete_quotas, plan_set_quota_class, plan_set_quotas};

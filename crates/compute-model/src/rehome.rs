@@ -267,6 +267,7 @@ pub fn plan_shelve_snapshot(world: &World, snapshot: &ShelveSnapshot<'_>, now: T
         hashes: None,
         tags: Vec::new(),
         properties,
+        members: std::collections::BTreeMap::new(),
         created_at,
         updated_at: now,
     }));

@@ -92,9 +92,23 @@ pub struct Image {
     pub tags: Vec<String>,
     /// Every other property (`hw_*`, `img_*`, `trait:*`, `os_distro`, ...).
     pub properties: BTreeMap<String, String>,
+    /// The projects a `shared` image is shared with (Glance's image
+    /// members), by project id.
+    pub members: BTreeMap<String, ImageMember>,
     /// Creation time.
     pub created_at: Timestamp,
     /// Last update.
+    pub updated_at: Timestamp,
+}
+
+/// One project an image is shared with, and what it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageMember {
+    /// `pending` until the member answers, then `accepted` or `rejected`.
+    pub status: String,
+    /// When the image was shared with the project.
+    pub created_at: Timestamp,
+    /// When the member status last changed.
     pub updated_at: Timestamp,
 }
 
@@ -116,12 +130,22 @@ impl Image {
         image_required_traits(&self.properties)
     }
 
-    /// Glance's visibility rule: admins see every image, anyone a public
-    /// or community one, a project its own (shared images have no members
-    /// here). Booting takes only images the caller can see, so the image
-    /// API and the compute API both ask this.
+    /// Glance's visibility rule (`is_image_visible`): admins see every
+    /// image, anyone a public or community one, a project its own and a
+    /// `shared` one it is a member of, whatever its member status (the
+    /// status decides only whether the image is *listed* by default).
+    /// Booting takes only images the caller can see, so the image API and
+    /// the compute API both ask this.
     pub fn visible_to(&self, project_id: Option<&str>, admin: bool) -> bool {
-        admin || matches!(self.visibility.as_str(), "public" | "community") || self.owner.as_deref() == project_id
+        admin
+            || matches!(self.visibility.as_str(), "public" | "community")
+            || self.owner.as_deref() == project_id
+            || (self.visibility == "shared" && project_id.is_some_and(|p| self.members.contains_key(p)))
+    }
+
+    /// The caller's member status for this image, if it is a member.
+    pub fn member_status(&self, project_id: Option<&str>) -> Option<&str> {
+        project_id.and_then(|p| self.members.get(p)).map(|m| m.status.as_str())
     }
 }
 

@@ -39,11 +39,68 @@ const WRITE_BUFFER: usize = 256 * 1024;
 /// How much of the file one download chunk reads.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// Where image data lives, and how large an image may be.
+/// Where image data lives, how large an image may be, and the per-project
+/// quotas.
 #[derive(Debug)]
 pub struct ImageStore {
     dir: PathBuf,
     size_cap: u64,
+    quotas: ImageQuotas,
+}
+
+/// Per-project image quotas (Glance's unified limits `image_count_total`
+/// and `image_size_total`; `None`: unlimited, Glance's default without
+/// limits). Each is checked in the planned write that would pass it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImageQuotas {
+    /// Most images a project may have.
+    pub count_total: Option<u64>,
+    /// Most image data a project may store, in MiB.
+    pub size_total_mib: Option<u64>,
+}
+
+/// oslo.limit's refusal, which Glance answers with 413.
+fn over_limit(project: &str, resource: &str, limit: u64, usage: u64, delta: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "Project {project} is over a limit for [Resource {resource} is over limit of {limit} due to current \
+             usage {usage} and delta {delta}]"
+        ),
+    )
+}
+
+impl ImageQuotas {
+    /// Refuse one more image for `project` past `image_count_total`.
+    pub fn check_count(&self, world: &berth_compute_model::World, project: Option<&str>) -> ApiResult<()> {
+        let (Some(limit), Some(project)) = (self.count_total, project) else { return Ok(()) };
+        let usage = world.compute.images.values().filter(|i| i.owner.as_deref() == Some(project)).count() as u64;
+        if usage + 1 > limit {
+            return Err(over_limit(project, "image_count_total", limit, usage, 1));
+        }
+        Ok(())
+    }
+
+    /// Refuse `size` more bytes of data for image `id` past
+    /// `image_size_total` (usage: the data of the owner's other images,
+    /// in MiB rounded up, as Glance counts it).
+    pub fn check_size(&self, world: &berth_compute_model::World, id: &Uuid, size: u64) -> ApiResult<()> {
+        let Some(limit) = self.size_total_mib else { return Ok(()) };
+        let Some(project) = world.compute.images.get(id).and_then(|i| i.owner.clone()) else { return Ok(()) };
+        let used: u64 = world
+            .compute
+            .images
+            .values()
+            .filter(|i| i.owner.as_deref() == Some(project.as_str()) && i.id != *id)
+            .filter_map(|i| i.size)
+            .map(|s| u64::try_from(s).unwrap_or(0))
+            .sum();
+        let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+        if mib(used + size) > limit {
+            return Err(over_limit(&project, "image_size_total", limit, mib(used), mib(size)));
+        }
+        Ok(())
+    }
 }
 
 /// What one [`ImageStore::sweep`] did.
@@ -61,6 +118,7 @@ pub struct SweepReport {
 enum Entry {
     Data(Uuid),
     Temporary(Uuid),
+    Staged(Uuid),
 }
 
 fn entry(name: &str) -> Option<Entry> {
@@ -68,6 +126,9 @@ fn entry(name: &str) -> Option<Entry> {
         return Some(Entry::Data(id));
     }
     let (id, rest) = name.split_once('.')?;
+    if rest == "staged" {
+        return Uuid::parse_str(id).ok().map(Entry::Staged);
+    }
     rest.ends_with(".part").then_some(())?;
     Uuid::parse_str(id).ok().map(Entry::Temporary)
 }
@@ -82,7 +143,17 @@ impl ImageStore {
     pub fn open(dir: PathBuf, size_cap: u64) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the image store {}: {e}", dir.display()))?;
-        Ok(ImageStore { dir, size_cap })
+        Ok(ImageStore { dir, size_cap, quotas: ImageQuotas::default() })
+    }
+
+    /// The same store with per-project `quotas`.
+    pub fn with_quotas(self, quotas: ImageQuotas) -> Self {
+        ImageStore { quotas, ..self }
+    }
+
+    /// The per-project quotas.
+    pub fn quotas(&self) -> &ImageQuotas {
+        &self.quotas
     }
 
     /// The store's directory.
@@ -90,11 +161,16 @@ impl ImageStore {
         &self.dir
     }
 
-    fn data_path(&self, id: &Uuid) -> PathBuf {
+    pub(crate) fn data_path(&self, id: &Uuid) -> PathBuf {
         self.dir.join(id.to_string())
     }
 
-    fn temporary_path(&self, id: &Uuid) -> PathBuf {
+    /// Where an image's staged data waits for its import (`uploading`).
+    pub(crate) fn staged_path(&self, id: &Uuid) -> PathBuf {
+        self.dir.join(format!("{id}.staged"))
+    }
+
+    pub(crate) fn temporary_path(&self, id: &Uuid) -> PathBuf {
         self.dir.join(format!("{id}.{}.part", Uuid::new_v4().simple()))
     }
 
@@ -137,11 +213,26 @@ impl ImageStore {
             .compute
             .images
             .values()
-            .filter(|i| i.status == "saving" && !uploading.contains(&i.id))
+            .filter(|i| matches!(i.status.as_str(), "saving" | "importing") && !uploading.contains(&i.id))
             .filter(|i| now.saturating_sub(i.updated_at) >= idle.as_secs() as i64)
             .map(|i| i.id)
             .collect();
-        for id in stuck {
+        // A stage that died before its file was in place leaves an
+        // `uploading` image without staged data.
+        let staged: std::collections::BTreeSet<Uuid> = files
+            .iter()
+            .filter_map(|(kind, _, _)| if let Entry::Staged(id) = kind { Some(*id) } else { None })
+            .collect();
+        let stuck_stages: Vec<Uuid> = core
+            .read()
+            .compute
+            .images
+            .values()
+            .filter(|i| i.status == "uploading" && !uploading.contains(&i.id) && !staged.contains(&i.id))
+            .filter(|i| now.saturating_sub(i.updated_at) >= idle.as_secs() as i64)
+            .map(|i| i.id)
+            .collect();
+        for id in stuck.into_iter().chain(stuck_stages) {
             let requeued = core.write(|w| {
                 let set = plan_abort_image_upload(w, &id, now).map_err(api::refused)?;
                 let changed = !set.is_empty();
@@ -157,19 +248,23 @@ impl ImageStore {
             }
         }
         for (kind, path, age) in &files {
-            if let Entry::Data(id) = kind {
-                let active = core.read().compute.images.get(id).is_some_and(|i| i.status == "active");
-                if !active && *age >= idle {
-                    remove_file(path);
-                    report.orphans += 1;
-                }
+            let (id, wanted): (&Uuid, &[&str]) = match kind {
+                Entry::Data(id) => (id, &["active", "deactivated"]),
+                // Staged data is kept while its image waits for an import.
+                Entry::Staged(id) => (id, &["uploading", "importing"]),
+                Entry::Temporary(_) => continue,
+            };
+            let kept = core.read().compute.images.get(id).is_some_and(|i| wanted.contains(&i.status.as_str()));
+            if !kept && *age >= idle {
+                remove_file(path);
+                report.orphans += 1;
             }
         }
         report
     }
 }
 
-fn remove_file(path: &Path) {
+pub(crate) fn remove_file(path: &Path) {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -178,13 +273,13 @@ fn remove_file(path: &Path) {
 }
 
 /// Make a rename durable: fsync the directory holding it.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
 /// The store failed: a full disk (or quota) is Glance's 413, anything else
 /// a 500 with the detail only in the log.
-fn storage_error(err: std::io::Error) -> ApiError {
+pub(crate) fn storage_error(err: std::io::Error) -> ApiError {
     if matches!(err.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
         tracing::warn!(error = %err, "image store full");
         return ApiError::new(
@@ -196,7 +291,7 @@ fn storage_error(err: std::io::Error) -> ApiError {
     ApiError::internal()
 }
 
-fn too_large() -> ApiError {
+pub(crate) fn too_large() -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "The incoming image is too large: The provided image is too large.")
 }
 
@@ -256,6 +351,7 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
                     let now = berth_core::now();
                     let size = i64::try_from(size).unwrap_or(i64::MAX);
                     let written = ctx.core.write(|w| {
+                        ctx.store.quotas.check_size(w, &id, u64::try_from(size).unwrap_or(0))?;
                         plan_finish_image_upload(w, &id, size, hashes, now).map(|set| (set, ())).map_err(api::refused)
                     });
                     if let Err(err) = written {
@@ -309,7 +405,7 @@ fn agent_snapshot(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
 
 /// Write the body into `temporary`, hashing it, within the size cap;
 /// fsync it. Returns the size and hashes.
-async fn receive(ctx: &ImageCtx, temporary: &Path, mut body: Body) -> ApiResult<(u64, ImageHashes)> {
+pub(crate) async fn receive(ctx: &ImageCtx, temporary: &Path, mut body: Body) -> ApiResult<(u64, ImageHashes)> {
     let file =
         tokio::fs::OpenOptions::new().write(true).create_new(true).open(temporary).await.map_err(storage_error)?;
     let mut file = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
@@ -379,9 +475,12 @@ pub fn download(ctx: Arc<ImageCtx>, req: Req, _body: Body) -> HandlerFuture {
 
 async fn download_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     let image: Image = find(ctx, req)?;
+    if image.status == "deactivated" && !is_admin(req) {
+        return Err(ApiError::forbidden("The requested image has been deactivated. Image data download is forbidden."));
+    }
     // Glance: an image without data answers 204 (so does a snapshot berth
     // recorded without data).
-    if image.status != "active" {
+    if image.status != "active" && image.status != "deactivated" {
         return Ok(Resp::no_content());
     }
     let mut file = match tokio::fs::File::open(ctx.store.data_path(&image.id)).await {

@@ -1,6 +1,7 @@
-//! The Glance v2 subset at `/image/v2`: list (name, visibility, status,
-//! owner filters; limit/marker), show, create (`queued`), delete (with its
-//! data), and the schemas clients fetch; image data is [`crate::data`]'s.
+//! The Glance v2 subset at `/image/v2`: the version document and
+//! discovery (`info/import`, `info/stores`), show, create (`queued`),
+//! delete (with its data), and the schemas clients fetch; the listing is
+//! [`crate::listing`]'s, image data [`crate::data`]'s.
 //! Images carry the properties the scheduler reads (`trait:*`, `hw_*`,
 //! `img_*`, `disk_format`).
 
@@ -18,6 +19,10 @@ use crate::{schemas, ImageCtx};
 
 /// Glance's `image_property_quota` default: extra properties per image.
 const IMAGE_PROPERTY_QUOTA: usize = 128;
+/// Glance's `image_tag_quota` default: tags per image.
+const IMAGE_TAG_QUOTA: usize = 128;
+/// Glance's reserved property namespace (`os_glance_*`).
+pub const RESERVED_NAMESPACE: &str = "os_glance";
 
 /// Glance's visibility rule ([`Image::visible_to`]) for the caller.
 fn can_see(req: &Req, image: &Image) -> bool {
@@ -37,49 +42,95 @@ pub(crate) fn find(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
     Ok(image)
 }
 
-/// `GET /image/` and `/image/versions`: Glance's version document.
-pub fn versions(_: &ImageCtx, req: &Req) -> ApiResult<Resp> {
+/// Glance's version list (without the image cache, 2.17 is `CURRENT`).
+const VERSIONS: &[(&str, &str)] = &[
+    ("2.15", "SUPPORTED"),
+    ("2.9", "SUPPORTED"),
+    ("2.17", "CURRENT"),
+    ("2.7", "SUPPORTED"),
+    ("2.6", "SUPPORTED"),
+    ("2.5", "SUPPORTED"),
+    ("2.4", "SUPPORTED"),
+    ("2.3", "SUPPORTED"),
+    ("2.2", "SUPPORTED"),
+    ("2.1", "SUPPORTED"),
+    ("2.0", "SUPPORTED"),
+];
+
+fn version_list(req: &Req) -> Value {
     let href = format!("{}/image/v2/", req.base_url);
-    Ok(Resp::ok(json!({"versions": [
-        {"id": "v2.16", "status": "CURRENT", "links": [{"rel": "self", "href": href}]},
-    ]})))
+    let versions: Vec<Value> = VERSIONS
+        .iter()
+        .map(|(id, status)| json!({"id": format!("v{id}"), "status": status, "links": [{"rel": "self", "href": href}]}))
+        .collect();
+    json!({ "versions": versions })
 }
 
-/// `GET /image/v2/images`.
-pub fn index(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
-    let limit: usize = match req.query_one("limit") {
-        None => 25,
-        Some(text) => text.parse().map_err(|_| ApiError::bad_request("limit param must be an integer"))?,
-    };
-    let world = ctx.core.read();
-    let mut images: Vec<&Image> = world
-        .compute
-        .images
-        .values()
-        .filter(|i| can_see(req, i))
-        .filter(|i| req.query_one("name").is_none_or(|n| i.name.as_deref() == Some(n)))
-        .filter(|i| req.query_one("visibility").is_none_or(|v| v == "all" || i.visibility == v))
-        .filter(|i| req.query_one("status").is_none_or(|s| i.status == s))
-        .filter(|i| req.query_one("owner").is_none_or(|o| i.owner.as_deref() == Some(o)))
-        .filter(|i| {
-            i.properties.get("os_hidden").is_none_or(|h| h != "true") || req.query_one("os_hidden") == Some("true")
-        })
-        .collect();
-    // Glance's default order: created_at desc, then id.
-    images.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
-    if let Some(marker) = req.query_one("marker") {
-        let pos = images
-            .iter()
-            .position(|i| i.id.to_string() == marker)
-            .ok_or_else(|| ApiError::bad_request(format!("Invalid marker. Image {marker} could not be found.")))?;
-        images.drain(..=pos);
+/// `GET /image/`: Glance's version document, `300 Multiple Choices` (as
+/// Glance answers a request that names no version).
+pub fn versions(_: &ImageCtx, req: &Req) -> ApiResult<Resp> {
+    Ok(Resp::json(StatusCode::MULTIPLE_CHOICES, version_list(req)))
+}
+
+/// `GET /image/versions`: the same list, `200` (Glance's explicit request).
+pub fn versions_explicit(_: &ImageCtx, req: &Req) -> ApiResult<Resp> {
+    Ok(Resp::ok(version_list(req)))
+}
+
+/// The import methods berth takes (Glance's `enabled_import_methods`):
+/// `web-download` needs outbound network and `copy-image` several stores.
+pub const IMPORT_METHODS: &[&str] = &["glance-direct"];
+
+/// `GET /image/v2/info/import`: the import methods berth takes.
+pub fn info_import(_: &ImageCtx, _: &Req) -> ApiResult<Resp> {
+    Ok(Resp::ok(json!({"import-methods": {
+        "description": "Import methods available.",
+        "type": "array",
+        "value": IMPORT_METHODS,
+    }})))
+}
+
+/// `GET /image/v2/info/stores`: Glance's answer without multiple stores
+/// (`enabled_backends`): berth has one store.
+pub fn info_stores(_: &ImageCtx, _: &Req) -> ApiResult<Resp> {
+    Err(ApiError::not_found("Multi backend is not supported at this site."))
+}
+
+/// Tags as Glance keeps them: each once, in the order first given.
+pub(crate) fn unique_tags(value: Option<&Value>) -> Vec<String> {
+    let mut tags: Vec<String> = Vec::new();
+    for tag in value.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        if !tags.iter().any(|t| t == tag) {
+            tags.push(tag.to_owned());
+        }
     }
-    let more = images.len() > limit;
-    images.truncate(limit);
-    let page: Vec<Image> = images.into_iter().cloned().collect();
-    let query: Vec<(&str, &str)> = req.query.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let next = if more { page.last().map(|i| i.id.to_string()) } else { None };
-    Ok(Resp::ok(view::list(&page, &query, next.as_deref())))
+    tags
+}
+
+/// Glance's `image_property_quota` and `image_tag_quota` (413 past them).
+pub(crate) fn check_property_quota(image: &Image) -> ApiResult<()> {
+    let extra = image.properties.keys().filter(|k| *k != "os_hidden" && !k.starts_with(RESERVED_NAMESPACE)).count();
+    if extra > IMAGE_PROPERTY_QUOTA {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "The limit has been exceeded on the number of allowed image properties. Attempted: {extra}, \
+                 Maximum: {IMAGE_PROPERTY_QUOTA}"
+            ),
+        ));
+    }
+    let n_tags = image.tags.len();
+    if n_tags > IMAGE_TAG_QUOTA {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Image tag limit exceeded for image {}: The limit has been exceeded on the number of allowed image \
+                 tags. Attempted: {n_tags}, Maximum: {IMAGE_TAG_QUOTA}:",
+                image.id
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `GET /image/v2/images/{id}`.
@@ -102,8 +153,11 @@ pub fn create(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
         if schemas::READ_ONLY_ATTRIBUTES.contains(&key.as_str()) {
             return Err(ApiError::forbidden(format!("Attribute '{key}' is read-only.")));
         }
-        if schemas::RESERVED_ATTRIBUTES.contains(&key.as_str()) {
+        if schemas::RESERVED_ATTRIBUTES.contains(&key.as_str()) || key.starts_with(RESERVED_NAMESPACE) {
             return Err(ApiError::forbidden(format!("Attribute '{key}' is reserved.")));
+        }
+        if key.len() > 255 {
+            return Err(ApiError::bad_request("Custom property should not be greater than 255 characters."));
         }
     }
     let visibility = obj.get("visibility").and_then(Value::as_str).unwrap_or("shared").to_owned();
@@ -135,40 +189,32 @@ pub fn create(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
         min_ram: obj.get("min_ram").and_then(Value::as_i64).unwrap_or(0),
         size: None,
         hashes: None,
-        tags: obj
-            .get("tags")
-            .and_then(Value::as_array)
-            .map(|t| t.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default(),
+        tags: unique_tags(obj.get("tags")),
         properties: obj
             .iter()
             .filter(|(k, _)| !base.contains(&k.as_str()) || *k == "os_hidden")
             .map(|(k, v)| (k.clone(), text(v)))
             .collect(),
+        members: Default::default(),
         created_at: now,
         updated_at: now,
     };
-    let extra = image.properties.keys().filter(|k| *k != "os_hidden" && !k.starts_with("os_glance")).count();
-    if extra > IMAGE_PROPERTY_QUOTA {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "The limit has been exceeded on the number of allowed image properties. Attempted: {extra}, \
-                 Maximum: {IMAGE_PROPERTY_QUOTA}"
-            ),
-        ));
-    }
+    check_property_quota(&image)?;
     // Glance's database holds 32-bit integers (`_validate_db_int`).
     for key in ["min_disk", "min_ram"] {
         if obj.get(key).is_some_and(|v| v.as_i64().is_none_or(|n| n > i64::from(i32::MAX))) {
             return Err(ApiError::bad_request(format!("'{key}' value out of range, must not exceed {}.", i32::MAX)));
         }
     }
-    let exists = ctx.core.read().compute.images.contains_key(&id);
-    if exists {
-        return Err(ApiError::conflict(format!("Image with identifier {id} already exists!")));
-    }
-    ctx.core.write(|w| plan_put_image(w, image.clone()).map(|set| (set, ())).map_err(api::refused))?;
+    ctx.core.write(|w| {
+        // Checked in the write that creates it: no two creates pass the
+        // same id or the last quota slot.
+        if w.compute.images.contains_key(&id) {
+            return Err(ApiError::conflict(format!("Image with identifier {id} already exists!")));
+        }
+        ctx.store.quotas().check_count(w, image.owner.as_deref())?;
+        plan_put_image(w, image.clone()).map(|set| (set, ())).map_err(api::refused)
+    })?;
     let location = format!("{}/image/v2/images/{id}", req.base_url);
     Ok(Resp::json(StatusCode::CREATED, view::image(&image)).location(location))
 }

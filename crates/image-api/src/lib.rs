@@ -19,8 +19,13 @@
 //! body validation with Nova's messages, noauth2 roles, error mapping;
 //! `views::isotime`), a dependency on a sibling on the same floor.
 
+pub mod actions;
 pub mod data;
 pub mod handlers;
+pub mod import;
+pub mod listing;
+pub mod members;
+pub mod patch;
 pub mod routes;
 pub mod schemas;
 pub mod views;

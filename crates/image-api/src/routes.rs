@@ -10,7 +10,7 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{error_response, Api, ApiError, ApiResult, Policy, Req, Resp, Version, VersionSpec};
 use serde_json::json;
 
-use crate::{data, handlers, ImageCtx};
+use crate::{actions, data, handlers, import, listing, members, patch, ImageCtx};
 
 type Sync = fn(&ImageCtx, &Req) -> ApiResult<Resp>;
 
@@ -29,9 +29,14 @@ fn g(method: M, handler: Sync) -> Endpoint<ImageCtx> {
 pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<ImageCtx>> {
     let routes = vec![
         Route::new("/", vec![g(M::GET, handlers::versions).public()]),
-        Route::new("/versions", vec![g(M::GET, handlers::versions).public()]),
-        Route::new("/v2/images", vec![g(M::GET, handlers::index), g(M::POST, handlers::create)]),
-        Route::new("/v2/images/{id}", vec![g(M::GET, handlers::show), g(M::DELETE, handlers::delete)]),
+        Route::new("/versions", vec![g(M::GET, handlers::versions_explicit).public()]),
+        Route::new("/v2/info/import", vec![g(M::GET, handlers::info_import)]),
+        Route::new("/v2/info/stores", vec![g(M::GET, handlers::info_stores)]),
+        Route::new("/v2/images", vec![g(M::GET, listing::index), g(M::POST, handlers::create)]),
+        Route::new(
+            "/v2/images/{id}",
+            vec![g(M::GET, handlers::show), g(M::PATCH, patch::update), g(M::DELETE, handlers::delete)],
+        ),
         Route::new(
             "/v2/images/{id}/file",
             vec![
@@ -40,8 +45,21 @@ pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Ima
             ],
         ),
         Route::new("/v2/images/{id}/tasks", vec![g(M::GET, handlers::image_tasks)]),
+        Route::new("/v2/images/{id}/stage", vec![Endpoint::stream(M::PUT, Version(2, 0), import::stage)]),
+        Route::new("/v2/images/{id}/import", vec![Endpoint::async_(M::POST, Version(2, 0), import::import)]),
+        Route::new("/v2/tasks", vec![g(M::POST, import::create_task)]),
+        Route::new("/v2/images/{id}/tags/{tag}", vec![g(M::PUT, actions::add_tag), g(M::DELETE, actions::delete_tag)]),
+        Route::new("/v2/images/{id}/actions/deactivate", vec![g(M::POST, actions::deactivate)]),
+        Route::new("/v2/images/{id}/actions/reactivate", vec![g(M::POST, actions::reactivate)]),
+        Route::new("/v2/images/{id}/members", vec![g(M::GET, members::index), g(M::POST, members::create)]),
+        Route::new(
+            "/v2/images/{id}/members/{member}",
+            vec![g(M::GET, members::show), g(M::PUT, members::update), g(M::DELETE, members::delete)],
+        ),
         Route::new("/v2/schemas/image", vec![g(M::GET, handlers::image_schema)]),
         Route::new("/v2/schemas/images", vec![g(M::GET, handlers::images_schema)]),
+        Route::new("/v2/schemas/member", vec![g(M::GET, |_, _| Ok(Resp::ok(members::member_schema())))]),
+        Route::new("/v2/schemas/members", vec![g(M::GET, |_, _| Ok(Resp::ok(members::members_schema())))]),
     ];
     Ok(Api {
         name: "image",

@@ -28,6 +28,7 @@ fn glance_image() -> Image {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
+        members: Default::default(),
         created_at: T0,
         updated_at: T0 + 1,
     }

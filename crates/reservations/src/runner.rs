@@ -271,6 +271,7 @@ impl Reservations {
                     hashes: None,
                     tags: Vec::new(),
                     properties,
+                    members: std::collections::BTreeMap::new(),
                     created_at: now,
                     updated_at: now,
                 };

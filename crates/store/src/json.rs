@@ -3,13 +3,13 @@
 //! the control database's compute rows and the PostgreSQL change feed, and
 //! the cell stores for an instance's spec.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use berth_compute_model::choice::HostChoice;
 use berth_compute_model::{
     AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor,
-    GroupPolicy, HostMapping, Image, ImageHashes, ImageRef, InstanceMapping, InstanceSpec, KeyPair, KeyPairType,
-    RequestSpec, RowKey, ServerGroup,
+    GroupPolicy, HostMapping, Image, ImageHashes, ImageMember, ImageRef, InstanceMapping, InstanceSpec, KeyPair,
+    KeyPairType, RequestSpec, RowKey, ServerGroup,
 };
 use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};
@@ -65,8 +65,28 @@ pub fn image(image: &Image) -> Value {
         "checksum": image.hashes.as_ref().map(|h| &h.checksum),
         "os_hash_algo": image.hashes.as_ref().map(|h| &h.os_hash_algo),
         "os_hash_value": image.hashes.as_ref().map(|h| &h.os_hash_value),
+        "members": image.members.iter().map(|(project, m)| (project.clone(), json!({
+            "status": m.status, "created_at": m.created_at, "updated_at": m.updated_at,
+        }))).collect::<Map<String, Value>>(),
         "created_at": image.created_at, "updated_at": image.updated_at,
     })
+}
+
+/// Decode an image's members (rows written before images had members
+/// have none).
+fn to_image_members(v: &Value) -> Result<BTreeMap<String, ImageMember>> {
+    let Some(members) = v.get("members").and_then(Value::as_object) else { return Ok(BTreeMap::new()) };
+    members
+        .iter()
+        .map(|(project, m)| {
+            let member = ImageMember {
+                status: s(m, "status")?,
+                created_at: i(m, "created_at")?,
+                updated_at: i(m, "updated_at")?,
+            };
+            Ok((project.clone(), member))
+        })
+        .collect()
 }
 
 /// Decode [`image`].
@@ -92,6 +112,7 @@ pub fn to_image(v: &Value) -> Result<Image> {
         },
         tags: strings(v, "tags")?,
         properties: get_str_map(v, "properties")?,
+        members: to_image_members(v)?,
         created_at: i(v, "created_at")?,
         updated_at: i(v, "updated_at")?,
     })
@@ -589,6 +610,8 @@ mod tests {
                 }),
                 tags: vec![],
                 properties: [("trait:CUSTOM_X".to_owned(), "required".to_owned())].into(),
+                members: [("q".to_owned(), ImageMember { status: "accepted".into(), created_at: 1, updated_at: 2 })]
+                    .into(),
                 created_at: 1,
                 updated_at: 2,
             }),

@@ -306,8 +306,9 @@ async fn bogus_and_revoked_tokens_get_401_with_www_authenticate_and_a_revoked_to
         let (code, www) = status(&server.base, "/reservation/v1/leases", &headers).await;
         assert_eq!((code, www.as_deref()), (401, Some(want_www.as_str())));
     }
-    // Version documents need no token (Blazar's answers 300 Multiple Choices).
-    for (path, want) in [("/", 200), ("/compute/", 200), ("/image/", 200), ("/reservation/", 300)] {
+    // Version documents need no token (Glance's and Blazar's answer 300
+    // Multiple Choices).
+    for (path, want) in [("/", 200), ("/compute/", 200), ("/image/", 300), ("/reservation/", 300)] {
         assert_eq!(status(&server.base, path, &[]).await.0, want, "{path}");
     }
 

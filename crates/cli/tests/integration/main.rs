@@ -10,6 +10,7 @@ mod concurrency;
 mod connections;
 mod durability;
 mod harness;
+mod image_api;
 mod images;
 mod isolation;
 mod keystone;

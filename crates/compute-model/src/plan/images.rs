@@ -1,5 +1,6 @@
 //! Images: create or replace, delete (protected images refused), and the
-//! upload's status transitions (`queued → saving → active`, or back to
+//! data's status transitions (`queued → saving → active` for an upload,
+//! `queued → uploading → importing → active` for an import, or back to
 //! `queued`), each a compare-and-set on the image's status.
 
 use uuid::Uuid;
@@ -50,9 +51,24 @@ pub fn plan_begin_image_upload(world: &World, id: &Uuid, now: Timestamp) -> Resu
     Ok(set)
 }
 
-/// An upload completed (its data durably in place): `saving → active`
-/// with its size and hashes. Refused if the image is gone (deleted during
-/// the upload) or no longer `saving` (the sweep gave it back).
+/// A status transition checked against the status it leaves (Glance's
+/// `save(image, from_state=...)`): the interoperable import's `queued →
+/// uploading` (stage) and `uploading → importing` (import). Refused (409)
+/// from any other status.
+pub fn plan_image_status(world: &World, id: &Uuid, from: &str, to: &str, now: Timestamp) -> Result<WorldChangeSet> {
+    let current = image(world, id)?;
+    if current.status != from {
+        return Err(transition_refused(&current.status, to));
+    }
+    let mut set = WorldChangeSet::new();
+    set.compute(C::PutImage(Image { status: to.to_owned(), updated_at: now, ..current.clone() }));
+    Ok(set)
+}
+
+/// An upload or import completed (its data durably in place): `saving →
+/// active` (or `importing → active`) with its size and hashes. Refused if
+/// the image is gone (deleted during the upload) or no longer `saving` or
+/// `importing` (the sweep gave it back).
 pub fn plan_finish_image_upload(
     world: &World,
     id: &Uuid,
@@ -61,7 +77,7 @@ pub fn plan_finish_image_upload(
     now: Timestamp,
 ) -> Result<WorldChangeSet> {
     let current = image(world, id)?;
-    if current.status != "saving" {
+    if current.status != "saving" && current.status != "importing" {
         return Err(transition_refused(&current.status, "active"));
     }
     let mut set = WorldChangeSet::new();
@@ -75,11 +91,13 @@ pub fn plan_finish_image_upload(
     Ok(set)
 }
 
-/// An upload failed or was abandoned: `saving → queued`, without data.
-/// Nothing to do for an image that is gone or not `saving`.
+/// An upload, stage or import failed or was abandoned: `saving`,
+/// `uploading` or `importing` back to `queued`, without data. Nothing to
+/// do for an image that is gone or in another status.
 pub fn plan_abort_image_upload(world: &World, id: &Uuid, now: Timestamp) -> Result<WorldChangeSet> {
     let mut set = WorldChangeSet::new();
-    if let Some(current) = world.compute.images.get(id).filter(|i| i.status == "saving") {
+    let unfinished = |i: &&Image| matches!(i.status.as_str(), "saving" | "uploading" | "importing");
+    if let Some(current) = world.compute.images.get(id).filter(unfinished) {
         set.compute(C::PutImage(Image {
             status: "queued".to_owned(),
             size: None,

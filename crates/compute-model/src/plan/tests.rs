@@ -569,6 +569,7 @@ fn queued_image(world: &mut World) -> Uuid {
         hashes: None,
         tags: Vec::new(),
         properties: BTreeMap::new(),
+        members: BTreeMap::new(),
         created_at: 1,
         updated_at: 1,
     };
