@@ -20,6 +20,7 @@ mod state;
 mod test_support;
 
 pub mod aggregates;
+pub mod import;
 pub mod allocations;
 pub mod inventories;
 pub mod providers;

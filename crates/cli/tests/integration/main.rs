@@ -11,6 +11,7 @@ mod connections;
 mod durability;
 mod harness;
 mod images;
+mod import_placement;
 mod isolation;
 mod keystone;
 mod logs;
