@@ -63,8 +63,8 @@ pub(crate) fn run(opts: ImportOpts) -> anyhow::Result<()> {
 fn import(url: &str, opts: &PlacementOpts) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let mut source = crate::import_source::connect(url)?;
-    let dump = read_placement(source.as_mut())
-        .with_context(|| format!("reading {}", crate::import_source::redact(url)))?;
+    let dump =
+        read_placement(source.as_mut()).with_context(|| format!("reading {}", crate::import_source::redact(url)))?;
     drop(source);
     let read_secs = started.elapsed().as_secs_f64();
     let store = crate::serve::open_store(opts.database.as_deref(), &opts.data_dir, None)?;

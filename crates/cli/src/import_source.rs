@@ -81,8 +81,7 @@ impl SourceConn for MysqlSource {
     fn text_rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
         use mysql_async::prelude::Queryable;
         let conn = self.conn.as_mut().ok_or("connection closed")?;
-        let rows: Vec<mysql_async::Row> =
-            self.runtime.block_on(conn.query(sql)).map_err(|err| err.to_string())?;
+        let rows: Vec<mysql_async::Row> = self.runtime.block_on(conn.query(sql)).map_err(|err| err.to_string())?;
         Ok(rows
             .into_iter()
             .map(|row| {

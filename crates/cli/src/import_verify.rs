@@ -144,7 +144,11 @@ pub(crate) fn run(opts: &VerifyOpts) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let ctx = Arc::new(Ctx {
         http: reqwest::Client::builder().pool_max_idle_per_host(opts.concurrency).build()?,
-        old: Side { name: "the old Placement", base: old_url.trim_end_matches('/').to_owned(), token: opts.token.clone() },
+        old: Side {
+            name: "the old Placement",
+            base: old_url.trim_end_matches('/').to_owned(),
+            token: opts.token.clone(),
+        },
         new: Side {
             name: "berth",
             base: berth_url.trim_end_matches('/').to_owned(),
@@ -199,8 +203,8 @@ async fn verify_all(
     // Providers, then the consumers their allocations name.
     let semaphore = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let mut tasks = tokio::task::JoinSet::new();
-    for uuid in old_uuids.intersection(&new_uuids).cloned() {
-        let (ctx, semaphore) = (ctx.clone(), semaphore.clone());
+    for uuid in old_uuids.intersection(&new_uuids) {
+        let (ctx, semaphore, uuid) = (ctx.clone(), semaphore.clone(), uuid.clone());
         tasks.spawn(async move {
             let _permit = semaphore.acquire_owned().await;
             let mut lines = Vec::new();
@@ -223,8 +227,8 @@ async fn verify_all(
         differences.extend(lines);
         consumers.extend(found);
     }
-    for consumer in consumers.iter().cloned() {
-        let (ctx, semaphore) = (ctx.clone(), semaphore.clone());
+    for consumer in &consumers {
+        let (ctx, semaphore, consumer) = (ctx.clone(), semaphore.clone(), consumer.clone());
         tasks.spawn(async move {
             let _permit = semaphore.acquire_owned().await;
             let (line, _) = ctx.compare(&format!("/allocations/{consumer}"), same).await?;
@@ -275,8 +279,11 @@ fn nova_flavors(url: &str) -> anyhow::Result<Vec<String>> {
             resources.retain(|(name, _)| name != class);
             resources.push((class.to_owned(), amount));
         }
-        let text: Vec<String> =
-            resources.iter().filter(|(_, amount)| *amount > 0).map(|(name, amount)| format!("{name}:{amount}")).collect();
+        let text: Vec<String> = resources
+            .iter()
+            .filter(|(_, amount)| *amount > 0)
+            .map(|(name, amount)| format!("{name}:{amount}"))
+            .collect();
         if !text.is_empty() {
             out.push(text.join(","));
         }

@@ -196,10 +196,7 @@ pub fn plan_import_providers(state: &State, batch: &[DumpProvider]) -> Result<(C
     for provider in batch {
         for class in provider.inventories.keys() {
             if !state.resource_classes.contains_key(class) {
-                return Err(ModelError::Invalid(format!(
-                    "provider {}: unknown resource class {class}",
-                    provider.uuid
-                )));
+                return Err(ModelError::Invalid(format!("provider {}: unknown resource class {class}", provider.uuid)));
             }
         }
         if let Some(name) = provider.traits.iter().find(|name| !state.traits.contains_key(*name)) {
@@ -383,7 +380,10 @@ mod tests {
         assert_eq!((written.resource_classes, written.providers, written.consumers), (1, 2, 1));
         assert!(holds_data(&state));
         let child = state.provider(&Uuid::from_u128(2)).expect("child");
-        assert_eq!((child.row.generation, child.row.parent, child.row.root), (3, Some(Uuid::from_u128(1)), Uuid::from_u128(1)));
+        assert_eq!(
+            (child.row.generation, child.row.parent, child.row.root),
+            (3, Some(Uuid::from_u128(1)), Uuid::from_u128(1))
+        );
         assert_eq!(child.used("CUSTOM_GOLD"), 2);
         assert_eq!(state.resource_classes["CUSTOM_GOLD"].id, 10000);
         let consumer = &state.consumers[&Uuid::from_u128(9)];

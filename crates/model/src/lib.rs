@@ -20,8 +20,8 @@ mod state;
 mod test_support;
 
 pub mod aggregates;
-pub mod import;
 pub mod allocations;
+pub mod import;
 pub mod inventories;
 pub mod providers;
 pub mod query;

@@ -28,9 +28,7 @@ impl PlacementSource {
         // One snapshot for every query: a Placement still serving while
         // it is read cannot tear the dump (an allocation without its
         // consumer row).
-        client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .map_err(|err| err.to_string())?;
+        client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|err| err.to_string())?;
         Ok(Self { client })
     }
 }

@@ -131,7 +131,9 @@ pub fn read_placement(conn: &mut dyn SourceConn) -> Result<Dump, SourceError> {
     }
     let class = |id: i64| {
         class_names.get(&id).cloned().ok_or_else(|| {
-            SourceError::Data(format!("resource class id {id} is not in resource_classes nor a standard class berth knows"))
+            SourceError::Data(format!(
+                "resource class id {id} is not in resource_classes nor a standard class berth knows"
+            ))
         })
     };
     let mut trait_names = HashMap::new();
@@ -189,7 +191,10 @@ pub fn read_placement(conn: &mut dyn SourceConn) -> Result<Dump, SourceError> {
         });
     }
     let provider_at = |id: i64, what: &str| {
-        index_of.get(&id).copied().ok_or_else(|| SourceError::Data(format!("{what} names provider id {id}, which does not exist")))
+        index_of
+            .get(&id)
+            .copied()
+            .ok_or_else(|| SourceError::Data(format!("{what} names provider id {id}, which does not exist")))
     };
     let sql = "SELECT resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, \
                allocation_ratio FROM inventories ORDER BY id";
@@ -249,8 +254,10 @@ pub fn read_placement(conn: &mut dyn SourceConn) -> Result<Dump, SourceError> {
     let mut slots: Vec<Option<DumpProvider>> = providers.into_iter().map(Some).collect();
     dump.providers = order.into_iter().filter_map(|idx| slots[idx].take()).collect();
 
-    dump.counts.projects = rows(conn, "SELECT COUNT(*) FROM projects")?.first().map_or(Ok(0), |r| int(r, 0, "count"))? as usize;
-    dump.counts.users = rows(conn, "SELECT COUNT(*) FROM users")?.first().map_or(Ok(0), |r| int(r, 0, "count"))? as usize;
+    dump.counts.projects =
+        rows(conn, "SELECT COUNT(*) FROM projects")?.first().map_or(Ok(0), |r| int(r, 0, "count"))? as usize;
+    dump.counts.users =
+        rows(conn, "SELECT COUNT(*) FROM users")?.first().map_or(Ok(0), |r| int(r, 0, "count"))? as usize;
     dump.counts.consumer_types =
         rows(conn, "SELECT COUNT(*) FROM consumer_types")?.first().map_or(Ok(0), |r| int(r, 0, "count"))? as usize;
     let sql = format!(
@@ -301,5 +308,8 @@ pub fn read_placement(conn: &mut dyn SourceConn) -> Result<Dump, SourceError> {
 }
 
 fn dump_provider_uuid(uuid_of: &HashMap<i64, Uuid>, id: i64) -> Result<Uuid, SourceError> {
-    uuid_of.get(&id).copied().ok_or_else(|| SourceError::Data(format!("an allocation names provider id {id}, which does not exist")))
+    uuid_of
+        .get(&id)
+        .copied()
+        .ok_or_else(|| SourceError::Data(format!("an allocation names provider id {id}, which does not exist")))
 }

@@ -168,7 +168,10 @@ async fn check_import(source: Source, tag: &str) {
     let (ok, _, log) = berth_import(&dir, &database, &["--from", &url]);
     assert!(ok, "import failed: {log}");
     assert!(log.contains("providers: 6 read (3 with a parent), 6 rows written"), "{log}");
-    assert!(log.contains("consumers: 4 read (2 with a consumer type, 1 without allocations skipped), 3 written"), "{log}");
+    assert!(
+        log.contains("consumers: 4 read (2 with a consumer type, 1 without allocations skipped), 3 written"),
+        "{log}"
+    );
     assert!(log.contains("allocations: 7 read"), "{log}");
     assert!(log.contains("resource classes (custom): 2 read, 2 written"), "{log}");
 
@@ -199,7 +202,8 @@ async fn check_import(source: Source, tag: &str) {
     let traits = client.get(&format!("/resource_providers/{SHARED}/traits")).await.body;
     assert_eq!(traits["traits"], serde_json::json!(["MISC_SHARES_VIA_AGGREGATE"]));
     let aggregates = client.get(&format!("/resource_providers/{CN2}/aggregates")).await.body;
-    let mut found: Vec<&str> = aggregates["aggregates"].as_array().expect("list").iter().filter_map(Value::as_str).collect();
+    let mut found: Vec<&str> =
+        aggregates["aggregates"].as_array().expect("list").iter().filter_map(Value::as_str).collect();
     found.sort();
     assert_eq!(found, ["aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"]);
     let custom = client.get("/traits?name=startswith:CUSTOM_").await.body;
@@ -223,9 +227,7 @@ async fn check_import(source: Source, tag: &str) {
         .count();
     assert_eq!(n_shared, 2, "cn1 and cn2 each with the shared disk: {candidates}");
     // A claim on the imported capacity: cn1 has (16 - 0) * 0.9 = 14 VCPU, 2 used.
-    let claim = |amount: i64| {
-        serde_json::json!({"allocations": {CN1: {"resources": {"VCPU": amount}}}, "project_id": "p", "user_id": "u", "consumer_generation": null, "consumer_type": "INSTANCE"})
-    };
+    let claim = |amount: i64| serde_json::json!({"allocations": {CN1: {"resources": {"VCPU": amount}}}, "project_id": "p", "user_id": "u", "consumer_generation": null, "consumer_type": "INSTANCE"});
     assert_eq!(client.put("/allocations/dddddddd-0000-4000-8000-000000000001", &claim(13)).await.status, 409);
     assert_eq!(client.put("/allocations/dddddddd-0000-4000-8000-000000000001", &claim(12)).await.status, 204);
 
