@@ -73,11 +73,12 @@ fn import(url: &str, opts: &PlacementOpts) -> anyhow::Result<()> {
     let report = berth_core::import::import_placement(&app, &dump, opts.merge, sizes)?;
     let c = &dump.counts;
     let w = &report.written;
+    let n_classes_custom = dump.resource_classes.iter().filter(|(_, name, _)| name.starts_with("CUSTOM_")).count();
     let n_traits_custom = dump.traits.iter().filter(|(name, _)| name.starts_with("CUSTOM_")).count();
     let n_with_parent = dump.providers.iter().filter(|p| p.parent.is_some()).count();
     let n_typed = dump.consumers.iter().filter(|c| c.row.consumer_type.is_some()).count();
     let lines = [
-        format!("resource classes (custom): {} read, {} written", dump.resource_classes.len(), w.resource_classes),
+        format!("resource classes (custom): {n_classes_custom} read, {} written", w.resource_classes),
         format!("traits: {} read ({n_traits_custom} custom), {} new to berth", dump.traits.len(), w.traits),
         format!(
             "providers: {} read ({n_with_parent} with a parent), {} rows written",

@@ -47,27 +47,40 @@ const MICROVERSION: &str = "placement 1.39";
 
 struct Side {
     name: &'static str,
+    http: reqwest::Client,
     base: String,
     token: String,
 }
 
 struct Ctx {
-    http: reqwest::Client,
     old: Side,
     new: Side,
 }
 
 impl Ctx {
     async fn get(&self, side: &Side, path: &str) -> anyhow::Result<(u16, Value)> {
-        let response = self
-            .http
-            .get(format!("{}{path}", side.base))
-            .header("X-Auth-Token", &side.token)
-            .header("OpenStack-API-Version", MICROVERSION)
-            .header("Accept", "application/json")
-            .send()
-            .await
-            .with_context(|| format!("GET {path} from {}", side.name))?;
+        // A server that drops a reused keep-alive connection (uWSGI's
+        // --http-socket does) fails the request without an answer: ask
+        // again on a new connection.
+        let mut attempt = 0;
+        let response = loop {
+            let sent = side
+                .http
+                .get(format!("{}{path}", side.base))
+                .header("X-Auth-Token", &side.token)
+                .header("OpenStack-API-Version", MICROVERSION)
+                .header("Accept", "application/json")
+                .send()
+                .await;
+            match sent {
+                Ok(response) => break response,
+                Err(err) if attempt < 5 && (err.is_connect() || err.is_request()) => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                }
+                Err(err) => return Err(err).with_context(|| format!("GET {path} from {}", side.name)),
+            }
+        };
         let status = response.status().as_u16();
         let body = response.bytes().await?;
         let value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -142,15 +155,18 @@ pub(crate) fn run(opts: &VerifyOpts) -> anyhow::Result<()> {
         flavors.extend(nova_flavors(url)?);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // Connections are kept for berth; the old Placement gets a new one
+    // per request (uWSGI's --http-socket drops reused ones).
     let ctx = Arc::new(Ctx {
-        http: reqwest::Client::builder().pool_max_idle_per_host(opts.concurrency).build()?,
         old: Side {
             name: "the old Placement",
+            http: reqwest::Client::builder().pool_max_idle_per_host(0).build()?,
             base: old_url.trim_end_matches('/').to_owned(),
             token: opts.token.clone(),
         },
         new: Side {
             name: "berth",
+            http: reqwest::Client::builder().pool_max_idle_per_host(opts.concurrency).build()?,
             base: berth_url.trim_end_matches('/').to_owned(),
             token: opts.berth_token.clone().unwrap_or_else(|| opts.token.clone()),
         },
@@ -200,6 +216,24 @@ async fn verify_all(
     for only in new_uuids.difference(&old_uuids) {
         differences.push(format!("provider {only}: only in berth"));
     }
+    // The providers themselves (name, generation, parent, root) from the
+    // two lists; then what hangs off each.
+    let entries = |list: &Value| -> std::collections::HashMap<String, Value> {
+        list["resource_providers"]
+            .as_array()
+            .map(|items| items.iter().filter_map(|p| Some((p["uuid"].as_str()?.to_owned(), p.clone()))).collect())
+            .unwrap_or_default()
+    };
+    let (old_entries, new_entries) = (entries(&old_list), entries(&new_list));
+    for uuid in old_uuids.intersection(&new_uuids) {
+        if old_entries.get(uuid) != new_entries.get(uuid) {
+            differences.push(format!(
+                "GET /resource_providers/{uuid}: old Placement {} | berth {}",
+                short(&old_entries[uuid]),
+                short(&new_entries[uuid])
+            ));
+        }
+    }
     // Providers, then the consumers their allocations name.
     let semaphore = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let mut tasks = tokio::task::JoinSet::new();
@@ -209,7 +243,7 @@ async fn verify_all(
             let _permit = semaphore.acquire_owned().await;
             let mut lines = Vec::new();
             let mut consumers = Vec::new();
-            for suffix in ["", "/inventories", "/usages", "/traits", "/aggregates", "/allocations"] {
+            for suffix in ["/inventories", "/usages", "/traits", "/aggregates", "/allocations"] {
                 let (line, old) = ctx.compare(&format!("/resource_providers/{uuid}{suffix}"), same).await?;
                 lines.extend(line);
                 if suffix == "/allocations" {
