@@ -237,12 +237,33 @@ async fn check_import(source: Source, tag: &str) {
     let (ok, _, log) = berth_import(&dir2, &database2, &["--from", &url]);
     assert!(ok, "{log}");
     let server2 = TestServer::start_with_args_in(dir2.clone(), database2.clone(), &[]).await;
+    // Nova's flavors (here in the same database): one with a disk, one
+    // whose extra spec asks for a custom class.
+    source
+        .exec(
+            vec![
+                "CREATE TABLE flavors (id INTEGER NOT NULL PRIMARY KEY, vcpus INTEGER, memory_mb INTEGER, \
+                 root_gb INTEGER, ephemeral_gb INTEGER, swap INTEGER)"
+                    .to_owned(),
+                "CREATE TABLE flavor_extra_specs (id INTEGER NOT NULL PRIMARY KEY, flavor_id INTEGER, \
+                 spec_key VARCHAR(255), spec_value VARCHAR(255))"
+                    .to_owned(),
+                "INSERT INTO flavors VALUES (1, 1, 512, 10, 0, 0), (2, 2, 1024, 0, 0, 0)".to_owned(),
+                "INSERT INTO flavor_extra_specs VALUES (1, 2, 'resources:CUSTOM_GOLD', '1')".to_owned(),
+            ],
+            false,
+        )
+        .await;
     let verify = |a: &TestServer, b: &TestServer| {
-        berth_import(&dir, &database, &["--verify", &a.base, "--berth", &b.base, "--candidates", "VCPU:1,DISK_GB:10"])
+        berth_import(
+            &dir,
+            &database,
+            &["--verify", &a.base, "--berth", &b.base, "--candidates", "VCPU:1,DISK_GB:10", "--nova-db", &url],
+        )
     };
     let (ok, out, log) = verify(&server2, &server2);
     assert!(ok && out.is_empty(), "{out}{log}");
-    assert!(log.contains("6 providers, 3 consumers, 1 candidate queries compared; 0 differences"), "{log}");
+    assert!(log.contains("6 providers, 3 consumers, 3 candidate queries compared; 0 differences"), "{log}");
     let (ok, out, log) = verify(&server2, &server);
     assert!(!ok, "{log}");
     assert!(out.contains(&format!("GET /resource_providers/{CN1}/usages")), "{out}");
