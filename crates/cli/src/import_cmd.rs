@@ -85,9 +85,9 @@ fn import(url: &str, opts: &PlacementOpts) -> anyhow::Result<()> {
             dump.providers.len(),
             w.providers
         ),
-        format!("inventories: {} read, {} providers' written", c.inventories, w.inventories),
-        format!("provider traits: {} providers' written", w.provider_traits),
-        format!("aggregates: {} read, {} providers' written", c.aggregates, w.provider_aggregates),
+        format!("inventories: {} read; {} providers' inventories written", c.inventories, w.inventories),
+        format!("provider traits: {} providers' traits written", w.provider_traits),
+        format!("aggregates: {} read; {} providers' aggregates written", c.aggregates, w.provider_aggregates),
         format!("projects: {} read; users: {} read; consumer types: {} read", c.projects, c.users, c.consumer_types),
         format!(
             "consumers: {} read ({n_typed} with a consumer type, {} without allocations skipped), {} written",

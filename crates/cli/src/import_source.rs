@@ -41,10 +41,11 @@ struct MysqlSource {
 
 impl MysqlSource {
     fn connect(url: &str) -> anyhow::Result<Self> {
-        // SQLAlchemy's driver suffix (`mysql+pymysql://`) is accepted, so
-        // the URL can be copied from placement.conf.
+        // SQLAlchemy's driver suffix (`mysql+pymysql://`) and its query
+        // parameters (`?charset=utf8`, which mysql_async would refuse) are
+        // accepted, so the URL can be copied from placement.conf.
         let url = match url.split_once("://") {
-            Some((_, rest)) => format!("mysql://{rest}"),
+            Some((_, rest)) => format!("mysql://{}", rest.split('?').next().unwrap_or(rest)),
             None => url.to_owned(),
         };
         let opts = mysql_async::Opts::from_url(&url).map_err(|err| anyhow::anyhow!("{}: {err}", redact(&url)))?;
