@@ -246,15 +246,15 @@ pub fn plan_import_providers(state: &State, batch: &[DumpProvider]) -> Result<(C
             });
             written.providers += 1;
         }
-        if existing.is_none_or(|p| p.inventories != provider.inventories) {
+        if existing.map_or(!provider.inventories.is_empty(), |p| p.inventories != provider.inventories) {
             set.push(Change::SetInventories { provider: provider.uuid, inventories: provider.inventories.clone() });
             written.inventories += 1;
         }
-        if existing.is_none_or(|p| p.traits != provider.traits) {
+        if existing.map_or(!provider.traits.is_empty(), |p| p.traits != provider.traits) {
             set.push(Change::SetProviderTraits { provider: provider.uuid, traits: provider.traits.clone() });
             written.provider_traits += 1;
         }
-        if existing.is_none_or(|p| p.aggregates != provider.aggregates) {
+        if existing.map_or(!provider.aggregates.is_empty(), |p| p.aggregates != provider.aggregates) {
             set.push(Change::SetProviderAggregates {
                 provider: provider.uuid,
                 aggregates: provider.aggregates.clone(),
