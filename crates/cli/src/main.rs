@@ -10,6 +10,9 @@ mod config;
 mod connections;
 mod credential_cmd;
 mod dashboard;
+mod import_cmd;
+mod import_source;
+mod import_verify;
 mod keystone;
 mod logging;
 mod paths;
@@ -40,6 +43,9 @@ enum Command {
     Agent(Box<agent::AgentCmd>),
     /// Manage cells: create, list, disable/enable, discover hosts.
     Cell(cell_cmd::CellOpts),
+    /// Import another service's data: `berth import placement --from URL`
+    /// (an OpenStack Placement's database), `--verify URL` to compare.
+    Import(import_cmd::ImportOpts),
 }
 
 /// Keep glibc from handing memory back to the kernel after every large
@@ -83,6 +89,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(opts) => bench_binaries().and_then(|binaries| berth_bench::run(opts, &binaries)),
         Command::Agent(cmd) => agent::dispatch(*cmd),
         Command::Cell(opts) => cell_cmd::run(opts),
+        Command::Import(opts) => import_cmd::run(opts),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -6,6 +6,7 @@
 //! crate call [`App::read`] and [`App::write`].
 
 mod app;
+pub mod import;
 mod metrics;
 
 pub use app::{now, App};

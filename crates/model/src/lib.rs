@@ -21,6 +21,7 @@ mod test_support;
 
 pub mod aggregates;
 pub mod allocations;
+pub mod import;
 pub mod inventories;
 pub mod providers;
 pub mod query;

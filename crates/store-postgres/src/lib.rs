@@ -28,6 +28,7 @@
 mod cell;
 mod codec;
 mod peers;
+pub mod placement_source;
 
 pub use cell::PostgresCellStore;
 

@@ -34,6 +34,7 @@ pub mod cell_sql;
 pub mod json;
 mod json_fields;
 pub mod lease_json;
+pub mod placement_source;
 mod rows;
 pub use cell::{CellOp, CellOutcome, CellStore, Expect, InstanceUpdate, MigrationUpdate};
 pub use rows::Rows;

@@ -12,6 +12,7 @@ mod durability;
 mod harness;
 mod image_api;
 mod images;
+mod import_placement;
 mod isolation;
 mod keystone;
 mod logs;
