@@ -35,6 +35,9 @@
 //! It must not reach the control plane other than over its HTTP APIs (no
 //! store, no compute runtime): it is what a real nova-compute would be.
 
+pub mod driver;
+pub mod fake;
+pub mod libvirt;
 pub mod placement;
 pub mod pull;
 pub mod reshape;
@@ -46,6 +49,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use uuid::Uuid;
+
+pub use driver::{Driver, TaskRef};
 
 /// The shape of every host an agent plays.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,11 +209,23 @@ pub struct AgentConfig {
     /// Pull mode: take boots from the NATS queues ([`pull`]); `None`:
     /// builds come pushed through `/work` only.
     pub pull: Option<pull::PullConfig>,
+    /// The driver of real guests (`--driver libvirt`); `None`: fake hosts
+    /// ([`fake`]).
+    pub driver: Option<Arc<dyn Driver>>,
+    /// One host of this name instead of `{prefix}{index}` (a real
+    /// hypervisor is one host: `--host`).
+    pub host: Option<String>,
+    /// How often the power sync asks the driver for its guests' states
+    /// (drivers with guests only).
+    pub sync_interval: Duration,
 }
 
 impl AgentConfig {
     /// The host names this agent plays.
     pub fn host_names(&self) -> Vec<String> {
+        if let Some(host) = &self.host {
+            return vec![host.clone()];
+        }
         (self.first_index..self.first_index + self.count).map(|i| format!("{}{i}", self.prefix)).collect()
     }
 }
@@ -291,6 +308,26 @@ impl Link {
             }
         }
         Ok(response)
+    }
+
+    /// A GET of `path` under the control plane's base with `headers`,
+    /// answered within `timeout` (the libvirt driver reads servers and
+    /// image data this way).
+    pub async fn get(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        timeout: Duration,
+    ) -> anyhow::Result<reqwest::Response> {
+        let url = format!("{}{path}", self.base);
+        self.send(|token| {
+            let mut req = self.client.get(&url).header("X-Auth-Token", token).timeout(timeout);
+            for (name, value) in headers {
+                req = req.header(*name, *value);
+            }
+            req
+        })
+        .await
     }
 
     /// A placement request (microversion 1.39).
@@ -380,12 +417,13 @@ struct Registered {
 
 async fn register(link: &Link, config: &AgentConfig) -> anyhow::Result<Vec<Registered>> {
     let shape = &config.shape;
+    let hypervisor = config.driver.as_ref().map_or("fake", |d| d.hypervisor_type());
     let hosts: Vec<Value> = config
         .host_names()
         .into_iter()
         .map(|h| {
             json!({"host": h, "node": h, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
-                   "local_gb": shape.disk_gb, "hypervisor_type": "fake"})
+                   "local_gb": shape.disk_gb, "hypervisor_type": hypervisor})
         })
         .collect();
     // In pull mode the control plane sends this agent's tasks on its
@@ -448,115 +486,81 @@ async fn report_trees(
     Ok(())
 }
 
-/// A cheap deterministic coin for the failure rate (no RNG dependency):
-/// hash of the instance uuid and the host, so each attempt of a
-/// rescheduled build tosses its own coin (with the instance alone, a build
-/// that failed once failed on every alternate).
-fn fails(config: &AgentConfig, host: &str, instance: &str) -> bool {
-    if config.bad_hosts.iter().any(|h| h == host) {
-        return true;
-    }
-    if config.fail_rate <= 0.0 {
-        return false;
-    }
-    let hash = instance
-        .bytes()
-        .chain(std::iter::once(b'@'))
-        .chain(host.bytes())
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    (hash % 1_000_000) as f64 / 1_000_000.0 < config.fail_rate
-}
-
-/// Run one task and return its event.
-async fn run_task(config: &AgentConfig, task: &Value) -> Value {
+/// Run one task through the agent's driver and return its event (Null:
+/// nothing to report). The dispatch is one arm per task kind.
+pub(crate) async fn run_task(config: &AgentConfig, task: &Value) -> Value {
     let kind = task["kind"].as_str().unwrap_or("");
-    let instance = task["instance"].as_str().unwrap_or("").to_owned();
-    let host = task["host"].as_str().unwrap_or("").to_owned();
-    // The public key of the server's key pair, on a spawn: a real driver
-    // writes it to the config drive and the metadata service; the fake
-    // one has no guest to put it in, so it only takes it.
+    let instance = task["instance"].as_str().unwrap_or("");
+    let host = task["host"].as_str().unwrap_or("");
+    let fake;
+    let driver: &dyn Driver = match &config.driver {
+        Some(driver) => driver.as_ref(),
+        None => {
+            fake = fake::FakeDriver { config };
+            &fake
+        }
+    };
+    let t = TaskRef { kind, instance, host, body: task };
+    // The public key of the server's key pair, on a spawn: the libvirt
+    // driver writes it to the config drive; the fake one only takes it.
     if let Some(key_data) = task.get("key_data").and_then(Value::as_str) {
         tracing::debug!(%instance, key_type = key_data.split(' ').next().unwrap_or(""), "key pair taken for the guest");
     }
-    let event = match kind {
-        "build" => {
-            if !config.build_time.is_zero() {
-                tokio::time::sleep(config.build_time).await;
-            }
-            if fails(config, &host, &instance) {
-                return json!({"instance": instance, "host": host, "kind": "build_failed", "task": task["id"],
-                              "message": format!("Build of instance {instance} aborted: fake driver failure on {host}")});
-            }
-            "spawned"
-        }
-        "delete" => "deleted",
-        "start" => "started",
-        "stop" => "stopped",
-        "reboot" => "rebooted",
-        "resize_migrate" => "resize_migrated",
-        "resize_finish" => "resize_finished",
-        "resize_confirm" => "resize_confirmed",
-        "resize_revert" => "resize_reverted",
-        "rebuild" => {
-            if !config.build_time.is_zero() {
-                tokio::time::sleep(config.build_time).await;
-            }
-            if fails(config, &host, &instance) {
-                return json!({"instance": instance, "host": host, "kind": "rebuild_failed", "task": task["id"],
-                              "message": format!("Rebuild of instance {instance} aborted: fake driver failure on {host}")});
-            }
-            "rebuilt"
-        }
-        "live_migration_prepare" => {
-            if fails(config, &host, &instance) {
-                return json!({"instance": instance, "host": host, "kind": "live_migration_failed", "task": task["id"],
-                              "message": format!("Live migration of instance {instance} failed: fake driver refused it on {host}")});
-            }
-            "live_migration_prepared"
-        }
-        "live_migrate" => {
-            if !config.live_migration_time.is_zero() {
-                tokio::time::sleep(config.live_migration_time).await;
-            }
-            "live_migrated"
-        }
-        "destroy_evacuated" => "evacuated_destroyed",
-        "shelve" => "shelved",
-        "shelve_offload" => "offloaded",
-        "unshelve" => "unshelved",
-        "pause" => "paused",
-        "unpause" => "unpaused",
-        "suspend" => "suspended",
-        "resume" => "resumed",
-        "console_output" => {
-            let name = task["display_name"].as_str().unwrap_or("");
-            return json!({"instance": instance, "host": host, "kind": "console_output", "task": task["id"],
-                          "message": fake_console_log(&instance, name, &host)});
-        }
-        other => {
-            tracing::warn!(kind = other, "unknown task kind");
-            return Value::Null;
+    let event = |kind: &str| json!({"instance": instance, "host": host, "kind": kind, "task": task["id"]});
+    let failed = |kind: &str, message: String| {
+        json!({"instance": instance, "host": host, "kind": kind, "task": task["id"], "message": message})
+    };
+    // A failure without an event of its own is logged; the task stays
+    // open on the control plane (the operator sees the task state).
+    let outcome = |result: Result<(), String>, kind: &str| match result {
+        Ok(()) => event(kind),
+        Err(message) => {
+            tracing::warn!(%instance, %host, task = task["kind"].as_str().unwrap_or(""), %message, "task failed");
+            Value::Null
         }
     };
-    json!({"instance": instance, "host": host, "kind": event, "task": task["id"]})
-}
-
-/// The fake driver's console log: a short, deterministic boot of a
-/// guest named after the server (its hostname) and its uuid, so a
-/// client sees plausible lines and tests can check tails of it.
-fn fake_console_log(instance: &str, name: &str, host: &str) -> String {
-    let guest: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect::<String>();
-    let guest = if guest.is_empty() { "server" } else { guest.as_str() };
-    [
-        format!("[    0.000000] Linux version 6.1.0-berth (fake hypervisor on {host})"),
-        format!("[    0.000000] DMI: OpenStack Foundation OpenStack Nova, BIOS berth {instance}"),
-        "[    0.412345] Run /sbin/init as init process".to_owned(),
-        format!("[    1.024000] cloud-init[312]: instance-id: {instance}"),
-        format!("[    1.180000] cloud-init[312]: local-hostname: {guest}"),
-        format!("{guest} login: "),
-    ]
-    .join("\n")
+    match kind {
+        "build" => match driver.spawn(t).await {
+            Ok(()) => event("spawned"),
+            Err(message) => failed("build_failed", message),
+        },
+        "rebuild" => match driver.rebuild(t).await {
+            Ok(()) => event("rebuilt"),
+            Err(message) => failed("rebuild_failed", message),
+        },
+        "delete" => outcome(driver.destroy(t).await, "deleted"),
+        "destroy_evacuated" => outcome(driver.destroy(t).await, "evacuated_destroyed"),
+        "start" => outcome(driver.power_on(t).await, "started"),
+        "stop" => outcome(driver.power_off(t).await, "stopped"),
+        "reboot" => outcome(driver.reboot(t).await, "rebooted"),
+        "pause" => outcome(driver.pause(t).await, "paused"),
+        "unpause" => outcome(driver.unpause(t).await, "unpaused"),
+        "suspend" => outcome(driver.suspend(t).await, "suspended"),
+        "resume" => outcome(driver.resume(t).await, "resumed"),
+        "resize_migrate" => outcome(driver.move_step(t).await, "resize_migrated"),
+        "resize_finish" => outcome(driver.move_step(t).await, "resize_finished"),
+        "resize_confirm" => outcome(driver.move_step(t).await, "resize_confirmed"),
+        "resize_revert" => outcome(driver.move_step(t).await, "resize_reverted"),
+        "shelve" => outcome(driver.move_step(t).await, "shelved"),
+        "shelve_offload" => outcome(driver.move_step(t).await, "offloaded"),
+        "unshelve" => outcome(driver.move_step(t).await, "unshelved"),
+        "live_migration_prepare" => match driver.live_migration_prepare(t).await {
+            Ok(()) => event("live_migration_prepared"),
+            Err(message) => failed("live_migration_failed", message),
+        },
+        "live_migrate" => outcome(driver.live_migrate(t).await, "live_migrated"),
+        "console_output" => match driver.console_output(t).await {
+            Ok(log) => failed("console_output", log),
+            Err(message) => {
+                tracing::warn!(%instance, %message, "console output failed");
+                failed("console_output", String::new())
+            }
+        },
+        other => {
+            tracing::warn!(kind = other, "unknown task kind");
+            Value::Null
+        }
+    }
 }
 
 /// The simulated power of an agent's hosts (see `AgentConfig::power_dir`).
@@ -600,6 +604,36 @@ impl PowerSim {
             }
         }
         up
+    }
+}
+
+/// Nova's `_sync_power_states`: every `interval` the driver lists its
+/// guests; a guest found shut off (or crashed) that was not so at the
+/// last pass (or at the first pass, after a restart) is reported as
+/// `powered_off`. The control plane takes it only for an ACTIVE server
+/// with no task on that host, so a stop in flight is not overtaken.
+async fn power_sync(driver: Arc<dyn Driver>, interval: Duration, events: tokio::sync::mpsc::UnboundedSender<Value>) {
+    use driver::GuestPower;
+    let mut last: HashMap<String, GuestPower> = HashMap::new();
+    loop {
+        match driver.guests().await {
+            Ok(None) => return,
+            Ok(Some(guests)) => {
+                let mut seen = HashMap::with_capacity(guests.len());
+                for guest in guests {
+                    let before = last.get(&guest.instance).copied();
+                    let off = matches!(guest.power, GuestPower::Shutoff | GuestPower::Crashed);
+                    if off && before != Some(guest.power) {
+                        tracing::info!(instance = %guest.instance, power = ?guest.power, "guest found powered off");
+                        let _ = events.send(json!({"instance": guest.instance, "host": guest.host, "kind": "powered_off"}));
+                    }
+                    seen.insert(guest.instance, guest.power);
+                }
+                last = seen;
+            }
+            Err(err) => tracing::warn!(error = %err, "listing the guests failed"),
+        }
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -678,6 +712,10 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         })
     };
 
+    // Power sync: what the hypervisor says about its guests becomes
+    // events (drivers with real guests only).
+    let sync = config.driver.clone().map(|driver| tokio::spawn(power_sync(driver, config.sync_interval, events_tx.clone())));
+
     let (in_flight_pull, events_pull) = (in_flight.clone(), events_tx.clone());
     // Work loop.
     let work = {
@@ -748,6 +786,9 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
     };
     heartbeat.abort();
     work.abort();
+    if let Some(sync) = sync {
+        sync.abort();
+    }
     if let Some(puller) = puller {
         puller.abort();
     }
@@ -784,6 +825,7 @@ mod tests {
             power_on_time: Duration::ZERO,
             pull: None,
         };
+        use crate::fake::fails;
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
         assert!(fails(&config, "bad", "x"));
