@@ -802,6 +802,7 @@ mod tests {
 
     #[test]
     fn failure_rate_is_roughly_honoured_and_bad_hosts_always_fail() {
+        use crate::fake::fails;
         let config = AgentConfig {
             url: String::new(),
             auth: AgentAuth::Token(String::new()),
@@ -824,8 +825,10 @@ mod tests {
             power_dir: None,
             power_on_time: Duration::ZERO,
             pull: None,
+            driver: None,
+            host: None,
+            sync_interval: Duration::from_secs(10),
         };
-        use crate::fake::fails;
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
         assert!(fails(&config, "bad", "x"));
