@@ -35,7 +35,9 @@ done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-if [ ! -s "$OUT/vmlinuz" ] || [ ! -s "$OUT/initrd" ]; then
+# Bump when the guest changes: a kept build of another version is redone.
+VERSION=2
+if [ ! -s "$OUT/vmlinuz" ] || [ ! -s "$OUT/initrd" ] || [ "$(cat "$OUT/version" 2>/dev/null)" != "$VERSION" ]; then
   WORK=$(mktemp -d /tmp/berth-guest.XXXXXX)
   trap 'rm -rf "$WORK"' EXIT
   (
@@ -98,7 +100,6 @@ if [ -n "${dev:-}" ] && mount -t iso9660 -o ro "$dev" /mnt 2>/dev/null; then
   fi
 fi
 echo "BERTH-GUEST-UP uuid=$uuid key=$key" >/dev/ttyS0
-echo "BERTH-GUEST-UP uuid=$uuid key=$key"
 if [ -n "$after" ]; then
   sleep "$after"
   echo "berth guest: powering off by itself" >/dev/ttyS0
@@ -115,6 +116,7 @@ EOF
   chmod +x "$RD/init"
   (cd "$RD" && find . | "$WORK/root/bin/busybox" cpio -o -H newc 2>/dev/null | gzip -1) >"$OUT/initrd"
   cp "$WORK/root/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
+  echo "$VERSION" >"$OUT/version"
 fi
 # The disk: 1 MiB of zeros (the guest runs from its initramfs).
 [ -s "$OUT/disk.raw" ] || truncate -s 1M "$OUT/disk.raw"

@@ -16,6 +16,7 @@ mod lease_end;
 mod leases;
 mod lending;
 mod live_migration;
+mod libvirt;
 mod lock;
 mod metadata;
 mod moves;
