@@ -35,7 +35,10 @@ impl Driver for FakeDriver<'_> {
         Box::pin(async move {
             pause_for(self.config.build_time).await;
             if fails(self.config, task.host, task.instance) {
-                return Err(format!("Build of instance {} aborted: fake driver failure on {}", task.instance, task.host));
+                return Err(format!(
+                    "Build of instance {} aborted: fake driver failure on {}",
+                    task.instance, task.host
+                ));
             }
             Ok(())
         })

@@ -507,9 +507,7 @@ pub(crate) async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         tracing::debug!(%instance, key_type = key_data.split(' ').next().unwrap_or(""), "key pair taken for the guest");
     }
     let event = |kind: &str| json!({"instance": instance, "host": host, "kind": kind, "task": task["id"]});
-    let failed = |kind: &str, message: String| {
-        json!({"instance": instance, "host": host, "kind": kind, "task": task["id"], "message": message})
-    };
+    let failed = |kind: &str, message: String| json!({"instance": instance, "host": host, "kind": kind, "task": task["id"], "message": message});
     // A failure without an event of its own is logged; the task stays
     // open on the control plane (the operator sees the task state).
     let outcome = |result: Result<(), String>, kind: &str| match result {
@@ -625,7 +623,8 @@ async fn power_sync(driver: Arc<dyn Driver>, interval: Duration, events: tokio::
                     let off = matches!(guest.power, GuestPower::Shutoff | GuestPower::Crashed);
                     if off && before != Some(guest.power) {
                         tracing::info!(instance = %guest.instance, power = ?guest.power, "guest found powered off");
-                        let _ = events.send(json!({"instance": guest.instance, "host": guest.host, "kind": "powered_off"}));
+                        let _ =
+                            events.send(json!({"instance": guest.instance, "host": guest.host, "kind": "powered_off"}));
                     }
                     seen.insert(guest.instance, guest.power);
                 }
@@ -714,7 +713,8 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
 
     // Power sync: what the hypervisor says about its guests becomes
     // events (drivers with real guests only).
-    let sync = config.driver.clone().map(|driver| tokio::spawn(power_sync(driver, config.sync_interval, events_tx.clone())));
+    let sync =
+        config.driver.clone().map(|driver| tokio::spawn(power_sync(driver, config.sync_interval, events_tx.clone())));
 
     let (in_flight_pull, events_pull) = (in_flight.clone(), events_tx.clone());
     // Work loop.

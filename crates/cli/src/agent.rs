@@ -377,7 +377,8 @@ impl AgentOpts {
         match opts.driver.as_deref().unwrap_or("fake") {
             "fake" => {}
             "libvirt" => {
-                let (real, name, libvirt) = libvirt_host(&opts_libvirt, &shape, &url, &auth, opts.ca_file.as_deref(), request_timeout)?;
+                let (real, name, libvirt) =
+                    libvirt_host(&opts_libvirt, &shape, &url, &auth, opts.ca_file.as_deref(), request_timeout)?;
                 shape = real;
                 host = Some(name);
                 driver = Some(libvirt);

@@ -102,7 +102,8 @@ const CPU_FLAG_TRAITS: &[(&str, &str)] = &[
 
 /// The `HW_CPU_X86_*` traits of the first CPU's flags, sorted.
 pub fn cpu_traits(cpuinfo: &str) -> Vec<String> {
-    let Some(flags) = cpuinfo.lines().find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')).map(|(_, f)| f))
+    let Some(flags) =
+        cpuinfo.lines().find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')).map(|(_, f)| f))
     else {
         return Vec::new();
     };
@@ -167,7 +168,14 @@ mod tests {
         let traits = cpu_traits("processor : 0\nflags\t\t: fpu sse sse2 pni avx2 aes sha_ni bogus\n");
         assert_eq!(
             traits,
-            ["HW_CPU_X86_AESNI", "HW_CPU_X86_AVX2", "HW_CPU_X86_SHA", "HW_CPU_X86_SSE", "HW_CPU_X86_SSE2", "HW_CPU_X86_SSE3"]
+            [
+                "HW_CPU_X86_AESNI",
+                "HW_CPU_X86_AVX2",
+                "HW_CPU_X86_SHA",
+                "HW_CPU_X86_SSE",
+                "HW_CPU_X86_SSE2",
+                "HW_CPU_X86_SSE3"
+            ]
         );
     }
 }

@@ -128,7 +128,8 @@ impl LibvirtDriver {
 
     /// A JSON document of the control plane.
     async fn read_json(&self, path: &str, headers: &[(&str, &str)]) -> Result<Value, String> {
-        let resp = self.link.get(path, headers, Duration::from_secs(60)).await.map_err(|e| format!("GET {path}: {e}"))?;
+        let resp =
+            self.link.get(path, headers, Duration::from_secs(60)).await.map_err(|e| format!("GET {path}: {e}"))?;
         let status = resp.status();
         let body = resp.bytes().await.map_err(|e| format!("GET {path}: {e}"))?;
         if !status.is_success() {
@@ -155,7 +156,8 @@ impl LibvirtDriver {
         }
         let expected = meta["os_hash_value"].as_str().ok_or_else(|| format!("Image {id} has no os_hash_value"))?;
         let file = format!("/image/v2/images/{id}/file");
-        let mut resp = self.link.get(&file, &[], Duration::from_secs(3600)).await.map_err(|e| format!("GET {file}: {e}"))?;
+        let mut resp =
+            self.link.get(&file, &[], Duration::from_secs(3600)).await.map_err(|e| format!("GET {file}: {e}"))?;
         if !resp.status().is_success() {
             return Err(format!("GET {file}: HTTP {}", resp.status()));
         }
@@ -184,7 +186,8 @@ impl LibvirtDriver {
             .read_json(&format!("/compute/v2.1/servers/{instance}"), &[("X-OpenStack-Nova-API-Version", "2.79")])
             .await?["server"]
             .clone();
-        let image_id = server["image"]["id"].as_str().ok_or("Booting from a volume is not supported by the libvirt driver")?;
+        let image_id =
+            server["image"]["id"].as_str().ok_or("Booting from a volume is not supported by the libvirt driver")?;
         let (base, image) = self.cached(image_id).await?;
         let kernel = match image["kernel_id"].as_str().filter(|k| !k.is_empty()) {
             Some(id) => Some(self.cached(id).await?.0),
@@ -465,11 +468,15 @@ impl Driver for LibvirtDriver {
     }
 
     fn live_migrate<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
-        Box::pin(async move { Err(format!("live migration of {} is not supported by the libvirt driver", task.instance)) })
+        Box::pin(
+            async move { Err(format!("live migration of {} is not supported by the libvirt driver", task.instance)) },
+        )
     }
 
     fn move_step<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
-        Box::pin(async move { Err(format!("{} of {} is not supported by the libvirt driver", task.kind, task.instance)) })
+        Box::pin(
+            async move { Err(format!("{} of {} is not supported by the libvirt driver", task.kind, task.instance)) },
+        )
     }
 
     fn guests(&self) -> DriverFuture<'_, Option<Vec<Guest>>> {

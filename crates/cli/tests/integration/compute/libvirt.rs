@@ -258,7 +258,8 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     assert_eq!(boot.status, 202, "{:?}", boot.body);
     let id2 = boot.body["server"]["id"].as_str().expect("id").to_owned();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while domstate(&id2) != "shut off" || admin.get(&format!("/servers/{id2}")).await.body["server"]["status"] == "BUILD"
+    while domstate(&id2) != "shut off"
+        || admin.get(&format!("/servers/{id2}")).await.body["server"]["status"] == "BUILD"
     {
         assert!(Instant::now() < deadline, "guest {id2} never powered itself off");
         tokio::time::sleep(Duration::from_millis(100)).await;
