@@ -113,16 +113,14 @@ async fn act(nova: &Nova, id: &str, body: Value) {
     assert_eq!(answer.status, 202, "{body}: {:?}", answer.body);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_guests_boot_run_and_go_through_libvirt() {
-    if let Some(reason) = unavailable() {
-        eprintln!("SKIPPED real_guests_boot_run_and_go_through_libvirt: {reason} (scripts/test.sh installs and starts libvirt)");
-        return;
-    }
-    let mut cloud = Cloud::start("libvirt", &[]).await;
+/// A server and one `--driver libvirt` agent (TCG, a power sync every
+/// second) on an instances path of the test's own; the guard undoes the
+/// domains however the test ends.
+async fn libvirt_cloud(tag: &str) -> (Cloud, PathBuf, String, Domains) {
+    let mut cloud = Cloud::start(tag, &[]).await;
     let instances = cloud.server.dir.join("instances");
-    let _domains = Domains(instances.clone());
-    let prefix = format!("lv{}-", std::process::id());
+    let domains = Domains(instances.clone());
+    let prefix = format!("lv{tag}{}-", std::process::id());
     let host = format!("{prefix}0");
     let args = [
         "--driver",
@@ -145,6 +143,16 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
         "15",
     ];
     cloud.add_agent(Hosts::new(&prefix, 1, &args)).await;
+    (cloud, instances, host, domains)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_guests_boot_run_and_go_through_libvirt() {
+    if let Some(reason) = unavailable() {
+        eprintln!("SKIPPED real_guests_boot_run_and_go_through_libvirt: {reason} (scripts/test.sh installs and starts libvirt)");
+        return;
+    }
+    let (mut cloud, instances, host, _domains) = libvirt_cloud("libvirt").await;
     let admin = cloud.nova("admin").at("2.79");
 
     // The inventory is the machine's, minus what is reserved.
@@ -285,5 +293,77 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
         .collect();
     assert_eq!(left, ["_base"], "only the image cache stays");
     assert!(instances.join("_base").join(&image).exists());
+    cloud.check_invariants().await;
+}
+
+/// QEMU processes of the domain (`-name guest=instance-{id}`).
+fn qemu_processes(id: &str) -> usize {
+    let out = Command::new("pgrep").args(["-f", &format!("guest=instance-{id}")]).output().expect("pgrep");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// `kill -9` of the agent while three builds are under way: after its
+/// restart every server is ACTIVE with exactly one domain, one QEMU
+/// process and one boot (one marker line), none spawned twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_finishes_its_builds_once_after_restart() {
+    if let Some(reason) = unavailable() {
+        eprintln!("SKIPPED a_killed_agent_finishes_its_builds_once_after_restart: {reason}");
+        return;
+    }
+    let (mut cloud, instances, host, _domains) = libvirt_cloud("lvkill").await;
+    let admin = cloud.nova("admin").at("2.79");
+    let image = guest_image(&cloud.server.base);
+    let flavor = admin.flavor("guest", 1, 128, 1).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let boot = admin
+            .post(
+                "/servers",
+                &json!({"server": {"name": format!("k-{i}"), "flavorRef": flavor, "imageRef": image,
+                                   "networks": "none"}}),
+            )
+            .await;
+        assert_eq!(boot.status, 202, "{:?}", boot.body);
+        ids.push(boot.body["server"]["id"].as_str().expect("id").to_owned());
+    }
+    // Killed once the host has started on them (the image cache or an
+    // instance directory on disk), before they are all ACTIVE.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(instances.join("_base").read_dir().map(|mut d| d.next().is_some()).unwrap_or(false)
+        || ids.iter().any(|id| instances.join(id).exists()))
+    {
+        assert!(Instant::now() < deadline, "the agent never started the builds");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cloud.kill_agent(0);
+    let mut active_before = 0;
+    for id in &ids {
+        if admin.get(&format!("/servers/{id}")).await.body["server"]["status"] == "ACTIVE" {
+            active_before += 1;
+        }
+    }
+    cloud.restart_agent(0).await;
+    for id in &ids {
+        let server = settle(&admin, id, "ACTIVE").await;
+        assert_eq!(server["OS-EXT-SRV-ATTR:host"], host.as_str());
+        assert_eq!(marker(&admin, id, 1).await, format!("BERTH-GUEST-UP uuid={id} key=none"));
+    }
+    // Settled: one domain, one QEMU process and one boot each.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for id in &ids {
+        assert_eq!(domstate(id), "running");
+        assert_eq!(qemu_processes(id), 1, "QEMU processes of {id}");
+        let boots = console(&admin, id).await.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).count();
+        assert_eq!(boots, 1, "{id} booted {boots} times");
+    }
+    eprintln!("killed the agent with {active_before} of 3 builds ACTIVE; all 3 ACTIVE once after its restart");
+    for id in &ids {
+        assert_eq!(admin.delete(&format!("/servers/{id}")).await.status, 204);
+    }
+    for id in &ids {
+        wait_gone(&admin, id).await;
+        assert!(!virsh(&["dominfo", &format!("instance-{id}")]).0, "domain of {id} left");
+    }
     cloud.check_invariants().await;
 }
