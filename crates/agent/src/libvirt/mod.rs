@@ -369,9 +369,16 @@ impl Driver for LibvirtDriver {
         Box::pin(async move {
             // A build this host already made (an agent restarted during or
             // after it) is finished, not spawned twice.
-            match self.state(task.instance).await? {
-                Some(state) if state == "running" => return Ok(()),
-                Some(_) => return self.start(task.instance).await,
+            match self.state(task.instance).await?.as_deref() {
+                Some("running") => return Ok(()),
+                Some("shut off") => return self.start(task.instance).await,
+                // Being started (QEMU starts paused), or paused by hand.
+                Some(_) => {
+                    if self.wait_for(task.instance, "running", Duration::from_secs(30)).await? {
+                        return Ok(());
+                    }
+                    return self.verb(task.instance, "resume", "running").await;
+                }
                 None => {}
             }
             let made = self.create(task).await;
@@ -409,7 +416,10 @@ impl Driver for LibvirtDriver {
         Box::pin(async move {
             let instance = task.instance;
             let name = domain(instance);
-            let hard = task.body["id"].as_str().unwrap_or("").contains("hard");
+            // The task id is `{instance}:{task_state}@{host}`.
+            let task_state = task.body["id"].as_str().and_then(|id| id.split_once(':')).map(|(_, rest)| rest);
+            let hard =
+                task_state.and_then(|rest| rest.rsplit_once('@')).is_some_and(|(state, _)| state.contains("hard"));
             if self.state(instance).await?.is_none() {
                 return Err(format!("Instance {instance} has no domain on {}", self.config.host));
             }

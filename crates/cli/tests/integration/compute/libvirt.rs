@@ -244,7 +244,15 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     assert_eq!(domstate(&id), "running");
 
     // The agent killed and restarted: the guest runs on, the same QEMU
-    // process; the new agent answers for it.
+    // process; the new agent answers for it; an operator's trait on the
+    // provider survives.
+    assert_eq!(placement.call("PUT", "/traits/CUSTOM_OPERATOR_GOLD", None).await.status, 201);
+    let traits = placement.get(&format!("/resource_providers/{rp}/traits")).await.body;
+    let mut names: Vec<Value> = traits["traits"].as_array().cloned().expect("traits");
+    names.push(json!("CUSTOM_OPERATOR_GOLD"));
+    let body = json!({"traits": names, "resource_provider_generation": traits["resource_provider_generation"]});
+    let put = placement.put(&format!("/resource_providers/{rp}/traits"), &body).await;
+    assert_eq!(put.status, 200, "{:?}", put.body);
     let (_, before) = virsh(&["domid", &format!("instance-{id}")]);
     cloud.kill_agent(0);
     cloud.restart_agent(0).await;
@@ -253,6 +261,9 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     assert_eq!(before, after, "the restarted agent left the guest running");
     assert_eq!(settle(&admin, &id, "ACTIVE").await["OS-EXT-SRV-ATTR:host"], host.as_str());
     assert!(console(&admin, &id).await.contains(&format!("uuid={id}")));
+    let traits = placement.get(&format!("/resource_providers/{rp}/traits")).await.body;
+    assert!(traits["traits"].as_array().expect("traits").contains(&json!("CUSTOM_OPERATOR_GOLD")), "{traits}");
+    assert!(traits["traits"].as_array().expect("traits").contains(&json!("HW_ARCH_X86_64")), "{traits}");
 
     // A guest that powers itself off shows SHUTOFF within one sync.
     let user_data = "cG93ZXJvZmYtYWZ0ZXI9MQo="; // "poweroff-after=1\n"
@@ -265,6 +276,7 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
         .await;
     assert_eq!(boot.status, 202, "{:?}", boot.body);
     let id2 = boot.body["server"]["id"].as_str().expect("id").to_owned();
+    let warm = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(120);
     while domstate(&id2) != "shut off"
         || admin.get(&format!("/servers/{id2}")).await.body["server"]["status"] == "BUILD"
@@ -272,6 +284,7 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
         assert!(Instant::now() < deadline, "guest {id2} never powered itself off");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    eprintln!("libvirt guest {id2}: powered itself off {:?} after its boot request (warm image cache)", warm.elapsed());
     let off = Instant::now();
     settle(&admin, &id2, "SHUTOFF").await;
     assert!(off.elapsed() < Duration::from_secs(4), "SHUTOFF {:?} after the guest powered off", off.elapsed());
