@@ -74,10 +74,10 @@ fn guest_image(base: &str) -> String {
     text.lines().find_map(|l| l.strip_prefix("IMAGE_ID=")).expect("IMAGE_ID").trim().to_owned()
 }
 
-/// Wait (2 minutes: TCG on a loaded machine) for the server to have
+/// Wait (4 minutes: TCG on a loaded machine) for the server to have
 /// `status` and no task; returns it.
 async fn settle(nova: &Nova, id: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
         if server["status"] == status && server["OS-EXT-STS:task_state"].is_null() {
@@ -97,7 +97,7 @@ async fn console(nova: &Nova, id: &str) -> String {
 /// Wait for the guest's `boots`-th marker line on its console (one a
 /// boot: the log is kept across boots); the line.
 async fn marker(nova: &Nova, id: &str, boots: usize) -> String {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let log = console(nova, id).await;
         if let Some(line) = log.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).nth(boots - 1) {
@@ -277,7 +277,7 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     assert_eq!(boot.status, 202, "{:?}", boot.body);
     let id2 = boot.body["server"]["id"].as_str().expect("id").to_owned();
     let warm = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(240);
     while domstate(&id2) != "shut off"
         || admin.get(&format!("/servers/{id2}")).await.body["server"]["status"] == "BUILD"
     {
