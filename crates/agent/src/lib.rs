@@ -1,5 +1,8 @@
-//! The fake hypervisor agent: one process (or one task inside `berth
-//! serve --fake-hosts`) plays N compute hosts.
+//! The compute agent: one process (or one task inside `berth serve
+//! --fake-hosts`) plays N fake compute hosts, or (`--driver libvirt`,
+//! [`libvirt`]) is one real host running QEMU guests. What a host does
+//! with its guests is the [`driver::Driver`] seam; the fake hosts are
+//! [`fake`].
 //!
 //! It talks to the control plane over HTTP only:
 //!
