@@ -74,6 +74,46 @@ fn guest_image(base: &str) -> String {
     text.lines().find_map(|l| l.strip_prefix("IMAGE_ID=")).expect("IMAGE_ID").trim().to_owned()
 }
 
+/// Another disk image of the guest with the same kernel and ramdisk and
+/// `properties` (e.g. `hw_machine_type`); its id.
+async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
+    let http = crate::support::http_client();
+    let shown: Value = http
+        .get(format!("{base}/image/v2/images/{guest}"))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .expect("image show")
+        .json()
+        .await
+        .expect("image json");
+    let mut body = json!({"name": "berth-guest-variant", "disk_format": "raw", "container_format": "bare",
+                          "visibility": "public", "kernel_id": shown["kernel_id"], "ramdisk_id": shown["ramdisk_id"]});
+    for (key, value) in properties.as_object().expect("properties") {
+        body[key] = value.clone();
+    }
+    let created = http
+        .post(format!("{base}/image/v2/images"))
+        .header("x-auth-token", "admin")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("image create");
+    assert_eq!(created.status().as_u16(), 201);
+    let id = created.json::<Value>().await.expect("image json")["id"].as_str().expect("id").to_owned();
+    let put = http
+        .put(format!("{base}/image/v2/images/{id}/file"))
+        .header("x-auth-token", "admin")
+        .header("content-type", "application/octet-stream")
+        .body(vec![0u8; 1 << 20])
+        .send()
+        .await
+        .expect("image upload");
+    assert_eq!(put.status().as_u16(), 204);
+    id
+}
+
 /// Wait (4 minutes: TCG on a loaded machine) for the server to have
 /// `status` and no task; returns it.
 async fn settle(nova: &Nova, id: &str, status: &str) -> Value {
@@ -315,9 +355,9 @@ fn qemu_processes(id: &str) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
-/// `kill -9` of the agent while three builds are under way: after its
-/// restart every server is ACTIVE with exactly one domain, one QEMU
-/// process and one boot (one marker line), none spawned twice.
+/// `kill -9` of the agent while three builds (on q35) are under way:
+/// after its restart every server is ACTIVE with exactly one domain, one
+/// QEMU process and one boot (one marker line), none spawned twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_finishes_its_builds_once_after_restart() {
     if let Some(reason) = unavailable() {
@@ -326,7 +366,10 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
     }
     let (mut cloud, instances, host, _domains) = libvirt_cloud("lvkill").await;
     let admin = cloud.nova("admin").at("2.79");
-    let image = guest_image(&cloud.server.base);
+    // On q35 (no IDE): the config drive on the default virtio-scsi cdrom,
+    // which the guest's kernel sees (it has no AHCI for SATA).
+    let guest = guest_image(&cloud.server.base);
+    let image = guest_variant(&cloud.server.base, &guest, json!({"hw_machine_type": "q35"})).await;
     let flavor = admin.flavor("guest", 1, 128, 1).await;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -367,6 +410,8 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
     for id in &ids {
         assert_eq!(domstate(id), "running");
         assert_eq!(qemu_processes(id), 1, "QEMU processes of {id}");
+        let (_, xml) = virsh(&["dumpxml", &format!("instance-{id}")]);
+        assert!(xml.contains("machine='pc-q35") && xml.contains("bus='scsi'"), "{xml}");
         let boots = console(&admin, id).await.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).count();
         assert_eq!(boots, 1, "{id} booted {boots} times");
     }
