@@ -845,6 +845,95 @@ mod tests {
         assert_eq!(config.host_names(), vec!["h0".to_owned()]);
     }
 
+    /// A driver whose guests' power states follow a script, one step per
+    /// sync pass.
+    #[derive(Debug)]
+    struct Scripted(Mutex<Vec<Vec<(&'static str, driver::GuestPower)>>>);
+
+    impl Driver for Scripted {
+        fn hypervisor_type(&self) -> &'static str {
+            "scripted"
+        }
+        fn spawn<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn rebuild<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn destroy<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn power_off<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn power_on<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn reboot<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn pause<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn unpause<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn suspend<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn resume<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn console_output<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, String> {
+            Box::pin(async { Ok(String::new()) })
+        }
+        fn live_migration_prepare<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn live_migrate<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn move_step<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn guests(&self) -> driver::DriverFuture<'_, Option<Vec<driver::Guest>>> {
+            let step =
+                self.0.lock().ok().and_then(|mut steps| if steps.is_empty() { None } else { Some(steps.remove(0)) });
+            Box::pin(async move {
+                let Some(step) = step else { return Ok(None) };
+                Ok(Some(
+                    step.into_iter()
+                        .map(|(i, power)| driver::Guest { instance: i.to_owned(), host: "h".to_owned(), power })
+                        .collect(),
+                ))
+            })
+        }
+    }
+
+    /// The power sync reports a guest found off at the first pass (an
+    /// agent restart) and then once per transition to off or crashed;
+    /// a guest running, paused or staying off is not reported again.
+    #[tokio::test]
+    async fn the_power_sync_reports_each_transition_to_off_once() {
+        use driver::GuestPower::{Crashed, Paused, Running, Shutoff};
+        let script = vec![
+            vec![("a", Shutoff), ("b", Running)],
+            vec![("a", Shutoff), ("b", Running)],
+            vec![("a", Running), ("b", Paused)],
+            vec![("a", Shutoff), ("b", Crashed)],
+            vec![("a", Shutoff), ("b", Crashed)],
+        ];
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        power_sync(Arc::new(Scripted(Mutex::new(script))), Duration::from_millis(1), tx).await;
+        let mut reported = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            assert_eq!(event["kind"], "powered_off");
+            assert_eq!(event["host"], "h");
+            reported.push(event["instance"].as_str().unwrap_or("").to_owned());
+        }
+        assert_eq!(reported, ["a", "a", "b"]);
+    }
+
     /// A control plane that takes the connection and never answers: the
     /// request fails after the timeout (the long poll after its wait on
     /// top) instead of holding its caller for good.
