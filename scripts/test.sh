@@ -18,7 +18,9 @@ KEYSTONE_PID=""
 KEYSTONE_DIR=""
 NATS_PID=""
 NATS_DIR=""
+LIBVIRT_PIDS=""
 cleanup() {
+  if [ -n "$LIBVIRT_PIDS" ]; then bash scripts/libvirt-throwaway.sh stop "$LIBVIRT_PIDS" || true; fi
   if [ -n "$NATS_PID" ]; then bash scripts/nats-throwaway.sh stop "$NATS_PID" "$NATS_DIR" || true; fi
   if [ -n "$PG_PID" ]; then bash scripts/pg-throwaway.sh stop "$PG_PID" "$PG_DIR" || true; fi
   if [ -n "$KEYSTONE_PID" ]; then bash scripts/keystone-throwaway.sh stop "$KEYSTONE_PID" "$KEYSTONE_DIR" || true; fi
@@ -53,6 +55,13 @@ if [ -z "${BERTH_TEST_NATS_SERVER:-}" ]; then
   BERTH_TEST_NATS_SERVER=$(bash scripts/nats-throwaway.sh bin)
   export BERTH_TEST_NATS_SERVER
 fi
+
+# libvirt and QEMU for the real-guest tests (`--driver libvirt`): the
+# packages installed when missing (as root), virtlogd and libvirtd started
+# when nothing answers at qemu:///system, stopped by PID at exit. Without
+# them those tests print why they skipped.
+echo "== libvirt and QEMU for the real-guest tests =="
+eval "$(bash scripts/libvirt-throwaway.sh start)" || echo "libvirt not available: the real-guest tests will skip"
 
 echo "== berth tests on SQLite =="
 env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"

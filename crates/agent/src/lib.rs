@@ -1,5 +1,8 @@
-//! The fake hypervisor agent: one process (or one task inside `berth
-//! serve --fake-hosts`) plays N compute hosts.
+//! The compute agent: one process (or one task inside `berth serve
+//! --fake-hosts`) plays N fake compute hosts, or (`--driver libvirt`,
+//! [`libvirt`]) is one real host running QEMU guests. What a host does
+//! with its guests is the [`driver::Driver`] seam; the fake hosts are
+//! [`fake`].
 //!
 //! It talks to the control plane over HTTP only:
 //!
@@ -41,6 +44,9 @@
 //! It must not reach the control plane other than over its HTTP APIs (no
 //! store, no compute runtime): it is what a real nova-compute would be.
 
+pub mod driver;
+pub mod fake;
+pub mod libvirt;
 pub mod placement;
 pub mod pull;
 pub mod reshape;
@@ -52,6 +58,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use uuid::Uuid;
+
+pub use driver::{Driver, TaskRef};
 
 /// The shape of every host an agent plays.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,11 +218,23 @@ pub struct AgentConfig {
     /// Pull mode: take boots from the NATS queues ([`pull`]); `None`:
     /// builds come pushed through `/work` only.
     pub pull: Option<pull::PullConfig>,
+    /// The driver of real guests (`--driver libvirt`); `None`: fake hosts
+    /// ([`fake`]).
+    pub driver: Option<Arc<dyn Driver>>,
+    /// One host of this name instead of `{prefix}{index}` (a real
+    /// hypervisor is one host: `--host`).
+    pub host: Option<String>,
+    /// How often the power sync asks the driver for its guests' states
+    /// (drivers with guests only).
+    pub sync_interval: Duration,
 }
 
 impl AgentConfig {
     /// The host names this agent plays.
     pub fn host_names(&self) -> Vec<String> {
+        if let Some(host) = &self.host {
+            return vec![host.clone()];
+        }
         (self.first_index..self.first_index + self.count).map(|i| format!("{}{i}", self.prefix)).collect()
     }
 }
@@ -297,6 +317,26 @@ impl Link {
             }
         }
         Ok(response)
+    }
+
+    /// A GET of `path` under the control plane's base with `headers`,
+    /// answered within `timeout` (the libvirt driver reads servers and
+    /// image data this way).
+    pub async fn get(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        timeout: Duration,
+    ) -> anyhow::Result<reqwest::Response> {
+        let url = format!("{}{path}", self.base);
+        self.send(|token| {
+            let mut req = self.client.get(&url).header("X-Auth-Token", token).timeout(timeout);
+            for (name, value) in headers {
+                req = req.header(*name, *value);
+            }
+            req
+        })
+        .await
     }
 
     /// A placement request (microversion 1.39).
@@ -402,12 +442,13 @@ struct Registered {
 
 async fn register(link: &Link, config: &AgentConfig) -> anyhow::Result<Vec<Registered>> {
     let shape = &config.shape;
+    let hypervisor = config.driver.as_ref().map_or("fake", |d| d.hypervisor_type());
     let hosts: Vec<Value> = config
         .host_names()
         .into_iter()
         .map(|h| {
             json!({"host": h, "node": h, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
-                   "local_gb": shape.disk_gb, "hypervisor_type": "fake"})
+                   "local_gb": shape.disk_gb, "hypervisor_type": hypervisor})
         })
         .collect();
     // In pull mode the control plane sends this agent's tasks on its
@@ -470,127 +511,111 @@ async fn report_trees(
     Ok(())
 }
 
-/// A cheap deterministic coin for the failure rate (no RNG dependency):
-/// hash of the instance uuid and the host, so each attempt of a
-/// rescheduled build tosses its own coin (with the instance alone, a build
-/// that failed once failed on every alternate).
-fn fails(config: &AgentConfig, host: &str, instance: &str) -> bool {
-    if config.bad_hosts.iter().any(|h| h == host) {
-        return true;
-    }
-    if config.fail_rate <= 0.0 {
-        return false;
-    }
-    let hash = instance
-        .bytes()
-        .chain(std::iter::once(b'@'))
-        .chain(host.bytes())
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    (hash % 1_000_000) as f64 / 1_000_000.0 < config.fail_rate
-}
-
-/// Run one task and return its event.
-async fn run_task(config: &AgentConfig, task: &Value) -> Value {
+/// Run one task through the agent's driver and return its event (Null:
+/// nothing to report). The dispatch is one arm per task kind.
+pub(crate) async fn run_task(config: &AgentConfig, task: &Value) -> Value {
     let kind = task["kind"].as_str().unwrap_or("");
-    let instance = task["instance"].as_str().unwrap_or("").to_owned();
-    let host = task["host"].as_str().unwrap_or("").to_owned();
-    // The public key of the server's key pair, on a spawn: a real driver
-    // writes it to the config drive and the metadata service; the fake
-    // one has no guest to put it in, so it only takes it.
+    let instance = task["instance"].as_str().unwrap_or("");
+    let host = task["host"].as_str().unwrap_or("");
+    let fake;
+    let driver: &dyn Driver = match &config.driver {
+        Some(driver) => driver.as_ref(),
+        None => {
+            fake = fake::FakeDriver { config };
+            &fake
+        }
+    };
+    let t = TaskRef { kind, instance, host, body: task };
+    // The public key of the server's key pair, on a spawn: the libvirt
+    // driver writes it to the config drive; the fake one only takes it.
     if let Some(key_data) = task.get("key_data").and_then(Value::as_str) {
         tracing::debug!(%instance, key_type = key_data.split(' ').next().unwrap_or(""), "key pair taken for the guest");
     }
-    let event = match kind {
-        "build" => {
-            if !config.build_time.is_zero() {
-                tokio::time::sleep(config.build_time).await;
-            }
-            if fails(config, &host, &instance) {
-                return json!({"instance": instance, "host": host, "kind": "build_failed", "task": task["id"],
-                              "message": format!("Build of instance {instance} aborted: fake driver failure on {host}")});
-            }
-            "spawned"
-        }
-        "delete" => "deleted",
-        "start" => "started",
-        "stop" => "stopped",
-        "reboot" => "rebooted",
-        "resize_migrate" => "resize_migrated",
-        "resize_finish" => "resize_finished",
-        "resize_confirm" => "resize_confirmed",
-        "resize_revert" => "resize_reverted",
-        "rebuild" => {
-            if !config.build_time.is_zero() {
-                tokio::time::sleep(config.build_time).await;
-            }
-            if fails(config, &host, &instance) {
-                return json!({"instance": instance, "host": host, "kind": "rebuild_failed", "task": task["id"],
-                              "message": format!("Rebuild of instance {instance} aborted: fake driver failure on {host}")});
-            }
-            "rebuilt"
-        }
-        "live_migration_prepare" => {
-            if fails(config, &host, &instance) {
-                return json!({"instance": instance, "host": host, "kind": "live_migration_failed", "task": task["id"],
-                              "message": format!("Live migration of instance {instance} failed: fake driver refused it on {host}")});
-            }
-            "live_migration_prepared"
-        }
-        "live_migrate" => {
-            if !config.live_migration_time.is_zero() {
-                tokio::time::sleep(config.live_migration_time).await;
-            }
-            "live_migrated"
-        }
-        "destroy_evacuated" => "evacuated_destroyed",
-        "shelve" => "shelved",
-        "shelve_offload" => "offloaded",
-        "unshelve" => "unshelved",
-        "pause" => "paused",
-        "unpause" => "unpaused",
-        "suspend" => "suspended",
-        "resume" => "resumed",
-        "rescue" => "rescued",
-        "unrescue" => "unrescued",
-        "soft_delete" => "soft_deleted",
-        "restore" => "restored",
-        "snapshot" => return snapshot(config, task, &instance, &host).await,
-        "console_output" => {
-            let name = task["display_name"].as_str().unwrap_or("");
-            return json!({"instance": instance, "host": host, "kind": "console_output", "task": task["id"],
-                          "message": fake_console_log(&instance, name, &host)});
-        }
-        other => {
-            tracing::warn!(kind = other, "unknown task kind");
-            return Value::Null;
+    let event = |kind: &str| json!({"instance": instance, "host": host, "kind": kind, "task": task["id"]});
+    let failed = |kind: &str, message: String| json!({"instance": instance, "host": host, "kind": kind, "task": task["id"], "message": message});
+    // A failure without an event of its own is logged; the task stays
+    // open on the control plane (the operator sees the task state).
+    let outcome = |result: Result<(), String>, kind: &str| match result {
+        Ok(()) => event(kind),
+        Err(message) => {
+            tracing::warn!(%instance, %host, task = task["kind"].as_str().unwrap_or(""), %message, "task failed");
+            Value::Null
         }
     };
-    json!({"instance": instance, "host": host, "kind": event, "task": task["id"]})
+    match kind {
+        "build" => match driver.spawn(t).await {
+            Ok(()) => event("spawned"),
+            Err(message) => failed("build_failed", message),
+        },
+        "rebuild" => match driver.rebuild(t).await {
+            Ok(()) => event("rebuilt"),
+            Err(message) => failed("rebuild_failed", message),
+        },
+        "delete" => outcome(driver.destroy(t).await, "deleted"),
+        "destroy_evacuated" => outcome(driver.destroy(t).await, "evacuated_destroyed"),
+        "start" => outcome(driver.power_on(t).await, "started"),
+        "stop" => outcome(driver.power_off(t).await, "stopped"),
+        "reboot" => outcome(driver.reboot(t).await, "rebooted"),
+        "pause" => outcome(driver.pause(t).await, "paused"),
+        "unpause" => outcome(driver.unpause(t).await, "unpaused"),
+        "suspend" => outcome(driver.suspend(t).await, "suspended"),
+        "resume" => outcome(driver.resume(t).await, "resumed"),
+        "resize_migrate" => outcome(driver.move_step(t).await, "resize_migrated"),
+        "resize_finish" => outcome(driver.move_step(t).await, "resize_finished"),
+        "resize_confirm" => outcome(driver.move_step(t).await, "resize_confirmed"),
+        "resize_revert" => outcome(driver.move_step(t).await, "resize_reverted"),
+        "shelve" => outcome(driver.move_step(t).await, "shelved"),
+        "shelve_offload" => outcome(driver.move_step(t).await, "offloaded"),
+        "unshelve" => outcome(driver.move_step(t).await, "unshelved"),
+        "live_migration_prepare" => match driver.live_migration_prepare(t).await {
+            Ok(()) => event("live_migration_prepared"),
+            Err(message) => failed("live_migration_failed", message),
+        },
+        "live_migrate" => outcome(driver.live_migrate(t).await, "live_migrated"),
+        "rescue" => outcome(driver.rescue(t).await, "rescued"),
+        "unrescue" => outcome(driver.unrescue(t).await, "unrescued"),
+        // A soft delete powers the guest off and keeps it; a restore
+        // powers it on again (Nova's `soft_delete` and `restore`).
+        "soft_delete" => outcome(driver.power_off(t).await, "soft_deleted"),
+        "restore" => outcome(driver.power_on(t).await, "restored"),
+        "snapshot" => snapshot(config, driver, t).await,
+        "console_output" => match driver.console_output(t).await {
+            Ok(log) => failed("console_output", log),
+            Err(message) => {
+                tracing::warn!(%instance, %message, "console output failed");
+                failed("console_output", String::new())
+            }
+        },
+        other => {
+            tracing::warn!(kind = other, "unknown task kind");
+            Value::Null
+        }
+    }
 }
 
-/// The fake driver's snapshot: deterministic bytes standing for the
-/// server's disk, uploaded to the image the task names through the image
-/// API (a real driver uploads the disk through the same call), then
-/// `snapshotted`; `snapshot_failed` when there is no image to upload to
-/// or the image API refuses. An image already taking or holding data (a
-/// task handed out again) counts as done.
-async fn snapshot(config: &AgentConfig, task: &Value, instance: &str, host: &str) -> Value {
+/// A `snapshot` task (`createImage`, `createBackup`): the driver's disk
+/// image uploaded to the image the task names through the image API, then
+/// `snapshotted`; `snapshot_failed` when there is no image to upload to,
+/// the driver cannot take it, or the image API refuses. An image already
+/// taking or holding data (a task handed out again) counts as done.
+async fn snapshot(config: &AgentConfig, driver: &dyn Driver, t: TaskRef<'_>) -> Value {
     let report = |kind: &str, message: Option<String>| {
-        let mut event = json!({"instance": instance, "host": host, "kind": kind, "task": task["id"]});
+        let mut event = json!({"instance": t.instance, "host": t.host, "kind": kind, "task": t.body["id"]});
         if let Some(message) = message {
             event["message"] = json!(message);
         }
         event
     };
-    let Some(image) = task["image"].as_str() else {
-        return report("snapshot_failed", Some(format!("No image to upload the snapshot of {instance} to.")));
+    let Some(image) = t.body["image"].as_str() else {
+        return report("snapshot_failed", Some(format!("No image to upload the snapshot of {} to.", t.instance)));
     };
-    if !config.build_time.is_zero() {
-        tokio::time::sleep(config.build_time).await;
-    }
+    let data = match driver.snapshot(t).await {
+        Ok(data) => data,
+        Err(message) => return report("snapshot_failed", Some(message)),
+    };
     let uploaded = match Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)
     {
-        Ok(link) => link.upload_image(image, fake_disk(instance, image)).await,
+        Ok(link) => link.upload_image(image, data).await,
         Err(err) => Err(err),
     };
     match uploaded {
@@ -605,24 +630,6 @@ async fn snapshot(config: &AgentConfig, task: &Value, instance: &str, host: &str
 pub fn fake_disk(instance: &str, image: &str) -> Vec<u8> {
     let line = format!("berth fake disk of server {instance} for image {image}\n");
     line.bytes().cycle().take(64 * 1024).collect()
-}
-
-/// The fake driver's console log: a short, deterministic boot of a
-/// guest named after the server (its hostname) and its uuid, so a
-/// client sees plausible lines and tests can check tails of it.
-fn fake_console_log(instance: &str, name: &str, host: &str) -> String {
-    let guest: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect::<String>();
-    let guest = if guest.is_empty() { "server" } else { guest.as_str() };
-    [
-        format!("[    0.000000] Linux version 6.1.0-berth (fake hypervisor on {host})"),
-        format!("[    0.000000] DMI: OpenStack Foundation OpenStack Nova, BIOS berth {instance}"),
-        "[    0.412345] Run /sbin/init as init process".to_owned(),
-        format!("[    1.024000] cloud-init[312]: instance-id: {instance}"),
-        format!("[    1.180000] cloud-init[312]: local-hostname: {guest}"),
-        format!("{guest} login: "),
-    ]
-    .join("\n")
 }
 
 /// The simulated power of an agent's hosts (see `AgentConfig::power_dir`).
@@ -666,6 +673,37 @@ impl PowerSim {
             }
         }
         up
+    }
+}
+
+/// Nova's `_sync_power_states`: every `interval` the driver lists its
+/// guests; a guest found shut off (or crashed) that was not so at the
+/// last pass (or at the first pass, after a restart) is reported as
+/// `powered_off`. The control plane takes it only for an ACTIVE server
+/// with no task on that host, so a stop in flight is not overtaken.
+async fn power_sync(driver: Arc<dyn Driver>, interval: Duration, events: tokio::sync::mpsc::UnboundedSender<Value>) {
+    use driver::GuestPower;
+    let mut last: HashMap<String, GuestPower> = HashMap::new();
+    loop {
+        match driver.guests().await {
+            Ok(None) => return,
+            Ok(Some(guests)) => {
+                let mut seen = HashMap::with_capacity(guests.len());
+                for guest in guests {
+                    let before = last.get(&guest.instance).copied();
+                    let off = matches!(guest.power, GuestPower::Shutoff | GuestPower::Crashed);
+                    if off && before != Some(guest.power) {
+                        tracing::info!(instance = %guest.instance, power = ?guest.power, "guest found powered off");
+                        let _ =
+                            events.send(json!({"instance": guest.instance, "host": guest.host, "kind": "powered_off"}));
+                    }
+                    seen.insert(guest.instance, guest.power);
+                }
+                last = seen;
+            }
+            Err(err) => tracing::warn!(error = %err, "listing the guests failed"),
+        }
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -744,6 +782,11 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         })
     };
 
+    // Power sync: what the hypervisor says about its guests becomes
+    // events (drivers with real guests only).
+    let sync =
+        config.driver.clone().map(|driver| tokio::spawn(power_sync(driver, config.sync_interval, events_tx.clone())));
+
     let (in_flight_pull, events_pull) = (in_flight.clone(), events_tx.clone());
     // Work loop.
     let work = {
@@ -814,6 +857,9 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
     };
     heartbeat.abort();
     work.abort();
+    if let Some(sync) = sync {
+        sync.abort();
+    }
     if let Some(puller) = puller {
         puller.abort();
     }
@@ -827,6 +873,7 @@ mod tests {
 
     #[test]
     fn failure_rate_is_roughly_honoured_and_bad_hosts_always_fail() {
+        use crate::fake::fails;
         let config = AgentConfig {
             url: String::new(),
             auth: AgentAuth::Token(String::new()),
@@ -849,6 +896,9 @@ mod tests {
             power_dir: None,
             power_on_time: Duration::ZERO,
             pull: None,
+            driver: None,
+            host: None,
+            sync_interval: Duration::from_secs(10),
         };
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
@@ -861,6 +911,95 @@ mod tests {
             .count();
         assert!(doomed < 20, "{doomed} of 2000 failed on three hosts at rate 0.1 (independent: ~2)");
         assert_eq!(config.host_names(), vec!["h0".to_owned()]);
+    }
+
+    /// A driver whose guests' power states follow a script, one step per
+    /// sync pass.
+    #[derive(Debug)]
+    struct Scripted(Mutex<Vec<Vec<(&'static str, driver::GuestPower)>>>);
+
+    impl Driver for Scripted {
+        fn hypervisor_type(&self) -> &'static str {
+            "scripted"
+        }
+        fn spawn<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn rebuild<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn destroy<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn power_off<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn power_on<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn reboot<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn pause<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn unpause<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn suspend<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn resume<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn console_output<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, String> {
+            Box::pin(async { Ok(String::new()) })
+        }
+        fn live_migration_prepare<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn live_migrate<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn move_step<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn guests(&self) -> driver::DriverFuture<'_, Option<Vec<driver::Guest>>> {
+            let step =
+                self.0.lock().ok().and_then(|mut steps| if steps.is_empty() { None } else { Some(steps.remove(0)) });
+            Box::pin(async move {
+                let Some(step) = step else { return Ok(None) };
+                Ok(Some(
+                    step.into_iter()
+                        .map(|(i, power)| driver::Guest { instance: i.to_owned(), host: "h".to_owned(), power })
+                        .collect(),
+                ))
+            })
+        }
+    }
+
+    /// The power sync reports a guest found off at the first pass (an
+    /// agent restart) and then once per transition to off or crashed;
+    /// a guest running, paused or staying off is not reported again.
+    #[tokio::test]
+    async fn the_power_sync_reports_each_transition_to_off_once() {
+        use driver::GuestPower::{Crashed, Paused, Running, Shutoff};
+        let script = vec![
+            vec![("a", Shutoff), ("b", Running)],
+            vec![("a", Shutoff), ("b", Running)],
+            vec![("a", Running), ("b", Paused)],
+            vec![("a", Shutoff), ("b", Crashed)],
+            vec![("a", Shutoff), ("b", Crashed)],
+        ];
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        power_sync(Arc::new(Scripted(Mutex::new(script))), Duration::from_millis(1), tx).await;
+        let mut reported = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            assert_eq!(event["kind"], "powered_off");
+            assert_eq!(event["host"], "h");
+            reported.push(event["instance"].as_str().unwrap_or("").to_owned());
+        }
+        assert_eq!(reported, ["a", "a", "b"]);
     }
 
     /// A control plane that takes the connection and never answers: the

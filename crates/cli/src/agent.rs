@@ -106,14 +106,47 @@ pub(crate) struct AgentOpts {
     #[arg(long)]
     pub(crate) disk_gb: Option<i64>,
     /// VCPU allocation ratio (default 4.0, Nova's initial ratio).
-    #[arg(long)]
+    #[arg(long, alias = "cpu-allocation-ratio")]
+    #[serde(alias = "cpu_allocation_ratio")]
     pub(crate) cpu_ratio: Option<f64>,
     /// MEMORY_MB allocation ratio (default 1.0).
-    #[arg(long)]
+    #[arg(long, alias = "ram-allocation-ratio")]
+    #[serde(alias = "ram_allocation_ratio")]
     pub(crate) ram_ratio: Option<f64>,
     /// DISK_GB allocation ratio (default 1.0).
-    #[arg(long)]
+    #[arg(long, alias = "disk-allocation-ratio")]
+    #[serde(alias = "disk_allocation_ratio")]
     pub(crate) disk_ratio: Option<f64>,
+    /// `fake` (default: the hosts are simulated) or `libvirt` (one real
+    /// host running QEMU guests through libvirt; see docs/OPERATING.md).
+    #[arg(long)]
+    pub(crate) driver: Option<String>,
+    /// libvirt: the connection URI (default `qemu:///system`).
+    #[arg(long)]
+    pub(crate) libvirt_uri: Option<String>,
+    /// libvirt: `kvm` (default) or `qemu` (TCG, no hardware virtualisation).
+    #[arg(long)]
+    pub(crate) virt_type: Option<String>,
+    /// libvirt: where disks, config drives, console logs and the image
+    /// cache live (default /var/lib/berth/instances).
+    #[arg(long)]
+    pub(crate) instances_path: Option<PathBuf>,
+    /// libvirt: this host's name (default the machine's hostname).
+    #[arg(long)]
+    pub(crate) host: Option<String>,
+    /// libvirt: MEMORY_MB reserved for the host (default 512).
+    #[arg(long)]
+    pub(crate) reserved_host_memory_mb: Option<i64>,
+    /// libvirt: VCPUs reserved for the host (default 0).
+    #[arg(long)]
+    pub(crate) reserved_host_cpus: Option<i64>,
+    /// libvirt: seconds a clean shutdown may take before the guest is
+    /// destroyed (default 60, Nova's shutdown_timeout).
+    #[arg(long)]
+    pub(crate) shutdown_timeout_secs: Option<u64>,
+    /// libvirt: seconds between power-state syncs (default 10).
+    #[arg(long)]
+    pub(crate) sync_interval_secs: Option<u64>,
     /// NUMA nodes per host, reported as child providers holding VCPU and MEMORY_MB.
     #[arg(long)]
     pub(crate) numa_nodes: Option<usize>,
@@ -244,6 +277,15 @@ impl AgentOpts {
             cpu_ratio,
             ram_ratio,
             disk_ratio,
+            driver,
+            libvirt_uri,
+            virt_type,
+            instances_path,
+            host,
+            reserved_host_memory_mb,
+            reserved_host_cpus,
+            shutdown_timeout_secs,
+            sync_interval_secs,
             numa_nodes,
             devices,
             vgpus,
@@ -301,6 +343,15 @@ impl AgentOpts {
             vgpus: opts.vgpus.unwrap_or(0),
             vgpu_layout: initial_layout(&opts.vgpu_layout, &opts.vgpu_layout_file)?,
         };
+        let opts_libvirt = LibvirtOpts {
+            uri: opts.libvirt_uri.clone(),
+            virt_type: opts.virt_type.clone(),
+            instances_path: opts.instances_path.clone(),
+            host: opts.host.clone(),
+            reserved_memory_mb: opts.reserved_host_memory_mb,
+            reserved_cpus: opts.reserved_host_cpus,
+            shutdown_timeout_secs: opts.shutdown_timeout_secs,
+        };
         let reshape_gate = opts.test_hold_reshape_file.clone().map(|path| {
             berth_agent::reshape::ReshapeGate(std::sync::Arc::new(move || path.exists()) as std::sync::Arc<_>)
         });
@@ -320,8 +371,22 @@ impl AgentOpts {
                 None => berth_agent::AgentAuth::Token(opts.token.unwrap_or_else(|| "admin".to_owned())),
             },
         };
+        let url = opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned());
+        let request_timeout = Duration::from_secs(opts.request_timeout_secs.unwrap_or(30).max(1));
+        let (mut shape, mut host, mut driver) = (shape, None, None);
+        match opts.driver.as_deref().unwrap_or("fake") {
+            "fake" => {}
+            "libvirt" => {
+                let (real, name, libvirt) =
+                    libvirt_host(&opts_libvirt, &shape, &url, &auth, opts.ca_file.as_deref(), request_timeout)?;
+                shape = real;
+                host = Some(name);
+                driver = Some(libvirt);
+            }
+            other => anyhow::bail!("invalid --driver {other:?} (fake or libvirt)"),
+        }
         Ok(AgentConfig {
-            url: opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned()),
+            url,
             auth,
             ca_file: opts.ca_file,
             agent_id: opts
@@ -337,7 +402,7 @@ impl AgentOpts {
             bad_hosts: list(&opts.bad_hosts),
             live_migration_time: Duration::from_millis(opts.live_migration_ms.unwrap_or(0)),
             report_interval: Duration::from_secs(opts.report_interval_secs.unwrap_or(10).max(1)),
-            request_timeout: Duration::from_secs(opts.request_timeout_secs.unwrap_or(30).max(1)),
+            request_timeout,
             concurrency: opts.concurrency.unwrap_or(8),
             layout_updates: None,
             reshape_gate,
@@ -357,8 +422,74 @@ impl AgentOpts {
                 }),
                 other => anyhow::bail!("invalid --scheduling {other:?} (push or pull)"),
             },
+            driver,
+            host,
+            sync_interval: Duration::from_secs(opts.sync_interval_secs.unwrap_or(10).max(1)),
         })
     }
+}
+
+/// The libvirt options of `berth agent --driver libvirt`.
+struct LibvirtOpts {
+    uri: Option<String>,
+    virt_type: Option<String>,
+    instances_path: Option<PathBuf>,
+    host: Option<String>,
+    reserved_memory_mb: Option<i64>,
+    reserved_cpus: Option<i64>,
+    shutdown_timeout_secs: Option<u64>,
+}
+
+/// The one real host of `--driver libvirt`: its shape discovered
+/// (online CPUs, /proc/meminfo, the instances path's filesystem, CPU and
+/// capability traits; `given` keeps its ratios and operator traits), its
+/// name, and its driver.
+fn libvirt_host(
+    opts: &LibvirtOpts,
+    given: &HostShape,
+    url: &str,
+    auth: &berth_agent::AgentAuth,
+    ca_file: Option<&std::path::Path>,
+    request_timeout: Duration,
+) -> anyhow::Result<(HostShape, String, std::sync::Arc<dyn berth_agent::Driver>)> {
+    use berth_agent::libvirt::{host::discover, LibvirtConfig, LibvirtDriver};
+    let virt_type = opts.virt_type.clone().unwrap_or_else(|| "kvm".to_owned());
+    anyhow::ensure!(virt_type == "kvm" || virt_type == "qemu", "invalid --virt-type {virt_type:?} (kvm or qemu)");
+    let instances_path = opts.instances_path.clone().unwrap_or_else(|| PathBuf::from("/var/lib/berth/instances"));
+    std::fs::create_dir_all(&instances_path).with_context(|| format!("creating {}", instances_path.display()))?;
+    let instances_path = instances_path.canonicalize()?;
+    let host = match &opts.host {
+        Some(host) => host.clone(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .context("reading the hostname (or give --host)")?
+            .trim()
+            .to_owned(),
+    };
+    let found = discover(&instances_path)?;
+    let mut traits = found.traits;
+    traits.extend(given.traits.iter().filter(|t| t.as_str() != "COMPUTE_NODE").cloned());
+    let shape = HostShape {
+        vcpus: found.vcpus,
+        reserved_vcpus: opts.reserved_cpus.unwrap_or(0),
+        pcpus: 0,
+        memory_mb: found.memory_mb,
+        reserved_memory_mb: opts.reserved_memory_mb.unwrap_or(512),
+        disk_gb: found.disk_gb,
+        numa_nodes: 0,
+        devices: Vec::new(),
+        traits,
+        vgpus: 0,
+        ..given.clone()
+    };
+    let link = berth_agent::Link::new(url, auth.clone(), ca_file, request_timeout)?;
+    let config = LibvirtConfig {
+        uri: opts.uri.clone().unwrap_or_else(|| "qemu:///system".to_owned()),
+        virt_type,
+        instances_path,
+        host: host.clone(),
+        shutdown_timeout: Duration::from_secs(opts.shutdown_timeout_secs.unwrap_or(60)),
+    };
+    Ok((shape, host, std::sync::Arc::new(LibvirtDriver::new(config, link)?)))
 }
 
 /// The layout in `file` when it exists, else `flag`, else `root`.

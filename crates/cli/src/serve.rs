@@ -785,6 +785,9 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                     nak_delay: std::time::Duration::from_millis(500),
                     refresh: std::time::Duration::from_millis(250),
                 }),
+                driver: None,
+                host: None,
+                sync_interval: std::time::Duration::from_secs(10),
             };
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {

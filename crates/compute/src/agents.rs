@@ -431,6 +431,28 @@ impl Compute {
                 };
                 ops.push(CellOp::UpdateInstance { uuid, expect: from_host(from), update });
             }
+            "powered_off" => {
+                // The hypervisor's word that a guest shut itself down (the
+                // agent's power sync, as Nova's `_sync_power_states` stops
+                // an ACTIVE instance found SHUTDOWN): taken only for an
+                // ACTIVE row with no task on the reporting host, so a stop,
+                // a reboot or a move in flight is never overtaken.
+                let update = InstanceUpdate {
+                    vm_state: Some(vm_state::STOPPED.to_owned()),
+                    task_state: Some(None),
+                    power_state: Some(power_state::SHUTDOWN),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                let expect = Expect {
+                    vm_states: vec![vm_state::ACTIVE.to_owned()],
+                    task_states: vec![None],
+                    not_deleted: true,
+                    host: Some(Some(event.host.clone())),
+                    ..Expect::default()
+                };
+                ops.push(CellOp::UpdateInstance { uuid, expect, update });
+            }
             other => {
                 return Err(ServiceError::Refused(ComputeError::Invalid(format!("Unknown event kind {other}."))));
             }

@@ -98,14 +98,30 @@ async fn agent_events_that_do_not_apply_change_nothing() {
         assert_eq!(footprint(&cloud, &nova, &id).await, active, "{kind} from {host} changed the server");
     }
 
-    // A stop under way is finished only by the server's host.
+    // A stop under way is finished only by the server's host; the power
+    // sync's word that the guest shut itself down does not overtake it.
     let stop = nova.post(&format!("/servers/{id}/action"), &json!({"os-stop": null})).await;
     assert_eq!(stop.status, 202, "{:?}", stop.body);
     wait_task(&nova, &id, "powering-off").await;
     assert!(!report(&placement, &id, "elsewhere", "stopped").await, "stopped from another host");
+    assert!(!report(&placement, &id, HOST, "powered_off").await, "powered_off during a stop");
     wait_task(&nova, &id, "powering-off").await;
     assert!(report(&placement, &id, HOST, "stopped").await);
     wait_status(&nova, &id, "SHUTOFF").await;
+    assert!(!report(&placement, &id, HOST, "powered_off").await, "powered_off of a stopped server");
+
+    // A guest that powered itself off (the power sync): an ACTIVE server
+    // with no task becomes SHUTOFF, only on the report of its own host.
+    let start = nova.post(&format!("/servers/{id}/action"), &json!({"os-start": null})).await;
+    assert_eq!(start.status, 202, "{:?}", start.body);
+    wait_task(&nova, &id, "powering-on").await;
+    assert!(report(&placement, &id, HOST, "started").await);
+    wait_status(&nova, &id, "ACTIVE").await;
+    assert!(!report(&placement, &id, "elsewhere", "powered_off").await, "powered_off from another host");
+    assert_eq!(nova.get(&format!("/servers/{id}")).await.body["server"]["status"], "ACTIVE");
+    assert!(report(&placement, &id, HOST, "powered_off").await);
+    let off = wait_status(&nova, &id, "SHUTOFF").await;
+    assert_eq!(off["OS-EXT-STS:power_state"], 4, "{off}");
 
     // A delete under way is finished only by the server's host; until then
     // the server, its allocations and its usage stay.

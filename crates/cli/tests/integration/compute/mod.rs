@@ -15,6 +15,7 @@ mod keypairs;
 mod lease_end;
 mod leases;
 mod lending;
+mod libvirt;
 mod live_migration;
 mod lock;
 mod metadata;

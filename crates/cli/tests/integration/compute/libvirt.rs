@@ -1,0 +1,427 @@
+//! `berth agent --driver libvirt` with real QEMU guests (TCG) through the
+//! machine's libvirtd: the project's guest image (`scripts/guest-image.sh`)
+//! boots to ACTIVE and prints its uuid and key fingerprint from the config
+//! drive in `os-getConsoleOutput`; stop, start, reboot, pause and suspend
+//! change the domain's real state; a guest that powers itself off shows
+//! SHUTOFF within one power sync; a restarted agent re-attaches without a
+//! second spawn; delete leaves no domain and no files but the image
+//! cache; the inventory is the machine's. Skipped, with the reason, where
+//! libvirt is not available (`scripts/test.sh` starts it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::support::{wait_gone, Cloud, Hosts, Nova};
+
+const URI: &str = "qemu:///system";
+
+/// Why the libvirt tests cannot run here, if they cannot.
+fn unavailable() -> Option<String> {
+    for tool in ["virsh", "qemu-img", "genisoimage", "qemu-system-x86_64"] {
+        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
+        if !found.map(|o| o.status.success()).unwrap_or(false) {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    match Command::new("virsh").args(["-c", URI, "version"]).output() {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!("libvirtd does not answer at {URI}: {}", String::from_utf8_lossy(&out.stderr).trim())),
+        Err(err) => Some(format!("virsh: {err}")),
+    }
+}
+
+fn virsh(args: &[&str]) -> (bool, String) {
+    let out = Command::new("virsh").args(["-c", URI]).args(args).output().expect("virsh");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn domstate(id: &str) -> String {
+    virsh(&["domstate", &format!("instance-{id}")]).1
+}
+
+/// Destroys and undefines the domains of this test's instances path
+/// however the test ends.
+struct Domains(PathBuf);
+
+impl Drop for Domains {
+    fn drop(&mut self) {
+        let (_, names) = virsh(&["list", "--all", "--name"]);
+        for name in names.lines() {
+            let Some(uuid) = name.trim().strip_prefix("instance-") else { continue };
+            if self.0.join(uuid).exists() {
+                let _ = virsh(&["destroy", name.trim()]);
+                let _ = virsh(&["undefine", "--managed-save", name.trim()]);
+            }
+        }
+    }
+}
+
+/// Build (once per machine: the files are kept) and upload the guest;
+/// the disk image's id.
+fn guest_image(base: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/guest-image.sh");
+    let out_dir = std::env::temp_dir().join("berth-guest-image");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["--out", out_dir.to_str().expect("path"), "--url", base, "--token", "admin"])
+        .output()
+        .expect("guest-image.sh");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "guest-image.sh failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    text.lines().find_map(|l| l.strip_prefix("IMAGE_ID=")).expect("IMAGE_ID").trim().to_owned()
+}
+
+/// Another disk image of the guest with the same kernel and ramdisk and
+/// `properties` (e.g. `hw_machine_type`); its id.
+async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
+    let http = crate::support::http_client();
+    let shown: Value = http
+        .get(format!("{base}/image/v2/images/{guest}"))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .expect("image show")
+        .json()
+        .await
+        .expect("image json");
+    let mut body = json!({"name": "berth-guest-variant", "disk_format": "raw", "container_format": "bare",
+                          "visibility": "public", "kernel_id": shown["kernel_id"], "ramdisk_id": shown["ramdisk_id"]});
+    for (key, value) in properties.as_object().expect("properties") {
+        body[key] = value.clone();
+    }
+    let created = http
+        .post(format!("{base}/image/v2/images"))
+        .header("x-auth-token", "admin")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("image create");
+    assert_eq!(created.status().as_u16(), 201);
+    let id = created.json::<Value>().await.expect("image json")["id"].as_str().expect("id").to_owned();
+    let put = http
+        .put(format!("{base}/image/v2/images/{id}/file"))
+        .header("x-auth-token", "admin")
+        .header("content-type", "application/octet-stream")
+        .body(vec![0u8; 1 << 20])
+        .send()
+        .await
+        .expect("image upload");
+    assert_eq!(put.status().as_u16(), 204);
+    id
+}
+
+/// Wait (4 minutes: TCG on a loaded machine) for the server to have
+/// `status` and no task; returns it.
+async fn settle(nova: &Nova, id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
+        if server["status"] == status && server["OS-EXT-STS:task_state"].is_null() {
+            return server;
+        }
+        assert!(server["status"] != "ERROR", "server {id} failed: {server}");
+        assert!(Instant::now() < deadline, "server {id} never reached {status}: {server}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn console(nova: &Nova, id: &str) -> String {
+    let answer = nova.post(&format!("/servers/{id}/action"), &json!({"os-getConsoleOutput": {}})).await;
+    answer.body["output"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Wait for the guest's `boots`-th marker line on its console (one a
+/// boot: the log is kept across boots); the line.
+async fn marker(nova: &Nova, id: &str, boots: usize) -> String {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let log = console(nova, id).await;
+        if let Some(line) = log.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).nth(boots - 1) {
+            return line.trim().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no marker from {id}; console:\n{log}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn act(nova: &Nova, id: &str, body: Value) {
+    let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
+    assert_eq!(answer.status, 202, "{body}: {:?}", answer.body);
+}
+
+/// A server and one `--driver libvirt` agent (TCG, a power sync every
+/// second) on an instances path of the test's own; the guard undoes the
+/// domains however the test ends.
+async fn libvirt_cloud(tag: &str) -> (Cloud, PathBuf, String, Domains) {
+    let mut cloud = Cloud::start(tag, &[]).await;
+    let instances = cloud.server.dir.join("instances");
+    let domains = Domains(instances.clone());
+    let prefix = format!("lv{tag}{}-", std::process::id());
+    let host = format!("{prefix}0");
+    let args = [
+        "--driver",
+        "libvirt",
+        "--virt-type",
+        "qemu",
+        "--libvirt-uri",
+        URI,
+        "--instances-path",
+        instances.to_str().expect("path"),
+        "--host",
+        &host,
+        "--reserved-host-memory-mb",
+        "512",
+        "--reserved-host-cpus",
+        "0",
+        "--sync-interval-secs",
+        "1",
+        "--shutdown-timeout-secs",
+        "15",
+    ];
+    cloud.add_agent(Hosts::new(&prefix, 1, &args)).await;
+    (cloud, instances, host, domains)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_guests_boot_run_and_go_through_libvirt() {
+    if let Some(reason) = unavailable() {
+        eprintln!("SKIPPED real_guests_boot_run_and_go_through_libvirt: {reason} (scripts/test.sh installs and starts libvirt)");
+        return;
+    }
+    let (mut cloud, instances, host, _domains) = libvirt_cloud("libvirt").await;
+    let admin = cloud.nova("admin").at("2.79");
+
+    // The inventory is the machine's, minus what is reserved.
+    let placement = cloud.server.client();
+    let providers = placement.get(&format!("/resource_providers?name={host}")).await.body;
+    let rp = providers["resource_providers"][0]["uuid"].as_str().expect("provider").to_owned();
+    let inventory = placement.get(&format!("/resource_providers/{rp}/inventories")).await.body["inventories"].clone();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let mem_kb: i64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemTotal");
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online");
+    let cpus: i64 = online
+        .trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<i64>().expect("cpu") - a.parse::<i64>().expect("cpu") + 1,
+            None => 1,
+        })
+        .sum();
+    assert_eq!(inventory["MEMORY_MB"]["total"], mem_kb / 1024, "{inventory}");
+    assert_eq!(inventory["MEMORY_MB"]["reserved"], 512, "{inventory}");
+    assert_eq!(inventory["VCPU"]["total"], cpus, "{inventory}");
+    assert_eq!(inventory["VCPU"]["reserved"], 0, "{inventory}");
+    assert_eq!(inventory["VCPU"]["allocation_ratio"], 4.0, "{inventory}");
+    assert!(inventory["DISK_GB"]["total"].as_i64().unwrap_or(0) > 0, "{inventory}");
+    let hypervisors = admin.get("/os-hypervisors/detail").await.body;
+    assert_eq!(hypervisors["hypervisors"][0]["hypervisor_type"], "QEMU", "{hypervisors}");
+
+    // Boot with a key pair: ACTIVE, then the guest's marker with its uuid
+    // and the key's fingerprint, read from the config drive.
+    let image = guest_image(&cloud.server.base);
+    let flavor = admin.flavor("guest", 1, 128, 1).await;
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test@berth";
+    let pair = admin.post("/os-keypairs", &json!({"keypair": {"name": "k1", "public_key": key}})).await;
+    assert_eq!(pair.status, 201, "{:?}", pair.body);
+    let fingerprint = pair.body["keypair"]["fingerprint"].as_str().expect("fingerprint").to_owned();
+    let started = Instant::now();
+    let boot = admin
+        .post(
+            "/servers",
+            &json!({"server": {"name": "real-1", "flavorRef": flavor, "imageRef": image, "key_name": "k1",
+                               "networks": "none"}}),
+        )
+        .await;
+    assert_eq!(boot.status, 202, "{:?}", boot.body);
+    let id = boot.body["server"]["id"].as_str().expect("id").to_owned();
+    settle(&admin, &id, "ACTIVE").await;
+    let to_active = started.elapsed();
+    let line = marker(&admin, &id, 1).await;
+    let to_marker = started.elapsed();
+    eprintln!("libvirt guest {id}: ACTIVE after {to_active:?}, marker after {to_marker:?} (cold image cache)");
+    assert_eq!(line, format!("BERTH-GUEST-UP uuid={id} key={fingerprint}"));
+    assert_eq!(domstate(&id), "running");
+    let dir = instances.join(&id);
+    assert!(dir.join("disk").exists() && dir.join("disk.config").exists(), "{}", dir.display());
+
+    // The lifecycle, each with the domain's real state.
+    act(&admin, &id, json!({"os-stop": null})).await;
+    settle(&admin, &id, "SHUTOFF").await;
+    assert_eq!(domstate(&id), "shut off");
+    act(&admin, &id, json!({"os-start": null})).await;
+    settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(domstate(&id), "running");
+    marker(&admin, &id, 2).await;
+    let (_, domid) = virsh(&["domid", &format!("instance-{id}")]);
+    act(&admin, &id, json!({"reboot": {"type": "SOFT"}})).await;
+    settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(domstate(&id), "running");
+    let (_, rebooted) = virsh(&["domid", &format!("instance-{id}")]);
+    assert_ne!(domid, rebooted, "a reboot boots the guest again (a new QEMU process)");
+    marker(&admin, &id, 3).await;
+    act(&admin, &id, json!({"pause": null})).await;
+    settle(&admin, &id, "PAUSED").await;
+    assert_eq!(domstate(&id), "paused");
+    act(&admin, &id, json!({"unpause": null})).await;
+    settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(domstate(&id), "running");
+    act(&admin, &id, json!({"suspend": null})).await;
+    settle(&admin, &id, "SUSPENDED").await;
+    assert_eq!(domstate(&id), "shut off");
+    let (_, info) = virsh(&["dominfo", &format!("instance-{id}")]);
+    assert!(info.lines().any(|l| l.starts_with("Managed save:") && l.ends_with("yes")), "{info}");
+    act(&admin, &id, json!({"resume": null})).await;
+    settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(domstate(&id), "running");
+
+    // The agent killed and restarted: the guest runs on, the same QEMU
+    // process; the new agent answers for it; an operator's trait on the
+    // provider survives.
+    assert_eq!(placement.call("PUT", "/traits/CUSTOM_OPERATOR_GOLD", None).await.status, 201);
+    let traits = placement.get(&format!("/resource_providers/{rp}/traits")).await.body;
+    let mut names: Vec<Value> = traits["traits"].as_array().cloned().expect("traits");
+    names.push(json!("CUSTOM_OPERATOR_GOLD"));
+    let body = json!({"traits": names, "resource_provider_generation": traits["resource_provider_generation"]});
+    let put = placement.put(&format!("/resource_providers/{rp}/traits"), &body).await;
+    assert_eq!(put.status, 200, "{:?}", put.body);
+    let (_, before) = virsh(&["domid", &format!("instance-{id}")]);
+    cloud.kill_agent(0);
+    cloud.restart_agent(0).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, after) = virsh(&["domid", &format!("instance-{id}")]);
+    assert_eq!(before, after, "the restarted agent left the guest running");
+    assert_eq!(settle(&admin, &id, "ACTIVE").await["OS-EXT-SRV-ATTR:host"], host.as_str());
+    assert!(console(&admin, &id).await.contains(&format!("uuid={id}")));
+    let traits = placement.get(&format!("/resource_providers/{rp}/traits")).await.body;
+    assert!(traits["traits"].as_array().expect("traits").contains(&json!("CUSTOM_OPERATOR_GOLD")), "{traits}");
+    assert!(traits["traits"].as_array().expect("traits").contains(&json!("HW_ARCH_X86_64")), "{traits}");
+
+    // A guest that powers itself off shows SHUTOFF within one sync.
+    let user_data = "cG93ZXJvZmYtYWZ0ZXI9MQo="; // "poweroff-after=1\n"
+    let boot = admin
+        .post(
+            "/servers",
+            &json!({"server": {"name": "real-2", "flavorRef": flavor, "imageRef": image, "user_data": user_data,
+                               "networks": "none"}}),
+        )
+        .await;
+    assert_eq!(boot.status, 202, "{:?}", boot.body);
+    let id2 = boot.body["server"]["id"].as_str().expect("id").to_owned();
+    let warm = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while domstate(&id2) != "shut off"
+        || admin.get(&format!("/servers/{id2}")).await.body["server"]["status"] == "BUILD"
+    {
+        assert!(Instant::now() < deadline, "guest {id2} never powered itself off");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("libvirt guest {id2}: powered itself off {:?} after its boot request (warm image cache)", warm.elapsed());
+    let off = Instant::now();
+    settle(&admin, &id2, "SHUTOFF").await;
+    assert!(off.elapsed() < Duration::from_secs(4), "SHUTOFF {:?} after the guest powered off", off.elapsed());
+    assert!(console(&admin, &id2).await.contains("powering off by itself"));
+
+    // Delete: no domain, no disk, no config drive; only the image cache.
+    for server in [&id, &id2] {
+        assert_eq!(admin.delete(&format!("/servers/{server}")).await.status, 204);
+    }
+    for server in [&id, &id2] {
+        wait_gone(&admin, server).await;
+        assert!(!virsh(&["dominfo", &format!("instance-{server}")]).0, "domain of {server} left");
+        assert!(!instances.join(server).exists(), "files of {server} left");
+    }
+    let left: Vec<String> = std::fs::read_dir(&instances)
+        .expect("instances")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["_base"], "only the image cache stays");
+    assert!(instances.join("_base").join(&image).exists());
+    cloud.check_invariants().await;
+}
+
+/// QEMU processes of the domain (`-name guest=instance-{id}`).
+fn qemu_processes(id: &str) -> usize {
+    let out = Command::new("pgrep").args(["-f", &format!("guest=instance-{id}")]).output().expect("pgrep");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// `kill -9` of the agent while three builds (on q35) are under way:
+/// after its restart every server is ACTIVE with exactly one domain, one
+/// QEMU process and one boot (one marker line), none spawned twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_finishes_its_builds_once_after_restart() {
+    if let Some(reason) = unavailable() {
+        eprintln!("SKIPPED a_killed_agent_finishes_its_builds_once_after_restart: {reason}");
+        return;
+    }
+    let (mut cloud, instances, host, _domains) = libvirt_cloud("lvkill").await;
+    let admin = cloud.nova("admin").at("2.79");
+    // On q35 (no IDE): the config drive on the default virtio-scsi cdrom,
+    // which the guest's kernel sees (it has no AHCI for SATA).
+    let guest = guest_image(&cloud.server.base);
+    let image = guest_variant(&cloud.server.base, &guest, json!({"hw_machine_type": "q35"})).await;
+    let flavor = admin.flavor("guest", 1, 128, 1).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let boot = admin
+            .post(
+                "/servers",
+                &json!({"server": {"name": format!("k-{i}"), "flavorRef": flavor, "imageRef": image,
+                                   "networks": "none"}}),
+            )
+            .await;
+        assert_eq!(boot.status, 202, "{:?}", boot.body);
+        ids.push(boot.body["server"]["id"].as_str().expect("id").to_owned());
+    }
+    // Killed once the host has started on them (the image cache or an
+    // instance directory on disk), before they are all ACTIVE.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(instances.join("_base").read_dir().map(|mut d| d.next().is_some()).unwrap_or(false)
+        || ids.iter().any(|id| instances.join(id).exists()))
+    {
+        assert!(Instant::now() < deadline, "the agent never started the builds");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cloud.kill_agent(0);
+    let mut active_before = 0;
+    for id in &ids {
+        if admin.get(&format!("/servers/{id}")).await.body["server"]["status"] == "ACTIVE" {
+            active_before += 1;
+        }
+    }
+    cloud.restart_agent(0).await;
+    for id in &ids {
+        let server = settle(&admin, id, "ACTIVE").await;
+        assert_eq!(server["OS-EXT-SRV-ATTR:host"], host.as_str());
+        assert_eq!(marker(&admin, id, 1).await, format!("BERTH-GUEST-UP uuid={id} key=none"));
+    }
+    // Settled: one domain, one QEMU process and one boot each.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for id in &ids {
+        assert_eq!(domstate(id), "running");
+        assert_eq!(qemu_processes(id), 1, "QEMU processes of {id}");
+        let (_, xml) = virsh(&["dumpxml", &format!("instance-{id}")]);
+        assert!(xml.contains("machine='pc-q35") && xml.contains("bus='scsi'"), "{xml}");
+        let boots = console(&admin, id).await.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).count();
+        assert_eq!(boots, 1, "{id} booted {boots} times");
+    }
+    eprintln!("killed the agent with {active_before} of 3 builds ACTIVE; all 3 ACTIVE once after its restart");
+    for id in &ids {
+        assert_eq!(admin.delete(&format!("/servers/{id}")).await.status, 204);
+    }
+    for id in &ids {
+        wait_gone(&admin, id).await;
+        assert!(!virsh(&["dominfo", &format!("instance-{id}")]).0, "domain of {id} left");
+    }
+    cloud.check_invariants().await;
+}
