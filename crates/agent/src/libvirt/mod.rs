@@ -502,9 +502,14 @@ impl Driver for LibvirtDriver {
             if tokio::fs::metadata(&disk).await.is_err() {
                 return Err(format!("Instance {} has no disk on {}", task.instance, self.config.host));
             }
-            let out = dir.join("snapshot.qcow2");
+            // In the format the image record says (it inherits the
+            // server's image's `disk_format`): raw stays raw.
+            let image = task.body["image"].as_str().unwrap_or("");
+            let record = self.read_json(&format!("/image/v2/images/{image}"), &[]).await?;
+            let format = if record["disk_format"].as_str() == Some("raw") { "raw" } else { "qcow2" };
+            let out = dir.join(format!("snapshot.{format}"));
             let (disk_text, out_text) = (build::path_text(&disk), build::path_text(&out));
-            run("qemu-img", &["convert", "-U", "-O", "qcow2", &disk_text, &out_text]).await?;
+            run("qemu-img", &["convert", "-U", "-O", format, &disk_text, &out_text]).await?;
             let data = tokio::fs::read(&out).await.map_err(io("reading", &out));
             let _ = tokio::fs::remove_file(&out).await;
             data
