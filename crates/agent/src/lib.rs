@@ -961,6 +961,15 @@ mod tests {
         fn live_migrate<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
             Box::pin(async { Ok(()) })
         }
+        fn rescue<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn unrescue<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn snapshot<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, Vec<u8>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
         fn move_step<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
             Box::pin(async { Ok(()) })
         }

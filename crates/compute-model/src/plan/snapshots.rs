@@ -120,6 +120,7 @@ pub fn plan_snapshot_image(world: &World, snapshot: &SnapshotImage<'_>, now: Tim
         hashes: None,
         tags: Vec::new(),
         properties,
+        members: BTreeMap::new(),
         created_at: now,
         updated_at: now,
     }));
