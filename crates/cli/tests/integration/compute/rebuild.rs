@@ -208,6 +208,10 @@ async fn rescue_and_unrescue_go_through_the_agent() {
     wait_status(&owner, &id, "RESCUE").await;
     assert_eq!(act(&owner, &id, json!({"unrescue": null})).await.0, 202);
     wait_status(&owner, &id, "ACTIVE").await;
+    // injectNetworkInfo: admin only, changes nothing.
+    assert_eq!(act(&owner, &id, json!({"injectNetworkInfo": null})).await.0, 403);
+    assert_eq!(act(&admin, &id, json!({"injectNetworkInfo": null})).await.0, 202);
+    wait_status(&owner, &id, "ACTIVE").await;
     let recorded = actions(&admin, &id).await;
     let ours: Vec<_> = recorded.iter().filter(|(a, _)| a.contains("rescue")).map(|(a, _)| a.as_str()).collect();
     assert_eq!(ours, vec!["rescue", "rescue", "unrescue", "unrescue"], "{recorded:?}");

@@ -1,7 +1,8 @@
 //! `POST /servers/{id}/action`: `rebuild`, `rescue`/`unrescue`, soft
-//! delete's `restore` and `forceDelete`, and `addSecurityGroup`/
-//! `removeSecurityGroup` (Nova's `servers.py` `_rebuild`, `rescue.py`,
-//! `deferred_delete.py`, `security_groups.py`).
+//! delete's `restore` and `forceDelete`, `addSecurityGroup`/
+//! `removeSecurityGroup` and the admin's `injectNetworkInfo` (Nova's
+//! `servers.py` `_rebuild`, `rescue.py`, `deferred_delete.py`,
+//! `security_groups.py`, `admin_actions.py`).
 
 use std::collections::BTreeMap;
 
@@ -64,6 +65,15 @@ pub(super) async fn rebuild_action(
                 "restore" => ctx.compute.server_action(id, ServerAction::Restore, &caller(req)).await.nova()?,
                 _ => ctx.compute.force_delete_server(id, &caller(req)).await.nova()?,
             }
+            Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
+        }
+        "injectNetworkInfo" => {
+            // Admin; Nova casts it to the host with no state check and no
+            // instance action. berth's servers have no network to inject:
+            // nothing changes.
+            body(req, &schemas::servers::any_action(name))?;
+            authorize_on(req, "os_compute_api:os-admin-actions:inject_network_info", project, None)?;
+            check_lock(req, record)?;
             Ok(Some(Resp::empty(StatusCode::ACCEPTED)))
         }
         "addSecurityGroup" | "removeSecurityGroup" => {

@@ -100,6 +100,17 @@ pub fn update(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
                 };
                 Ok(Resp::ok(view::update(v, &links, &access, instance, &extras)))
             }
+            // Still scheduling: the same reduced view, of the instance the
+            // build request carries.
+            ServerRecord::Pending(build) => {
+                let instance = view::build_request_instance(build);
+                let extras = ServerExtras {
+                    host_status: Some(HostStatus::NoHost),
+                    server_groups: &groups,
+                    ..ServerExtras::default()
+                };
+                Ok(Resp::ok(view::update(v, &links, &access, &instance, &extras)))
+            }
             _ => Ok(Resp::ok(render_show(&ctx, &req, &record)?)),
         }
     })
