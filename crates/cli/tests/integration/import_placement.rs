@@ -215,6 +215,9 @@ async fn check_import(source: Source, tag: &str) {
     assert_eq!(c1["allocations"][SHARED]["resources"]["DISK_GB"], 20);
     let c2 = client.get("/allocations/cccccccc-0000-4000-8000-000000000002").await.body;
     assert_eq!((c2["consumer_generation"].as_i64(), c2["consumer_type"].as_str()), (Some(1), Some("MIGRATION")));
+    // A consumer written before 1.38 has no type: "unknown", as upstream says.
+    let c3 = client.get("/allocations/cccccccc-0000-4000-8000-000000000003").await.body;
+    assert_eq!((c3["consumer_generation"].as_i64(), c3["consumer_type"].as_str()), (Some(0), Some("unknown")));
     let skipped = client.get("/allocations/cccccccc-0000-4000-8000-000000000004").await.body;
     assert_eq!(skipped["allocations"], serde_json::json!({}));
     // The sharing provider serves the trees of its aggregate.
