@@ -305,6 +305,18 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     assert!(traits["traits"].as_array().expect("traits").contains(&json!("CUSTOM_OPERATOR_GOLD")), "{traits}");
     assert!(traits["traits"].as_array().expect("traits").contains(&json!("HW_ARCH_X86_64")), "{traits}");
 
+    // Behind berth's back: a guest destroyed shows SHUTOFF; started
+    // again, it is stopped again (Nova's power-state sync).
+    assert!(virsh(&["destroy", &format!("instance-{id}")]).0);
+    settle(&admin, &id, "SHUTOFF").await;
+    assert!(virsh(&["start", &format!("instance-{id}")]).0);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while domstate(&id) != "shut off" {
+        assert!(Instant::now() < deadline, "the guest started behind berth's back was never stopped again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    settle(&admin, &id, "SHUTOFF").await;
+
     // A guest that powers itself off shows SHUTOFF within one sync.
     let user_data = "cG93ZXJvZmYtYWZ0ZXI9MQo="; // "poweroff-after=1\n"
     let boot = admin
