@@ -28,7 +28,8 @@
 //!    `resize_migrated`, `resize_finished`, `resize_confirmed`,
 //!    `resize_reverted`, `rebuilt`, `rebuild_failed`, `evacuated_destroyed`,
 //!    `shelved`, `offloaded`, `unshelved`, `live_migration_prepared`,
-//!    `live_migrated`, `live_migration_failed`), batched.
+//!    `live_migrated`, `live_migration_failed`; and the power sync's
+//!    `powered_off`, `powered_on` for real guests), batched.
 //!
 //! No message broker: the kubelet model. In pull mode ([`pull`]) the
 //! agent also takes boots from NATS JetStream queues and claims them over

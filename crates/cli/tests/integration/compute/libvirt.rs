@@ -2,8 +2,9 @@
 //! machine's libvirtd: the project's guest image (`scripts/guest-image.sh`)
 //! boots to ACTIVE and prints its uuid and key fingerprint from the config
 //! drive in `os-getConsoleOutput`; stop, start, reboot, pause and suspend
-//! change the domain's real state; a guest that powers itself off shows
-//! SHUTOFF within one power sync; a restarted agent re-attaches without a
+//! change the domain's real state; a guest destroyed behind berth's back
+//! shows SHUTOFF and, started behind its back, is stopped again; a guest
+//! that powers itself off shows SHUTOFF within one power sync; a restarted agent re-attaches without a
 //! second spawn; delete leaves no domain and no files but the image
 //! cache; the inventory is the machine's. Skipped, with the reason, where
 //! libvirt is not available (`scripts/test.sh` starts it).
