@@ -89,7 +89,8 @@ async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
         .await
         .expect("image json");
     let mut body = json!({"name": "berth-guest-variant", "disk_format": "raw", "container_format": "bare",
-                          "visibility": "public", "kernel_id": shown["kernel_id"], "ramdisk_id": shown["ramdisk_id"]});
+                          "visibility": "public", "kernel_id": shown["kernel_id"], "ramdisk_id": shown["ramdisk_id"],
+                          "os_command_line": shown["os_command_line"]});
     for (key, value) in properties.as_object().expect("properties") {
         body[key] = value.clone();
     }
