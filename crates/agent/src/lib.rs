@@ -32,9 +32,11 @@
 //!    `shelved`, `offloaded`, `unshelved`, `live_migration_prepared`,
 //!    `live_migrated`, `live_migration_failed`, `paused`, `unpaused`,
 //!    `suspended`, `resumed`, `rescued`, `unrescued`, `soft_deleted`,
-//!    `restored`), batched. A `rebuild` task is an evacuation's on its
-//!    destination and an in-place rebuild's on the server's own host
-//!    (the control plane tells them apart; the agent does the same).
+//!    `restored`, `snapshotted`, `snapshot_failed`; and the power sync's
+//!    `powered_off`, `powered_on` for real guests), batched. A `rebuild`
+//!    task is an evacuation's on its destination and an in-place
+//!    rebuild's on the server's own host (the control plane tells them
+//!    apart; the agent does the same).
 //!
 //! No message broker: the kubelet model. In pull mode ([`pull`]) the
 //! agent also takes boots from NATS JetStream queues and claims them over
@@ -679,8 +681,11 @@ impl PowerSim {
 /// Nova's `_sync_power_states`: every `interval` the driver lists its
 /// guests; a guest found shut off (or crashed) that was not so at the
 /// last pass (or at the first pass, after a restart) is reported as
-/// `powered_off`. The control plane takes it only for an ACTIVE server
-/// with no task on that host, so a stop in flight is not overtaken.
+/// `powered_off`, one found running that was shut off at the last pass
+/// as `powered_on`. The control plane takes `powered_off` only for an
+/// ACTIVE server with no task on that host (so a stop in flight is not
+/// overtaken), and `powered_on` only for a STOPPED one with no task,
+/// which it stops again.
 async fn power_sync(driver: Arc<dyn Driver>, interval: Duration, events: tokio::sync::mpsc::UnboundedSender<Value>) {
     use driver::GuestPower;
     let mut last: HashMap<String, GuestPower> = HashMap::new();
@@ -697,7 +702,23 @@ async fn power_sync(driver: Arc<dyn Driver>, interval: Duration, events: tokio::
                         let _ =
                             events.send(json!({"instance": guest.instance, "host": guest.host, "kind": "powered_off"}));
                     }
-                    seen.insert(guest.instance, guest.power);
+                    // Running again after being seen off: started by berth
+                    // (a start, a resume, a reboot: the control plane then
+                    // has a task or no STOPPED row and ignores it) or behind
+                    // its back (a STOPPED server is stopped again).
+                    let was_off = matches!(before, Some(GuestPower::Shutoff | GuestPower::Crashed));
+                    if guest.power == GuestPower::Running && was_off {
+                        tracing::info!(instance = %guest.instance, "guest found running again");
+                        let _ =
+                            events.send(json!({"instance": guest.instance, "host": guest.host, "kind": "powered_on"}));
+                    }
+                    // A passing state (QEMU starts paused; a pause by
+                    // berth) keeps the last settled one.
+                    match (guest.power, before) {
+                        (GuestPower::Paused | GuestPower::Other, Some(before)) => seen.insert(guest.instance, before),
+                        (GuestPower::Paused | GuestPower::Other, None) => None,
+                        (power, _) => seen.insert(guest.instance, power),
+                    };
                 }
                 last = seen;
             }
@@ -988,14 +1009,16 @@ mod tests {
     }
 
     /// The power sync reports a guest found off at the first pass (an
-    /// agent restart) and then once per transition to off or crashed;
-    /// a guest running, paused or staying off is not reported again.
+    /// agent restart) and then once per transition to off or crashed, and
+    /// once a guest seen off runs again; a guest running, paused or
+    /// staying off is not reported again.
     #[tokio::test]
-    async fn the_power_sync_reports_each_transition_to_off_once() {
+    async fn the_power_sync_reports_each_power_transition_once() {
         use driver::GuestPower::{Crashed, Paused, Running, Shutoff};
         let script = vec![
             vec![("a", Shutoff), ("b", Running)],
             vec![("a", Shutoff), ("b", Running)],
+            vec![("a", Paused), ("b", Paused)],
             vec![("a", Running), ("b", Paused)],
             vec![("a", Shutoff), ("b", Crashed)],
             vec![("a", Shutoff), ("b", Crashed)],
@@ -1004,11 +1027,14 @@ mod tests {
         power_sync(Arc::new(Scripted(Mutex::new(script))), Duration::from_millis(1), tx).await;
         let mut reported = Vec::new();
         while let Ok(event) = rx.try_recv() {
-            assert_eq!(event["kind"], "powered_off");
             assert_eq!(event["host"], "h");
-            reported.push(event["instance"].as_str().unwrap_or("").to_owned());
+            reported.push(format!(
+                "{} {}",
+                event["kind"].as_str().unwrap_or(""),
+                event["instance"].as_str().unwrap_or("")
+            ));
         }
-        assert_eq!(reported, ["a", "a", "b"]);
+        assert_eq!(reported, ["powered_off a", "powered_on a", "powered_off a", "powered_off b"]);
     }
 
     /// A control plane that takes the connection and never answers: the

@@ -453,6 +453,26 @@ impl Compute {
                 };
                 ops.push(CellOp::UpdateInstance { uuid, expect, update });
             }
+            "powered_on" => {
+                // A guest started behind berth's back (found running by the
+                // power sync) on a STOPPED server with no task: stopped
+                // again, as Nova's `_sync_power_states` force-stops it. The
+                // stop is this write's task state; the task goes to the
+                // host once it is written.
+                let update = InstanceUpdate {
+                    task_state: Some(Some(task_state::POWERING_OFF.to_owned())),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                };
+                let expect = Expect {
+                    vm_states: vec![vm_state::STOPPED.to_owned()],
+                    task_states: vec![None],
+                    not_deleted: true,
+                    host: Some(Some(event.host.clone())),
+                    ..Expect::default()
+                };
+                ops.push(CellOp::UpdateInstance { uuid, expect, update });
+            }
             other => {
                 return Err(ServiceError::Refused(ComputeError::Invalid(format!("Unknown event kind {other}."))));
             }
@@ -491,6 +511,11 @@ impl Compute {
                     }
                     Ok((set, ()))
                 })?;
+            }
+            "powered_on" if applied => {
+                if let Some(task) = Task::new(uuid, &event.host, task_state::POWERING_OFF) {
+                    self.hub.push(task);
+                }
             }
             "spawned" | "build_failed" if !applied => {
                 // The instance moved on while building (deleted): hand the

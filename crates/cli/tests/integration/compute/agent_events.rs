@@ -123,6 +123,16 @@ async fn agent_events_that_do_not_apply_change_nothing() {
     let off = wait_status(&nova, &id, "SHUTOFF").await;
     assert_eq!(off["OS-EXT-STS:power_state"], 4, "{off}");
 
+    // Started behind berth's back (the power sync finds it running): a
+    // STOPPED server is stopped again through its host, only on the
+    // report of that host.
+    assert!(!report(&placement, &id, "elsewhere", "powered_on").await, "powered_on from another host");
+    assert!(report(&placement, &id, HOST, "powered_on").await);
+    wait_task(&nova, &id, "powering-off").await;
+    assert!(!report(&placement, &id, HOST, "powered_on").await, "powered_on during the stop");
+    assert!(report(&placement, &id, HOST, "stopped").await);
+    wait_status(&nova, &id, "SHUTOFF").await;
+
     // A delete under way is finished only by the server's host; until then
     // the server, its allocations and its usage stay.
     let stopped = footprint(&cloud, &nova, &id).await;

@@ -2,8 +2,9 @@
 //! machine's libvirtd: the project's guest image (`scripts/guest-image.sh`)
 //! boots to ACTIVE and prints its uuid and key fingerprint from the config
 //! drive in `os-getConsoleOutput`; stop, start, reboot, pause and suspend
-//! change the domain's real state; a guest that powers itself off shows
-//! SHUTOFF within one power sync; a restarted agent re-attaches without a
+//! change the domain's real state; a guest destroyed behind berth's back
+//! shows SHUTOFF and, started behind its back, is stopped again; a guest
+//! that powers itself off shows SHUTOFF within one power sync; a restarted agent re-attaches without a
 //! second spawn; delete leaves no domain and no files but the image
 //! cache; the inventory is the machine's. Skipped, with the reason, where
 //! libvirt is not available (`scripts/test.sh` starts it).
@@ -88,7 +89,8 @@ async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
         .await
         .expect("image json");
     let mut body = json!({"name": "berth-guest-variant", "disk_format": "raw", "container_format": "bare",
-                          "visibility": "public", "kernel_id": shown["kernel_id"], "ramdisk_id": shown["ramdisk_id"]});
+                          "visibility": "public", "kernel_id": shown["kernel_id"], "ramdisk_id": shown["ramdisk_id"],
+                          "os_command_line": shown["os_command_line"]});
     for (key, value) in properties.as_object().expect("properties") {
         body[key] = value.clone();
     }
@@ -304,6 +306,18 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     let traits = placement.get(&format!("/resource_providers/{rp}/traits")).await.body;
     assert!(traits["traits"].as_array().expect("traits").contains(&json!("CUSTOM_OPERATOR_GOLD")), "{traits}");
     assert!(traits["traits"].as_array().expect("traits").contains(&json!("HW_ARCH_X86_64")), "{traits}");
+
+    // Behind berth's back: a guest destroyed shows SHUTOFF; started
+    // again, it is stopped again (Nova's power-state sync).
+    assert!(virsh(&["destroy", &format!("instance-{id}")]).0);
+    settle(&admin, &id, "SHUTOFF").await;
+    assert!(virsh(&["start", &format!("instance-{id}")]).0);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while domstate(&id) != "shut off" {
+        assert!(Instant::now() < deadline, "the guest started behind berth's back was never stopped again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    settle(&admin, &id, "SHUTOFF").await;
 
     // A guest that powers itself off shows SHUTOFF within one sync.
     let user_data = "cG93ZXJvZmYtYWZ0ZXI9MQo="; // "poweroff-after=1\n"
