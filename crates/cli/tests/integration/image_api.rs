@@ -8,7 +8,7 @@ use md5::{Digest, Md5};
 use serde_json::{json, Value};
 
 use crate::compute::support::Cloud;
-use crate::support::TestServer;
+use crate::support::{fresh_dir, test_database, TestServer};
 
 const PATCH: &str = "application/openstack-images-v2.1-json-patch";
 const PATCH_OLD: &str = "application/openstack-images-v2.0-json-patch";
@@ -522,4 +522,46 @@ async fn image_quotas_bound_each_project_s_count_and_data() {
     assert_eq!(p1.delete(&format!("/images/{first}")).await.status, 204);
     p1.upload(&second, &data).await;
     assert_eq!(p1.ids("").await, vec![second.clone()]);
+}
+
+#[tokio::test]
+async fn staged_data_survives_a_crash_and_goes_with_its_image() {
+    let tag = "image-stage-crash";
+    let (dir, database) = (fresh_dir(tag), test_database(tag));
+    let args = ["--image-upload-idle-secs", "1"];
+    let mut server = TestServer::start_with_args_in(dir.clone(), database.clone(), &args).await;
+    let glance = Glance::new(&server, "demo:p1");
+    let body = json!({"name": "s", "disk_format": "raw", "container_format": "bare"});
+    let (kept, dropped) = (glance.create(body.clone()).await, glance.create(body).await);
+    for id in [&kept, &dropped] {
+        let got = glance
+            .send("PUT", &format!("/v2/images/{id}/stage"), Some("application/octet-stream"), Some(b"staged".to_vec()))
+            .await;
+        assert_eq!(got.status, 204);
+    }
+    let store = dir.join("images");
+    let files = |id: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&store)
+            .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.retain(|n| n.starts_with(id));
+        names
+    };
+    assert_eq!(files(&kept), vec![format!("{kept}.staged")]);
+    // Deleting a staged image removes its staged data.
+    assert_eq!(glance.delete(&format!("/images/{dropped}")).await.status, 204);
+    assert!(files(&dropped).is_empty());
+    // An orphan stage (its image deleted by a process that died first).
+    let orphan = uuid::Uuid::new_v4().to_string();
+    std::fs::write(store.join(format!("{orphan}.staged")), b"x").expect("orphan");
+    server.kill9();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let server = TestServer::start_with_args_in(dir.clone(), database, &args).await;
+    let glance = Glance::new(&server, "demo:p1");
+    assert!(files(&orphan).is_empty(), "the sweep removed the orphan stage");
+    assert_eq!(glance.get(&format!("/images/{kept}")).await.json()["status"], "uploading", "a stage survives");
+    let done = glance.post(&format!("/images/{kept}/import"), json!({"method": {"name": "glance-direct"}})).await;
+    assert_eq!(done.status, 202, "{:?}", done.json());
+    assert_eq!(glance.get(&format!("/images/{kept}/file")).await.bytes, b"staged");
+    assert_eq!(files(&kept), vec![kept.clone()]);
 }
