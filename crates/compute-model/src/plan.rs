@@ -41,6 +41,7 @@ mod deletes;
 mod flavors;
 mod images;
 mod key_pairs;
+mod metadefs;
 mod quotas;
 mod requeue;
 mod reschedule;
@@ -65,6 +66,7 @@ pub use images::{
     plan_put_image,
 };
 pub use key_pairs::{not_found as key_pair_not_found, plan_create_key_pair, plan_delete_key_pair};
+pub use metadefs::{plan_delete_metadef_namespace, plan_put_metadef_namespace};
 pub use quotas::{plan_delete_quotas, plan_set_quota_class, plan_set_quotas};
 pub use requeue::{plan_claim_requeued, plan_expire_requeued, plan_requeue, requeue_waiting, RequeueClaim};
 pub use reschedule::{plan_reschedule, Exhausted, Rescheduled};

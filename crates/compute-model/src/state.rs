@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::lease::{Lease, LeaseTables, ReservableHost, ResourceProperty};
 use crate::{
     AgentCredential, Aggregate, BuildRequest, CellMapping, ComputeNodeRef, Flavor, HostMapping, Image, InstanceMapping,
-    KeyPair, RequestSpec, ServerGroup,
+    KeyPair, MetadefNamespace, RequestSpec, ServerGroup,
 };
 
 /// One row-level change to the compute control tables.
@@ -108,6 +108,10 @@ pub enum ComputeChange {
     PutKeyPair(KeyPair),
     /// Delete a key pair: `(user, name)`.
     DeleteKeyPair(String, String),
+    /// Insert or replace a Glance metadef namespace (by name).
+    PutMetadefNamespace(MetadefNamespace),
+    /// Delete a metadef namespace by name.
+    DeleteMetadefNamespace(String),
 }
 
 /// The identity of the row a change touches (what the store keys rows by,
@@ -148,6 +152,8 @@ pub enum RowKey {
     ResourceProperty(String, String),
     /// A key pair `(user, name)`.
     KeyPair(String, String),
+    /// A Glance metadef namespace by name.
+    MetadefNamespace(String),
 }
 
 impl ComputeChange {
@@ -189,6 +195,8 @@ impl ComputeChange {
             C::DeleteResourceProperty(t, n) => RowKey::ResourceProperty(t.clone(), n.clone()),
             C::PutKeyPair(k) => RowKey::KeyPair(k.user_id.clone(), k.name.clone()),
             C::DeleteKeyPair(u, n) => RowKey::KeyPair(u.clone(), n.clone()),
+            C::PutMetadefNamespace(m) => RowKey::MetadefNamespace(m.namespace.clone()),
+            C::DeleteMetadefNamespace(n) => RowKey::MetadefNamespace(n.clone()),
         }
     }
 }
@@ -248,6 +256,8 @@ pub struct ComputeState {
     pub key_pairs: BTreeMap<(String, String), KeyPair>,
     /// Highest key pair id handed out.
     pub max_key_pair_id: i64,
+    /// Glance metadef namespaces by name.
+    pub metadef_namespaces: BTreeMap<String, MetadefNamespace>,
 
     /// Derived: the group each instance belongs to.
     pub group_of_instance: HashMap<Uuid, Uuid>,
@@ -405,6 +415,7 @@ impl ComputeState {
                 self.leases.properties.get(&(t.clone(), n.clone())).cloned().map(C::PutResourceProperty)
             }
             RowKey::KeyPair(u, n) => self.key_pairs.get(&(u.clone(), n.clone())).cloned().map(C::PutKeyPair),
+            RowKey::MetadefNamespace(n) => self.metadef_namespaces.get(n).cloned().map(C::PutMetadefNamespace),
         }
     }
 
@@ -434,6 +445,7 @@ impl ComputeState {
             RowKey::Lease(id) => C::DeleteLease(id),
             RowKey::ResourceProperty(t, n) => C::DeleteResourceProperty(t, n),
             RowKey::KeyPair(u, n) => C::DeleteKeyPair(u, n),
+            RowKey::MetadefNamespace(n) => C::DeleteMetadefNamespace(n),
         }
     }
 
@@ -549,6 +561,12 @@ impl ComputeState {
             }
             C::DeleteKeyPair(u, n) => {
                 self.key_pairs.remove(&(u.clone(), n.clone()));
+            }
+            C::PutMetadefNamespace(m) => {
+                self.metadef_namespaces.insert(m.namespace.clone(), m.clone());
+            }
+            C::DeleteMetadefNamespace(n) => {
+                self.metadef_namespaces.remove(n);
             }
         }
     }

@@ -247,6 +247,25 @@ impl KeyPairType {
     }
 }
 
+/// A Glance metadata-definition namespace with everything in it (its
+/// objects, properties, tags and resource-type associations), one row per
+/// namespace. The model keeps what writes are checked against (owner,
+/// visibility, protection) typed and the rest as the image API's JSON
+/// document, opaque here (this crate has no serde).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetadefNamespace {
+    /// The namespace's name (unique).
+    pub namespace: String,
+    /// Owning project.
+    pub owner: String,
+    /// `public` or `private`.
+    pub visibility: String,
+    /// A protected namespace cannot be deleted.
+    pub protected: bool,
+    /// The rest, as the image API's JSON text.
+    pub document: String,
+}
+
 /// A key pair (Nova's API-database `key_pairs`): it belongs to a user,
 /// not to a project, and its name is unique per user.
 #[derive(Debug, Clone, PartialEq)]

@@ -174,9 +174,10 @@ impl ImageStore {
         self.dir.join(format!("{id}.{}.part", Uuid::new_v4().simple()))
     }
 
-    /// Remove an image's data, if it has any.
+    /// Remove an image's data and staged data, if it has any.
     pub fn remove(&self, id: &Uuid) {
         remove_file(&self.data_path(id));
+        remove_file(&self.staged_path(id));
     }
 
     /// Remove what interrupted uploads and deletions left: temporaries,

@@ -10,7 +10,9 @@ use berth_http::routes::{Endpoint, Route};
 use berth_http::{error_response, Api, ApiError, ApiResult, Policy, Req, Resp, Version, VersionSpec};
 use serde_json::json;
 
-use crate::{actions, data, handlers, import, listing, members, patch, ImageCtx};
+use crate::metadef_catalog as md;
+use crate::metadef_tags as mdt;
+use crate::{actions, data, handlers, import, listing, members, metadefs, patch, ImageCtx};
 
 type Sync = fn(&ImageCtx, &Req) -> ApiResult<Resp>;
 
@@ -60,6 +62,39 @@ pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Ima
         Route::new("/v2/schemas/images", vec![g(M::GET, handlers::images_schema)]),
         Route::new("/v2/schemas/member", vec![g(M::GET, |_, _| Ok(Resp::ok(members::member_schema())))]),
         Route::new("/v2/schemas/members", vec![g(M::GET, |_, _| Ok(Resp::ok(members::members_schema())))]),
+        Route::new("/v2/schemas/metadefs/{kind}", vec![g(M::GET, metadefs::schema)]),
+        Route::new("/v2/metadefs/resource_types", vec![g(M::GET, mdt::resource_types)]),
+        Route::new("/v2/metadefs/namespaces", vec![g(M::GET, md::index), g(M::POST, md::create)]),
+        Route::new(
+            "/v2/metadefs/namespaces/{ns}",
+            vec![g(M::GET, md::show), g(M::PUT, md::update), g(M::DELETE, md::delete)],
+        ),
+        Route::new("/v2/metadefs/namespaces/{ns}/objects", vec![g(M::GET, md::objects), g(M::POST, md::create_object)]),
+        Route::new(
+            "/v2/metadefs/namespaces/{ns}/objects/{name}",
+            vec![g(M::GET, md::show_object), g(M::PUT, md::update_object), g(M::DELETE, md::delete_object)],
+        ),
+        Route::new(
+            "/v2/metadefs/namespaces/{ns}/properties",
+            vec![g(M::GET, md::properties), g(M::POST, md::create_property)],
+        ),
+        Route::new(
+            "/v2/metadefs/namespaces/{ns}/properties/{name}",
+            vec![g(M::GET, md::show_property), g(M::PUT, md::update_property), g(M::DELETE, md::delete_property)],
+        ),
+        Route::new(
+            "/v2/metadefs/namespaces/{ns}/tags",
+            vec![g(M::GET, mdt::index), g(M::POST, mdt::create_many), g(M::DELETE, mdt::delete_all)],
+        ),
+        Route::new(
+            "/v2/metadefs/namespaces/{ns}/tags/{tag}",
+            vec![g(M::GET, mdt::show), g(M::POST, mdt::create), g(M::PUT, mdt::update), g(M::DELETE, mdt::delete)],
+        ),
+        Route::new(
+            "/v2/metadefs/namespaces/{ns}/resource_types",
+            vec![g(M::GET, mdt::index_associations), g(M::POST, mdt::create_association)],
+        ),
+        Route::new("/v2/metadefs/namespaces/{ns}/resource_types/{name}", vec![g(M::DELETE, mdt::delete_association)]),
     ];
     Ok(Api {
         name: "image",

@@ -9,7 +9,7 @@ use berth_compute_model::choice::HostChoice;
 use berth_compute_model::{
     AgentCredential, Aggregate, BuildRequest, BuildRetry, CellMapping, ComputeChange, ComputeNodeRef, Flavor,
     GroupPolicy, HostMapping, Image, ImageHashes, ImageMember, ImageRef, InstanceMapping, InstanceSpec, KeyPair,
-    KeyPairType, RequestSpec, RowKey, ServerGroup,
+    KeyPairType, MetadefNamespace, RequestSpec, RowKey, ServerGroup,
 };
 use berth_model::AllocationMap;
 use serde_json::{json, Map, Value};
@@ -361,6 +361,7 @@ pub fn row_key(key: &RowKey) -> (&'static str, String) {
         RowKey::Lease(id) => ("lease", id.to_string()),
         RowKey::ResourceProperty(t, n) => ("rsv_property", json!([t, n]).to_string()),
         RowKey::KeyPair(u, n) => ("key_pair", json!([u, n]).to_string()),
+        RowKey::MetadefNamespace(n) => ("metadef_namespace", n.clone()),
     }
 }
 
@@ -406,6 +407,10 @@ pub fn change_row(change: &ComputeChange) -> (&'static str, String, Option<Value
         C::PutLease(x) => Some(crate::lease_json::lease(x)),
         C::PutResourceProperty(x) => Some(crate::lease_json::property(x)),
         C::PutKeyPair(x) => Some(key_pair(x)),
+        C::PutMetadefNamespace(x) => Some(json!({
+            "namespace": x.namespace, "owner": x.owner, "visibility": x.visibility, "protected": x.protected,
+            "document": x.document,
+        })),
         _ => None,
     };
     (kind, key, body)
@@ -450,6 +455,7 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
                 let p = key_parts(key, 2)?;
                 C::DeleteKeyPair(p[0].clone(), p[1].clone())
             }
+            "metadef_namespace" => C::DeleteMetadefNamespace(key.to_owned()),
             other => return Err(bad(&format!("row kind {other}"))),
         });
     };
@@ -509,6 +515,13 @@ pub fn row_change(kind: &str, key: &str, body: Option<&Value>) -> Result<Compute
         "lease" => C::PutLease(crate::lease_json::to_lease(v)?),
         "rsv_property" => C::PutResourceProperty(crate::lease_json::to_property(v)?),
         "key_pair" => C::PutKeyPair(to_key_pair(v)?),
+        "metadef_namespace" => C::PutMetadefNamespace(MetadefNamespace {
+            namespace: s(v, "namespace")?,
+            owner: s(v, "owner")?,
+            visibility: s(v, "visibility")?,
+            protected: b(v, "protected")?,
+            document: s(v, "document")?,
+        }),
         other => return Err(bad(&format!("row kind {other}"))),
     })
 }

@@ -8,7 +8,7 @@ use md5::{Digest, Md5};
 use serde_json::{json, Value};
 
 use crate::compute::support::Cloud;
-use crate::support::TestServer;
+use crate::support::{fresh_dir, test_database, TestServer};
 
 const PATCH: &str = "application/openstack-images-v2.1-json-patch";
 const PATCH_OLD: &str = "application/openstack-images-v2.0-json-patch";
@@ -522,4 +522,163 @@ async fn image_quotas_bound_each_project_s_count_and_data() {
     assert_eq!(p1.delete(&format!("/images/{first}")).await.status, 204);
     p1.upload(&second, &data).await;
     assert_eq!(p1.ids("").await, vec![second.clone()]);
+}
+
+#[tokio::test]
+async fn staged_data_survives_a_crash_and_goes_with_its_image() {
+    let tag = "image-stage-crash";
+    let (dir, database) = (fresh_dir(tag), test_database(tag));
+    let args = ["--image-upload-idle-secs", "1"];
+    let mut server = TestServer::start_with_args_in(dir.clone(), database.clone(), &args).await;
+    let glance = Glance::new(&server, "demo:p1");
+    let body = json!({"name": "s", "disk_format": "raw", "container_format": "bare"});
+    let (kept, dropped) = (glance.create(body.clone()).await, glance.create(body).await);
+    for id in [&kept, &dropped] {
+        let got = glance
+            .send("PUT", &format!("/v2/images/{id}/stage"), Some("application/octet-stream"), Some(b"staged".to_vec()))
+            .await;
+        assert_eq!(got.status, 204);
+    }
+    let store = dir.join("images");
+    let files = |id: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&store)
+            .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.retain(|n| n.starts_with(id));
+        names
+    };
+    assert_eq!(files(&kept), vec![format!("{kept}.staged")]);
+    // Deleting a staged image removes its staged data.
+    assert_eq!(glance.delete(&format!("/images/{dropped}")).await.status, 204);
+    assert!(files(&dropped).is_empty());
+    // An orphan stage (its image deleted by a process that died first).
+    let orphan = uuid::Uuid::new_v4().to_string();
+    std::fs::write(store.join(format!("{orphan}.staged")), b"x").expect("orphan");
+    server.kill9();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let server = TestServer::start_with_args_in(dir.clone(), database, &args).await;
+    let glance = Glance::new(&server, "demo:p1");
+    assert!(files(&orphan).is_empty(), "the sweep removed the orphan stage");
+    assert_eq!(glance.get(&format!("/images/{kept}")).await.json()["status"], "uploading", "a stage survives");
+    let done = glance.post(&format!("/images/{kept}/import"), json!({"method": {"name": "glance-direct"}})).await;
+    assert_eq!(done.status, 202, "{:?}", done.json());
+    assert_eq!(glance.get(&format!("/images/{kept}/file")).await.bytes, b"staged");
+    assert_eq!(files(&kept), vec![kept.clone()]);
+}
+
+#[tokio::test]
+async fn metadef_schemas_are_glances() {
+    let server = TestServer::start("image-metadef-schemas").await;
+    let glance = Glance::new(&server, "demo:p1");
+    for (kind, name) in [
+        ("namespace", "namespace"),
+        ("namespaces", "namespaces"),
+        ("object", "object"),
+        ("objects", "objects"),
+        ("property", "property"),
+        ("properties", "properties"),
+        ("tag", "tag"),
+        ("tags", "tags"),
+        ("resource_type", "resource_type_association"),
+        ("resource_types", "resource_type_associations"),
+    ] {
+        let got = glance.get(&format!("/schemas/metadefs/{kind}")).await;
+        assert_eq!(got.status, 200, "{kind}");
+        assert_eq!(got.json()["name"], name, "{kind}");
+    }
+    let namespace = glance.get("/schemas/metadefs/namespace").await.json();
+    assert_eq!(namespace["required"], json!(["namespace"]));
+    assert_eq!(namespace["properties"]["visibility"]["enum"], json!(["public", "private"]));
+    assert_eq!(glance.get("/schemas/metadefs/property").await.json()["required"], json!(["type", "title", "name"]));
+    assert_eq!(glance.get("/schemas/metadefs/nothing").await.status, 404);
+}
+
+#[tokio::test]
+async fn the_metadef_catalog_is_kept_and_guarded_as_glance_does() {
+    let tag = "image-metadefs";
+    let (dir, database) = (fresh_dir(tag), test_database(tag));
+    let mut server = TestServer::start_with_args_in(dir.clone(), database.clone(), &[]).await;
+    let (admin, member, stranger) =
+        (Glance::new(&server, "admin:pa"), Glance::new(&server, "demo:pa"), Glance::new(&server, "demo:pb"));
+    let types = admin.get("/metadefs/resource_types").await.json();
+    let first = types["resource_types"][0]["name"].as_str().expect("a seeded resource type").to_owned();
+
+    // Only an admin creates; the owner is the caller's project.
+    let body = json!({"namespace": "ns1", "visibility": "private", "display_name": "NS 1", "protected": true,
+        "resource_type_associations": [{"name": first}]});
+    let refused = member.post("/metadefs/namespaces", body.clone()).await;
+    assert_eq!(refused.status, 403, "{:?}", refused.json());
+    let created = admin.post("/metadefs/namespaces", body.clone()).await;
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    assert_eq!(created.json()["owner"], "pa");
+    assert_eq!(created.json()["protected"], true);
+    assert_eq!(admin.post("/metadefs/namespaces", body).await.status, 409, "names are unique");
+    assert_eq!(admin.post("/metadefs/namespaces", json!({"visibility": "public"})).await.status, 400);
+    assert_eq!(admin.post("/metadefs/namespaces", json!({"namespace": "x", "visibility": "no"})).await.status, 400);
+
+    // A private namespace is its project's (and admins'); others get 404.
+    assert_eq!(member.get("/metadefs/namespaces/ns1").await.status, 200);
+    assert_eq!(stranger.get("/metadefs/namespaces/ns1").await.status, 404);
+    let names = |v: Value| -> Vec<String> {
+        v["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .map(|n| n["namespace"].as_str().expect("ns").to_owned())
+            .collect()
+    };
+    assert_eq!(names(member.get("/metadefs/namespaces").await.json()), vec!["ns1"]);
+    assert!(names(stranger.get("/metadefs/namespaces").await.json()).is_empty());
+    assert_eq!(member.delete("/metadefs/namespaces/ns1").await.status, 403, "a member is not an admin");
+    let protected = admin.delete("/metadefs/namespaces/ns1").await;
+    assert_eq!(protected.status, 403);
+    assert_eq!(protected.message(), "Metadata definition namespace ns1 is protected and cannot be deleted.");
+
+    // Objects, properties, tags and associations, each a change of the namespace.
+    let ns = "/metadefs/namespaces/ns1";
+    assert_eq!(admin.post(&format!("{ns}/objects"), json!({"name": "o1"})).await.status, 201);
+    assert_eq!(admin.post(&format!("{ns}/objects"), json!({"name": "o1"})).await.status, 409);
+    let renamed = admin.put(&format!("{ns}/objects/o1"), json!({"name": "o2", "description": "d"})).await;
+    assert_eq!(renamed.json()["name"], "o2");
+    assert_eq!(admin.get(&format!("{ns}/objects/o1")).await.status, 404);
+    let property = json!({"name": "hv", "title": "HV", "type": "string", "enum": ["kvm", "qemu"]});
+    assert_eq!(admin.post(&format!("{ns}/properties"), property).await.status, 201);
+    assert_eq!(admin.post(&format!("{ns}/properties"), json!({"name": "p", "type": "string"})).await.status, 400);
+    assert_eq!(member.get(&format!("{ns}/properties/hv")).await.json()["enum"], json!(["kvm", "qemu"]));
+    let tags = json!({"tags": [{"name": "t1"}, {"name": "t2"}]});
+    assert_eq!(admin.post(&format!("{ns}/tags"), tags).await.status, 201);
+    assert_eq!(
+        admin.send("POST", &format!("/v2{ns}/tags/T1"), None, None).await.status,
+        409,
+        "tags are case-insensitive"
+    );
+    assert_eq!(admin.send("POST", &format!("/v2{ns}/tags/t3"), None, None).await.status, 201);
+    assert_eq!(admin.put(&format!("{ns}/tags/t3"), json!({"name": "t4"})).await.json()["name"], "t4");
+    assert_eq!(admin.delete(&format!("{ns}/tags/t1")).await.status, 204);
+    let assoc = admin.post(&format!("{ns}/resource_types"), json!({"name": "OS::Nova::Flavor", "prefix": "hw:"})).await;
+    assert_eq!(assoc.status, 201, "{:?}", assoc.json());
+    assert_eq!(admin.post(&format!("{ns}/resource_types"), json!({"name": "OS::Nova::Flavor"})).await.status, 409);
+    assert_eq!(admin.delete(&format!("{ns}/resource_types/{first}")).await.status, 204);
+    assert_eq!(stranger.post(&format!("{ns}/objects"), json!({"name": "x"})).await.status, 404);
+
+    // All of it survives a crash.
+    server.kill9();
+    server = TestServer::start_with_args_in(dir, database, &[]).await;
+    let admin = Glance::new(&server, "admin:pa");
+    let shown = admin.get(ns).await.json();
+    assert_eq!(shown["objects"][0]["name"], "o2");
+    assert_eq!(shown["properties"]["hv"]["title"], "HV");
+    let tag_names: Vec<Value> = shown["tags"].as_array().expect("tags").iter().map(|t| t["name"].clone()).collect();
+    assert_eq!(tag_names, vec![json!("t2"), json!("t4")]);
+    assert_eq!(shown["resource_type_associations"][0]["name"], "OS::Nova::Flavor");
+
+    // Unprotect, make public and rename in one update; then delete.
+    let update = json!({"namespace": "ns2", "visibility": "public", "protected": false});
+    let updated = admin.put(ns, update).await;
+    assert_eq!(updated.status, 200, "{:?}", updated.json());
+    assert_eq!(updated.json()["visibility"], "public");
+    assert_eq!(Glance::new(&server, "demo:pb").get("/metadefs/namespaces/ns2").await.status, 200);
+    assert_eq!(admin.get(ns).await.status, 404, "renamed");
+    assert_eq!(admin.delete("/metadefs/namespaces/ns2").await.status, 204);
+    assert_eq!(admin.get("/metadefs/namespaces/ns2/tags").await.status, 404);
 }
