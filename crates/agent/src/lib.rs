@@ -537,7 +537,18 @@ async fn run_task(config: &AgentConfig, task: &Value) -> Value {
             "live_migrated"
         }
         "destroy_evacuated" => "evacuated_destroyed",
-        "shelve" => "shelved",
+        "shelve" => {
+            // The `<name>-shelved` snapshot: the disk goes to the image the
+            // task names, as for a snapshot (a failed upload leaves the
+            // image waiting; the shelve itself goes on, as Nova's would
+            // not, but the fake driver has nothing to lose).
+            if let Some(image) = task["image"].as_str() {
+                if let Err(why) = upload_fake_disk(config, &instance, image).await {
+                    tracing::warn!(%instance, image, error = %why, "shelve snapshot not uploaded");
+                }
+            }
+            "shelved"
+        }
         "shelve_offload" => "offloaded",
         "unshelve" => "unshelved",
         "pause" => "paused",
@@ -578,15 +589,21 @@ async fn snapshot(config: &AgentConfig, task: &Value, instance: &str, host: &str
     if !config.build_time.is_zero() {
         tokio::time::sleep(config.build_time).await;
     }
-    let uploaded = match Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)
-    {
-        Ok(link) => link.upload_image(image, fake_disk(instance, image)).await,
-        Err(err) => Err(err),
-    };
-    match uploaded {
-        Ok(204 | 409) => report("snapshotted", None),
-        Ok(status) => report("snapshot_failed", Some(format!("Uploading image {image} failed: HTTP {status}"))),
-        Err(err) => report("snapshot_failed", Some(format!("Uploading image {image} failed: {err}"))),
+    match upload_fake_disk(config, instance, image).await {
+        Ok(()) => report("snapshotted", None),
+        Err(why) => report("snapshot_failed", Some(format!("Uploading image {image} failed: {why}"))),
+    }
+}
+
+/// Upload the fake disk of `instance` to `image` through the image API;
+/// an image already taking or holding data counts as done.
+async fn upload_fake_disk(config: &AgentConfig, instance: &str, image: &str) -> Result<(), String> {
+    let link = Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)
+        .map_err(|e| e.to_string())?;
+    match link.upload_image(image, fake_disk(instance, image)).await {
+        Ok(204 | 409) => Ok(()),
+        Ok(status) => Err(format!("HTTP {status}")),
+        Err(err) => Err(err.to_string()),
     }
 }
 
