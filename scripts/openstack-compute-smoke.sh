@@ -231,7 +231,9 @@ wait_status vm1 ACTIVE
 os server create --flavor tiny --image vm1-snap --nic none --wait snapvm >/dev/null
 check "$(os server show snapvm -f value -c status)" ACTIVE "server create from the snapshot"
 os server delete --wait snapvm
-os server backup create --name vm1-bak --type daily --rotate 1 --wait vm1 >/dev/null
+os server backup create --name vm1-bak --type daily --rotate 1 vm1 >/dev/null
+for _ in $(seq 1 100); do [ "$(os image show vm1-bak -f value -c status 2>/dev/null)" = active ] && break; sleep 0.2; done
+check "$(os image show vm1-bak -f value -c status)" active "server backup create: uploaded"
 check "$(os image show vm1-bak -f json -c properties | python3 -c 'import sys,json;p=json.load(sys.stdin)["properties"];print(p["image_type"], p["backup_type"])')" \
   "backup daily" "server backup create"
 wait_status vm1 ACTIVE
