@@ -256,6 +256,30 @@ wait_migration vm1 completed
 echo "ok: server migrate --live-migration (2.68, scheduled)"
 check "$(os --os-compute-api-version 2.23 server migration list --server vm1 --type live-migration -f value -c Status | sort -u)" completed "server migration list --type live-migration"
 
+# Snapshots: createImage and createBackup, uploaded by the host's agent
+# through the image API; the compute API's image proxy (up to 2.35) shows
+# them; a server boots from the snapshot.
+os server image create --name vm1-snap --wait vm1 >/dev/null
+check "$(os image show vm1-snap -f value -c status)" active "server image create (uploaded by the host)"
+check "$(os image list --name vm1-snap -f value -c Name)" vm1-snap "image list: the snapshot"
+check "$(os image show vm1-snap -f json -c properties | python3 -c 'import sys,json;p=json.load(sys.stdin)["properties"];print(p["image_type"], p["instance_uuid"])')" \
+  "snapshot $(os server show vm1 -f value -c id)" "snapshot properties (image_type, instance_uuid)"
+SNAP=$(os image show vm1-snap -f value -c id)
+check "$(curl -sf -H 'X-Auth-Token: admin' -H 'OpenStack-API-Version: compute 2.35' "$B/compute/v2.1/images/$SNAP" | python3 -c 'import sys,json;i=json.load(sys.stdin)["image"];print(i["status"], i["progress"], i["metadata"]["image_type"])')" \
+  "ACTIVE 100 snapshot" "the compute API's image proxy (2.35)"
+check "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Auth-Token: admin' -H 'OpenStack-API-Version: compute 2.36' "$B/compute/v2.1/images")" 404 "the image proxy is gone from 2.36"
+wait_status vm1 ACTIVE
+os server create --flavor tiny --image vm1-snap --nic none --wait snapvm >/dev/null
+check "$(os server show snapvm -f value -c status)" ACTIVE "server create from the snapshot"
+os server delete --wait snapvm
+os server backup create --name vm1-bak --type daily --rotate 1 vm1 >/dev/null
+for _ in $(seq 1 100); do [ "$(os image show vm1-bak -f value -c status 2>/dev/null)" = active ] && break; sleep 0.2; done
+check "$(os image show vm1-bak -f value -c status)" active "server backup create: uploaded"
+check "$(os image show vm1-bak -f json -c properties | python3 -c 'import sys,json;p=json.load(sys.stdin)["properties"];print(p["image_type"], p["backup_type"])')" \
+  "backup daily" "server backup create"
+wait_status vm1 ACTIVE
+os image delete vm1-snap vm1-bak
+
 # Shelve: offloaded at once (no host), unshelve schedules again; 2.91 to a host.
 os server shelve vm1
 wait_status vm1 SHELVED_OFFLOADED

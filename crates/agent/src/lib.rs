@@ -566,7 +566,21 @@ pub(crate) async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         "resize_finish" => outcome(driver.move_step(t).await, "resize_finished"),
         "resize_confirm" => outcome(driver.move_step(t).await, "resize_confirmed"),
         "resize_revert" => outcome(driver.move_step(t).await, "resize_reverted"),
-        "shelve" => outcome(driver.move_step(t).await, "shelved"),
+        "shelve" => {
+            // The `<name>-shelved` snapshot: the disk goes to the image the
+            // task names, as for a snapshot. A failed upload leaves the
+            // image waiting and the shelve goes on (logged).
+            if let Some(image) = t.body["image"].as_str() {
+                let taken = match driver.snapshot(t).await {
+                    Ok(data) => upload(config, image, data).await,
+                    Err(why) => Err(why),
+                };
+                if let Err(why) = taken {
+                    tracing::warn!(%instance, image, error = %why, "shelve snapshot not uploaded");
+                }
+            }
+            outcome(driver.move_step(t).await, "shelved")
+        }
         "shelve_offload" => outcome(driver.move_step(t).await, "offloaded"),
         "unshelve" => outcome(driver.move_step(t).await, "unshelved"),
         "live_migration_prepare" => match driver.live_migration_prepare(t).await {
@@ -615,15 +629,22 @@ async fn snapshot(config: &AgentConfig, driver: &dyn Driver, t: TaskRef<'_>) -> 
         Ok(data) => data,
         Err(message) => return report("snapshot_failed", Some(message)),
     };
-    let uploaded = match Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)
-    {
-        Ok(link) => link.upload_image(image, data).await,
-        Err(err) => Err(err),
-    };
-    match uploaded {
-        Ok(204 | 409) => report("snapshotted", None),
-        Ok(status) => report("snapshot_failed", Some(format!("Uploading image {image} failed: HTTP {status}"))),
-        Err(err) => report("snapshot_failed", Some(format!("Uploading image {image} failed: {err}"))),
+    match upload(config, image, data).await {
+        Ok(()) => report("snapshotted", None),
+        Err(why) => report("snapshot_failed", Some(format!("Uploading image {image} failed: {why}"))),
+    }
+}
+
+/// Upload a driver's disk image to `image` through the image API; an
+/// image already taking or holding data (a task handed out again) counts
+/// as done.
+async fn upload(config: &AgentConfig, image: &str, data: Vec<u8>) -> Result<(), String> {
+    let link = Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)
+        .map_err(|e| e.to_string())?;
+    match link.upload_image(image, data).await {
+        Ok(204 | 409) => Ok(()),
+        Ok(status) => Err(format!("HTTP {status}")),
+        Err(err) => Err(err.to_string()),
     }
 }
 

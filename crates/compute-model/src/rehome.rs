@@ -230,15 +230,14 @@ pub struct ShelveSnapshot<'a> {
     pub image_properties: &'a std::collections::BTreeMap<String, String>,
 }
 
-/// Record the snapshot a shelve takes (Nova's `<name>-shelved` image:
-/// `image_type=snapshot`, `instance_uuid`, `base_image_ref`, the base
-/// image's inheritable properties, private to the server's project).
-/// Written again on every shelve: a snapshot left by a crash before its
-/// unshelve could delete it is replaced. Nothing for a volume-backed
-/// server.
-pub fn plan_shelve_snapshot(world: &World, snapshot: &ShelveSnapshot<'_>, now: Timestamp) -> WorldChangeSet {
-    let mut set = WorldChangeSet::new();
-    let Some(base) = snapshot.image_ref else { return set };
+/// The `<name>-shelved` image of `snapshot` in `status`.
+fn shelve_image(
+    world: &World,
+    snapshot: &ShelveSnapshot<'_>,
+    base: Uuid,
+    status: &str,
+    now: Timestamp,
+) -> crate::Image {
     let base_image = world.compute.images.get(&base);
     let mut properties: std::collections::BTreeMap<String, String> = snapshot
         .image_properties
@@ -250,12 +249,10 @@ pub fn plan_shelve_snapshot(world: &World, snapshot: &ShelveSnapshot<'_>, now: T
     properties.insert("instance_uuid".to_owned(), snapshot.instance.to_string());
     properties.insert("user_id".to_owned(), snapshot.user_id.to_owned());
     properties.insert("base_image_ref".to_owned(), base.to_string());
-    let id = shelved_image_id(&snapshot.instance);
-    let created_at = world.compute.images.get(&id).map_or(now, |i| i.created_at);
-    set.compute(C::PutImage(crate::Image {
-        id,
+    crate::Image {
+        id: shelved_image_id(&snapshot.instance),
         name: Some(format!("{}-shelved", snapshot.display_name)),
-        status: "active".to_owned(),
+        status: status.to_owned(),
         visibility: "private".to_owned(),
         protected: false,
         owner: Some(snapshot.project_id.to_owned()),
@@ -268,9 +265,43 @@ pub fn plan_shelve_snapshot(world: &World, snapshot: &ShelveSnapshot<'_>, now: T
         tags: Vec::new(),
         properties,
         members: std::collections::BTreeMap::new(),
-        created_at,
+        created_at: now,
         updated_at: now,
-    }));
+    }
+}
+
+/// Record the image a shelve uploads to, when the shelve starts (Nova's
+/// API creates it before the compute host snapshots): the `<name>-shelved`
+/// image (`image_type=snapshot`, `instance_uuid`, `base_image_ref`, the
+/// base image's inheritable properties, private to the server's project),
+/// `queued` for the host's upload. A shelve starts only from a server
+/// that is not shelved, so an image already there was left by a crash
+/// before an unshelve could delete it: it is replaced (its data must go).
+/// Returns whether an image was recorded (none for a volume-backed
+/// server).
+pub fn plan_queue_shelve_snapshot(
+    world: &World,
+    snapshot: &ShelveSnapshot<'_>,
+    now: Timestamp,
+) -> (WorldChangeSet, bool) {
+    let mut set = WorldChangeSet::new();
+    let Some(base) = snapshot.image_ref else { return (set, false) };
+    set.compute(C::PutImage(shelve_image(world, snapshot, base, "queued", now)));
+    (set, true)
+}
+
+/// Make sure the snapshot a shelve took is recorded once the host reports
+/// the server shelved: the image the shelve started with (uploaded by the
+/// host, or still waiting) is kept; without one (a shelve started before
+/// the image was recorded, or a host that uploads nothing) it is recorded
+/// `active` without data. Nothing for a volume-backed server.
+pub fn plan_shelve_snapshot(world: &World, snapshot: &ShelveSnapshot<'_>, now: Timestamp) -> WorldChangeSet {
+    let mut set = WorldChangeSet::new();
+    let Some(base) = snapshot.image_ref else { return set };
+    if world.compute.images.contains_key(&shelved_image_id(&snapshot.instance)) {
+        return set;
+    }
+    set.compute(C::PutImage(shelve_image(world, snapshot, base, "active", now)));
     set
 }
 

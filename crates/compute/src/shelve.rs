@@ -2,8 +2,11 @@
 //!
 //! - `shelve`: the row goes to `shelving` and its host's agent powers the
 //!   server off (`shelved`: vm state `shelved`, SHELVED, allocations
-//!   kept), after the control plane records the `<name>-shelved`
-//!   snapshot image (`plan_shelve_snapshot`). With `shelved_offload_time`
+//!   kept). The `<name>-shelved` snapshot image is recorded `queued`
+//!   before the task (`plan_queue_shelve_snapshot`) and the host uploads
+//!   the server's disk into it through the image API, as for
+//!   `createImage`; the report makes sure it exists
+//!   (`plan_shelve_snapshot`). With `shelved_offload_time`
 //!   0 (Nova's default) the same update starts the offload
 //!   (`shelving_offloading`); with N > 0 the sweep
 //!   offloads servers shelved for N seconds; with -1 never.
@@ -27,8 +30,8 @@ use std::sync::Arc;
 use berth_compute_model::cell::{power_state, task_state, vm_state, ActionEvent, Fault};
 use berth_compute_model::moves::MoveClaimed;
 use berth_compute_model::rehome::{
-    check_unshelve_quota, plan_drop_shelve_snapshot, plan_offload, plan_shelve_snapshot, plan_unshelve_claim,
-    ShelveSnapshot, UnshelveClaim,
+    check_unshelve_quota, plan_drop_shelve_snapshot, plan_offload, plan_queue_shelve_snapshot, plan_shelve_snapshot,
+    plan_unshelve_claim, shelved_image_id, ShelveSnapshot, UnshelveClaim,
 };
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
 use uuid::Uuid;
@@ -97,10 +100,32 @@ impl Compute {
         Ok(())
     }
 
-    /// `shelve`.
+    /// `shelve`: the `<name>-shelved` image is recorded (`queued`) before
+    /// the host gets its task, so the host uploads the server's disk into
+    /// it; a shelve refused afterwards takes it away again.
     pub async fn shelve_server(&self, uuid: &Uuid, caller: &Caller) -> Result<(), ServiceError> {
         let from = [vm_state::ACTIVE, vm_state::STOPPED, vm_state::PAUSED, vm_state::SUSPENDED];
-        self.host_task(uuid, "shelve", &from, task_state::SHELVING, caller).await
+        let (instance, _) = self.placed(uuid, "shelve").await?;
+        let mut recorded = false;
+        if from.contains(&instance.vm_state.as_str()) && instance.task_state.is_none() {
+            let snapshot = ShelveSnapshot {
+                instance: *uuid,
+                display_name: &instance.spec.display_name,
+                project_id: &instance.project_id,
+                user_id: &instance.user_id,
+                image_ref: instance.spec.image_ref,
+                image_properties: &instance.spec.image_properties,
+            };
+            let now = self.now();
+            // A leftover of a crash is replaced: its data goes first.
+            self.remove_image_data(&shelved_image_id(uuid));
+            recorded = write(&*self.control, |w| Ok(plan_queue_shelve_snapshot(w, &snapshot, now)))?;
+        }
+        let started = self.host_task(uuid, "shelve", &from, task_state::SHELVING, caller).await;
+        if started.is_err() && recorded {
+            write(&*self.control, |w| Ok((plan_drop_shelve_snapshot(w, uuid), ())))?;
+        }
+        started
     }
 
     /// `shelveOffload`.
@@ -373,6 +398,7 @@ impl Compute {
             if kind == "unshelved" {
                 // Nova deletes the snapshot once the server runs again.
                 write(&*self.control, |w| Ok((plan_drop_shelve_snapshot(w, uuid), ())))?;
+                self.remove_image_data(&shelved_image_id(uuid));
             }
         } else if kind == "shelved" {
             // Deleted meanwhile: its forget may have run before the
@@ -381,6 +407,7 @@ impl Compute {
             let rows = self.cells.read(handle, move |s| s.instances(&[id])).await?;
             if rows.iter().all(|r| r.deleted) {
                 write(&*self.control, |w| Ok((plan_drop_shelve_snapshot(w, uuid), ())))?;
+                self.remove_image_data(&shelved_image_id(uuid));
             }
         }
         Ok(applied)

@@ -130,7 +130,7 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 /// to inject, when the server was booted with a key pair and `world` is
 /// given (the request spec keeps it for the instance's life); a task that
 /// names the server (console output) carries its `display_name`; a
-/// snapshot task the `image` it uploads to.
+/// snapshot or shelve task the `image` it uploads to.
 pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_model::World>) -> Value {
     use berth_compute::hub::TaskKind;
     let mut body =
@@ -144,9 +144,9 @@ pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_m
     if let Some(name) = &task.display_name {
         body["display_name"] = json!(name);
     }
-    // A snapshot names the image it uploads to (the server's snapshot
-    // under way; none when it was deleted meanwhile).
-    if task.kind == TaskKind::Snapshot {
+    // A snapshot or a shelve names the image it uploads to (the server's
+    // image under way; none when it was deleted meanwhile).
+    if matches!(task.kind, TaskKind::Snapshot | TaskKind::Shelve) {
         let image = world.and_then(|w| berth_compute_model::plan::snapshot_image_of(w, &task.instance));
         if let Some(image) = image {
             body["image"] = json!(image.to_string());

@@ -437,3 +437,47 @@ async fn boot_checks_the_image_against_the_flavor_as_nova() {
     assert_eq!(admin.all_servers().await, Vec::<Value>::new(), "nothing was booted");
     cloud.check_invariants().await;
 }
+
+/// A shelve's `<name>-shelved` snapshot goes through the same upload: the
+/// image is recorded `queued` before the host's task, the host uploads
+/// the disk, and the offloaded server's snapshot holds it; unshelve
+/// deletes it with its data; a refused shelve leaves no image.
+#[tokio::test]
+async fn shelve_uploads_its_snapshot_and_unshelve_deletes_it() {
+    let mut cloud = Cloud::start("shelve-snapshot", &[]).await;
+    cloud.add_agent(Hosts::new("h", 1, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let image = setup(&admin).await;
+    let small = admin.flavor("small", 1, 512, 1).await;
+    let id = admin.boot_id("vm", &small, &image).await;
+    wait_status(&admin, &id, "ACTIVE").await;
+    assert_eq!(act(&admin, &id, json!({"shelve": null})).await.0, 202);
+    wait_status(&admin, &id, "SHELVED_OFFLOADED").await;
+    let listed = admin.at("2.35").get(&format!("/images/detail?server={id}")).await.body;
+    let shelved = listed["images"][0].clone();
+    assert_eq!(
+        (shelved["name"].as_str(), shelved["status"].as_str()),
+        (Some("vm-shelved"), Some("ACTIVE")),
+        "{listed}"
+    );
+    assert_eq!(shelved["OS-EXT-IMG-SIZE:size"], 65536);
+    let shelved_id = shelved["id"].as_str().expect("id").to_owned();
+    let data = crate::support::http_client()
+        .get(format!("{}/image/v2/images/{shelved_id}/file", admin.base_url()))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .expect("download");
+    assert_eq!(data.bytes().await.expect("bytes").to_vec(), fake_disk(&id, &shelved_id));
+    // A second shelve is refused and the snapshot stays.
+    assert_eq!(act(&admin, &id, json!({"shelve": null})).await.0, 409);
+    assert_eq!(admin.at("2.35").get(&format!("/images/{shelved_id}")).await.status, 200);
+    assert_eq!(act(&admin, &id, json!({"unshelve": null})).await.0, 202);
+    wait_status(&admin, &id, "ACTIVE").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while admin.at("2.35").get(&format!("/images/{shelved_id}")).await.status != 404 {
+        assert!(std::time::Instant::now() < deadline, "the shelve snapshot outlived the unshelve");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    cloud.check_invariants().await;
+}
