@@ -629,6 +629,14 @@ mod tests {
                 updated_at: 2,
             }),
             C::DeleteImage(id),
+            C::PutMetadefNamespace(MetadefNamespace {
+                namespace: "OS::Compute::X".into(),
+                owner: "p".into(),
+                visibility: "private".into(),
+                protected: true,
+                document: r#"{"tags":[{"name":"t"}]}"#.into(),
+            }),
+            C::DeleteMetadefNamespace("OS::Compute::X".into()),
             C::PutServerGroup(ServerGroup {
                 uuid: id,
                 name: "g".into(),

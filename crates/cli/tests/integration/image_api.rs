@@ -682,3 +682,28 @@ async fn the_metadef_catalog_is_kept_and_guarded_as_glance_does() {
     assert_eq!(admin.delete("/metadefs/namespaces/ns2").await.status, 204);
     assert_eq!(admin.get("/metadefs/namespaces/ns2/tags").await.status, 404);
 }
+
+#[tokio::test]
+async fn concurrent_metadef_changes_to_one_namespace_are_all_kept() {
+    let server = TestServer::start("image-metadef-race").await;
+    let admin = Glance::new(&server, "admin:pa");
+    let created = admin.post("/metadefs/namespaces", json!({"namespace": "race"})).await;
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    // Tags and objects added at once: each is a planned write on the
+    // namespace as it is then, so none is lost.
+    let mut adds = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let admin = Glance::new(&server, "admin:pa");
+        adds.spawn(async move {
+            let tag = admin.send("POST", &format!("/v2/metadefs/namespaces/race/tags/t{i}"), None, None).await;
+            let object = admin.post("/metadefs/namespaces/race/objects", json!({"name": format!("o{i}")})).await;
+            (tag.status, object.status)
+        });
+    }
+    while let Some(got) = adds.join_next().await {
+        assert_eq!(got.expect("task"), (201, 201));
+    }
+    let shown = admin.get("/metadefs/namespaces/race").await.json();
+    assert_eq!(shown["tags"].as_array().map(Vec::len), Some(12));
+    assert_eq!(shown["objects"].as_array().map(Vec::len), Some(12));
+}
