@@ -4,6 +4,8 @@
 //! is read-only, in one consistent snapshot.
 
 use berth_store::placement_source::{SourceConn, SourceDialect};
+/// The client itself, for tests that build a Placement database to read.
+pub use mysql_async;
 
 /// A read-only connection to a database on MariaDB/MySQL, through
 /// `mysql_async`'s text protocol on a runtime of its own.

@@ -85,13 +85,13 @@ impl Source {
     async fn exec(&self, sqls: Vec<String>, create: bool) {
         match self {
             Source::Mysql { admin, name } => {
-                use mysql_async::prelude::Queryable;
+                use berth_store_mysql::mysql_async::prelude::Queryable;
                 if create {
-                    let mut conn = mysql_async::Conn::from_url(format!("{admin}/")).await.expect("connect to MariaDB");
+                    let mut conn = berth_store_mysql::mysql_async::Conn::from_url(format!("{admin}/")).await.expect("connect to MariaDB");
                     conn.query_drop(format!("CREATE DATABASE {name}")).await.expect("create database");
                     conn.disconnect().await.expect("disconnect");
                 }
-                let mut conn = mysql_async::Conn::from_url(self.url()).await.expect("connect to the database");
+                let mut conn = berth_store_mysql::mysql_async::Conn::from_url(self.url()).await.expect("connect to the database");
                 for sql in sqls {
                     conn.query_drop(&sql).await.unwrap_or_else(|err| panic!("{sql}: {err}"));
                 }
@@ -125,8 +125,8 @@ impl Source {
     async fn drop_database(&self) {
         match self {
             Source::Mysql { admin, name } => {
-                use mysql_async::prelude::Queryable;
-                if let Ok(mut conn) = mysql_async::Conn::from_url(format!("{admin}/")).await {
+                use berth_store_mysql::mysql_async::prelude::Queryable;
+                if let Ok(mut conn) = berth_store_mysql::mysql_async::Conn::from_url(format!("{admin}/")).await {
                     let _ = conn.query_drop(format!("DROP DATABASE IF EXISTS {name}")).await;
                     let _ = conn.disconnect().await;
                 }
