@@ -4,7 +4,7 @@
 //! berth-store-postgres. They only run the SQL text of
 //! [`berth_store::placement_source`], read-only, in one snapshot.
 
-use berth_store::placement_source::{SourceConn, SourceDialect};
+use berth_store::placement_source::SourceConn;
 
 /// Open a connection to a Placement (or Nova) database by its URL.
 pub(crate) fn connect(url: &str) -> anyhow::Result<Box<dyn SourceConn>> {
