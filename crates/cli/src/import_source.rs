@@ -10,9 +10,9 @@ use berth_store::placement_source::SourceConn;
 pub(crate) fn connect(url: &str) -> anyhow::Result<Box<dyn SourceConn>> {
     let scheme = url.split("://").next().unwrap_or_default();
     match scheme.split('+').next().unwrap_or_default() {
-        "mysql" | "mariadb" => Ok(Box::new(
-            berth_store_mysql::MysqlSource::connect(url, redact).map_err(|err| anyhow::anyhow!(err))?,
-        )),
+        "mysql" | "mariadb" => {
+            Ok(Box::new(berth_store_mysql::MysqlSource::connect(url, redact).map_err(|err| anyhow::anyhow!(err))?))
+        }
         "postgres" | "postgresql" => Ok(Box::new(
             berth_store_postgres::placement_source::PlacementSource::connect(url)
                 .map_err(|err| anyhow::anyhow!("connecting to {}: {err}", redact(url)))?,

@@ -89,4 +89,3 @@ impl SourceConn for MysqlSource {
             .collect())
     }
 }
-

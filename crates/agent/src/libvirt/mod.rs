@@ -484,11 +484,15 @@ impl Driver for LibvirtDriver {
     }
 
     fn rescue<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
-        Box::pin(async move { Err(format!("Rescue of instance {} is not supported by the libvirt driver yet", task.instance)) })
+        Box::pin(async move {
+            Err(format!("Rescue of instance {} is not supported by the libvirt driver yet", task.instance))
+        })
     }
 
     fn unrescue<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
-        Box::pin(async move { Err(format!("Unrescue of instance {} is not supported by the libvirt driver yet", task.instance)) })
+        Box::pin(async move {
+            Err(format!("Unrescue of instance {} is not supported by the libvirt driver yet", task.instance))
+        })
     }
 
     fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, Vec<u8>> {

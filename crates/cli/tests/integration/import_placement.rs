@@ -87,11 +87,14 @@ impl Source {
             Source::Mysql { admin, name } => {
                 use berth_store_mysql::mysql_async::prelude::Queryable;
                 if create {
-                    let mut conn = berth_store_mysql::mysql_async::Conn::from_url(format!("{admin}/")).await.expect("connect to MariaDB");
+                    let mut conn = berth_store_mysql::mysql_async::Conn::from_url(format!("{admin}/"))
+                        .await
+                        .expect("connect to MariaDB");
                     conn.query_drop(format!("CREATE DATABASE {name}")).await.expect("create database");
                     conn.disconnect().await.expect("disconnect");
                 }
-                let mut conn = berth_store_mysql::mysql_async::Conn::from_url(self.url()).await.expect("connect to the database");
+                let mut conn =
+                    berth_store_mysql::mysql_async::Conn::from_url(self.url()).await.expect("connect to the database");
                 for sql in sqls {
                     conn.query_drop(&sql).await.unwrap_or_else(|err| panic!("{sql}: {err}"));
                 }
