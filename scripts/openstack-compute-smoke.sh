@@ -271,7 +271,7 @@ check "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Auth-Token: admin' -H 'Ope
 wait_status vm1 ACTIVE
 os server create --flavor tiny --image vm1-snap --nic none --wait snapvm >/dev/null
 check "$(os server show snapvm -f value -c status)" ACTIVE "server create from the snapshot"
-os server delete --wait snapvm
+os server delete --force --wait snapvm   # soft delete is on: --force deletes now
 os server backup create --name vm1-bak --type daily --rotate 1 vm1 >/dev/null
 for _ in $(seq 1 100); do [ "$(os image show vm1-bak -f value -c status 2>/dev/null)" = active ] && break; sleep 0.2; done
 check "$(os image show vm1-bak -f value -c status)" active "server backup create: uploaded"

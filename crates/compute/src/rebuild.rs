@@ -243,19 +243,7 @@ pub(crate) async fn reclaim_due(compute: &Compute, handle: &Arc<Cell>) {
     if after <= 0 {
         return;
     }
-    let query = berth_compute_model::cell::InstanceQuery {
-        filter: berth_compute_model::cell::InstanceFilter {
-            vm_states: Some(vec![vm_state::SOFT_DELETED.to_owned()]),
-            task_states: Some(Vec::new()),
-            deleted: Some(false),
-            ..Default::default()
-        },
-        sort: Vec::new(),
-        marker: None,
-        limit: 1000,
-        brief: false,
-    };
-    let Ok(rows) = compute.cells.read(handle, move |s| s.list_instances(&query)).await else { return };
+    let Some(rows) = crate::shelve::resting_in(compute, handle, vm_state::SOFT_DELETED).await else { return };
     let now = compute.now();
     for row in rows {
         let since = row.terminated_at.or(row.updated_at).unwrap_or(row.created_at);

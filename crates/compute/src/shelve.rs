@@ -446,19 +446,7 @@ pub(crate) async fn offload_due(compute: &Compute, handle: &Arc<Cell>) {
     if after <= 0 {
         return;
     }
-    let query = berth_compute_model::cell::InstanceQuery {
-        filter: berth_compute_model::cell::InstanceFilter {
-            vm_states: Some(vec![vm_state::SHELVED.to_owned()]),
-            task_states: Some(Vec::new()),
-            deleted: Some(false),
-            ..Default::default()
-        },
-        sort: Vec::new(),
-        marker: None,
-        limit: 1000,
-        brief: false,
-    };
-    let Ok(rows) = compute.cells.read(handle, move |s| s.list_instances(&query)).await else { return };
+    let Some(rows) = resting_in(compute, handle, vm_state::SHELVED).await else { return };
     let now = compute.now();
     for row in rows {
         if row.updated_at.unwrap_or(row.created_at) + after > now {
@@ -538,4 +526,27 @@ pub(crate) async fn redrive_unshelves(compute: &Compute, handle: &Arc<Cell>) {
             }
         }
     }
+}
+
+/// Up to 1,000 live servers of a cell in `vm_state` with no task (the
+/// periodic passes' candidates: offload, reclaim); `None` when the cell
+/// cannot be read now (the next pass tries again).
+pub(crate) async fn resting_in(
+    compute: &Compute,
+    handle: &Arc<Cell>,
+    vm_state: &str,
+) -> Option<Vec<berth_compute_model::cell::Instance>> {
+    let query = berth_compute_model::cell::InstanceQuery {
+        filter: berth_compute_model::cell::InstanceFilter {
+            vm_states: Some(vec![vm_state.to_owned()]),
+            task_states: Some(Vec::new()),
+            deleted: Some(false),
+            ..Default::default()
+        },
+        sort: Vec::new(),
+        marker: None,
+        limit: 1000,
+        brief: false,
+    };
+    compute.cells.read(handle, move |s| s.list_instances(&query)).await.ok()
 }

@@ -301,8 +301,9 @@ pub fn upload(ctx: Arc<ImageCtx>, req: Req, body: Body) -> HandlerFuture {
     Box::pin(async move { upload_data(&ctx, &req, body).await })
 }
 
-async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
-    // Glance takes image data only as `application/octet-stream`.
+/// Glance takes image data (upload and stage) only as
+/// `application/octet-stream` (415 otherwise).
+pub(crate) fn require_octet_stream(req: &Req) -> ApiResult<()> {
     let content_type = req
         .headers
         .get("content-type")
@@ -314,6 +315,11 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
             format!("Invalid content type {}", content_type.as_deref().unwrap_or("None")),
         ));
     }
+    Ok(())
+}
+
+async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
+    require_octet_stream(req)?;
     // The agent of the server's host sees the snapshot it uploads.
     let image = match find(ctx, req) {
         Ok(image) => image,

@@ -50,17 +50,7 @@ pub fn stage(ctx: Arc<ImageCtx>, req: Req, body: Body) -> HandlerFuture {
 }
 
 async fn stage_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
-    let content_type = req
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
-    if content_type.as_deref() != Some("application/octet-stream") {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("Invalid content type {}", content_type.as_deref().unwrap_or("None")),
-        ));
-    }
+    crate::data::require_octet_stream(req)?;
     let image = find(ctx, req)?;
     if !may_modify(req, image.owner.as_deref()) {
         return Err(ApiError::forbidden("You are not authorized to complete modify_image action."));
