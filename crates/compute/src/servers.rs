@@ -100,6 +100,17 @@ impl ServerRecord {
             ServerRecord::Unreachable(m) => &m.project_id,
         }
     }
+
+    /// The owning user (`None`: its cell did not answer, only the
+    /// mapping is known), for the policy rules Nova checks with the
+    /// server's user as well as its project.
+    pub fn user_id(&self) -> Option<&str> {
+        match self {
+            ServerRecord::Pending(b) => Some(&b.user_id),
+            ServerRecord::Placed { instance, .. } => Some(&instance.user_id),
+            ServerRecord::Unreachable(_) => None,
+        }
+    }
 }
 
 /// A build request seen as an instance row (BUILD, scheduling, no host),

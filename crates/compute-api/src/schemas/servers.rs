@@ -158,16 +158,7 @@ pub fn create(version: ComputeVersion) -> Value {
         server.insert("tags".into(), json!({"type": "array", "items": tag(), "maxItems": 50}));
     }
     if version.at_least(63) {
-        server.insert(
-            "trusted_image_certificates".into(),
-            json!({
-                "type": ["array", "null"],
-                "minItems": 1,
-                "maxItems": 50,
-                "uniqueItems": true,
-                "items": {"type": "string", "minLength": 1},
-            }),
-        );
+        server.insert("trusted_image_certificates".into(), trusted_image_certificates());
     }
     if version.at_least(74) {
         server.insert("host".into(), hostname());
@@ -503,16 +494,7 @@ pub fn rebuild(version: ComputeVersion) -> Value {
         rebuild.insert("key_name".into(), json!({"oneOf": [name(), {"type": "null"}]}));
     }
     if version.at_least(63) {
-        rebuild.insert(
-            "trusted_image_certificates".into(),
-            json!({
-                "type": ["array", "null"],
-                "minItems": 1,
-                "maxItems": 50,
-                "uniqueItems": true,
-                "items": {"type": "string", "minLength": 1},
-            }),
-        );
+        rebuild.insert("trusted_image_certificates".into(), trusted_image_certificates());
     }
     if version.at_least(90) {
         rebuild.insert("hostname".into(), server_hostname(version));
@@ -578,4 +560,16 @@ pub fn create_backup() -> Value {
             "additionalProperties": false,
         }),
     )
+}
+
+/// `trusted_image_certificates` (2.63, boot and rebuild): null or 1–50
+/// distinct non-empty certificate ids.
+fn trusted_image_certificates() -> Value {
+    json!({
+        "type": ["array", "null"],
+        "minItems": 1,
+        "maxItems": 50,
+        "uniqueItems": true,
+        "items": {"type": "string", "minLength": 1},
+    })
 }

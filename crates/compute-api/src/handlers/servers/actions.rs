@@ -77,11 +77,7 @@ async fn state_action(
     record: &ServerRecord,
 ) -> ApiResult<Option<Resp>> {
     let project = record.project_id();
-    let user = match record {
-        ServerRecord::Placed { instance, .. } => Some(instance.user_id.as_str()),
-        ServerRecord::Pending(build) => Some(build.user_id.as_str()),
-        ServerRecord::Unreachable(_) => None,
-    };
+    let user = record.user_id();
     let (action, policy, with_user) = match name {
         "pause" => (ServerAction::Pause, "os_compute_api:os-pause-server:pause", true),
         "unpause" => (ServerAction::Unpause, "os_compute_api:os-pause-server:unpause", false),
@@ -135,11 +131,7 @@ async fn lock_action(
         "lock" => {
             let v = version(req);
             body(req, &schemas::servers::lock(v.0))?;
-            let user = match record {
-                ServerRecord::Placed { instance, .. } => Some(instance.user_id.as_str()),
-                ServerRecord::Pending(build) => Some(build.user_id.as_str()),
-                ServerRecord::Unreachable(_) => None,
-            };
+            let user = record.user_id();
             authorize_on(req, "os_compute_api:os-lock-server:lock", project, user)?;
             let reason = if v.at_least(73) { value["lock"]["locked_reason"].as_str().map(str::to_owned) } else { None };
             ctx.compute.lock_server(id, reason, &caller(req)).await.nova()?;

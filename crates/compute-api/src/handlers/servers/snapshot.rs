@@ -41,11 +41,7 @@ pub(super) async fn snapshot_action(
     let args = &value[name];
     if backup {
         body(req, &schemas::servers::create_backup())?;
-        let user = match record {
-            ServerRecord::Placed { instance, .. } => Some(instance.user_id.as_str()),
-            ServerRecord::Pending(build) => Some(build.user_id.as_str()),
-            ServerRecord::Unreachable(_) => None,
-        };
+        let user = record.user_id();
         authorize_on(req, "os_compute_api:os-create-backup", project, user)?;
     } else {
         body(req, &schemas::servers::create_image())?;
