@@ -7,38 +7,11 @@
 use serde_json::{json, Value};
 
 use super::moves::{setup, FOUR};
-use super::support::{wait_status, Cloud, Hosts, Nova};
+use super::support::{act, instance_actions, message, refused, wait_status, Cloud, Hosts, Nova};
 
-fn message(body: &Value) -> String {
-    body.as_object().and_then(|o| o.values().next()).and_then(|e| e["message"].as_str()).unwrap_or_default().to_owned()
-}
-
-async fn act(nova: &Nova, id: &str, body: Value) -> (u16, String) {
-    let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
-    (answer.status, message(&answer.body))
-}
-
-fn refused(action: &str, id: &str, attr: &str, state: &str) -> (u16, String) {
-    (409, format!("Cannot '{action}' instance {id} while it is in {attr} {state}"))
-}
-
-/// The server's instance actions (admin, latest): action → its events as
-/// `(event, result)`.
+/// The server's instance actions (admin), oldest first.
 async fn actions(nova: &Nova, id: &str) -> Vec<(String, Vec<(String, String)>)> {
-    let list = nova.get(&format!("/servers/{id}/os-instance-actions")).await.body;
-    let mut out = Vec::new();
-    for action in list["instanceActions"].as_array().cloned().unwrap_or_default() {
-        let request_id = action["request_id"].as_str().unwrap_or_default();
-        let shown = nova.get(&format!("/servers/{id}/os-instance-actions/{request_id}")).await.body;
-        let events = shown["instanceAction"]["events"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|e| (e["event"].as_str().unwrap_or("").to_owned(), e["result"].as_str().unwrap_or("").to_owned()))
-            .collect();
-        out.push((action["action"].as_str().unwrap_or("").to_owned(), events));
-    }
+    let mut out = instance_actions(nova, id).await;
     out.reverse();
     out
 }

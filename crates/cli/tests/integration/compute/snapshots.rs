@@ -9,20 +9,7 @@
 use serde_json::{json, Value};
 
 use super::moves::{setup, FOUR};
-use super::support::{wait_gone, wait_status, Cloud, Hosts, Nova};
-
-fn message(body: &Value) -> String {
-    body.as_object().and_then(|o| o.values().next()).and_then(|e| e["message"].as_str()).unwrap_or_default().to_owned()
-}
-
-async fn act(nova: &Nova, id: &str, body: Value) -> (u16, String) {
-    let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
-    (answer.status, message(&answer.body))
-}
-
-fn refused(action: &str, id: &str, attr: &str, state: &str) -> (u16, String) {
-    (409, format!("Cannot '{action}' instance {id} while it is in {attr} {state}"))
-}
+use super::support::{act, message, refused, wait_gone, wait_status, Cloud, Hosts, Nova};
 
 /// `createImage`/`createBackup` at 2.45: the new image's id.
 async fn snapshot(nova: &Nova, id: &str, body: Value) -> String {

@@ -635,3 +635,39 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The `message` of a Nova error body (`{"badRequest": {"message": ...}}`).
+pub(crate) fn message(body: &Value) -> String {
+    body.as_object().and_then(|o| o.values().next()).and_then(|e| e["message"].as_str()).unwrap_or_default().to_owned()
+}
+
+/// `POST /servers/{id}/action`: the status and the error message, if any.
+pub(crate) async fn act(nova: &Nova, id: &str, body: Value) -> (u16, String) {
+    let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
+    (answer.status, message(&answer.body))
+}
+
+/// Nova's 409 for an action refused in a state.
+pub(crate) fn refused(action: &str, id: &str, attr: &str, state: &str) -> (u16, String) {
+    (409, format!("Cannot '{action}' instance {id} while it is in {attr} {state}"))
+}
+
+/// The server's instance actions as the API lists them (newest first),
+/// each with its events as `(event, result)`.
+pub(crate) async fn instance_actions(nova: &Nova, id: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let list = nova.get(&format!("/servers/{id}/os-instance-actions")).await.body;
+    let mut out = Vec::new();
+    for action in list["instanceActions"].as_array().cloned().unwrap_or_default() {
+        let request_id = action["request_id"].as_str().unwrap_or_default();
+        let shown = nova.get(&format!("/servers/{id}/os-instance-actions/{request_id}")).await.body;
+        let events = shown["instanceAction"]["events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| (e["event"].as_str().unwrap_or("").to_owned(), e["result"].as_str().unwrap_or("").to_owned()))
+            .collect();
+        out.push((action["action"].as_str().unwrap_or("").to_owned(), events));
+    }
+    out
+}
