@@ -71,7 +71,9 @@ pub use quotas::{plan_delete_quotas, plan_set_quota_class, plan_set_quotas};
 pub use requeue::{plan_claim_requeued, plan_expire_requeued, plan_requeue, requeue_waiting, RequeueClaim};
 pub use reschedule::{plan_reschedule, Exhausted, Rescheduled};
 pub use server_groups::{plan_create_server_group, plan_delete_server_group};
-pub use snapshots::{plan_rotate_backups, plan_snapshot_image, snapshot_image_of, SnapshotImage, SnapshotKind};
+pub use snapshots::{
+    pending_snapshot_ids, plan_rotate_backups, plan_snapshot_image, snapshot_image_of, SnapshotImage, SnapshotKind,
+};
 
 type Result<T> = std::result::Result<T, ComputeError>;
 

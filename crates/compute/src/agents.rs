@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use berth_compute_model::cell::{power_state, task_state, vm_state, ComputeNode, Fault, Service};
-use berth_compute_model::plan::{check_host_owner, plan_bind_hosts, plan_forget_deleted, plan_map_host};
+use berth_compute_model::plan::{
+    check_host_owner, pending_snapshot_ids, plan_bind_hosts, plan_forget_deleted, plan_map_host,
+};
 use berth_compute_model::{ComputeError, WorldChangeSet};
 use berth_model::{Change, ChangeSet};
 use berth_store::{CellOp, CellOutcome, Expect, InstanceUpdate};
@@ -561,8 +563,13 @@ impl Compute {
             return Ok(false);
         }
         let migrations: Vec<Uuid> = migrations.iter().map(|m| m.uuid).collect();
-        if !write(&*self.control, |w| Ok(plan_forget_deleted(w, &uuid, &migrations)))? {
-            return Ok(false);
+        let forgotten = write(&*self.control, |w| {
+            let (set, applies) = plan_forget_deleted(w, &uuid, &migrations);
+            Ok((set, applies.then(|| pending_snapshot_ids(w, &uuid))))
+        })?;
+        let Some(unfinished) = forgotten else { return Ok(false) };
+        for image in &unfinished {
+            self.remove_image_data(image);
         }
         let now = self.now();
         let update = InstanceUpdate {

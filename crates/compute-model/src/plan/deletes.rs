@@ -27,6 +27,11 @@ fn forget_changes(world: &World, instance: &Uuid, set: &mut WorldChangeSet) {
         set.compute(C::PutServerGroup(group));
     }
     set.extend(crate::rehome::plan_drop_shelve_snapshot(world, instance));
+    // A snapshot its host never finished (the server was deleted during
+    // it): the image would stay `queued` or `saving` for ever.
+    for image in super::snapshots::pending_snapshot_ids(world, instance) {
+        set.compute(C::DeleteImage(image));
+    }
 }
 
 /// Delete an instance that is still only a build request. Returns `false`
@@ -57,8 +62,8 @@ pub fn plan_forget_instance(world: &World, instance: &Uuid) -> WorldChangeSet {
 /// The control half of an agent's `deleted` report, decided and made in
 /// one write: only while the instance's mapping is queued for delete (the
 /// API accepted the delete and the row went `deleting`) are its
-/// allocations, mapping, request spec, group membership and shelve
-/// snapshot forgotten, together with the migration consumers of its open
+/// allocations, mapping, request spec, group membership, shelve
+/// snapshot and unfinished snapshot images forgotten, together with the migration consumers of its open
 /// moves (`migrations`). Otherwise nothing changes and the answer is
 /// `false`: a report for a server nobody deleted takes nothing away.
 pub fn plan_forget_deleted(world: &World, instance: &Uuid, migrations: &[Uuid]) -> (WorldChangeSet, bool) {

@@ -170,6 +170,12 @@ pub fn snapshot_image_of(world: &World, instance: &Uuid) -> Option<Uuid> {
         .map(|i| i.id)
 }
 
+/// The snapshot images of `instance` still waiting for data: a server
+/// that is gone leaves none of them behind.
+pub fn pending_snapshot_ids(world: &World, instance: &Uuid) -> Vec<Uuid> {
+    pending_snapshots(world, instance).map(|i| i.id).collect()
+}
+
 /// The images of `instance` (`instance_uuid`) waiting for data.
 fn pending_snapshots<'w>(world: &'w World, instance: &Uuid) -> impl Iterator<Item = &'w Image> + 'w {
     let instance = instance.to_string();

@@ -722,14 +722,15 @@ async fn before_end_takes_snapshots_and_every_event_is_notified() {
     assert_eq!(nova.wait_settled(&server).await["status"], json!("ACTIVE"));
 
     // 01:40: before_end has run and taken a snapshot of the server, owned
-    // by the server's project.
+    // by the server's project. (Its upload finishes before the end: a
+    // snapshot still unfinished when the server is deleted is deleted too,
+    // as Nova's.)
     advance(&cloud.server, 30 * 60).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let snapshot = loop {
-        let found = images(&nova.base_url())
-            .await
-            .into_iter()
-            .find(|i| i["instance_uuid"] == json!(server) && i["image_type"] == json!("snapshot"));
+        let found = images(&nova.base_url()).await.into_iter().find(|i| {
+            i["instance_uuid"] == json!(server) && i["image_type"] == json!("snapshot") && i["status"] == "active"
+        });
         if let Some(found) = found {
             break found;
         }

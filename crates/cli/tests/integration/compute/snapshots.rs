@@ -9,7 +9,7 @@
 use serde_json::{json, Value};
 
 use super::moves::{setup, FOUR};
-use super::support::{act, message, refused, wait_gone, wait_status, Cloud, Hosts, Nova};
+use super::support::{act, eventually, message, refused, wait_gone, wait_status, Cloud, Hosts, Nova};
 
 /// `createImage`/`createBackup` at 2.45: the new image's id.
 async fn snapshot(nova: &Nova, id: &str, body: Value) -> String {
@@ -285,6 +285,36 @@ async fn create_image_of_a_server_in_a_task_or_being_deleted_is_refused() {
     let names: Vec<&str> =
         kept["images"].as_array().expect("images").iter().filter_map(|i| i["name"].as_str()).collect();
     assert_eq!(names, ["pending"], "{kept}");
+    cloud.check_invariants().await;
+}
+
+/// A server deleted while its host takes the snapshot: whatever the host
+/// reports afterwards (late, for a server already forgotten), the
+/// unfinished image does not stay behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_whose_server_is_deleted_meanwhile_leaves_no_image() {
+    let mut cloud = Cloud::start("snapshot-late", &[]).await;
+    let mut args = FOUR.to_vec();
+    args.extend(["--build-time-ms", "1500"]);
+    cloud.add_agent(Hosts::new("l", 1, &args)).await;
+    let admin = cloud.nova("admin");
+    let owner = cloud.nova("alice:proj");
+    let image = setup(&admin).await;
+    let small = admin.flavor("small", 1, 512, 1).await;
+    let id = owner.boot_id("vm", &small, &image).await;
+    wait_status(&owner, &id, "ACTIVE").await;
+    let pending = snapshot(&owner, &id, json!({"createImage": {"name": "late"}})).await;
+    assert_eq!(owner.delete(&format!("/servers/{id}")).await.status, 204);
+    wait_gone(&owner, &id).await;
+    // The fake host finishes its snapshot after 1.5 s and reports then.
+    eventually("the unfinished snapshot image is deleted", || {
+        let admin = admin.clone();
+        let pending = pending.clone();
+        async move { admin.at("2.35").get(&format!("/images/{pending}")).await.status == 404 }
+    })
+    .await;
+    let left = admin.at("2.35").get(&format!("/images?server={id}")).await.body;
+    assert_eq!(left["images"], json!([]), "{left}");
     cloud.check_invariants().await;
 }
 
