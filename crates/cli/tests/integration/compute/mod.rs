@@ -16,6 +16,7 @@ mod lease_end;
 mod leases;
 mod lending;
 mod libvirt;
+mod libvirt_moves;
 mod live_migration;
 mod lock;
 mod metadata;
