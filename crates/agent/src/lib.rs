@@ -326,7 +326,7 @@ impl Link {
     }
 
     /// A GET of `path` under the control plane's base with `headers`,
-    /// answered within `timeout` (the libvirt driver reads servers and
+    /// answered within `timeout` (the libvirt driver reads images and
     /// image data this way).
     pub async fn get(
         &self,

@@ -155,7 +155,7 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl Fn(std::io::Error) -> Stri
 }
 
 impl LibvirtDriver {
-    /// A driver for `config` that reads servers and images through
+    /// A driver for `config` that reads images (their records and data) through
     /// `link`. Fails when libvirt does not answer at the URI or the
     /// instances path cannot be made.
     pub fn new(config: LibvirtConfig, link: Link) -> anyhow::Result<Self> {
@@ -968,11 +968,12 @@ impl Driver for LibvirtDriver {
 mod tests {
     use super::*;
 
-    /// The live migration's command as Nova's flags make it; libvirt's
-    /// own test driver takes every option and refuses only peer-to-peer
-    /// (it has no migration), which is as far as one machine goes: a real
-    /// migration needs a second libvirtd (one daemon refuses to migrate a
-    /// guest to itself).
+    /// The live migration's command as Nova's flags make it, each option
+    /// one `virsh migrate` knows (its help). That is as far as one machine
+    /// goes: a real migration needs a second libvirtd (one daemon refuses
+    /// to migrate a guest to itself), and libvirt's test driver has no
+    /// peer-to-peer migration (`virsh migrate` against it refuses it, or
+    /// with `--copy-storage-inc` at times waits for good).
     #[test]
     fn live_migration_uses_novas_flags() {
         let args = live_migrate_args("instance-u", &migration_uri("10.0.0.2"), "/i/u/migrate.xml");
@@ -982,19 +983,14 @@ mod tests {
              instance-u qemu+tcp://10.0.0.2/system"
         );
         assert_eq!(migration_uri("fd00::2"), "qemu+tcp://[fd00::2]/system");
-        let Ok(out) = std::process::Command::new("virsh").arg("-c").arg("test:///default").arg("help").output() else {
-            eprintln!("virsh not installed: the options are not checked against libvirt");
+        let Ok(out) = std::process::Command::new("virsh").args(["help", "migrate"]).output() else {
+            eprintln!("virsh not installed: the options are not checked against it");
             return;
         };
-        assert!(out.status.success());
-        let xml = std::env::temp_dir().join(format!("berth-migrate-{}.xml", uuid::Uuid::new_v4().simple()));
-        let dumped = std::process::Command::new("virsh").args(["-c", "test:///default", "dumpxml", "test"]).output();
-        std::fs::write(&xml, dumped.expect("virsh dumpxml").stdout).expect("xml");
-        let args = live_migrate_args("test", "test:///default", &build::path_text(&xml));
-        let out = std::process::Command::new("virsh").args(["-c", "test:///default"]).args(&args).output();
-        let _ = std::fs::remove_file(&xml);
-        let err = String::from_utf8_lossy(&out.expect("virsh migrate").stderr).into_owned();
-        assert!(err.contains("p2p migration is not supported"), "{err}");
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        for option in args.iter().filter(|a| a.starts_with("--")) {
+            assert!(help.contains(&format!("[{option}]")) || help.contains(&format!("{option} <")), "{option}: {help}");
+        }
     }
 
     #[test]

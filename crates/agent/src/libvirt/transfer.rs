@@ -166,6 +166,9 @@ pub async fn fetch(base: &str, instance: &str, token: &str, out: &Path) -> Resul
     if !resp.status().is_success() {
         return Err(format!("GET {url}: HTTP {}", resp.status()));
     }
+    // The announced length, read before the body (reqwest's hint counts
+    // down as the body is read).
+    let expected = resp.content_length();
     let part = out.with_extension("part");
     let mut file = tokio::fs::File::create(&part).await.map_err(|e| format!("creating {}: {e}", part.display()))?;
     let mut bytes = 0u64;
@@ -174,7 +177,7 @@ pub async fn fetch(base: &str, instance: &str, token: &str, out: &Path) -> Resul
         file.write_all(&chunk).await.map_err(|e| format!("writing {}: {e}", part.display()))?;
     }
     file.sync_all().await.map_err(|e| format!("syncing {}: {e}", part.display()))?;
-    if let Some(expected) = resp.content_length() {
+    if let Some(expected) = expected {
         if expected != bytes {
             let _ = tokio::fs::remove_file(&part).await;
             return Err(format!("GET {url}: {bytes} bytes of {expected}"));

@@ -177,7 +177,8 @@ async fn cold_migration_and_resize_move_real_guests_between_two_agents() {
     let secret = std::fs::read_to_string(handed.join("transfer-token")).expect("the move's secret");
     assert!(secret.trim().len() >= 32);
 
-    act(&admin, &id, json!({"confirmResize": null})).await;
+    let confirmed = admin.post(&format!("/servers/{id}/action"), &json!({"confirmResize": null})).await;
+    assert_eq!(confirmed.status, 204, "{:?}", confirmed.body);
     settle(&admin, &id, "ACTIVE").await;
     until("the source's copy removed at confirm", || !handed.exists()).await;
     assert_eq!(domstate(&id), "running");

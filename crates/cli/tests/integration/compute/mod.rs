@@ -34,3 +34,4 @@ mod reshape;
 mod shelve;
 mod snapshots;
 pub(crate) mod support;
+mod task_payload;
