@@ -229,6 +229,10 @@ pub struct AgentConfig {
     /// How often the power sync asks the driver for its guests' states
     /// (drivers with guests only).
     pub sync_interval: Duration,
+    /// The hosts' IP as registered (`host_ip`, Nova's `my_ip`: where a
+    /// moving guest's destination fetches its disk); `None`: the control
+    /// plane's default.
+    pub host_ip: Option<String>,
 }
 
 impl AgentConfig {
@@ -322,7 +326,7 @@ impl Link {
     }
 
     /// A GET of `path` under the control plane's base with `headers`,
-    /// answered within `timeout` (the libvirt driver reads servers and
+    /// answered within `timeout` (the libvirt driver reads images and
     /// image data this way).
     pub async fn get(
         &self,
@@ -449,8 +453,12 @@ async fn register(link: &Link, config: &AgentConfig) -> anyhow::Result<Vec<Regis
         .host_names()
         .into_iter()
         .map(|h| {
-            json!({"host": h, "node": h, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
-                   "local_gb": shape.disk_gb, "hypervisor_type": hypervisor})
+            let mut host = json!({"host": h, "node": h, "vcpus": shape.vcpus, "memory_mb": shape.memory_mb,
+                                  "local_gb": shape.disk_gb, "hypervisor_type": hypervisor});
+            if let Some(ip) = &config.host_ip {
+                host["host_ip"] = json!(ip);
+            }
+            host
         })
         .collect();
     // In pull mode the control plane sends this agent's tasks on its
@@ -941,6 +949,7 @@ mod tests {
             driver: None,
             host: None,
             sync_interval: Duration::from_secs(10),
+            host_ip: None,
         };
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
         assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");

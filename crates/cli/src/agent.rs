@@ -147,6 +147,15 @@ pub(crate) struct AgentOpts {
     /// libvirt: seconds between power-state syncs (default 10).
     #[arg(long)]
     pub(crate) sync_interval_secs: Option<u64>,
+    /// libvirt: this host's IP (Nova's `my_ip`, default 127.0.0.1),
+    /// registered as its `host_ip`: a cold move's destination fetches the
+    /// guest's disk from the source's agent there.
+    #[arg(long)]
+    pub(crate) my_ip: Option<String>,
+    /// libvirt: the port this host's agent serves moving guests' disks on,
+    /// at `--my-ip` (default 16520; the same on every host).
+    #[arg(long)]
+    pub(crate) migration_port: Option<u16>,
     /// NUMA nodes per host, reported as child providers holding VCPU and MEMORY_MB.
     #[arg(long)]
     pub(crate) numa_nodes: Option<usize>,
@@ -286,6 +295,8 @@ impl AgentOpts {
             reserved_host_cpus,
             shutdown_timeout_secs,
             sync_interval_secs,
+            my_ip,
+            migration_port,
             numa_nodes,
             devices,
             vgpus,
@@ -351,6 +362,8 @@ impl AgentOpts {
             reserved_memory_mb: opts.reserved_host_memory_mb,
             reserved_cpus: opts.reserved_host_cpus,
             shutdown_timeout_secs: opts.shutdown_timeout_secs,
+            my_ip: opts.my_ip.clone(),
+            migration_port: opts.migration_port,
         };
         let reshape_gate = opts.test_hold_reshape_file.clone().map(|path| {
             berth_agent::reshape::ReshapeGate(std::sync::Arc::new(move || path.exists()) as std::sync::Arc<_>)
@@ -373,7 +386,7 @@ impl AgentOpts {
         };
         let url = opts.url.unwrap_or_else(|| "http://127.0.0.1:8778".to_owned());
         let request_timeout = Duration::from_secs(opts.request_timeout_secs.unwrap_or(30).max(1));
-        let (mut shape, mut host, mut driver) = (shape, None, None);
+        let (mut shape, mut host, mut driver, mut host_ip) = (shape, None, None, None);
         match opts.driver.as_deref().unwrap_or("fake") {
             "fake" => {}
             "libvirt" => {
@@ -382,6 +395,7 @@ impl AgentOpts {
                 shape = real;
                 host = Some(name);
                 driver = Some(libvirt);
+                host_ip = Some(opts_libvirt.my_ip.clone().unwrap_or_else(|| "127.0.0.1".to_owned()));
             }
             other => anyhow::bail!("invalid --driver {other:?} (fake or libvirt)"),
         }
@@ -425,6 +439,7 @@ impl AgentOpts {
             driver,
             host,
             sync_interval: Duration::from_secs(opts.sync_interval_secs.unwrap_or(10).max(1)),
+            host_ip,
         })
     }
 }
@@ -438,6 +453,8 @@ struct LibvirtOpts {
     reserved_memory_mb: Option<i64>,
     reserved_cpus: Option<i64>,
     shutdown_timeout_secs: Option<u64>,
+    my_ip: Option<String>,
+    migration_port: Option<u16>,
 }
 
 /// The one real host of `--driver libvirt`: its shape discovered
@@ -488,6 +505,8 @@ fn libvirt_host(
         instances_path,
         host: host.clone(),
         shutdown_timeout: Duration::from_secs(opts.shutdown_timeout_secs.unwrap_or(60)),
+        my_ip: opts.my_ip.clone().unwrap_or_else(|| "127.0.0.1".to_owned()),
+        migration_port: opts.migration_port.unwrap_or(16520),
     };
     Ok((shape, host, std::sync::Arc::new(LibvirtDriver::new(config, link)?)))
 }

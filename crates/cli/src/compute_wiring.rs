@@ -134,6 +134,10 @@ pub(crate) struct PullWiring {
 /// consumer created before its first publish (the queue-list manager's
 /// set of consumers).
 struct NatsBroker {
+    /// The compute runtime and control state the task payloads are read
+    /// from (weak: the runtime's hub holds this broker).
+    compute: std::sync::Weak<Compute>,
+    core: Arc<berth_core::App>,
     nats: berth_pull::Settings,
     queues: tokio::sync::OnceCell<berth_pull::Queues>,
     consumers: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -171,12 +175,17 @@ impl berth_compute::hub::HostChannel for NatsBroker {
         task: &berth_compute::hub::Task,
     ) -> berth_compute::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
         use berth_compute::hub::HostSendFailure;
-        // The same JSON the long poll hands out, without `key_data`: this
-        // path carries the tasks other than a pull-mode boot (which a claim
-        // answers), and a re-driven spawn sent here goes without its key.
-        let payload = berth_compute_api::handlers::agents::task_json(task, None).to_string().into_bytes();
+        // The same JSON the long poll hands out: this path carries the
+        // tasks other than a pull-mode boot (which a claim answers).
+        let task = task.clone();
         let host = task.host.clone();
         Box::pin(async move {
+            use berth_compute_api::handlers::agents::{task_json, task_payloads};
+            let payload = match self.compute.upgrade() {
+                Some(compute) => task_payloads(&compute, &self.core, std::slice::from_ref(&task)).await.remove(0),
+                None => task_json(&task, None, None),
+            };
+            let payload = payload.to_string().into_bytes();
             let queues = self.queues().await.map_err(HostSendFailure::Unavailable)?;
             queues.send_to_host(&host, payload, HOST_TASK_ANSWER_WAIT).await.map_err(|e| match e {
                 berth_pull::HostSendError::NoTaker => HostSendFailure::NoTaker,
@@ -266,6 +275,8 @@ impl ComputeServices {
         if let Some(pull) = &settings.pull {
             // Before `start`: boots resumed at start-up are published too.
             let broker = Arc::new(NatsBroker {
+                compute: Arc::downgrade(&compute),
+                core: core.clone(),
                 nats: pull.nats.clone(),
                 queues: tokio::sync::OnceCell::new(),
                 consumers: std::sync::Mutex::default(),

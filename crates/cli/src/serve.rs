@@ -788,6 +788,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 driver: None,
                 host: None,
                 sync_interval: std::time::Duration::from_secs(10),
+                host_ip: None,
             };
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {

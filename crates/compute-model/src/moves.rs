@@ -55,6 +55,9 @@ pub struct MoveClaim {
     pub choices: Vec<HostChoice>,
     /// The instance's cell: a cold move stays in its cell.
     pub cell: Uuid,
+    /// The move's secret for the agents' disk transfer, recorded in the
+    /// request spec with the claim (`None`: keep the one it has).
+    pub token: Option<String>,
 }
 
 /// The outcome of a move claim.
@@ -167,9 +170,11 @@ pub fn plan_move_claim(world: &World, claim: &MoveClaim, now: Timestamp) -> Resu
     let mut set = WorldChangeSet::new();
     set.placement(placement);
     if let Some(spec) = world.compute.request_specs.get(&claim.instance) {
-        if spec.flavor != claim.new_flavor {
+        let token = claim.token.clone().or_else(|| spec.move_token.clone());
+        if spec.flavor != claim.new_flavor || spec.move_token != token {
             let mut spec = spec.clone();
             spec.flavor = claim.new_flavor.clone();
+            spec.move_token = token;
             set.compute(C::PutRequestSpec(spec));
         }
     }

@@ -116,6 +116,7 @@ mod tests {
     fn spec(flavorid: &str, vcpus: i64) -> RequestSpec {
         RequestSpec {
             key_data: None,
+            move_token: None,
             instance_uuid: Uuid::new_v4(),
             project_id: "p".into(),
             user_id: "u".into(),

@@ -534,6 +534,10 @@ pub struct RequestSpec {
     /// The public key of the boot's key pair (the instance's `key_data`),
     /// which every process can hand to the agent with the build task.
     pub key_data: Option<String>,
+    /// The secret of the instance's current cold move, written by the
+    /// move's claim: the destination's agent shows it to the source's to
+    /// fetch the disk (both tasks carry it); `None` before any move.
+    pub move_token: Option<String>,
 }
 
 /// How an instance's build went so far, and where it may go next if it

@@ -55,6 +55,7 @@ pub mod control;
 pub mod error;
 pub mod evacuate;
 pub mod extension;
+pub mod guest;
 pub mod heal;
 pub mod health;
 pub mod hub;

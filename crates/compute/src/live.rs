@@ -195,6 +195,7 @@ impl Compute {
                 new_flavor: flavor.clone(),
                 choices,
                 cell: handle.mapping.uuid,
+                token: None,
             };
             match write(&*self.control, |w| plan_move_claim(w, &claim, self.now())) {
                 Ok(MoveClaimed::Claimed(node)) => {

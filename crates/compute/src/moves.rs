@@ -281,6 +281,8 @@ impl Compute {
                 new_flavor: new_flavor.clone(),
                 choices,
                 cell,
+                // The agents' disk transfer secret: 244 random bits.
+                token: Some(format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())),
             };
             let claimed = write(&*self.control, |w| plan_move_claim(w, &claim, self.now()));
             match claimed {
@@ -688,6 +690,16 @@ impl Compute {
         if applied {
             if let Some((host, task, _)) = next {
                 if let Some(task) = Task::new(*uuid, &host, task) {
+                    self.hub.push(task);
+                }
+            }
+            // A revert is undone on the destination, then the source
+            // boots its own copy again (Nova's `finish_revert_resize`):
+            // the same task on the source, which the agent tells apart by
+            // the migration its task names. Its report is not needed
+            // (the server is already back on the source).
+            if kind == "resize_reverted" && source != dest && !source.is_empty() {
+                if let Some(task) = Task::new(*uuid, &source, task_state::RESIZE_REVERTING) {
                     self.hub.push(task);
                 }
             }

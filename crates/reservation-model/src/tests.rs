@@ -1099,6 +1099,7 @@ fn reserved_boot(world: &mut World, flavor: &berth_compute_model::Flavor, n: usi
         }));
         set.compute(C::PutRequestSpec(RequestSpec {
             key_data: None,
+            move_token: None,
             instance_uuid: *instance,
             project_id: "p".into(),
             user_id: "u".into(),

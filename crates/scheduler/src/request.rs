@@ -246,6 +246,7 @@ mod tests {
     fn spec(extra: &[(&str, &str)]) -> RequestSpec {
         RequestSpec {
             key_data: None,
+            move_token: None,
             instance_uuid: Uuid::nil(),
             project_id: "p".into(),
             user_id: "u".into(),

@@ -126,6 +126,7 @@ impl Cloud {
 fn spec(ram: i64) -> RequestSpec {
     RequestSpec {
         key_data: None,
+        move_token: None,
         instance_uuid: Uuid::nil(),
         project_id: "p".into(),
         user_id: "u".into(),

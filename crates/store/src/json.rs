@@ -232,7 +232,7 @@ pub fn request_spec(spec: &RequestSpec) -> Value {
         "force_host": spec.force_host, "force_node": spec.force_node, "group": spec.group.map(|g| g.to_string()),
         "same_host": uuid_list(&spec.same_host), "different_host": uuid_list(&spec.different_host),
         "hints": hints(&spec.hints), "reservation_id": spec.reservation_id,
-        "retry": build_retry(&spec.retry), "key_data": spec.key_data,
+        "retry": build_retry(&spec.retry), "key_data": spec.key_data, "move_token": spec.move_token,
     })
 }
 
@@ -301,6 +301,7 @@ pub fn to_request_spec(v: &Value) -> Result<RequestSpec> {
     };
     Ok(RequestSpec {
         key_data: opt_s(v, "key_data")?,
+        move_token: opt_s(v, "move_token")?,
         instance_uuid: uuid(v, "instance_uuid")?,
         project_id: s(v, "project_id")?,
         user_id: s(v, "user_id")?,
@@ -682,6 +683,7 @@ mod tests {
             C::DeleteBuildRequest(id),
             C::PutRequestSpec(RequestSpec {
                 key_data: Some("ssh-ed25519 AAAA k".into()),
+                move_token: None,
                 instance_uuid: id,
                 project_id: "p".into(),
                 user_id: "u".into(),

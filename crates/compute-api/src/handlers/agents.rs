@@ -125,13 +125,22 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 }
 
 /// A task as agents get it: from the long poll, in a claim's answer, and
-/// on a host's NATS subject in pull mode. A task that spawns the
-/// instance (build, rebuild, unshelve) carries `key_data`, the public key
-/// to inject, when the server was booted with a key pair and `world` is
-/// given (the request spec keeps it for the instance's life); a task that
-/// names the server (console output) carries its `display_name`; a
-/// snapshot or shelve task the `image` it uploads to.
-pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_model::World>) -> Value {
+/// on a host's NATS subject in pull mode (the same payload on every
+/// path: [`task_payloads`]). A task that spawns the instance (build,
+/// rebuild, unshelve) carries `key_data`, the public key to inject, when
+/// the server was booted with a key pair and `world` is given (the request
+/// spec keeps it for the instance's life); a task that names the server
+/// (console output) carries its `display_name`; a snapshot or shelve task
+/// the `image` it uploads to. A task that makes or moves the guest
+/// carries `server`, what a driver needs to make it ([`guest_view`]); a
+/// cold move's tasks carry `move`: the migration, its hosts and the
+/// move's secret, which the destination's agent shows the source's to
+/// fetch the disk.
+pub fn task_json(
+    task: &berth_compute::hub::Task,
+    world: Option<&berth_compute_model::World>,
+    guest: Option<&berth_compute::guest::GuestFacts>,
+) -> Value {
     use berth_compute::hub::TaskKind;
     let mut body =
         json!({"id": task.id, "kind": task.kind.as_str(), "instance": task.instance.to_string(), "host": task.host});
@@ -152,7 +161,61 @@ pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_m
             body["image"] = json!(image.to_string());
         }
     }
+    if let Some(guest) = guest {
+        body["server"] = guest_view(guest);
+        if let Some(m) = &guest.migration {
+            let token =
+                world.and_then(|w| w.compute.request_specs.get(&task.instance)).and_then(|s| s.move_token.clone());
+            body["move"] = json!({
+                "migration": m.uuid.to_string(), "migration_type": m.migration_type, "status": m.status,
+                "source_host": m.source_compute, "dest_host": m.dest_compute, "source_ip": guest.source_ip,
+                "dest_ip": m.dest_host,
+                "token": token,
+            });
+        }
+    }
     body
+}
+
+/// The guest as a driver needs it, in the compute API's names (2.79): id,
+/// name, hostname, launch index, availability zone, states, project, metadata, key
+/// pair name, user data, config drive, the flavor (the move's new one on
+/// its destination) with its extra specs, and the image with the
+/// properties it had at boot.
+pub fn guest_view(guest: &berth_compute::guest::GuestFacts) -> Value {
+    let (i, f) = (&guest.instance, &guest.flavor);
+    json!({
+        "id": i.uuid.to_string(),
+        "name": i.spec.display_name,
+        "OS-EXT-SRV-ATTR:hostname": i.spec.hostname,
+        "OS-EXT-SRV-ATTR:launch_index": i.spec.launch_index,
+        "OS-EXT-AZ:availability_zone": i.availability_zone,
+        "OS-EXT-STS:vm_state": i.vm_state,
+        "OS-EXT-STS:task_state": i.task_state,
+        "OS-EXT-STS:power_state": i.power_state,
+        "tenant_id": i.project_id,
+        "user_id": i.user_id,
+        "metadata": i.spec.metadata,
+        "key_name": i.spec.key_name,
+        "key_data": i.spec.key_data,
+        "OS-EXT-SRV-ATTR:user_data": i.spec.user_data,
+        "config_drive": i.spec.config_drive,
+        "flavor": {"original_name": f.name, "vcpus": f.vcpus, "ram": f.memory_mb, "disk": f.root_gb,
+                   "ephemeral": f.ephemeral_gb, "swap": f.swap, "extra_specs": f.extra_specs},
+        "image": {"id": i.spec.image_ref.map(|u| u.to_string()), "properties": i.spec.image_properties},
+    })
+}
+
+/// The payloads of `tasks` ([`task_json`]), with their guests read from
+/// the cells (one read per cell).
+pub async fn task_payloads(
+    compute: &berth_compute::Compute,
+    core: &berth_core::App,
+    tasks: &[berth_compute::hub::Task],
+) -> Vec<Value> {
+    let guests = compute.guest_facts(tasks).await;
+    let world = core.read();
+    tasks.iter().map(|t| task_json(t, Some(&world), guests.get(&t.instance))).collect()
 }
 
 /// `GET /agent/v1/work?agent=ID&wait=SECONDS`: long-poll for tasks.
@@ -167,8 +230,7 @@ pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let Some(tasks) = ctx.compute.hub.take(&agent, Duration::from_secs(wait), 1000).await else {
             return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
         };
-        let world = ctx.core.read();
-        let tasks: Vec<Value> = tasks.iter().map(|t| task_json(t, Some(&world))).collect();
+        let tasks = task_payloads(&ctx.compute, &ctx.core, &tasks).await;
         Ok(Resp::ok(json!({"tasks": tasks})))
     })
 }
@@ -277,13 +339,13 @@ pub fn claim(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         } else {
             berth_compute::pull::claim_on_host(&ctx.compute, instances[0], &hosts[0]).await
         };
-        let world = ctx.core.read();
         let answer = match claim {
             berth_compute::pull::PullClaim::Claimed(t) => {
-                json!({"result": "claimed", "task": task_json(&t, Some(&world))})
+                let task = task_payloads(&ctx.compute, &ctx.core, std::slice::from_ref(&t)).await.remove(0);
+                json!({"result": "claimed", "task": task})
             }
             berth_compute::pull::PullClaim::ClaimedAll(tasks) => {
-                json!({"result": "claimed", "tasks": tasks.iter().map(|t| task_json(t, Some(&world))).collect::<Vec<_>>()})
+                json!({"result": "claimed", "tasks": task_payloads(&ctx.compute, &ctx.core, &tasks).await})
             }
             berth_compute::pull::PullClaim::Gone => json!({"result": "gone"}),
             berth_compute::pull::PullClaim::Refused(reason) => json!({"result": "refused", "reason": reason}),

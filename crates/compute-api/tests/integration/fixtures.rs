@@ -106,6 +106,7 @@ pub(crate) fn errored() -> (Instance, Fault) {
 pub(crate) fn request_spec(instance: &Instance) -> RequestSpec {
     RequestSpec {
         key_data: None,
+        move_token: None,
         instance_uuid: instance.uuid,
         project_id: instance.project_id.clone(),
         user_id: instance.user_id.clone(),

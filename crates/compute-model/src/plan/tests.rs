@@ -44,6 +44,7 @@ fn spec(name: &str) -> InstanceSpec {
 fn request_spec(group: Option<Uuid>) -> RequestSpec {
     RequestSpec {
         key_data: None,
+        move_token: None,
         instance_uuid: Uuid::nil(),
         project_id: "p".into(),
         user_id: "u".into(),

@@ -6,8 +6,10 @@
 //! shows SHUTOFF and, started behind its back, is stopped again; a guest
 //! that powers itself off shows SHUTOFF within one power sync; a restarted agent re-attaches without a
 //! second spawn; delete leaves no domain and no files but the image
-//! cache; the inventory is the machine's. Skipped, with the reason, where
-//! libvirt is not available (`scripts/test.sh` starts it).
+//! cache; the inventory is the machine's. The agents hold no admin
+//! identity: each has its host's agent credential (the service role),
+//! and gets what a guest is made of with its tasks. Skipped, with the
+//! reason, where libvirt is not available (`scripts/test.sh` starts it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,10 +19,10 @@ use serde_json::{json, Value};
 
 use super::support::{wait_gone, Cloud, Hosts, Nova};
 
-const URI: &str = "qemu:///system";
+pub(crate) const URI: &str = "qemu:///system";
 
 /// Why the libvirt tests cannot run here, if they cannot.
-fn unavailable() -> Option<String> {
+pub(crate) fn unavailable() -> Option<String> {
     for tool in ["virsh", "qemu-img", "genisoimage", "qemu-system-x86_64"] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
         if !found.map(|o| o.status.success()).unwrap_or(false) {
@@ -34,12 +36,12 @@ fn unavailable() -> Option<String> {
     }
 }
 
-fn virsh(args: &[&str]) -> (bool, String) {
+pub(crate) fn virsh(args: &[&str]) -> (bool, String) {
     let out = Command::new("virsh").args(["-c", URI]).args(args).output().expect("virsh");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-fn domstate(id: &str) -> String {
+pub(crate) fn domstate(id: &str) -> String {
     virsh(&["domstate", &format!("instance-{id}")]).1
 }
 
@@ -62,7 +64,7 @@ impl Drop for Domains {
 
 /// Build (once per machine: the files are kept) and upload the guest;
 /// the disk image's id.
-fn guest_image(base: &str) -> String {
+pub(crate) fn guest_image(base: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/guest-image.sh");
     let out_dir = std::env::temp_dir().join("berth-guest-image");
     let out = Command::new("bash")
@@ -118,7 +120,7 @@ async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
 
 /// Wait (4 minutes: TCG on a loaded machine) for the server to have
 /// `status` and no task; returns it.
-async fn settle(nova: &Nova, id: &str, status: &str) -> Value {
+pub(crate) async fn settle(nova: &Nova, id: &str, status: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let server = nova.get(&format!("/servers/{id}")).await.body["server"].clone();
@@ -131,14 +133,14 @@ async fn settle(nova: &Nova, id: &str, status: &str) -> Value {
     }
 }
 
-async fn console(nova: &Nova, id: &str) -> String {
+pub(crate) async fn console(nova: &Nova, id: &str) -> String {
     let answer = nova.post(&format!("/servers/{id}/action"), &json!({"os-getConsoleOutput": {}})).await;
     answer.body["output"].as_str().unwrap_or_default().to_owned()
 }
 
 /// Wait for the guest's `boots`-th marker line on its console (one a
 /// boot: the log is kept across boots); the line.
-async fn marker(nova: &Nova, id: &str, boots: usize) -> String {
+pub(crate) async fn marker(nova: &Nova, id: &str, boots: usize) -> String {
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let log = console(nova, id).await;
@@ -150,21 +152,37 @@ async fn marker(nova: &Nova, id: &str, boots: usize) -> String {
     }
 }
 
-async fn act(nova: &Nova, id: &str, body: Value) {
+pub(crate) async fn act(nova: &Nova, id: &str, body: Value) {
     let answer = nova.post(&format!("/servers/{id}/action"), &body).await;
     assert_eq!(answer.status, 202, "{body}: {:?}", answer.body);
 }
 
+/// Issue `host` its agent credential (`POST /admin/v1/agent-credentials`)
+/// into a file of the test's; its path. An agent started with it
+/// (`--credential-file`) has the service role, not admin.
+pub(crate) async fn agent_credential(cloud: &Cloud, host: &str) -> PathBuf {
+    let answer = cloud.server.client().post("/admin/v1/agent-credentials", &json!({"host": host})).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let token = answer.body["credential"]["token"].as_str().expect("token").to_owned();
+    let path = cloud.server.dir.join(format!("{host}.credential"));
+    std::fs::write(&path, format!("{token}\n")).expect("credential file");
+    path
+}
+
 /// A server and one `--driver libvirt` agent (TCG, a power sync every
-/// second) on an instances path of the test's own; the guard undoes the
-/// domains however the test ends.
+/// second, its host's agent credential: no admin identity) on an
+/// instances path of the test's own; the guard undoes the domains however
+/// the test ends.
 async fn libvirt_cloud(tag: &str) -> (Cloud, PathBuf, String, Domains) {
     let mut cloud = Cloud::start(tag, &[]).await;
     let instances = cloud.server.dir.join("instances");
     let domains = Domains(instances.clone());
     let prefix = format!("lv{tag}{}-", std::process::id());
     let host = format!("{prefix}0");
+    let credential = agent_credential(&cloud, &host).await;
     let args = [
+        "--credential-file",
+        credential.to_str().expect("path"),
         "--driver",
         "libvirt",
         "--virt-type",

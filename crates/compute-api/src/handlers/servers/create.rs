@@ -446,6 +446,7 @@ fn build_boot(
         reservation_id: reservation_id.clone(),
         retry: Default::default(),
         key_data,
+        move_token: None,
     };
     BootAdmission { project_id: project, user_id: user, instances, min_count, request_spec, now }
 }
