@@ -135,6 +135,9 @@ pub(crate) struct PullWiring {
 /// set of consumers).
 struct NatsBroker {
     nats: berth_pull::Settings,
+    /// The world a task's payload is read from (a snapshot's `image`, a
+    /// spawn's `key_data`), as the long poll reads it.
+    core: Arc<berth_core::App>,
     queues: tokio::sync::OnceCell<berth_pull::Queues>,
     consumers: std::sync::Mutex<std::collections::HashSet<String>>,
 }
@@ -171,10 +174,13 @@ impl berth_compute::hub::HostChannel for NatsBroker {
         task: &berth_compute::hub::Task,
     ) -> berth_compute::BoxFuture<'_, Result<(), berth_compute::hub::HostSendFailure>> {
         use berth_compute::hub::HostSendFailure;
-        // The same JSON the long poll hands out, without `key_data`: this
-        // path carries the tasks other than a pull-mode boot (which a claim
-        // answers), and a re-driven spawn sent here goes without its key.
-        let payload = berth_compute_api::handlers::agents::task_json(task, None).to_string().into_bytes();
+        // The same JSON the long poll hands out, read from the same world:
+        // a snapshot or shelve names its image, a re-driven spawn carries
+        // its key (a pull-mode boot itself comes with its claim's answer).
+        let payload = {
+            let world = self.core.read();
+            berth_compute_api::handlers::agents::task_json(task, Some(&world)).to_string().into_bytes()
+        };
         let host = task.host.clone();
         Box::pin(async move {
             let queues = self.queues().await.map_err(HostSendFailure::Unavailable)?;
@@ -267,6 +273,7 @@ impl ComputeServices {
             // Before `start`: boots resumed at start-up are published too.
             let broker = Arc::new(NatsBroker {
                 nats: pull.nats.clone(),
+                core: core.clone(),
                 queues: tokio::sync::OnceCell::new(),
                 consumers: std::sync::Mutex::default(),
             });
