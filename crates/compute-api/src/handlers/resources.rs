@@ -53,7 +53,8 @@ pub const DEFAULT_NETWORK_LABEL: &str = "default";
 /// Nova's `network_dict`: `id` and `label` from the network, every other
 /// field of nova-network's view null (admins see more of them).
 fn network_view(req: &Req) -> Value {
-    let mut fields = vec!["cidr", "netmask", "gateway", "broadcast", "dns1", "dns2", "cidr_v6", "gateway_v6", "netmask_v6"];
+    let mut fields =
+        vec!["cidr", "netmask", "gateway", "broadcast", "dns1", "dns2", "cidr_v6", "gateway_v6", "netmask_v6"];
     if is_admin(req) {
         fields.extend([
             "created_at",

@@ -363,11 +363,11 @@ async fn os_networks_lists_the_default_network_a_boot_may_name() {
     assert_eq!(network["label"], "default", "{network}");
     assert!(network["cidr"].is_null() && network.get("bridge").is_none(), "{network}");
     let net = network["id"].as_str().expect("id").to_owned();
-    let shown = alice.get(&format!("/os-networks/{net}")).await;
+    let shown = alice.at("2.35").get(&format!("/os-networks/{net}")).await;
     assert_eq!((shown.status, shown.body["network"].clone()), (200, network.clone()));
-    let as_admin = admin.get(&format!("/os-networks/{net}")).await.body["network"].clone();
+    let as_admin = admin.at("2.35").get(&format!("/os-networks/{net}")).await.body["network"].clone();
     assert!(as_admin.get("bridge").is_some_and(Value::is_null) && as_admin["label"] == "default", "{as_admin}");
-    let missing = alice.get("/os-networks/8b7a6f2e-0000-4000-8000-000000000002").await;
+    let missing = alice.at("2.35").get("/os-networks/8b7a6f2e-0000-4000-8000-000000000002").await;
     assert_eq!((missing.status, message(&missing.body)), (404, "Network not found".to_owned()));
     assert_eq!(alice.at("2.36").get("/os-networks").await.status, 404);
     assert_eq!(alice.at("2.36").get(&format!("/os-networks/{net}")).await.status, 404);
@@ -427,7 +427,7 @@ async fn personality_files_are_checked_against_the_injected_file_limits() {
     assert_eq!(alice.at("2.57").boot("vm2", &flavor, &image, files(1, 10, 8)).await.status, 400);
 
     // The project's own limit, on rebuild too.
-    let set = admin.put("/os-quota-sets/proj", &json!({"quota_set": {"injected_files": 1}})).await;
+    let set = admin.at("2.56").put("/os-quota-sets/proj", &json!({"quota_set": {"injected_files": 1}})).await;
     assert_eq!(set.status, 200, "{:?}", set.body);
     let mut rebuild = files(2, 10, 8);
     rebuild["imageRef"] = json!(image);
@@ -439,5 +439,50 @@ async fn personality_files_are_checked_against_the_injected_file_limits() {
     let answer = alice.post(&format!("/servers/{id}/action"), &json!({"rebuild": rebuild})).await;
     assert_eq!(answer.status, 202, "{:?}", answer.body);
     wait_status(&alice, &id, "ACTIVE").await;
+    cloud.check_invariants().await;
+}
+
+/// `os-instance-actions` of a deleted server: from 2.21 its `create` and
+/// `delete` actions, and one action with its events, to its project and to
+/// admins (another project: 404); before 2.21 the server is not found.
+#[tokio::test]
+async fn instance_actions_of_a_deleted_server_from_2_21() {
+    let mut cloud = Cloud::start("reads-deleted-actions", &[]).await;
+    cloud.add_agent(Hosts::new("d", 1, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let alice = cloud.nova("alice:proj");
+    let image = setup(&admin).await;
+    let flavor = admin.flavor("small", 1, 512, 1).await;
+    let id = alice.boot_id("vm", &flavor, &image).await;
+    wait_status(&alice, &id, "ACTIVE").await;
+    assert_eq!(alice.delete(&format!("/servers/{id}")).await.status, 204);
+    super::support::wait_gone(&alice, &id).await;
+
+    let path = format!("/servers/{id}/os-instance-actions");
+    for nova in [&alice, &admin] {
+        let listed = nova.at("2.21").get(&path).await;
+        assert_eq!(listed.status, 200, "{:?}", listed.body);
+        let mut names: Vec<String> = listed.body["instanceActions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["action"].as_str().unwrap_or("").to_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["create", "delete"], "{:?}", listed.body);
+    }
+    let listed = alice.at("2.21").get(&path).await.body;
+    let delete =
+        listed["instanceActions"].as_array().expect("actions").iter().find(|a| a["action"] == "delete").cloned();
+    let request_id = delete.expect("a delete action")["request_id"].as_str().expect("request_id").to_owned();
+    let shown = alice.at("2.21").get(&format!("{path}/{request_id}")).await;
+    assert_eq!(
+        (shown.status, shown.body["instanceAction"]["action"].clone()),
+        (200, json!("delete")),
+        "{:?}",
+        shown.body
+    );
+    assert_eq!(alice.at("2.20").get(&path).await.status, 404);
+    assert_eq!(cloud.nova("bob:other").at("2.21").get(&path).await.status, 404);
     cloud.check_invariants().await;
 }

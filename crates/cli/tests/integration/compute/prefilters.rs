@@ -192,7 +192,10 @@ async fn pinned_availability_zone_is_unpinned_and_repinned_at_2_104() {
     let path = format!("/servers/{id}");
     let pin = |zone: Value| json!({"server": {"pinned_availability_zone": zone}});
     let shown = nova.get(&path).await.body["server"].clone();
-    assert_eq!((shown["pinned_availability_zone"].clone(), shown["OS-EXT-AZ:availability_zone"].clone()), (json!("az1"), json!("az1")));
+    assert_eq!(
+        (shown["pinned_availability_zone"].clone(), shown["OS-EXT-AZ:availability_zone"].clone()),
+        (json!("az1"), json!("az1"))
+    );
 
     let refused = nova.put(&path, &pin(json!("nova"))).await;
     assert_eq!(refused.status, 409, "{:?}", refused.body);
@@ -216,7 +219,10 @@ async fn pinned_availability_zone_is_unpinned_and_repinned_at_2_104() {
     assert_eq!(nova.get(&path).await.body["server"]["pinned_availability_zone"], Value::Null, "a 409 changes nothing");
     let repinned = nova.put(&path, &json!({"server": {"pinned_availability_zone": "az1", "name": "renamed"}})).await;
     assert_eq!(repinned.status, 200, "{:?}", repinned.body);
-    assert_eq!((repinned.body["server"]["pinned_availability_zone"].clone(), repinned.body["server"]["name"].clone()), (json!("az1"), json!("renamed")));
+    assert_eq!(
+        (repinned.body["server"]["pinned_availability_zone"].clone(), repinned.body["server"]["name"].clone()),
+        (json!("az1"), json!("renamed"))
+    );
     assert_eq!(nova.get(&path).await.body["server"]["pinned_availability_zone"], "az1");
     assert_eq!(admin.at("2.103").put(&path, &pin(Value::Null)).await.status, 400);
     cloud.check_invariants().await;

@@ -899,7 +899,8 @@ async fn snapshot_and_shelve_tasks_on_the_host_subject_name_their_image() {
     let nats = berth_pull::Queues::connect(&queues.settings()).await.expect("nats");
     let mut observed = nats.host_tasks(&["pi0".to_owned()]).await.expect("subscribe to the host subject");
 
-    let answer = nova.at("2.45").post(&format!("/servers/{id}/action"), &json!({"createImage": {"name": "snap"}})).await;
+    let answer =
+        nova.at("2.45").post(&format!("/servers/{id}/action"), &json!({"createImage": {"name": "snap"}})).await;
     assert_eq!(answer.status, 202, "{:?}", answer.body);
     let image = answer.body["image_id"].as_str().expect("image_id").to_owned();
     let task = next_task(&mut observed).await;
