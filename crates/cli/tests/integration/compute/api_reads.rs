@@ -419,6 +419,9 @@ async fn personality_files_are_checked_against_the_injected_file_limits() {
         let answer = alice.boot("vm", &flavor, &image, extra).await;
         assert_eq!((answer.status, message(&answer.body)), (403, text.to_owned()));
     }
+    let plain =
+        alice.boot("vm", &flavor, &image, json!({"personality": [{"path": "/p", "contents": "not base64!"}]})).await;
+    assert_eq!(plain.status, 400, "{:?}", plain.body);
     assert_eq!(alice.get("/servers").await.body["servers"], json!([]), "nothing booted");
     let answer = alice.boot("vm", &flavor, &image, files(5, 255, 10240)).await;
     assert_eq!(answer.status, 202, "{:?}", answer.body);

@@ -582,7 +582,7 @@ fn count(v: &Value) -> i64 {
 /// alphabet are skipped; the data characters must end on a whole quantum,
 /// or be completed by enough `=` (anything after those is ignored). Text
 /// that is not ASCII is refused.
-fn is_base64(text: &str) -> bool {
+pub(super) fn is_base64(text: &str) -> bool {
     if !text.is_ascii() {
         return false;
     }
