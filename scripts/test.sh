@@ -85,6 +85,20 @@ if [ -z "$URL" ]; then
   eval "$(bash scripts/pg-throwaway.sh start)"
   URL="$DATABASE_URL"
 fi
+# Upstream Tempest 47 against the debug binary the SQLite pass built
+# (scripts/conformance.sh tempest): the compute and image API tests in the
+# upstream configuration, then the supplementary compute run; any failed
+# test fails the script. Tempest's venv and Keystone's are installed on
+# first use; Keystone gets a throwaway database on this PostgreSQL server;
+# berth and Keystone are stopped by PID.
+echo "== upstream Tempest 47: compute + image API, then the supplementary compute run =="
+PG_SERVER="${URL#*://}"; PG_SERVER="postgresql://${PG_SERVER%%[/?]*}"
+TEMPEST_STATUS=0
+PG_URL="$PG_SERVER" BERTH_BIN=target/debug/berth TEMPEST_WORK="${TEMPEST_WORK:-/tmp/berth-test-tempest}" \
+  TEMPEST_VENV="${TEMPEST_VENV:-$HOME/.cache/berth/tempest-venv}" \
+  BERTH_KEYSTONE_VENV="${BERTH_KEYSTONE_VENV:-$HOME/.cache/berth/keystone-venv}" \
+  bash scripts/conformance.sh tempest 2>&1 | tee -a "$LOG" || TEMPEST_STATUS=$?
+
 echo "== berth tests on PostgreSQL =="
 TEST_DATABASE_URL="$URL" cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"
 
@@ -99,3 +113,7 @@ fi
 # One closing line for both passes (cargo prints one per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "total: %d passed, %d failed\n", p, f }' "$LOG"
+if [ "$TEMPEST_STATUS" -ne 0 ]; then
+  echo "upstream Tempest: failed tests (see above)" >&2
+  exit 1
+fi

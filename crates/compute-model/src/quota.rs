@@ -264,3 +264,35 @@ pub fn check_metadata_items(world: &World, project: &str, user: &str, items: usi
     }
     Ok(())
 }
+
+/// Check a boot's or rebuild's personality files (before 2.57) as Nova's
+/// `_check_injected_file_quota`: their number against `injected_files`,
+/// then the longest path and content (as sent, base64) against
+/// `injected_file_path_bytes` and `injected_file_content_bytes`, the path
+/// reported first. Limits only: nothing is counted or consumed.
+pub fn check_injected_files(
+    world: &World,
+    project: &str,
+    user: &str,
+    files: &[(usize, usize)],
+) -> Result<(), ComputeError> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let over = |resource: &str, value: usize| {
+        let limit = effective_limit(world, project, Some(user), resource);
+        (limit >= 0 && value as i64 > limit).then_some(limit)
+    };
+    if over("injected_files", files.len()).is_some() {
+        return Err(ComputeError::OverQuota("Personality file limit exceeded".into()));
+    }
+    let max_path = files.iter().map(|f| f.0).max().unwrap_or(0);
+    let max_content = files.iter().map(|f| f.1).max().unwrap_or(0);
+    if let Some(limit) = over("injected_file_path_bytes", max_path) {
+        return Err(ComputeError::OverQuota(format!("Personality file path exceeds maximum {limit}")));
+    }
+    if let Some(limit) = over("injected_file_content_bytes", max_content) {
+        return Err(ComputeError::OverQuota(format!("Personality file content exceeds maximum {limit}")));
+    }
+    Ok(())
+}

@@ -333,6 +333,37 @@ impl Compute {
         }
     }
 
+    /// A deleted server's project and instance actions (newest first):
+    /// the control database forgets a deleted server's mapping, so every
+    /// cell is asked for the row it keeps (deleted). Nova's
+    /// `read_deleted='yes'` lookup of `os-instance-actions` from 2.21.
+    /// `None`: no cell has the server.
+    pub async fn deleted_server_actions(
+        &self,
+        uuid: &Uuid,
+    ) -> Result<Option<(String, Vec<InstanceAction>)>, ServiceError> {
+        let cells: Vec<CellMapping> = read(&*self.control, |w| w.compute.cells.values().cloned().collect());
+        for cell in cells {
+            let Ok(handle) = self.cells.get(&cell) else { continue };
+            let id = *uuid;
+            let found = self
+                .cells
+                .read(&handle, move |s| {
+                    let Some(instance) = s.instance(&id)? else { return Ok(None) };
+                    if !instance.deleted {
+                        return Ok(None);
+                    }
+                    Ok(Some((instance.project_id.clone(), s.instance_actions(&id)?)))
+                })
+                .await?;
+            if let Some((project, mut actions)) = found {
+                actions.reverse();
+                return Ok(Some((project, actions)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The instance actions of a server (newest first, as Nova lists them).
     pub async fn instance_actions(&self, uuid: &Uuid) -> Result<Vec<InstanceAction>, ServiceError> {
         let cell = read(&*self.control, |w| w.compute.instance_mappings.get(uuid).cloned())
@@ -806,6 +837,51 @@ impl Compute {
         if outcomes.first() != Some(&CellOutcome::Done) {
             return Err(not_found(uuid));
         }
+        Ok(())
+    }
+
+    /// `PUT /servers/{id}` with `pinned_availability_zone` (2.104): unpin
+    /// (`None`) or re-pin the server to the zone it is in (`zone`, read
+    /// by the caller from the server), in one write of the request spec
+    /// that checks the pin it replaces. Nova's 409s: re-pinning to another
+    /// zone than the server's, and changing one pin into another (unpin
+    /// first). Setting the current value again writes nothing.
+    pub fn pin_availability_zone(
+        &self,
+        uuid: &Uuid,
+        requested: Option<&str>,
+        zone: Option<&str>,
+    ) -> Result<(), ServiceError> {
+        write(&*self.control, |w| {
+            let mut set = berth_compute_model::WorldChangeSet::new();
+            let Some(spec) = w.compute.request_specs.get(uuid) else {
+                return Err(ComputeError::NotFound(format!("Instance {uuid} could not be found.")));
+            };
+            let pinned = spec.availability_zone.as_deref();
+            match (requested, pinned) {
+                (None, None) => return Ok((set, ())),
+                (Some(want), Some(now)) if want == now => return Ok((set, ())),
+                (Some(_), Some(_)) => {
+                    return Err(ComputeError::Conflict(
+                        "Cannot change pinned availability zone directly. Unpin first by setting \
+                         pinned_availability_zone to null."
+                            .into(),
+                    ))
+                }
+                (Some(want), None) if Some(want) != zone => {
+                    return Err(ComputeError::Conflict(format!(
+                        "Server can only be pinned to its current availability zone '{}', but '{want}' was \
+                         requested.",
+                        zone.unwrap_or("None")
+                    )))
+                }
+                _ => {}
+            }
+            let mut spec = spec.clone();
+            spec.availability_zone = requested.map(str::to_owned);
+            set.compute(berth_compute_model::ComputeChange::PutRequestSpec(spec));
+            Ok((set, ()))
+        })?;
         Ok(())
     }
 

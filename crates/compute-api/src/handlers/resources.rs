@@ -43,18 +43,67 @@ pub fn version_show_v20(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     Ok(Resp::ok(views::versions::show_v20(&ctx.links(req))))
 }
 
-/// `GET /os-networks` (2.1–2.35): Nova's proxy to Neutron's networks.
-/// berth has no network service, so the list is Nova's answer when
-/// Neutron has none: empty.
-pub fn list_networks(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
-    authorize(req, "os_compute_api:os-networks:list")?;
-    Ok(Resp::ok(serde_json::json!({"networks": []})))
+/// The one network `os-networks` lists: berth has no network service,
+/// so this stands for what every server is on, with no ports (servers
+/// show `addresses: {}`). A boot may name it (as `networks: auto`).
+pub const DEFAULT_NETWORK_ID: &str = "5d3c1f0e-8a4b-4c52-9b1e-0b3e7a9f2c10";
+/// Its name (`label` in Nova's view).
+pub const DEFAULT_NETWORK_LABEL: &str = "default";
+
+/// Nova's `network_dict`: `id` and `label` from the network, every other
+/// field of nova-network's view null (admins see more of them).
+fn network_view(req: &Req) -> Value {
+    let mut fields =
+        vec!["cidr", "netmask", "gateway", "broadcast", "dns1", "dns2", "cidr_v6", "gateway_v6", "netmask_v6"];
+    if is_admin(req) {
+        fields.extend([
+            "created_at",
+            "updated_at",
+            "deleted_at",
+            "deleted",
+            "injected",
+            "bridge",
+            "vlan",
+            "vpn_public_address",
+            "vpn_public_port",
+            "vpn_private_address",
+            "dhcp_start",
+            "project_id",
+            "host",
+            "bridge_interface",
+            "multi_host",
+            "priority",
+            "rxtx_base",
+            "mtu",
+            "dhcp_server",
+            "enable_dhcp",
+            "share_address",
+        ]);
+    }
+    let mut view = serde_json::Map::new();
+    view.insert("id".into(), Value::from(DEFAULT_NETWORK_ID));
+    view.insert("label".into(), Value::from(DEFAULT_NETWORK_LABEL));
+    for field in fields {
+        view.insert(field.into(), Value::Null);
+    }
+    Value::Object(view)
 }
 
-/// `GET /os-networks/{id}` (2.1–2.35): there are none (Nova's 404 text).
+/// `GET /os-networks` (2.1–2.35): Nova's proxy to Neutron's networks.
+/// berth has no network service: the one default network.
+pub fn list_networks(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
+    authorize(req, "os_compute_api:os-networks:list")?;
+    Ok(Resp::ok(serde_json::json!({"networks": [network_view(req)]})))
+}
+
+/// `GET /os-networks/{id}` (2.1–2.35): the default network, else Nova's
+/// 404.
 pub fn show_network(_: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     authorize(req, "os_compute_api:os-networks:show")?;
-    Err(ApiError::not_found("Network not found"))
+    if req.param(0) != DEFAULT_NETWORK_ID {
+        return Err(ApiError::not_found("Network not found"));
+    }
+    Ok(Resp::ok(serde_json::json!({"network": network_view(req)})))
 }
 
 /// `GET /extensions`: Nova's fixed list.

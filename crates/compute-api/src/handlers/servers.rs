@@ -147,6 +147,26 @@ fn disk_config_requested(body: &serde_json::Value) -> Option<bool> {
     body.get("OS-DCF:diskConfig").and_then(serde_json::Value::as_str).map(|v| v == "AUTO")
 }
 
+/// The personality files of a create or rebuild body (before 2.57, which
+/// the schema enforces) against the caller's `injected_file*` limits
+/// (403 with Nova's texts), after their contents' base64 (400). berth's
+/// hosts inject nothing: the files are only checked.
+fn check_personality(ctx: &ComputeCtx, req: &Req, body: &serde_json::Value) -> ApiResult<()> {
+    let Some(files) = body.get("personality").and_then(serde_json::Value::as_array) else { return Ok(()) };
+    // The schema's `format: base64` on `contents` (Nova's 400).
+    for contents in files.iter().filter_map(|f| f.get("contents").and_then(serde_json::Value::as_str)) {
+        if !create::is_base64(contents) {
+            return Err(ApiError::bad_request(format!(
+                "Invalid input for field/attribute contents. Value: {contents}. '{contents}' is not a 'base64'"
+            )));
+        }
+    }
+    let text_len = |f: &serde_json::Value, k: &str| f.get(k).and_then(serde_json::Value::as_str).map_or(0, str::len);
+    let sizes: Vec<(usize, usize)> = files.iter().map(|f| (text_len(f, "path"), text_len(f, "contents"))).collect();
+    let world = ctx.core.read();
+    berth_compute_model::quota::check_injected_files(&world, &api::project(req), &api::user(req), &sizes).nova()
+}
+
 /// Nova's `check_instance_lock`: a locked server takes state-changing
 /// actions from admins only (409 `Instance X is locked`), checked after
 /// the body and the policy, as Nova's compute API checks it.

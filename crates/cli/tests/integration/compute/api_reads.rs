@@ -3,7 +3,8 @@
 //! `os-server-external-events`, `os-server-password`, `diagnostics`,
 //! `os-simple-tenant-usage`, `os-instance_usage_audit_log`, `os-hosts`
 //! and the hypervisor routes of older microversions (`statistics`,
-//! `uptime`, `search`, `servers`), with their microversion limits.
+//! `uptime`, `search`, `servers`), `os-networks`' default network, with
+//! their microversion limits.
 
 use serde_json::{json, Value};
 
@@ -340,5 +341,151 @@ async fn hosts_and_old_hypervisor_routes() {
         assert_eq!(v242.get(&format!("/os-hosts/h0/{action}")).await.status, 501, "{action}");
         assert_eq!(alice.at("2.42").get(&format!("/os-hosts/h0/{action}")).await.status, 403, "{action}");
     }
+    cloud.check_invariants().await;
+}
+
+/// `os-networks` (2.1–2.35): the one default network, Nova's view of it
+/// (admins see nova-network's other fields, all null), 404 for any other
+/// id and from 2.36; a boot may name it (no port, no fixed address) and
+/// the server has no addresses, as with `networks: auto`.
+#[tokio::test]
+async fn os_networks_lists_the_default_network_a_boot_may_name() {
+    let mut cloud = Cloud::start("reads-networks", &[]).await;
+    cloud.add_agent(Hosts::new("n", 1, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let alice = cloud.nova("alice:proj");
+
+    let listed = alice.at("2.35").get("/os-networks").await;
+    assert_eq!(listed.status, 200, "{:?}", listed.body);
+    let networks = listed.body["networks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(networks.len(), 1, "{:?}", listed.body);
+    let network = networks[0].clone();
+    assert_eq!(network["label"], "default", "{network}");
+    assert!(network["cidr"].is_null() && network.get("bridge").is_none(), "{network}");
+    let net = network["id"].as_str().expect("id").to_owned();
+    let shown = alice.at("2.35").get(&format!("/os-networks/{net}")).await;
+    assert_eq!((shown.status, shown.body["network"].clone()), (200, network.clone()));
+    let as_admin = admin.at("2.35").get(&format!("/os-networks/{net}")).await.body["network"].clone();
+    assert!(as_admin.get("bridge").is_some_and(Value::is_null) && as_admin["label"] == "default", "{as_admin}");
+    let missing = alice.at("2.35").get("/os-networks/8b7a6f2e-0000-4000-8000-000000000002").await;
+    assert_eq!((missing.status, message(&missing.body)), (404, "Network not found".to_owned()));
+    assert_eq!(alice.at("2.36").get("/os-networks").await.status, 404);
+    assert_eq!(alice.at("2.36").get(&format!("/os-networks/{net}")).await.status, 404);
+
+    let image = setup(&admin).await;
+    let flavor = admin.flavor("small", 1, 512, 1).await;
+    let on_default = json!({"networks": [{"uuid": net}]});
+    let answer = alice.boot("vm", &flavor, &image, on_default).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let id = answer.body["server"]["id"].as_str().expect("id").to_owned();
+    let server = wait_status(&alice, &id, "ACTIVE").await;
+    assert_eq!(server["addresses"], json!({}));
+    for refused in [
+        json!({"networks": [{"uuid": net, "fixed_ip": "10.0.0.5"}]}),
+        json!({"networks": [{"uuid": net}, {"uuid": "8b7a6f2e-0000-4000-8000-000000000002"}]}),
+        json!({"networks": [{"port": "8b7a6f2e-0000-4000-8000-000000000003"}]}),
+    ] {
+        let answer = alice.boot("vm2", &flavor, &image, refused.clone()).await;
+        assert_eq!(answer.status, 400, "{refused}: {:?}", answer.body);
+    }
+    cloud.check_invariants().await;
+}
+
+/// Personality files (before 2.57) are checked against the caller's
+/// `injected_files`, `injected_file_path_bytes` and
+/// `injected_file_content_bytes` limits on create and rebuild (403 with
+/// Nova's texts, nothing booted or rebuilt); at 2.57 the key is a 400.
+#[tokio::test]
+async fn personality_files_are_checked_against_the_injected_file_limits() {
+    let mut cloud = Cloud::start("reads-personality", &[]).await;
+    cloud.add_agent(Hosts::new("p", 1, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let alice = cloud.nova("alice:proj").at("2.56");
+    let image = setup(&admin).await;
+    let flavor = admin.flavor("small", 1, 512, 1).await;
+    let files = |n: usize, path_len: usize, content_len: usize| {
+        let files: Vec<Value> = (0..n)
+            .map(|i| json!({"path": format!("/{i}{}", "p".repeat(path_len.saturating_sub(2))), "contents": "A".repeat(content_len)}))
+            .collect();
+        json!({"personality": files})
+    };
+    let limits = alice.get("/limits").await.body["limits"]["absolute"].clone();
+    assert_eq!(limits["maxPersonality"], 5, "{limits}");
+    for (extra, text) in [
+        (files(6, 10, 8), "Personality file limit exceeded"),
+        (files(1, 256, 8), "Personality file path exceeds maximum 255"),
+        (files(1, 10, 10244), "Personality file content exceeds maximum 10240"),
+    ] {
+        let answer = alice.boot("vm", &flavor, &image, extra).await;
+        assert_eq!((answer.status, message(&answer.body)), (403, text.to_owned()));
+    }
+    let plain =
+        alice.boot("vm", &flavor, &image, json!({"personality": [{"path": "/p", "contents": "not base64!"}]})).await;
+    assert_eq!(plain.status, 400, "{:?}", plain.body);
+    assert_eq!(alice.get("/servers").await.body["servers"], json!([]), "nothing booted");
+    let answer = alice.boot("vm", &flavor, &image, files(5, 255, 10240)).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let id = answer.body["server"]["id"].as_str().expect("id").to_owned();
+    wait_status(&alice, &id, "ACTIVE").await;
+    assert_eq!(alice.at("2.57").boot("vm2", &flavor, &image, files(1, 10, 8)).await.status, 400);
+
+    // The project's own limit, on rebuild too.
+    let set = admin.at("2.56").put("/os-quota-sets/proj", &json!({"quota_set": {"injected_files": 1}})).await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    let mut rebuild = files(2, 10, 8);
+    rebuild["imageRef"] = json!(image);
+    let answer = alice.post(&format!("/servers/{id}/action"), &json!({"rebuild": rebuild})).await;
+    assert_eq!((answer.status, message(&answer.body)), (403, "Personality file limit exceeded".to_owned()));
+    assert_eq!(alice.get(&format!("/servers/{id}")).await.body["server"]["status"], "ACTIVE", "not rebuilt");
+    let mut rebuild = files(1, 10, 8);
+    rebuild["imageRef"] = json!(image);
+    let answer = alice.post(&format!("/servers/{id}/action"), &json!({"rebuild": rebuild})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    wait_status(&alice, &id, "ACTIVE").await;
+    cloud.check_invariants().await;
+}
+
+/// `os-instance-actions` of a deleted server: from 2.21 its `create` and
+/// `delete` actions, and one action with its events, to its project and to
+/// admins (another project: 404); before 2.21 the server is not found.
+#[tokio::test]
+async fn instance_actions_of_a_deleted_server_from_2_21() {
+    let mut cloud = Cloud::start("reads-deleted-actions", &[]).await;
+    cloud.add_agent(Hosts::new("d", 1, FOUR)).await;
+    let admin = cloud.nova("admin");
+    let alice = cloud.nova("alice:proj");
+    let image = setup(&admin).await;
+    let flavor = admin.flavor("small", 1, 512, 1).await;
+    let id = alice.boot_id("vm", &flavor, &image).await;
+    wait_status(&alice, &id, "ACTIVE").await;
+    assert_eq!(alice.delete(&format!("/servers/{id}")).await.status, 204);
+    super::support::wait_gone(&alice, &id).await;
+
+    let path = format!("/servers/{id}/os-instance-actions");
+    for nova in [&alice, &admin] {
+        let listed = nova.at("2.21").get(&path).await;
+        assert_eq!(listed.status, 200, "{:?}", listed.body);
+        let mut names: Vec<String> = listed.body["instanceActions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["action"].as_str().unwrap_or("").to_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["create", "delete"], "{:?}", listed.body);
+    }
+    let listed = alice.at("2.21").get(&path).await.body;
+    let delete =
+        listed["instanceActions"].as_array().expect("actions").iter().find(|a| a["action"] == "delete").cloned();
+    let request_id = delete.expect("a delete action")["request_id"].as_str().expect("request_id").to_owned();
+    let shown = alice.at("2.21").get(&format!("{path}/{request_id}")).await;
+    assert_eq!(
+        (shown.status, shown.body["instanceAction"]["action"].clone()),
+        (200, json!("delete")),
+        "{:?}",
+        shown.body
+    );
+    assert_eq!(alice.at("2.20").get(&path).await.status, 404);
+    assert_eq!(cloud.nova("bob:other").at("2.21").get(&path).await.status, 404);
     cloud.check_invariants().await;
 }

@@ -171,3 +171,59 @@ async fn operator_traits_survive_agent_and_server_restarts() {
     assert_eq!(hosts, HashSet::from(["gold1".to_owned()]));
     cloud.check_invariants().await;
 }
+
+/// `PUT /servers/{id}` with `pinned_availability_zone` (2.104): unpin,
+/// re-pin to the zone the server is in (not another: 409), no change from
+/// one pin to another (409, unpin first), the same value again is 200; the
+/// answer and `GET` show the pin; before 2.104 the key is a 400.
+#[tokio::test]
+async fn pinned_availability_zone_is_unpinned_and_repinned_at_2_104() {
+    let mut cloud = Cloud::start("prefilter-pin", &[]).await;
+    cloud.add_agent(Hosts::new("z", 2, &[])).await;
+    let admin = cloud.nova("admin");
+    let flavor = admin.flavor("f", 1, 64, 1).await;
+    let image = admin.image("img", json!({})).await;
+    aggregate(&admin, "zone-1", Some("az1"), &["z1"], json!({})).await;
+    let answer = admin.boot("pinned", &flavor, &image, json!({"availability_zone": "az1"})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let id = answer.body["server"]["id"].as_str().expect("id").to_owned();
+    admin.wait_settled(&id).await;
+    let nova = admin.at("2.104");
+    let path = format!("/servers/{id}");
+    let pin = |zone: Value| json!({"server": {"pinned_availability_zone": zone}});
+    let shown = nova.get(&path).await.body["server"].clone();
+    assert_eq!(
+        (shown["pinned_availability_zone"].clone(), shown["OS-EXT-AZ:availability_zone"].clone()),
+        (json!("az1"), json!("az1"))
+    );
+
+    let refused = nova.put(&path, &pin(json!("nova"))).await;
+    assert_eq!(refused.status, 409, "{:?}", refused.body);
+    assert_eq!(
+        refused.body["conflictingRequest"]["message"],
+        "Cannot change pinned availability zone directly. Unpin first by setting pinned_availability_zone to null."
+    );
+    let same = nova.put(&path, &pin(json!("az1"))).await;
+    assert_eq!((same.status, same.body["server"]["pinned_availability_zone"].clone()), (200, json!("az1")));
+    let unpinned = nova.put(&path, &pin(Value::Null)).await;
+    assert_eq!((unpinned.status, unpinned.body["server"]["pinned_availability_zone"].clone()), (200, Value::Null));
+    assert_eq!(nova.get(&path).await.body["server"]["pinned_availability_zone"], Value::Null);
+    let again = nova.put(&path, &pin(Value::Null)).await;
+    assert_eq!((again.status, again.body["server"]["pinned_availability_zone"].clone()), (200, Value::Null));
+    let elsewhere = nova.put(&path, &pin(json!("nova"))).await;
+    assert_eq!(elsewhere.status, 409, "{:?}", elsewhere.body);
+    assert_eq!(
+        elsewhere.body["conflictingRequest"]["message"],
+        "Server can only be pinned to its current availability zone 'az1', but 'nova' was requested."
+    );
+    assert_eq!(nova.get(&path).await.body["server"]["pinned_availability_zone"], Value::Null, "a 409 changes nothing");
+    let repinned = nova.put(&path, &json!({"server": {"pinned_availability_zone": "az1", "name": "renamed"}})).await;
+    assert_eq!(repinned.status, 200, "{:?}", repinned.body);
+    assert_eq!(
+        (repinned.body["server"]["pinned_availability_zone"].clone(), repinned.body["server"]["name"].clone()),
+        (json!("az1"), json!("renamed"))
+    );
+    assert_eq!(nova.get(&path).await.body["server"]["pinned_availability_zone"], "az1");
+    assert_eq!(admin.at("2.103").put(&path, &pin(Value::Null)).await.status, 400);
+    cloud.check_invariants().await;
+}

@@ -860,3 +860,64 @@ async fn delete_falls_back_to_the_long_poll_without_the_host_subject() {
     assert_eq!(cloud.server.metric("berth_pull_host_published_total").await, 0);
     cloud.check_invariants().await;
 }
+
+/// The image through the image API once it is `active` (30 s at most).
+async fn wait_glance_active(nova: &Nova, image: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = nova.image_get(&format!("/images/{image}")).await;
+        assert_eq!(answer.status, 200, "image {image}: {:?}", answer.body);
+        if answer.body["status"] == "active" {
+            return answer.body;
+        }
+        assert!(Instant::now() < deadline, "image {image} never active: {:?}", answer.body);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The next task on an observed host subject (10 s at most).
+async fn next_task(observed: &mut berth_pull::HostTasks) -> serde_json::Value {
+    let seen = tokio::time::timeout(Duration::from_secs(10), observed.next())
+        .await
+        .expect("no task on the host subject within 10 s")
+        .expect("subscription open");
+    serde_json::from_slice(&seen.payload).expect("task JSON")
+}
+
+/// A snapshot and a shelve in pull mode: the tasks travel on the host's
+/// subject with the `image` they upload to (the long poll's payload), the
+/// agent uploads the disk and the images end `active` with its bytes; the
+/// server comes back ACTIVE, then SHELVED_OFFLOADED.
+#[tokio::test]
+async fn snapshot_and_shelve_tasks_on_the_host_subject_name_their_image() {
+    let queues = Queues::new();
+    let mut cloud = pull_cloud("pull-snapshot", &queues, "60").await;
+    let args = queues.agent_args(&[]);
+    cloud.add_agent(Hosts::new("pi", 1, &strs(&args))).await;
+    let nova = cloud.nova("admin");
+    let id = booted(&nova, &cloud, "pi0").await;
+    let nats = berth_pull::Queues::connect(&queues.settings()).await.expect("nats");
+    let mut observed = nats.host_tasks(&["pi0".to_owned()]).await.expect("subscribe to the host subject");
+
+    let answer =
+        nova.at("2.45").post(&format!("/servers/{id}/action"), &json!({"createImage": {"name": "snap"}})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let image = answer.body["image_id"].as_str().expect("image_id").to_owned();
+    let task = next_task(&mut observed).await;
+    assert_eq!((task["kind"].as_str(), task["image"].as_str()), (Some("snapshot"), Some(image.as_str())), "{task}");
+    let shown = wait_glance_active(&nova, &image).await;
+    assert_eq!(shown["size"], 65536, "{shown}");
+    assert_eq!(shown["instance_uuid"], id.as_str(), "{shown}");
+    assert_eq!(super::support::wait_status(&nova, &id, "ACTIVE").await["OS-EXT-STS:task_state"], json!(null));
+
+    assert_eq!(super::support::act(&nova, &id, json!({"shelve": null})).await.0, 202);
+    let task = next_task(&mut observed).await;
+    assert_eq!(task["kind"], "shelve", "{task}");
+    let shelved = task["image"].as_str().expect("the shelve names its image").to_owned();
+    super::support::wait_status(&nova, &id, "SHELVED_OFFLOADED").await;
+    let shown = wait_glance_active(&nova, &shelved).await;
+    assert_eq!((shown["name"].as_str(), shown["size"].as_i64()), (Some("vm1-shelved"), Some(65536)), "{shown}");
+    assert!(cloud.server.metric("berth_pull_host_published_total").await >= 2, "the agent took them there");
+    assert_eq!(cloud.server.metric("berth_pull_host_fallbacks_total").await, 0, "not through the long poll");
+    cloud.check_invariants().await;
+}

@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use super::{access_ips, disk_config_requested, random_string, ref_id, rule};
 use crate::api::{self, authorize, body, is_admin, version, ComputeCtx, NovaResult};
+use crate::handlers::resources::DEFAULT_NETWORK_ID;
 use crate::schemas;
 use crate::version::ComputeVersion;
 use crate::views::servers as view;
@@ -35,6 +36,7 @@ pub fn create(ctx: &ComputeCtx, req: &Req) -> ApiResult<Resp> {
     let (flavor, image) = resolve_flavor_and_image(ctx, req, &request)?;
     let auto_disk_config = auto_disk_config(request.disk_config, &image)?;
     check_user_data(server)?;
+    super::check_personality(ctx, req, server)?;
     let key_pair = resolve_key_pair(ctx, &request)?;
     let max_count = admitted_count(ctx, &request, &flavor)?;
     let boot = build_boot(server, request, flavor, image, key_pair, max_count, auto_disk_config);
@@ -97,10 +99,19 @@ fn parse_create(req: &Req, v: ComputeVersion, body: &Value) -> ApiResult<CreateR
     let access_ips = access_ips(server)?;
     let bdm_image = local_image_from_bdms(server)?;
     let key_name = server.get("key_name").and_then(Value::as_str).map(str::to_owned);
+    // No network service: only the default network `os-networks` lists
+    // may be named, without a port or a fixed address (which is `auto`).
     if let Some(networks) = server.get("networks").and_then(Value::as_array) {
-        if let Some(first) = networks.first() {
-            let id = first.get("uuid").or_else(|| first.get("port")).and_then(Value::as_str).unwrap_or("");
-            return Err(ApiError::bad_request(format!("Network {id} could not be found.")));
+        for network in networks {
+            let id = network.get("uuid").or_else(|| network.get("port")).and_then(Value::as_str).unwrap_or("");
+            if id != DEFAULT_NETWORK_ID {
+                return Err(ApiError::bad_request(format!("Network {id} could not be found.")));
+            }
+            if ["port", "fixed_ip"].iter().any(|k| network.get(*k).is_some_and(|v| !v.is_null())) {
+                return Err(ApiError::bad_request(format!(
+                    "Network {id} has no ports or fixed addresses to give: berth has no network service."
+                )));
+            }
         }
     }
     let min_count = server.get("min_count").map_or(1, count);
@@ -572,7 +583,7 @@ fn count(v: &Value) -> i64 {
 /// alphabet are skipped; the data characters must end on a whole quantum,
 /// or be completed by enough `=` (anything after those is ignored). Text
 /// that is not ASCII is refused.
-fn is_base64(text: &str) -> bool {
+pub(super) fn is_base64(text: &str) -> bool {
     if !text.is_ascii() {
         return false;
     }

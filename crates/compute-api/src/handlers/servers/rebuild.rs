@@ -135,6 +135,7 @@ async fn rebuild(ctx: &ComputeCtx, req: &Req, id: &Uuid, rebuild: &Value, record
             return Err(ApiError::bad_request("Flavor's disk is too small for requested image."));
         }
     }
+    super::check_personality(ctx, req, rebuild)?;
     let auto_disk_config = disk_config_requested(rebuild);
     if auto_disk_config == Some(true)
         && image.properties.get("auto_disk_config").is_some_and(|p| p.trim().eq_ignore_ascii_case("disabled"))

@@ -68,7 +68,7 @@ pub fn show(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 }
 
 /// `PUT /servers/{id}`: name, description, `accessIPv4`/`accessIPv6`,
-/// `OS-DCF:diskConfig`.
+/// `OS-DCF:diskConfig`, and from 2.104 `pinned_availability_zone`.
 pub fn update(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         let v = version(&req);
@@ -85,18 +85,32 @@ pub fn update(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
             access_ip_v6,
             auto_disk_config: disk_config_requested(server),
         };
+        // 2.104: unpin, or re-pin to the zone the server is in, first (a
+        // 409 there changes nothing else).
+        if v.at_least(104) {
+            if let Some(pin) = server.get("pinned_availability_zone") {
+                let zone = match &record {
+                    ServerRecord::Placed { instance, .. } => instance.availability_zone.clone(),
+                    _ => ctx.core.read().compute.request_specs.get(&id).and_then(|s| s.availability_zone.clone()),
+                };
+                ctx.compute.pin_availability_zone(&id, pin.as_str(), zone.as_deref()).nova()?;
+            }
+        }
         ctx.compute.update_server(&id, edit).await.nova()?;
         let record = ctx.compute.get_server(&id).await.nova()?;
         let links = ctx.links(&req);
         let access = access(&req);
         let groups = groups_of(&ctx, &id);
+        // The full view (2.75) shows the pin (2.96) and the hints (2.100)
+        // from the request spec, as `GET` does.
+        let spec = ctx.core.read().compute.request_specs.get(&id).cloned();
         match &record {
             ServerRecord::Placed { instance, fault, .. } => {
                 let extras = ServerExtras {
                     fault: fault.as_ref(),
                     host_status: Some(host_status(&ctx, instance)),
                     server_groups: &groups,
-                    request_spec: None,
+                    request_spec: spec.as_ref(),
                 };
                 Ok(Resp::ok(view::update(v, &links, &access, instance, &extras)))
             }
@@ -107,6 +121,7 @@ pub fn update(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
                 let extras = ServerExtras {
                     host_status: Some(HostStatus::NoHost),
                     server_groups: &groups,
+                    request_spec: spec.as_ref(),
                     ..ServerExtras::default()
                 };
                 Ok(Resp::ok(view::update(v, &links, &access, &instance, &extras)))
