@@ -54,9 +54,7 @@ python3 $H/adoption.py before --state "$W/before.json" --small "${PRE_SMALL:-5}"
 echo "== the old Placement stopped; berth import placement --from its database"
 bash $H/real_placement_server.sh stop "$NOVA_STATE/placement" >/dev/null
 FROM=mysql://root@127.0.0.1:3306/$DB
-rss() { awk '/Maximum resident/ {printf "%d MiB", $6 / 1024}' "$1"; }
-/usr/bin/time -v -o "$W/import.time" "$BERTH_BIN" import placement --from "$FROM" --data-dir "$W/berth-data"
-echo "import peak RSS $(rss "$W/import.time"), $(awk -F': ' '/Elapsed/ {print $2}' "$W/import.time") elapsed"
+"$BERTH_BIN" import placement --from "$FROM" --data-dir "$W/berth-data"   # prints its time and peak RSS
 again=$("$BERTH_BIN" import placement --from "$FROM" --data-dir "$W/berth-data" 2>&1); echo "$again"
 grep -q "nothing to change" <<<"$again" || { echo "the second import changed something" >&2; exit 1; }
 
