@@ -28,7 +28,7 @@
 # first use, state in /tmp/nova-oracle, Nova's Placement endpoint
 # 127.0.0.1:18778, berth on 18780, the old Placement's second life on
 # 18977); MariaDB (database placement_adoption) and RabbitMQ as the machine
-# runs them. Not in scripts/test.sh (about 5 minutes, needs MariaDB,
+# runs them. Not in scripts/test.sh (5-15 minutes, needs MariaDB,
 # RabbitMQ and PyPI on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
