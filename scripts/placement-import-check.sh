@@ -20,6 +20,10 @@
 # missing), BACKENDS ("mysql postgres"), ROOTS (3,334: 10,022 providers with
 # the NUMA nodes, PFs and 20 sharing providers), CONSUMERS (12,500: 51,000 allocation rows), PORT (18978: the old Placement;
 # berth on PORT + 1, the old Placement's PostgreSQL on PORT + 10000), VENV
+# CONSUMER_THREADS (2: concurrent POST /allocations while populating; more
+# only adds generation conflicts the real Placement retries), VERIFY_CONCURRENCY
+# (8 requests in flight to each side), PROCESSES and THREADS (the old
+# Placement's uWSGI, 4 x 4), VENV
 # (/tmp/pvenv: openstack-placement==16.0.0 pyuwsgi psycopg2-binary pymysql,
 # made on first use), WORK (/tmp/placement-import-check). Needs MariaDB on
 # 127.0.0.1:3306 (root, no password) and PostgreSQL 15 binaries (the old
@@ -59,7 +63,8 @@ for backend in $BACKENDS; do
     bash scripts/nova/real_placement_server.sh start "$backend" "$PORT" "$WORK/$backend" >"$WORK/$backend.env"
   # shellcheck disable=SC1090
   . "$WORK/$backend.env"
-  python3 scripts/placement-import/populate.py "$PLACEMENT_URL" --roots "$ROOTS" --consumers "$CONSUMERS"
+  python3 scripts/placement-import/populate.py "$PLACEMENT_URL" --roots "$ROOTS" --consumers "$CONSUMERS" \
+    --consumer-threads "${CONSUMER_THREADS:-2}"
   rm -rf "$WORK/berth-$backend"
   if [ "$backend" = mysql ]; then
     FROM=mysql://root@127.0.0.1:3306/placement_import_check
@@ -82,6 +87,7 @@ for backend in $BACKENDS; do
   echo "== $backend: berth import placement --verify"
   agg0=$(uuid5 agg-0)
   if ! "$BERTH_BIN" import placement --verify "$PLACEMENT_URL" --berth "http://127.0.0.1:$BERTH_PORT" \
+      --concurrency "${VERIFY_CONCURRENCY:-8}" \
       --candidates CUSTOM_FPGA:1 \
       --candidates "resources=VCPU:1,MEMORY_MB:512&required=CUSTOM_FAST&member_of=$agg0" \
       --candidates "resources=VCPU:1,DISK_GB:10&member_of=$agg0" >"$WORK/verify-$backend.txt"; then

@@ -7,13 +7,16 @@
 #       started PID as shell assignments (eval "$(nova_on_berth.sh start 2)")
 #   nova_on_berth.sh stop      stops exactly what start started: the recorded PIDs and their descendants
 #   nova_on_berth.sh pids      prints the recorded assignments
+#   nova_on_berth.sh switch URL   Nova's [placement] endpoint becomes URL; API, conductor, scheduler and computes
+#                                 restart on it (the adoption's switch, scripts/nova-adoption.sh)
 #
 # Placement on 127.0.0.1:18778 is chosen by PLACEMENT (default berth):
 #   berth: `$BERTH_BIN serve --listen 127.0.0.1:18778 --data-dir $S/berth-data` (fresh SQLite data dir every start,
 #          default auth noauth2: token 'admin' is admin, no --fake-hosts); BERTH_BIN defaults to
 #          target/release/berth relative to the current directory (run from the berth checkout or set BERTH_BIN).
 #          Log: $S/log/berth.log (BERTH_LOG, default info,berth_http=debug: one line per request with its status).
-#   real:  Placement 16.0.0 via real_placement_server.sh (uWSGI 4x4, own PostgreSQL on 28778).
+#   real:  Placement 16.0.0 via real_placement_server.sh (uWSGI 4x4, own PostgreSQL on 28778; REAL_BACKEND=mysql:
+#          the machine's MariaDB, database $MYSQL_DB, default placement_nova).
 #          REAL_KEEPALIVE=1: the same uWSGI also listens with --http11-socket (HTTP/1.1 keep-alive) on 18779 and
 #          nova's [placement]endpoint points there (the recipe's default, --http-socket + Connection: close on
 #          18778, never reuses a connection); clouds.yaml and the checks keep using 18778. REAL_UWSGI_EXTRA adds
@@ -67,7 +70,61 @@ do_stop() {
   rm -f $S/pids
 }
 
+# Nova's own processes (API, conductor, scheduler, computes) on the configs in $S; prints their PID assignments.
+# Used by start and by switch (which restarts them on a new Placement endpoint).
+start_services() {
+  local n k i
+  # shellcheck disable=SC1091
+  . $S/topology
+  export OS_NOVA_CONFIG_DIR=$S   # nova.wsgi reads nova.conf from here
+  export PYTHONPATH=$HERE        # noauth_shim, fake_compute_multinode
+  $N/uwsgi --http-socket 127.0.0.1:$NOVA_PORT --module nova.wsgi.osapi_compute:application --master \
+    --processes "${API_PROCS:-2}" --threads "${API_THREADS:-8}" --lazy-apps --die-on-term --need-app \
+    --add-header Connection:close >> $S/log/api.out 2>&1 & echo "API_PID=$!"
+  $N/nova-conductor --config-file $S/nova.conf >> $S/log/conductor.out 2>&1 & echo "CONDUCTOR_PID=$!"
+  dbg=(); [ "${SCHED_DEBUG:-0}" = 1 ] && dbg=(--debug)
+  $N/nova-scheduler --config-file $S/nova.conf "${dbg[@]}" >> $S/log/scheduler.out 2>&1 & echo "SCHEDULER_PID=$!"
+  for i in $(seq 1 "$n"); do
+    if [ "$k" -gt 1 ]; then
+      NOVA_FAKE_NODES=$k $N/python "$HERE/fake_compute_multinode.py" --config-file $S/compute$i.conf \
+        >> $S/log/compute$i.out 2>&1 &
+    else
+      $N/nova-compute --config-file $S/compute$i.conf >> $S/log/compute$i.out 2>&1 &
+    fi
+    echo "COMPUTE${i}_PID=$!"
+  done
+}
+
+# `switch URL`: what an operator does at the switch (PLACEMENT.md, adopting berth): Nova's [placement] endpoint
+# becomes URL in every config, and the API, conductor, scheduler and computes restart on it. The old Placement
+# (recorded PLACEMENT_PID) is left as it is: stop it first.
+do_switch() {
+  local url=$1 v pid roots=() all=() keep
+  [ -f $S/pids ] || { echo "nothing recorded in $S/pids" >&2; return 1; }
+  # shellcheck disable=SC1091
+  . $S/pids
+  for v in API_PID CONDUCTOR_PID SCHEDULER_PID $(sed -n 's/^\(COMPUTE[0-9]*_PID\)=.*/\1/p' $S/pids); do
+    pid=${!v:-}; [ -n "$pid" ] && roots+=("$pid")
+  done
+  # shellcheck disable=SC2207
+  all=("${roots[@]}" $(descendants "${roots[@]}"))
+  kill -TERM "${roots[@]}" 2>/dev/null || true
+  for _ in $(seq 75); do
+    alive=0; for pid in "${all[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break; sleep 0.2
+  done
+  for pid in "${all[@]}"; do kill -0 "$pid" 2>/dev/null && { kill -KILL "$pid" 2>/dev/null || true; }; done
+  sed -i "s|^endpoint = .*|endpoint = $url|" $S/nova.conf $S/compute*.conf
+  keep=$(grep -v -E '^(API|CONDUCTOR|SCHEDULER|COMPUTE[0-9]*)_PID=' $S/pids)
+  { echo "$keep"; start_services; } > $S/pids.new
+  mv $S/pids.new $S/pids
+  for _ in $(seq 60); do curl -s -o /dev/null http://127.0.0.1:$NOVA_PORT/v2.1/ && break; sleep 1; done
+  echo "switched Nova's Placement endpoint to $url"
+  cat $S/pids
+}
+
 case "${1:-}" in
+switch) do_switch "${2:?usage: $0 switch URL}" ;;
 start)
   n=${2:-2}; k=${3:-1}
   case "$PLACEMENT" in berth|real) ;; *) echo "PLACEMENT must be berth or real" >&2; exit 2 ;; esac
@@ -114,7 +171,8 @@ start)
     # reuses keep-alive connections that uWSGI's --http-socket drops (nova-compute then fails provider updates).
     extra="--add-header Connection:close"
     [ "${REAL_KEEPALIVE:-0}" = 1 ] && extra="--http11-socket 127.0.0.1:$((PLACEMENT_PORT + 1)) ${REAL_UWSGI_EXTRA:-}"
-    UWSGI_EXTRA="$extra" "$PTOOL" start postgres $PLACEMENT_PORT $S/placement > $S/placement.env
+    UWSGI_EXTRA="$extra" MYSQL_DB=${MYSQL_DB:-placement_nova} \
+      "$PTOOL" start "${REAL_BACKEND:-postgres}" $PLACEMENT_PORT $S/placement > $S/placement.env
     # shellcheck disable=SC1091
     . $S/placement.env; echo "PLACEMENT_PID=$PLACEMENT_PID" >> $S/pids
   else
@@ -133,25 +191,15 @@ start)
   $M cell_v2 create_cell --name cell1 >> $S/log/manage.out 2>&1
   $M db sync >> $S/log/manage.out 2>&1
 
-  export OS_NOVA_CONFIG_DIR=$S   # nova.wsgi reads nova.conf from here
-  export PYTHONPATH=$HERE        # noauth_shim, fake_compute_multinode
-  $N/uwsgi --http-socket 127.0.0.1:$NOVA_PORT --module nova.wsgi.osapi_compute:application --master \
-    --processes "${API_PROCS:-2}" --threads "${API_THREADS:-8}" --lazy-apps --die-on-term --need-app \
-    --add-header Connection:close > $S/log/api.out 2>&1 & echo "API_PID=$!" >> $S/pids
-  $N/nova-conductor --config-file $S/nova.conf > $S/log/conductor.out 2>&1 & echo "CONDUCTOR_PID=$!" >> $S/pids
-  dbg=(); [ "${SCHED_DEBUG:-0}" = 1 ] && dbg=(--debug)
-  $N/nova-scheduler --config-file $S/nova.conf "${dbg[@]}" > $S/log/scheduler.out 2>&1 & echo "SCHEDULER_PID=$!" >> $S/pids
   for i in $(seq 1 "$n"); do
     if [ "$k" -gt 1 ]; then
       conf $S/compute$i fake$i multinode_fake.MultiNodeFakeDriver $S/compute$i.conf
-      NOVA_FAKE_NODES=$k $N/python "$HERE/fake_compute_multinode.py" --config-file $S/compute$i.conf \
-        > $S/log/compute$i.out 2>&1 &
     else
       conf $S/compute$i fake$i fake.FakeDriver $S/compute$i.conf
-      $N/nova-compute --config-file $S/compute$i.conf > $S/log/compute$i.out 2>&1 &
     fi
-    echo "COMPUTE${i}_PID=$!" >> $S/pids
   done
+  echo "n=$n k=$k" > $S/topology
+  start_services >> $S/pids
 
   want=$((n * k))
   for _ in $(seq 60); do curl -s -o /dev/null http://127.0.0.1:$NOVA_PORT/v2.1/ && break; sleep 1; done
@@ -187,5 +235,5 @@ start)
   cat $S/pids ;;
 stop) do_stop ;;
 pids) cat $S/pids ;;
-*) sed -n 2,29p "$0"; exit 2 ;;
+*) sed -n 2,33p "$0"; exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 """Populate a Placement through its own API (issue 40's import figures).
 
     populate.py URL [--roots 3000] [--pf-every 3] [--shared 20] [--consumers 50000] [--threads 16]
+                [--consumer-threads 1] [--batch 100] [--skip-providers]
 
 Trees: ROOTS compute roots `cn-I`, each with two NUMA children (VCPU, MEMORY_MB), and
 under numa0 of every PF_EVERY-th root a PF grandchild (CUSTOM_FPGA); SHARED sharing
@@ -13,6 +14,13 @@ a PF's CUSTOM_FPGA where the root has one: four to six allocation rows each), wr
 consumer type (INSTANCE, every tenth MIGRATION); every fifth is written a second time
 (consumer generation 2). Standard library only; a fresh connection per request (uWSGI's
 --http-socket drops reused ones). Prints counts and the time taken.
+
+Consumers are written by one thread by default: every batch touches the sharing providers, so two
+batches at once conflict on their generations, and upstream retries the whole batch (10 times, then
+a 409 that this script retries again): with two threads the real Placement wrote 3 consumers a second
+instead of the one thread's 15-17. A batch already written (its first consumer at generation 1, or 2
+after the second write) is skipped, so a stopped run can be taken up again (--skip-providers when the
+providers are all there).
 """
 import argparse
 import concurrent.futures
@@ -77,7 +85,8 @@ def main():
     ap.add_argument("--shared", type=int, default=20)
     ap.add_argument("--consumers", type=int, default=50000)
     ap.add_argument("--threads", type=int, default=16)
-    ap.add_argument("--consumer-threads", type=int, default=4)
+    ap.add_argument("--consumer-threads", type=int, default=1)
+    ap.add_argument("--skip-providers", action="store_true", help="the providers are there: write consumers only")
     ap.add_argument("--batch", type=int, default=100, help="consumers per POST /allocations")
     a = ap.parse_args()
     api = Api(a.url)
@@ -125,10 +134,11 @@ def main():
         provider(f"cn-{i}-numa0-pf0", uid("pf", i), uid("numa", 2 * i),
                  {"CUSTOM_FPGA": {"total": 4, "max_unit": 1}}, [], [])
 
-    parallel(a.threads, shared, range(a.shared))
-    parallel(a.threads, root, range(a.roots))
-    parallel(a.threads, numa, range(2 * a.roots))
-    parallel(a.threads, pf, range(0, a.roots, a.pf_every))
+    if not a.skip_providers:
+        parallel(a.threads, shared, range(a.shared))
+        parallel(a.threads, root, range(a.roots))
+        parallel(a.threads, numa, range(2 * a.roots))
+        parallel(a.threads, pf, range(0, a.roots, a.pf_every))
     n_providers = a.shared + 3 * a.roots + len(range(0, a.roots, a.pf_every))
     t1 = time.time()
     print(f"providers: {n_providers} in {t1 - t0:.0f} s", flush=True)
@@ -149,9 +159,16 @@ def main():
     # POST /allocations (1.13+) writes many consumers in one request.
     def consume(start):
         batch = range(start, min(start + a.batch, a.consumers))
-        api.call("POST", "/allocations", {uid("consumer", c): consumer(c, 0) for c in batch}, version="1.38")
+
+        def generation(c):
+            return api.call("GET", f"/allocations/{uid('consumer', c)}", version="1.38").get("consumer_generation")
+
+        # What a stopped run left: a batch is written in one transaction, so its first
+        # consumer tells; a consumer written twice is at generation 2.
+        if not generation(start):
+            api.call("POST", "/allocations", {uid("consumer", c): consumer(c, 0) for c in batch}, version="1.38")
         again = [c for c in batch if c % 5 == 0]
-        if again:
+        if again and generation(again[0]) == 1:
             api.call("POST", "/allocations", {uid("consumer", c): consumer(c, 1) for c in again}, version="1.38")
 
     parallel(a.consumer_threads, consume, range(0, a.consumers, a.batch))

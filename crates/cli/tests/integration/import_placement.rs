@@ -38,6 +38,14 @@ fn unique(prefix: &str) -> String {
 }
 
 impl Source {
+    /// An identifier quoted as this database quotes it.
+    fn quote(&self, name: &str) -> String {
+        match self {
+            Source::Mysql { .. } => format!("`{name}`"),
+            Source::Postgres { .. } => format!("\"{name}\""),
+        }
+    }
+
     /// MariaDB at `BERTH_TEST_MYSQL_URL` (default root@127.0.0.1:3306);
     /// None, with the reason printed, only when that is unset and nothing
     /// listens on 3306.
@@ -251,11 +259,20 @@ async fn check_import(source: Source, tag: &str) {
                 "CREATE TABLE flavors (id INTEGER NOT NULL PRIMARY KEY, vcpus INTEGER, memory_mb INTEGER, \
                  root_gb INTEGER, ephemeral_gb INTEGER, swap INTEGER)"
                     .to_owned(),
-                "CREATE TABLE flavor_extra_specs (id INTEGER NOT NULL PRIMARY KEY, flavor_id INTEGER, \
-                 spec_key VARCHAR(255), spec_value VARCHAR(255))"
+                // Nova's columns: `key` and `value` (`key` is reserved in MySQL).
+                format!(
+                    "CREATE TABLE flavor_extra_specs (id INTEGER NOT NULL PRIMARY KEY, flavor_id INTEGER, \
+                     {} VARCHAR(255) NOT NULL, value VARCHAR(255))",
+                    source.quote("key")
+                ),
+                "INSERT INTO flavors VALUES (1, 1, 512, 10, 0, 0), (2, 2, 1024, 0, 0, 0), (3, 2, 1024, 0, 0, 0)"
                     .to_owned(),
-                "INSERT INTO flavors VALUES (1, 1, 512, 10, 0, 0), (2, 2, 1024, 0, 0, 0)".to_owned(),
-                "INSERT INTO flavor_extra_specs VALUES (1, 2, 'resources:CUSTOM_GOLD', '1')".to_owned(),
+                // Flavor 3 asks in granular groups: VCPU in group 1 with a
+                // trait, memory in group 2, the groups isolated.
+                "INSERT INTO flavor_extra_specs VALUES (1, 2, 'resources:CUSTOM_GOLD', '1'), \
+                 (2, 3, 'resources1:VCPU', '1'), (3, 3, 'trait1:HW_CPU_X86_AVX2', 'required'), \
+                 (4, 3, 'resources2:MEMORY_MB', '512'), (5, 3, 'group_policy', 'isolate')"
+                    .to_owned(),
             ],
             false,
         )
@@ -269,7 +286,7 @@ async fn check_import(source: Source, tag: &str) {
     };
     let (ok, out, log) = verify(&server2, &server2);
     assert!(ok && out.is_empty(), "{out}{log}");
-    assert!(log.contains("6 providers, 3 consumers, 3 candidate queries compared; 0 differences"), "{log}");
+    assert!(log.contains("6 providers, 3 consumers, 4 candidate queries compared; 0 differences"), "{log}");
     let (ok, out, log) = verify(&server2, &server);
     assert!(!ok, "{log}");
     assert!(out.contains(&format!("GET /resource_providers/{CN1}/usages")), "{out}");
