@@ -130,7 +130,8 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 /// to inject, when the server was booted with a key pair and `world` is
 /// given (the request spec keeps it for the instance's life); a task that
 /// names the server (console output) carries its `display_name`; a
-/// snapshot or shelve task the `image` it uploads to.
+/// snapshot or shelve task the `image` it uploads to, an unshelve the
+/// shelve snapshot it boots from.
 pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_model::World>) -> Value {
     use berth_compute::hub::TaskKind;
     let mut body =
@@ -151,6 +152,12 @@ pub fn task_json(task: &berth_compute::hub::Task, world: Option<&berth_compute_m
         if let Some(image) = image {
             body["image"] = json!(image.to_string());
         }
+    }
+    // An unshelve names the shelve snapshot an offloaded server boots
+    // from (the libvirt driver boots it; a shelved server's guest is
+    // still on its host and starts again).
+    if task.kind == TaskKind::Unshelve {
+        body["image"] = json!(berth_compute_model::rehome::shelved_image_id(&task.instance).to_string());
     }
     body
 }
