@@ -79,8 +79,9 @@ fn guest_image(base: &str) -> String {
 }
 
 /// Another disk image of the guest with the same kernel and ramdisk and
-/// `properties` (e.g. `hw_machine_type`); its id.
-async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
+/// `properties` (e.g. `hw_machine_type`), its disk `size` bytes of zeros;
+/// its id.
+async fn guest_variant(base: &str, guest: &str, properties: Value, size: usize) -> String {
     let http = crate::support::http_client();
     let shown: Value = http
         .get(format!("{base}/image/v2/images/{guest}"))
@@ -111,7 +112,7 @@ async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
         .put(format!("{base}/image/v2/images/{id}/file"))
         .header("x-auth-token", "admin")
         .header("content-type", "application/octet-stream")
-        .body(vec![0u8; 1 << 20])
+        .body(vec![0u8; size])
         .send()
         .await
         .expect("image upload");
@@ -386,7 +387,7 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
     // On q35 (no IDE): the config drive on the default virtio-scsi cdrom,
     // which the guest's kernel sees (it has no AHCI for SATA).
     let guest = guest_image(&cloud.server.base);
-    let image = guest_variant(&cloud.server.base, &guest, json!({"hw_machine_type": "q35"})).await;
+    let image = guest_variant(&cloud.server.base, &guest, json!({"hw_machine_type": "q35"}), 1 << 20).await;
     let flavor = admin.flavor("guest", 1, 128, 1).await;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -500,10 +501,10 @@ async fn image_data(base: &str, id: &str) -> (u64, String) {
 
 /// A real guest with the flavor's ephemeral and swap disks (qcow2 files
 /// after the root disk, gone with the server); its snapshot streamed to
-/// the image API (a 1 GiB disk through an agent that never holds it: its
-/// peak RSS stays far below) with the size and checksum of its data, and
-/// a guest booted from that snapshot; rescue (the image's fresh disk
-/// first, the guest's own second, a new boot) and unrescue (its own
+/// the image API (a 64 MiB disk through an agent whose peak RSS stays
+/// below that: it never holds the disk) with the size and checksum of its
+/// data, and a guest booted from that snapshot; rescue (the image's fresh
+/// disk first, the guest's own second, a new boot) and unrescue (its own
 /// disks again); shelve (the `-shelved` image, nothing left on the host
 /// once offloaded) and unshelve (the guest boots again from that image).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,11 +516,14 @@ async fn real_guests_snapshot_rescue_shelve_and_carry_flavor_disks() {
     let (cloud, instances, host, _domains) = libvirt_cloud("lvlife").await;
     let admin = cloud.nova("admin").at("2.79");
     let base = cloud.server.base.clone();
-    let image = guest_image(&base);
+    let guest = guest_image(&base);
+    // A 64 MiB root disk (the flavor's disk 0: the image's size).
+    const DISK: u64 = 64 << 20;
+    let image = guest_variant(&base, &guest, json!({}), DISK as usize).await;
     let with_disks = admin
         .post(
             "/flavors",
-            &json!({"flavor": {"name": "guest-disks", "vcpus": 1, "ram": 128, "disk": 1,
+            &json!({"flavor": {"name": "guest-disks", "vcpus": 1, "ram": 128, "disk": 0,
                                "OS-FLV-EXT-DATA:ephemeral": 1, "swap": 64}}),
         )
         .await;
@@ -545,9 +549,9 @@ async fn real_guests_snapshot_rescue_shelve_and_carry_flavor_disks() {
     assert_eq!(disks_of(&id), own_disks);
     assert_eq!(virtual_size(&dir.join("disk.local")), 1 << 30);
     assert_eq!(virtual_size(&dir.join("disk.swap")), 64 << 20);
-    assert_eq!(virtual_size(&dir.join("disk")), 1 << 30);
+    assert_eq!(virtual_size(&dir.join("disk")), DISK);
 
-    // A snapshot of the running guest: its 1 GiB root disk streamed.
+    // A snapshot of the running guest: its root disk streamed.
     let taken = admin.post(&format!("/servers/{id}/action"), &json!({"createImage": {"name": "life-snap"}})).await;
     assert_eq!(taken.status, 202, "{:?}", taken.body);
     let snap = taken.body["image_id"].as_str().expect("image_id").to_owned();
@@ -555,12 +559,12 @@ async fn real_guests_snapshot_rescue_shelve_and_carry_flavor_disks() {
     let record = image_active(&admin, &snap).await;
     settle(&admin, &id, "ACTIVE").await;
     eprintln!("libvirt snapshot of {id}: active after {:?}", started.elapsed());
-    assert_eq!(record["size"], 1u64 << 30, "{record}");
+    assert_eq!(record["size"], DISK, "{record}");
     let (size, sha512) = image_data(&base, &snap).await;
-    assert_eq!((size, sha512.as_str()), (1u64 << 30, record["os_hash_value"].as_str().expect("os_hash_value")));
+    assert_eq!((size, sha512.as_str()), (DISK, record["os_hash_value"].as_str().expect("os_hash_value")));
     let peak = peak_rss_kb(cloud.agent_pid(0));
-    eprintln!("agent peak RSS after streaming a 1 GiB snapshot: {peak} KiB");
-    assert!(peak < 256 * 1024, "the agent held the disk: peak RSS {peak} KiB");
+    eprintln!("agent peak RSS after streaming a {} MiB snapshot: {peak} KiB", DISK >> 20);
+    assert!(peak < DISK / 1024, "the agent held the disk: peak RSS {peak} KiB");
     assert!(!dir.read_dir().expect("dir").flatten().any(|e| e.file_name().to_string_lossy().starts_with("snapshot")));
 
     // A guest booted from the snapshot.
@@ -577,16 +581,19 @@ async fn real_guests_snapshot_rescue_shelve_and_carry_flavor_disks() {
     assert_eq!(marker(&admin, &from_snap, 1).await, format!("BERTH-GUEST-UP uuid={from_snap} key=none"));
     assert_eq!(admin.delete(&format!("/servers/{from_snap}")).await.status, 204);
 
-    // Rescue: the image's fresh 1 MiB disk first (vda: 2048 sectors), the
-    // guest's own disk second; a new boot on the console.
-    act(&admin, &id, json!({"rescue": null})).await;
+    // Rescue: the image's fresh disk first, the guest's own disk second
+    // (vdb: 64 MiB, 131072 sectors, where its ephemeral disk of 1 GiB
+    // was); a new boot on the console.
+    let rescued = admin.post(&format!("/servers/{id}/action"), &json!({"rescue": null})).await;
+    assert_eq!(rescued.status, 200, "{:?}", rescued.body);
     settle(&admin, &id, "RESCUE").await;
     assert_eq!(domstate(&id), "running");
     let rescue_disks = vec![dir.join("disk.rescue").to_string_lossy().into_owned(), own_disks[0].clone()];
     assert_eq!(disks_of(&id)[..2], rescue_disks[..]);
     assert_eq!(marker(&admin, &id, 2).await, format!("BERTH-GUEST-UP uuid={id} key=none"));
     let log = console(&admin, &id).await;
-    assert!(log.contains("[vda] 2048 512-byte logical blocks"), "no rescue disk on the console:\n{log}");
+    assert!(log.contains("[vdb] 2097152 512-byte logical blocks"), "no ephemeral disk on the console:\n{log}");
+    assert!(log.contains("[vdb] 131072 512-byte logical blocks"), "no rescue boot on the console:\n{log}");
     act(&admin, &id, json!({"unrescue": null})).await;
     settle(&admin, &id, "ACTIVE").await;
     assert_eq!(disks_of(&id), own_disks);
@@ -599,7 +606,7 @@ async fn real_guests_snapshot_rescue_shelve_and_carry_flavor_disks() {
     settle(&admin, &id, "SHELVED_OFFLOADED").await;
     let shelved = admin.image_get("/images?name=life-1-shelved").await.body["images"][0].clone();
     assert_eq!(shelved["status"], "active", "{shelved}");
-    assert_eq!(shelved["size"], 1u64 << 30, "{shelved}");
+    assert_eq!(shelved["size"], DISK, "{shelved}");
     assert!(!virsh(&["dominfo", &format!("instance-{id}")]).0, "domain of the offloaded {id} left");
     assert!(!dir.exists(), "files of the offloaded {id} left");
     act(&admin, &id, json!({"unshelve": null})).await;
