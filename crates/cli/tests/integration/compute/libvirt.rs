@@ -588,7 +588,7 @@ async fn real_guests_snapshot_rescue_shelve_and_carry_flavor_disks() {
     assert_eq!(rescued.status, 200, "{:?}", rescued.body);
     settle(&admin, &id, "RESCUE").await;
     assert_eq!(domstate(&id), "running");
-    let rescue_disks = vec![dir.join("disk.rescue").to_string_lossy().into_owned(), own_disks[0].clone()];
+    let rescue_disks = [dir.join("disk.rescue").to_string_lossy().into_owned(), own_disks[0].clone()];
     assert_eq!(disks_of(&id)[..2], rescue_disks[..]);
     assert_eq!(marker(&admin, &id, 2).await, format!("BERTH-GUEST-UP uuid={id} key=none"));
     let log = console(&admin, &id).await;
