@@ -6,7 +6,9 @@
 //! workhorse) and libvirt ([`crate::libvirt`], real QEMU guests).
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use serde_json::Value;
 
@@ -94,13 +96,88 @@ pub trait Driver: Send + Sync + std::fmt::Debug {
     fn rescue<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()>;
     /// Boot the guest from its own disk again (`unrescue`).
     fn unrescue<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()>;
-    /// The guest's root disk as an image's bytes, for `createImage` and
-    /// `createBackup` (`snapshot`; the task's `image` is where it goes).
-    fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, Vec<u8>>;
+    /// The guest's root disk as an image's data, for `createImage`,
+    /// `createBackup` and `shelve` (`snapshot`; the task's `image` is
+    /// where it goes).
+    fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, DiskImage>;
     /// A step of a cold move or of shelving (`resize_*`, `shelve*`,
     /// `unshelve`), named by the task's kind.
     fn move_step<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()>;
     /// The guests the hosts run and their power states, for the power
     /// sync; `None`: this driver has no guests to watch (the fake hosts).
     fn guests(&self) -> DriverFuture<'_, Option<Vec<Guest>>>;
+}
+
+/// A disk image a driver hands over for upload to the image API.
+#[derive(Debug)]
+pub enum DiskImage {
+    /// Bytes in memory (the fake hosts' small disks).
+    Bytes(Vec<u8>),
+    /// A file on the host, streamed to the image API in chunks (a real
+    /// disk is gigabytes: it is never read into memory whole) and removed
+    /// once the upload is over, whatever its outcome.
+    File(PathBuf),
+}
+
+/// The bytes of a chunk the upload of a [`DiskImage::File`] reads at a
+/// time: what the agent holds of a disk it uploads is a few of these.
+pub const UPLOAD_CHUNK: usize = 256 * 1024;
+
+/// A file as an HTTP request body, read [`UPLOAD_CHUNK`] bytes at a time
+/// as the connection takes them (the body of a streamed upload).
+#[derive(Debug)]
+pub struct FileBody {
+    file: tokio::fs::File,
+    buf: Vec<u8>,
+    remaining: u64,
+}
+
+impl FileBody {
+    /// The body of `file`, `len` bytes long (its length when opened: the
+    /// request declares it).
+    pub fn new(file: tokio::fs::File, len: u64) -> Self {
+        FileBody { file, buf: vec![0; UPLOAD_CHUNK], remaining: len }
+    }
+}
+
+impl http_body::Body for FileBody {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if this.remaining == 0 {
+            return Poll::Ready(None);
+        }
+        let want = usize::try_from(this.remaining).unwrap_or(usize::MAX).min(this.buf.len());
+        let mut read = tokio::io::ReadBuf::new(&mut this.buf[..want]);
+        match tokio::io::AsyncRead::poll_read(Pin::new(&mut this.file), cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(err)) => Poll::Ready(Some(Err(err))),
+            Poll::Ready(Ok(())) => {
+                let n = read.filled().len();
+                if n == 0 {
+                    // Shorter than declared: the request is cut short (the
+                    // image API refuses a body shorter than its length).
+                    return Poll::Ready(Some(Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the disk image file ended before its length",
+                    ))));
+                }
+                this.remaining -= n as u64;
+                Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::copy_from_slice(&this.buf[..n])))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
 }

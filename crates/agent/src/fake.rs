@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::driver::{Driver, DriverFuture, Guest, TaskRef};
+use crate::driver::{DiskImage, Driver, DriverFuture, Guest, TaskRef};
 use crate::AgentConfig;
 
 /// The fake hosts of one agent (its configuration's timings and
@@ -123,10 +123,10 @@ impl Driver for FakeDriver<'_> {
         done()
     }
 
-    fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, Vec<u8>> {
+    fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, DiskImage> {
         Box::pin(async move {
             pause_for(self.config.build_time).await;
-            Ok(crate::fake_disk(task.instance, task.body["image"].as_str().unwrap_or("")))
+            Ok(DiskImage::Bytes(crate::fake_disk(task.instance, task.body["image"].as_str().unwrap_or(""))))
         })
     }
 

@@ -61,7 +61,7 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-pub use driver::{Driver, TaskRef};
+pub use driver::{DiskImage, Driver, TaskRef};
 
 /// The shape of every host an agent plays.
 #[derive(Debug, Clone, PartialEq)]
@@ -305,21 +305,30 @@ impl Link {
     /// Send what `build` makes with a token; a Keystone token the control
     /// plane refuses (expired, revoked) is replaced once.
     async fn send(&self, build: impl Fn(&str) -> reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        self.try_send(|token| Ok(build(token))).await
+    }
+
+    /// [`Link::send`] for a request whose making can fail (a body opened
+    /// from a file, once for each sending).
+    async fn try_send(
+        &self,
+        build: impl Fn(&str) -> anyhow::Result<reqwest::RequestBuilder>,
+    ) -> anyhow::Result<reqwest::Response> {
         let token = self.token().await?;
         let request = match &self.auth {
-            AgentAuth::TrustedHeaders { user, roles } => build(&token)
+            AgentAuth::TrustedHeaders { user, roles } => build(&token)?
                 .header("X-User-Id", user)
                 .header("X-Project-Id", user)
                 .header("X-Roles", roles)
                 .header("X-Identity-Status", "Confirmed"),
-            _ => build(&token),
+            _ => build(&token)?,
         };
         let response = request.send().await?;
         if response.status() == reqwest::StatusCode::UNAUTHORIZED {
             if let AgentAuth::Keystone(session) = &self.auth {
                 session.invalidate(&token).await;
                 let token = self.token().await?;
-                return Ok(build(&token).send().await?);
+                return Ok(build(&token)?.send().await?);
             }
         }
         Ok(response)
@@ -379,16 +388,27 @@ impl Link {
     }
 
     /// Upload `data` as image `image`'s data through the image API
-    /// (`PUT /image/v2/images/{id}/file`); returns the status.
-    pub async fn upload_image(&self, image: &str, data: Vec<u8>) -> anyhow::Result<u16> {
+    /// (`PUT /image/v2/images/{id}/file`); returns the status. A file is
+    /// streamed from disk (with its length declared), never held whole.
+    pub async fn upload_image(&self, image: &str, data: &DiskImage) -> anyhow::Result<u16> {
         let url = format!("{}/image/v2/images/{image}/file", self.base);
         let resp = self
-            .send(|token| {
-                self.client
+            .try_send(|token| {
+                let body = match data {
+                    DiskImage::Bytes(bytes) => reqwest::Body::from(bytes.clone()),
+                    DiskImage::File(path) => {
+                        let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+                        let len = file.metadata()?.len();
+                        reqwest::Body::wrap(driver::FileBody::new(tokio::fs::File::from_std(file), len))
+                    }
+                };
+                Ok(self
+                    .client
                     .put(&url)
                     .header("X-Auth-Token", token)
                     .header("Content-Type", "application/octet-stream")
-                    .body(data.clone())
+                    .timeout(Duration::from_secs(3600))
+                    .body(body))
             })
             .await?;
         Ok(resp.status().as_u16())
@@ -646,14 +666,21 @@ async fn snapshot(config: &AgentConfig, driver: &dyn Driver, t: TaskRef<'_>) -> 
 /// Upload a driver's disk image to `image` through the image API; an
 /// image already taking or holding data (a task handed out again) counts
 /// as done.
-async fn upload(config: &AgentConfig, image: &str, data: Vec<u8>) -> Result<(), String> {
-    let link = Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout)
-        .map_err(|e| e.to_string())?;
-    match link.upload_image(image, data).await {
-        Ok(204 | 409) => Ok(()),
-        Ok(status) => Err(format!("HTTP {status}")),
+async fn upload(config: &AgentConfig, image: &str, data: DiskImage) -> Result<(), String> {
+    let sent = match Link::new(&config.url, config.auth.clone(), config.ca_file.as_deref(), config.request_timeout) {
+        Ok(link) => match link.upload_image(image, &data).await {
+            Ok(204 | 409) => Ok(()),
+            Ok(status) => Err(format!("HTTP {status}")),
+            Err(err) => Err(format!("{err:#}")),
+        },
         Err(err) => Err(err.to_string()),
+    };
+    if let DiskImage::File(path) = &data {
+        if let Err(err) = tokio::fs::remove_file(path).await {
+            tracing::warn!(path = %path.display(), error = %err, "removing an uploaded disk image");
+        }
     }
+    sent
 }
 
 /// The fake driver's disk image: 64 KiB naming the server and the image,
@@ -1018,8 +1045,8 @@ mod tests {
         fn unrescue<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
             Box::pin(async { Ok(()) })
         }
-        fn snapshot<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, Vec<u8>> {
-            Box::pin(async { Ok(Vec::new()) })
+        fn snapshot<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, DiskImage> {
+            Box::pin(async { Ok(DiskImage::Bytes(Vec::new())) })
         }
         fn move_step<'a>(&'a self, _: TaskRef<'a>) -> driver::DriverFuture<'a, ()> {
             Box::pin(async { Ok(()) })

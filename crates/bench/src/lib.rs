@@ -22,6 +22,7 @@ mod candidates;
 mod common;
 mod dashboard;
 mod energy;
+mod guests;
 mod leases;
 mod soak;
 mod write;
@@ -59,6 +60,10 @@ enum BenchKind {
     /// always-on for berth's policy, a Slurm-like and a Watcher-like one
     /// (a simulation over the server's pure policy code).
     Energy(energy::EnergyOpts),
+    /// Real guests through `berth agent --driver libvirt` on this
+    /// machine: time to ACTIVE and to the guest's marker with a cold and
+    /// a warm image cache, agent CPU and RSS and QEMU memory per guest.
+    Guests(guests::GuestsOpts),
 }
 
 /// Runs the benchmark `opts` names on a runtime of its own, starting
@@ -74,5 +79,6 @@ pub fn run(opts: BenchOpts, binaries: &Binaries) -> anyhow::Result<()> {
         BenchKind::Auth(a) => runtime.block_on(auth::run(a, binaries)),
         BenchKind::Dashboard(d) => runtime.block_on(dashboard::run(d, binaries)),
         BenchKind::Energy(e) => energy::run(e),
+        BenchKind::Guests(g) => runtime.block_on(guests::run(g, binaries)),
     }
 }

@@ -25,8 +25,11 @@ pub struct DomainSpec {
     pub disk_bus: String,
     /// `hw_cdrom_bus` (default `ide` on `pc`, else `scsi`).
     pub cdrom_bus: String,
-    /// The root disk (qcow2 overlay).
+    /// The root disk (qcow2 overlay): the first disk, booted from.
     pub disk: String,
+    /// More qcow2 disks after it, in order (the flavor's ephemeral and
+    /// swap disks; a rescued guest's own root disk).
+    pub extra_disks: Vec<String>,
     /// The config drive (ISO 9660).
     pub config_drive: String,
     /// The serial console's log file.
@@ -58,14 +61,29 @@ impl DomainSpec {
             }
             None => "    <boot dev='hd'/>\n".to_owned(),
         };
+        let disks = u8::try_from(1 + self.extra_disks.len()).unwrap_or(u8::MAX);
         let disk_dev = dev_name(&self.disk_bus, 0);
-        let cdrom_dev = dev_name(&self.cdrom_bus, if self.cdrom_bus == self.disk_bus { 1 } else { 0 });
+        let cdrom_dev = dev_name(&self.cdrom_bus, if self.cdrom_bus == self.disk_bus { disks } else { 0 });
         let cdrom_dev = if self.cdrom_bus == "ide" && self.disk_bus != "ide" { "hdc".to_owned() } else { cdrom_dev };
         let scsi = if self.disk_bus == "scsi" || self.cdrom_bus == "scsi" {
             "    <controller type='scsi' index='0' model='virtio-scsi'/>\n"
         } else {
             ""
         };
+        let extra: String = self
+            .extra_disks
+            .iter()
+            .enumerate()
+            .map(|(i, path)| {
+                let dev = dev_name(&self.disk_bus, u8::try_from(i + 1).unwrap_or(u8::MAX));
+                format!(
+                    "    <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      \
+                     <source file='{}'/>\n      <target dev='{dev}' bus='{}'/>\n    </disk>\n",
+                    esc(path),
+                    esc(&self.disk_bus)
+                )
+            })
+            .collect();
         format!(
             "<domain type='{vt}'>
   <name>{name}</name>
@@ -95,7 +113,7 @@ impl DomainSpec {
       <source file='{disk}'/>
       <target dev='{disk_dev}' bus='{disk_bus}'/>
     </disk>
-    <disk type='file' device='cdrom'>
+{extra}    <disk type='file' device='cdrom'>
       <driver name='qemu' type='raw'/>
       <source file='{cd}'/>
       <target dev='{cdrom_dev}' bus='{cdrom_bus}'/>
@@ -210,6 +228,7 @@ mod tests {
             disk_bus: disk.into(),
             cdrom_bus: cdrom.into(),
             disk: "/i/u/disk".into(),
+            extra_disks: Vec::new(),
             config_drive: "/i/u/disk.config".into(),
             console_log: "/i/u/console.log".into(),
             kernel: Some(("/i/_base/k".into(), Some("/i/_base/r".into()), "root=/dev/vda console=ttyS0".into())),
@@ -236,6 +255,16 @@ mod tests {
         let xml = spec("q35", "scsi", "scsi").xml();
         assert!(xml.contains("<target dev='sda' bus='scsi'/>") && xml.contains("<target dev='sdb' bus='scsi'/>"));
         assert!(xml.contains("model='virtio-scsi'"), "{xml}");
+        // Ephemeral and swap (or a rescued guest's own disk) after the
+        // root disk, the config drive after them on a shared bus.
+        let mut with_more = spec("q35", "virtio", "virtio");
+        with_more.extra_disks = vec!["/i/u/disk.local".into(), "/i/u/disk.swap".into()];
+        let xml = with_more.xml();
+        let at = |text: &str| xml.find(text).unwrap_or_else(|| panic!("{text} not in {xml}"));
+        assert!(at("<source file='/i/u/disk'/>") < at("<source file='/i/u/disk.local'/>"), "{xml}");
+        assert!(at("<source file='/i/u/disk.local'/>") < at("<target dev='vdb' bus='virtio'/>"), "{xml}");
+        assert!(at("<source file='/i/u/disk.swap'/>") < at("<target dev='vdc' bus='virtio'/>"), "{xml}");
+        assert!(at("<source file='/i/u/disk.config'/>") < at("<target dev='vdd' bus='virtio'/>"), "{xml}");
         assert_eq!(esc("a'<&>\""), "a&apos;&lt;&amp;&gt;&quot;");
     }
 

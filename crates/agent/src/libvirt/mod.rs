@@ -44,7 +44,7 @@ use sha2::{Digest, Sha512};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::driver::{Driver, DriverFuture, Guest, GuestPower, TaskRef};
+use crate::driver::{DiskImage, Driver, DriverFuture, Guest, GuestPower, TaskRef};
 use crate::Link;
 use build::DomainSpec;
 
@@ -135,6 +135,9 @@ pub fn parse_titled_list(text: &str) -> Vec<Listed> {
 fn with_title(xml: &str, host: &str) -> String {
     xml.replacen("</name>", &format!("</name>\n  <title>{TITLE_PREFIX}{}</title>", build::esc(host)), 1)
 }
+
+/// An AMI-style image's kernel, ramdisk and kernel command line.
+type Kernel = Option<(String, Option<String>, String)>;
 
 /// The domain name of an instance.
 fn domain(instance: &str) -> String {
@@ -307,56 +310,21 @@ impl LibvirtDriver {
         Ok((path, meta))
     }
 
-    /// The image the guest boots from: its cached bytes, and its record
-    /// with the properties it had when the server was booted (the task's)
-    /// over the image API's.
-    async fn base_image(&self, server: &Value) -> Result<(PathBuf, Value), String> {
-        let image_id =
-            server["image"]["id"].as_str().ok_or("Booting from a volume is not supported by the libvirt driver")?;
+    /// An image to boot from, in the cache: its base file, its record
+    /// (with `props`, the properties it had when the server was booted,
+    /// over the image API's) and (AMI style) its kernel, ramdisk and
+    /// kernel command line.
+    async fn boot_image(
+        &self,
+        image_id: &str,
+        props: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<(PathBuf, Value, Kernel), String> {
         let (base, mut image) = self.cached(image_id).await?;
-        if let (Some(record), Some(props)) = (image.as_object_mut(), server["image"]["properties"].as_object()) {
+        if let (Some(record), Some(props)) = (image.as_object_mut(), props) {
             for (key, value) in props {
                 record.insert(key.clone(), value.clone());
             }
         }
-        Ok((base, image))
-    }
-
-    /// Create and boot the guest (no domain exists).
-    async fn create(&self, task: TaskRef<'_>) -> Result<(), String> {
-        let instance = task.instance;
-        let server = server_of(task)?;
-        let (base, image) = self.base_image(server).await?;
-        let dir = self.dir(instance);
-        tokio::fs::create_dir_all(&dir).await.map_err(io("creating", &dir))?;
-        set_mode(&dir, 0o755).await?;
-        // The root disk: a qcow2 overlay on the cached image, sized to the
-        // flavor's root disk (0: the image's own size).
-        let disk = dir.join("disk");
-        let base_format = if image["disk_format"].as_str() == Some("qcow2") { "qcow2" } else { "raw" };
-        let root_gb = server["flavor"]["disk"].as_i64().unwrap_or(0);
-        let size = format!("{root_gb}G");
-        let (base_text, disk_text) = (build::path_text(&base), build::path_text(&disk));
-        let mut args = vec!["create", "-q", "-f", "qcow2", "-F", base_format, "-b", &base_text, &disk_text];
-        if root_gb > 0 {
-            args.push(&size);
-        }
-        run("qemu-img", &args).await?;
-        self.define_and_boot(task, server, &image, true).await
-    }
-
-    /// Write the config drive and the domain XML for the guest whose root
-    /// disk is in place, define the domain and (`start`) boot it.
-    async fn define_and_boot(
-        &self,
-        task: TaskRef<'_>,
-        server: &Value,
-        image: &Value,
-        start: bool,
-    ) -> Result<(), String> {
-        let instance = task.instance;
-        let dir = self.dir(instance);
-        let disk = dir.join("disk");
         let kernel = match image["kernel_id"].as_str().filter(|k| !k.is_empty()) {
             Some(id) => Some(self.cached(id).await?.0),
             None => None,
@@ -365,11 +333,6 @@ impl LibvirtDriver {
             Some(id) => Some(self.cached(id).await?.0),
             None => None,
         };
-        // The config drive.
-        let config_drive = dir.join("disk.config");
-        let key = task.body["key_data"].as_str().or_else(|| server["key_data"].as_str());
-        self.config_drive(server, key, &dir, &config_drive).await?;
-        let (machine, disk_bus, cdrom_bus) = DomainSpec::buses(image);
         let kernel = kernel.map(|k| {
             let cmdline = match image["os_command_line"].as_str() {
                 Some(extra) => format!("root=/dev/vda console=tty0 console=ttyS0 {extra}"),
@@ -377,7 +340,68 @@ impl LibvirtDriver {
             };
             (build::path_text(&k), ramdisk.as_deref().map(build::path_text), cmdline)
         });
-        let spec = DomainSpec {
+        Ok((base, image, kernel))
+    }
+
+    /// The image the guest boots from: the server's own (the task's
+    /// `server`), with the properties it had when the server was booted.
+    async fn base_image(&self, server: &Value) -> Result<(PathBuf, Value, Kernel), String> {
+        let image_id =
+            server["image"]["id"].as_str().ok_or("Booting from a volume is not supported by the libvirt driver")?;
+        self.boot_image(image_id, server["image"]["properties"].as_object()).await
+    }
+
+    /// A qcow2 overlay `disk` on the cached `base` of `image`, `gb` GiB
+    /// large (0: the image's own size).
+    async fn overlay(base: &Path, image: &Value, disk: &Path, gb: i64) -> Result<(), String> {
+        let base_format = if image["disk_format"].as_str() == Some("qcow2") { "qcow2" } else { "raw" };
+        let size = format!("{gb}G");
+        let (base_text, disk_text) = (build::path_text(base), build::path_text(disk));
+        let mut args = vec!["create", "-q", "-f", "qcow2", "-F", base_format, "-b", &base_text, &disk_text];
+        if gb > 0 {
+            args.push(&size);
+        }
+        run("qemu-img", &args).await.map(|_| ())
+    }
+
+    /// The flavor's ephemeral disk (`disk.local`, GiB) and swap disk
+    /// (`disk.swap`, MiB) as blank qcow2 files in `dir`, as Nova's libvirt
+    /// driver names them; the paths of those the flavor has.
+    async fn flavor_disks(server: &Value, dir: &Path) -> Result<Vec<String>, String> {
+        let amount = |key: &str| match &server["flavor"][key] {
+            Value::Number(n) => n.as_i64().unwrap_or(0),
+            Value::String(s) => s.parse().unwrap_or(0),
+            _ => 0,
+        };
+        let mut disks = Vec::new();
+        for (name, amount, unit) in [("disk.local", amount("ephemeral"), 'G'), ("disk.swap", amount("swap"), 'M')] {
+            if amount <= 0 {
+                continue;
+            }
+            let size = format!("{amount}{unit}");
+            let path = dir.join(name);
+            let text = build::path_text(&path);
+            run("qemu-img", &["create", "-q", "-f", "qcow2", &text, &size]).await?;
+            disks.push(text);
+        }
+        Ok(disks)
+    }
+
+    /// The domain of `instance` for `server` (its flavor) booting
+    /// `disks[0]` of `image`'s buses, with the other disks and the config
+    /// drive attached.
+    fn domain_spec(
+        &self,
+        instance: &str,
+        server: &Value,
+        image: &Value,
+        kernel: Kernel,
+        mut disks: Vec<String>,
+    ) -> DomainSpec {
+        let dir = self.dir(instance);
+        let (machine, disk_bus, cdrom_bus) = DomainSpec::buses(image);
+        let disk = if disks.is_empty() { String::new() } else { disks.remove(0) };
+        DomainSpec {
             virt_type: self.config.virt_type.clone(),
             name: domain(instance),
             uuid: instance.to_owned(),
@@ -386,11 +410,52 @@ impl LibvirtDriver {
             machine,
             disk_bus,
             cdrom_bus,
-            disk: build::path_text(&disk),
-            config_drive: build::path_text(&config_drive),
+            disk,
+            extra_disks: disks,
+            config_drive: build::path_text(&dir.join("disk.config")),
             console_log: build::path_text(&dir.join("console.log")),
             kernel,
+        }
+    }
+
+    /// Create and boot the guest (no domain exists) from its server's
+    /// image, or from `image_id` (an unshelve's snapshot).
+    async fn create(&self, task: TaskRef<'_>, image_id: Option<&str>) -> Result<(), String> {
+        let instance = task.instance;
+        let server = server_of(task)?;
+        let (base, image, kernel) = match image_id {
+            Some(id) => self.boot_image(id, None).await?,
+            None => self.base_image(server).await?,
         };
+        let dir = self.dir(instance);
+        tokio::fs::create_dir_all(&dir).await.map_err(io("creating", &dir))?;
+        set_mode(&dir, 0o755).await?;
+        // The root disk: a qcow2 overlay on the cached image, sized to the
+        // flavor's root disk (0: the image's own size).
+        let disk = dir.join("disk");
+        Self::overlay(&base, &image, &disk, server["flavor"]["disk"].as_i64().unwrap_or(0)).await?;
+        self.define_and_boot(task, server, &image, kernel, true).await
+    }
+
+    /// For the guest whose root disk (`disk`) is in place: the flavor's
+    /// ephemeral and swap disks (blank), the config drive and the domain
+    /// XML; the domain defined and (`start`) booted.
+    async fn define_and_boot(
+        &self,
+        task: TaskRef<'_>,
+        server: &Value,
+        image: &Value,
+        kernel: Kernel,
+        start: bool,
+    ) -> Result<(), String> {
+        let instance = task.instance;
+        let dir = self.dir(instance);
+        let mut disks = vec![build::path_text(&dir.join("disk"))];
+        disks.extend(Self::flavor_disks(server, &dir).await?);
+        let config_drive = dir.join("disk.config");
+        let key = task.body["key_data"].as_str().or_else(|| server["key_data"].as_str());
+        self.config_drive(server, key, &dir, &config_drive).await?;
+        let spec = self.domain_spec(instance, server, image, kernel, disks);
         let xml = dir.join("libvirt.xml");
         tokio::fs::write(&xml, with_title(&spec.xml(), &self.config.host)).await.map_err(io("writing", &xml))?;
         self.virsh(&["define", &build::path_text(&xml)]).await?;
@@ -614,7 +679,7 @@ impl LibvirtDriver {
             }
             return Ok(());
         }
-        let (base, image) = self.base_image(server).await?;
+        let (base, image, kernel) = self.base_image(server).await?;
         let dir = self.dir(instance);
         tokio::fs::create_dir_all(&dir).await.map_err(io("creating", &dir))?;
         set_mode(&dir, 0o755).await?;
@@ -645,7 +710,7 @@ impl LibvirtDriver {
                 run("qemu-img", &["resize", "-q", "-f", "qcow2", &disk_text, &format!("{root_gb}G")]).await?;
             }
         }
-        self.define_and_boot(task, server, &image, start).await
+        self.define_and_boot(task, server, &image, kernel, start).await
     }
 
     /// `resize_confirm`, on the source: the handed-over copy goes.
@@ -693,21 +758,15 @@ impl LibvirtDriver {
     async fn prepare_incoming(&self, task: TaskRef<'_>) -> Result<(), String> {
         let instance = task.instance;
         let server = server_of(task)?;
-        let (base, image) = self.base_image(server).await?;
+        let (base, image, _) = self.base_image(server).await?;
         let dir = self.dir(instance);
         tokio::fs::create_dir_all(&dir).await.map_err(io("creating", &dir))?;
         set_mode(&dir, 0o755).await?;
         let disk = dir.join("disk");
         if !disk.exists() {
-            let base_format = if image["disk_format"].as_str() == Some("qcow2") { "qcow2" } else { "raw" };
-            let root_gb = server["flavor"]["disk"].as_i64().unwrap_or(0);
-            let size = format!("{root_gb}G");
-            let (base_text, disk_text) = (build::path_text(&base), build::path_text(&disk));
-            let mut args = vec!["create", "-q", "-f", "qcow2", "-F", base_format, "-b", &base_text, &disk_text];
-            if root_gb > 0 {
-                args.push(&size);
-            }
-            run("qemu-img", &args).await?;
+            Self::overlay(&base, &image, &disk, server["flavor"]["disk"].as_i64().unwrap_or(0)).await?;
+            // The flavor's ephemeral and swap disks, for the blocks to go to.
+            Self::flavor_disks(server, &dir).await?;
         }
         let key = task.body["key_data"].as_str().or_else(|| server["key_data"].as_str());
         self.config_drive(server, key, &dir, &dir.join("disk.config")).await
@@ -718,6 +777,67 @@ impl LibvirtDriver {
         std::fs::read_dir(&self.config.instances_path)
             .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().ends_with("_resize")))
             .unwrap_or(false)
+    }
+}
+
+impl LibvirtDriver {
+    /// Rescue as Nova's libvirt driver does: the guest is destroyed and
+    /// booted again from a fresh overlay of the rescue image (the
+    /// server's own image; `rescue_image` when the task names one) as its
+    /// first disk, its own root disk attached second and its config
+    /// drive as before. `libvirt.xml` (the guest's own domain) is kept for
+    /// the unrescue. A task handed out again finds the rescue domain.
+    async fn rescue_guest(&self, task: TaskRef<'_>) -> Result<(), String> {
+        let instance = task.instance;
+        let dir = self.dir(instance);
+        let rescue_disk = dir.join("disk.rescue");
+        let rescue_xml = dir.join("libvirt-rescue.xml");
+        let Some(state) = self.state(instance).await? else {
+            return Err(format!("no domain on {}", self.config.host));
+        };
+        let defined = self.virsh(&["dumpxml", "--inactive", &domain(instance)]).await?;
+        if defined.contains(&build::path_text(&rescue_disk)) {
+            return if state == "running" { Ok(()) } else { self.start(instance).await };
+        }
+        let server = server_of(task)?;
+        let (base, image, kernel) = match task.body["rescue_image"].as_str() {
+            Some(id) => self.boot_image(id, None).await?,
+            None if server["image"]["id"].is_string() => self.base_image(server).await?,
+            None => return Err("a server booted from a volume has no image to rescue with".to_owned()),
+        };
+        let _ = tokio::fs::remove_file(&rescue_disk).await;
+        Self::overlay(&base, &image, &rescue_disk, 0).await?;
+        let disks = vec![build::path_text(&rescue_disk), build::path_text(&dir.join("disk"))];
+        let spec = self.domain_spec(instance, server, &image, kernel, disks);
+        let xml = with_title(&spec.xml(), &self.config.host);
+        tokio::fs::write(&rescue_xml, xml).await.map_err(io("writing", &rescue_xml))?;
+        if state != "shut off" {
+            self.virsh(&["destroy", &domain(instance)]).await?;
+        }
+        // A suspended guest's saved memory belongs to its own domain.
+        let _ = self.virsh(&["managedsave-remove", &domain(instance)]).await;
+        self.virsh(&["define", &build::path_text(&rescue_xml)]).await?;
+        self.virsh(&["start", &domain(instance)]).await.map(|_| ())
+    }
+
+    /// Unrescue: the rescue domain destroyed, the guest's own domain
+    /// (`libvirt.xml`) defined and booted again, the rescue disk removed.
+    async fn unrescue_guest(&self, instance: &str) -> Result<(), String> {
+        let dir = self.dir(instance);
+        let rescue_disk = dir.join("disk.rescue");
+        let Some(state) = self.state(instance).await? else {
+            return Err(format!("no domain on {}", self.config.host));
+        };
+        let defined = self.virsh(&["dumpxml", "--inactive", &domain(instance)]).await?;
+        if defined.contains(&build::path_text(&rescue_disk)) {
+            if state != "shut off" {
+                self.virsh(&["destroy", &domain(instance)]).await?;
+            }
+            self.virsh(&["define", &build::path_text(&dir.join("libvirt.xml"))]).await?;
+        }
+        let _ = tokio::fs::remove_file(&rescue_disk).await;
+        let _ = tokio::fs::remove_file(dir.join("libvirt-rescue.xml")).await;
+        self.start(instance).await
     }
 }
 
@@ -771,7 +891,7 @@ impl Driver for LibvirtDriver {
                 }
                 None => {}
             }
-            let made = self.create(task).await;
+            let made = self.create(task, None).await;
             if let Err(err) = &made {
                 tracing::warn!(instance = task.instance, error = %err, "build failed; cleaning up");
                 if let Err(err) = self.remove(task.instance).await {
@@ -786,7 +906,7 @@ impl Driver for LibvirtDriver {
     fn rebuild<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
         Box::pin(async move {
             self.remove(task.instance).await?;
-            self.create(task).await.map_err(|err| format!("Rebuild of instance {} aborted: {err}", task.instance))
+            self.create(task, None).await.map_err(|err| format!("Rebuild of instance {} aborted: {err}", task.instance))
         })
     }
 
@@ -892,22 +1012,25 @@ impl Driver for LibvirtDriver {
 
     fn rescue<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
         Box::pin(async move {
-            Err(format!("Rescue of instance {} is not supported by the libvirt driver yet", task.instance))
+            self.rescue_guest(task).await.map_err(|err| format!("Rescue of instance {} failed: {err}", task.instance))
         })
     }
 
     fn unrescue<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
         Box::pin(async move {
-            Err(format!("Unrescue of instance {} is not supported by the libvirt driver yet", task.instance))
+            self.unrescue_guest(task.instance)
+                .await
+                .map_err(|err| format!("Unrescue of instance {} failed: {err}", task.instance))
         })
     }
 
-    fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, Vec<u8>> {
+    fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, DiskImage> {
         Box::pin(async move {
-            // The root disk flattened (overlay and base) into one qcow2,
+            // The root disk flattened (overlay and base) into one file,
             // as Nova's libvirt snapshot does for a stopped or running
             // guest (`qemu-img convert` reads a consistent-enough image of
             // a running guest's disk; Nova pauses or uses a live snapshot).
+            // The file is streamed to the image API, then removed.
             let dir = self.dir(task.instance);
             let disk = dir.join("disk");
             if tokio::fs::metadata(&disk).await.is_err() {
@@ -916,25 +1039,59 @@ impl Driver for LibvirtDriver {
             // In the format the image record says (it inherits the
             // server's image's `disk_format`): raw stays raw.
             let image = task.body["image"].as_str().unwrap_or("");
+            if uuid::Uuid::parse_str(image).is_err() {
+                return Err(format!("No image to upload the snapshot of {} to", task.instance));
+            }
             let record = self.read_json(&format!("/image/v2/images/{image}"), &[]).await?;
             let format = if record["disk_format"].as_str() == Some("raw") { "raw" } else { "qcow2" };
-            let out = dir.join(format!("snapshot.{format}"));
+            let out = dir.join(format!("snapshot-{image}.{format}"));
             let (disk_text, out_text) = (build::path_text(&disk), build::path_text(&out));
-            run("qemu-img", &["convert", "-U", "-O", format, &disk_text, &out_text]).await?;
-            let data = tokio::fs::read(&out).await.map_err(io("reading", &out));
-            let _ = tokio::fs::remove_file(&out).await;
-            data
+            if let Err(err) = run("qemu-img", &["convert", "-U", "-O", format, &disk_text, &out_text]).await {
+                let _ = tokio::fs::remove_file(&out).await;
+                return Err(err);
+            }
+            Ok(DiskImage::File(out))
         })
     }
 
     fn move_step<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
         Box::pin(async move {
+            let instance = task.instance;
             match task.kind {
+                // Shelve: the snapshot is taken (the task loop uploads it);
+                // the guest is powered off cleanly, as Nova's shelve does.
+                "shelve" => match self.state(instance).await? {
+                    None => Err(format!("Instance {instance} has no domain on {}", self.config.host)),
+                    Some(_) => self.shut_down(instance).await,
+                },
+                // Offload: nothing of the guest stays on the host (the
+                // snapshot image holds its disk).
+                "shelve_offload" => self.remove(instance).await,
+                // Unshelve: a guest still here (shelved, not offloaded)
+                // starts again; an offloaded one boots on this host from
+                // its shelve snapshot.
+                "unshelve" => match self.state(instance).await?.as_deref() {
+                    Some("running") => Ok(()),
+                    Some(_) => self.start(instance).await,
+                    None => {
+                        let Some(image) = task.body["image"].as_str() else {
+                            return Err(format!("Unshelve of instance {instance} names no shelve snapshot"));
+                        };
+                        let made = self.create(task, Some(image)).await;
+                        if let Err(err) = &made {
+                            if let Err(err) = self.remove(instance).await {
+                                tracing::warn!(%instance, error = %err, "cleaning up a failed unshelve");
+                            }
+                            return Err(format!("Unshelve of instance {instance} failed: {err}"));
+                        }
+                        Ok(())
+                    }
+                },
                 "resize_migrate" => self.migrate_out(task).await,
                 "resize_finish" => self.migrate_in(task).await,
                 "resize_confirm" => self.confirm_move(task).await,
                 "resize_revert" => self.revert_move(task).await,
-                _ => Err(format!("{} of {} is not supported by the libvirt driver", task.kind, task.instance)),
+                other => Err(format!("{other} of {instance} is not supported by the libvirt driver")),
             }
         })
     }

@@ -131,7 +131,8 @@ pub fn heartbeat(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
 /// the server was booted with a key pair and `world` is given (the request
 /// spec keeps it for the instance's life); a task that names the server
 /// (console output) carries its `display_name`; a snapshot or shelve task
-/// the `image` it uploads to. A task that makes or moves the guest
+/// the `image` it uploads to, an unshelve the shelve snapshot it boots
+/// from. A task that makes or moves the guest
 /// carries `server`, what a driver needs to make it ([`guest_view`]); a
 /// cold move's tasks carry `move`: the migration, its hosts and the
 /// move's secret, which the destination's agent shows the source's to
@@ -160,6 +161,12 @@ pub fn task_json(
         if let Some(image) = image {
             body["image"] = json!(image.to_string());
         }
+    }
+    // An unshelve names the shelve snapshot an offloaded server boots
+    // from (the libvirt driver boots it; a shelved server's guest is
+    // still on its host and starts again).
+    if task.kind == TaskKind::Unshelve {
+        body["image"] = json!(berth_compute_model::rehome::shelved_image_id(&task.instance).to_string());
     }
     if let Some(guest) = guest {
         body["server"] = guest_view(guest);

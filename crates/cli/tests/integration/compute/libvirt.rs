@@ -6,10 +6,13 @@
 //! shows SHUTOFF and, started behind its back, is stopped again; a guest
 //! that powers itself off shows SHUTOFF within one power sync; a restarted agent re-attaches without a
 //! second spawn; delete leaves no domain and no files but the image
-//! cache; the inventory is the machine's. The agents hold no admin
-//! identity: each has its host's agent credential (the service role),
-//! and gets what a guest is made of with its tasks. Skipped, with the
-//! reason, where libvirt is not available (`scripts/test.sh` starts it).
+//! cache; the inventory is the machine's; the flavor's ephemeral and swap
+//! disks are attached and removed; a snapshot streams to the image API and
+//! boots; rescue, unrescue, shelve (offload) and unshelve act on the real
+//! guest. The agents hold no admin identity: each has its host's agent
+//! credential (the service role), and gets what a guest is made of with
+//! its tasks. Skipped, with the reason, where libvirt is not available
+//! (`scripts/test.sh` starts it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -78,8 +81,9 @@ pub(crate) fn guest_image(base: &str) -> String {
 }
 
 /// Another disk image of the guest with the same kernel and ramdisk and
-/// `properties` (e.g. `hw_machine_type`); its id.
-async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
+/// `properties` (e.g. `hw_machine_type`), its disk `size` bytes of zeros;
+/// its id.
+async fn guest_variant(base: &str, guest: &str, properties: Value, size: usize) -> String {
     let http = crate::support::http_client();
     let shown: Value = http
         .get(format!("{base}/image/v2/images/{guest}"))
@@ -110,7 +114,7 @@ async fn guest_variant(base: &str, guest: &str, properties: Value) -> String {
         .put(format!("{base}/image/v2/images/{id}/file"))
         .header("x-auth-token", "admin")
         .header("content-type", "application/octet-stream")
-        .body(vec![0u8; 1 << 20])
+        .body(vec![0u8; size])
         .send()
         .await
         .expect("image upload");
@@ -401,7 +405,7 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
     // On q35 (no IDE): the config drive on the default virtio-scsi cdrom,
     // which the guest's kernel sees (it has no AHCI for SATA).
     let guest = guest_image(&cloud.server.base);
-    let image = guest_variant(&cloud.server.base, &guest, json!({"hw_machine_type": "q35"})).await;
+    let image = guest_variant(&cloud.server.base, &guest, json!({"hw_machine_type": "q35"}), 1 << 20).await;
     let flavor = admin.flavor("guest", 1, 128, 1).await;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -454,6 +458,192 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
     for id in &ids {
         wait_gone(&admin, id).await;
         assert!(!virsh(&["dominfo", &format!("instance-{id}")]).0, "domain of {id} left");
+    }
+    cloud.check_invariants().await;
+}
+
+/// `qemu-img info`'s virtual size of `path`, in bytes.
+fn virtual_size(path: &Path) -> u64 {
+    let out = Command::new("qemu-img").args(["info", "-U", "--output=json"]).arg(path).output().expect("qemu-img");
+    let info: Value = serde_json::from_slice(&out.stdout).expect("qemu-img info json");
+    info["virtual-size"].as_u64().expect("virtual-size")
+}
+
+/// The sources of the domain's disks, in order (`virsh domblklist`).
+fn disks_of(id: &str) -> Vec<String> {
+    let (_, list) = virsh(&["domblklist", &format!("instance-{id}")]);
+    list.lines().skip(2).filter_map(|l| l.split_whitespace().nth(1)).map(str::to_owned).collect()
+}
+
+/// The peak resident memory (`VmHWM`) of process `pid`, in KiB.
+fn peak_rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM")
+}
+
+/// Wait (bounded) for image `id` to be `active`; its record.
+async fn image_active(nova: &Nova, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let image = nova.image_get(&format!("/images/{id}")).await.body;
+        if image["status"] == "active" {
+            return image;
+        }
+        assert!(Instant::now() < deadline, "image {id} never became active: {image}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The size and sha512 of image `id`'s data, read in chunks.
+async fn image_data(base: &str, id: &str) -> (u64, String) {
+    use sha2::{Digest, Sha512};
+    let mut resp = crate::support::http_client()
+        .get(format!("{base}/image/v2/images/{id}/file"))
+        .header("x-auth-token", "admin")
+        .send()
+        .await
+        .expect("image download");
+    assert_eq!(resp.status().as_u16(), 200);
+    let (mut size, mut hash) = (0u64, Sha512::new());
+    while let Some(chunk) = resp.chunk().await.expect("chunk") {
+        size += chunk.len() as u64;
+        hash.update(&chunk);
+    }
+    (size, hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A real guest with the flavor's ephemeral and swap disks (qcow2 files
+/// after the root disk, gone with the server); its snapshot streamed to
+/// the image API (a 64 MiB disk through an agent whose peak RSS stays
+/// below that: it never holds the disk) with the size and checksum of its
+/// data, and a guest booted from that snapshot; rescue (the image's fresh
+/// disk first, the guest's own second, a new boot) and unrescue (its own
+/// disks again); shelve (the `-shelved` image, nothing left on the host
+/// once offloaded) and unshelve (the guest boots again from that image).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_guests_snapshot_rescue_shelve_and_carry_flavor_disks() {
+    if let Some(reason) = unavailable() {
+        eprintln!("SKIPPED real_guests_snapshot_rescue_shelve_and_carry_flavor_disks: {reason}");
+        return;
+    }
+    let (cloud, instances, host, _domains) = libvirt_cloud("lvlife").await;
+    let admin = cloud.nova("admin").at("2.79");
+    let base = cloud.server.base.clone();
+    let guest = guest_image(&base);
+    // A 64 MiB root disk (the flavor's disk 0: the image's size).
+    const DISK: u64 = 64 << 20;
+    let image = guest_variant(&base, &guest, json!({}), DISK as usize).await;
+    let with_disks = admin
+        .post(
+            "/flavors",
+            &json!({"flavor": {"name": "guest-disks", "vcpus": 1, "ram": 128, "disk": 0,
+                               "OS-FLV-EXT-DATA:ephemeral": 1, "swap": 64}}),
+        )
+        .await;
+    assert_eq!(with_disks.status, 200, "{:?}", with_disks.body);
+    let with_disks = with_disks.body["flavor"]["id"].as_str().expect("flavor").to_owned();
+    let boot = admin
+        .post(
+            "/servers",
+            &json!({"server": {"name": "life-1", "flavorRef": with_disks, "imageRef": image, "networks": "none"}}),
+        )
+        .await;
+    assert_eq!(boot.status, 202, "{:?}", boot.body);
+    let id = boot.body["server"]["id"].as_str().expect("id").to_owned();
+    settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(marker(&admin, &id, 1).await, format!("BERTH-GUEST-UP uuid={id} key=none"));
+
+    // Ephemeral (GiB) and swap (MiB) disks after the root disk.
+    let dir = instances.join(&id);
+    let own_disks: Vec<String> = ["disk", "disk.local", "disk.swap", "disk.config"]
+        .iter()
+        .map(|d| dir.join(d).to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(disks_of(&id), own_disks);
+    assert_eq!(virtual_size(&dir.join("disk.local")), 1 << 30);
+    assert_eq!(virtual_size(&dir.join("disk.swap")), 64 << 20);
+    assert_eq!(virtual_size(&dir.join("disk")), DISK);
+
+    // A snapshot of the running guest: its root disk streamed.
+    let taken = admin.post(&format!("/servers/{id}/action"), &json!({"createImage": {"name": "life-snap"}})).await;
+    assert_eq!(taken.status, 202, "{:?}", taken.body);
+    let snap = taken.body["image_id"].as_str().expect("image_id").to_owned();
+    let started = Instant::now();
+    let record = image_active(&admin, &snap).await;
+    settle(&admin, &id, "ACTIVE").await;
+    eprintln!("libvirt snapshot of {id}: active after {:?}", started.elapsed());
+    assert_eq!(record["size"], DISK, "{record}");
+    let (size, sha512) = image_data(&base, &snap).await;
+    assert_eq!((size, sha512.as_str()), (DISK, record["os_hash_value"].as_str().expect("os_hash_value")));
+    let peak = peak_rss_kb(cloud.agent_pid(0));
+    eprintln!("agent peak RSS after streaming a {} MiB snapshot: {peak} KiB", DISK >> 20);
+    assert!(peak < DISK / 1024, "the agent held the disk: peak RSS {peak} KiB");
+    assert!(!dir.read_dir().expect("dir").flatten().any(|e| e.file_name().to_string_lossy().starts_with("snapshot")));
+
+    // A guest booted from the snapshot.
+    let flavor = admin.flavor("guest", 1, 128, 1).await;
+    let boot = admin
+        .post(
+            "/servers",
+            &json!({"server": {"name": "from-snap", "flavorRef": flavor, "imageRef": snap, "networks": "none"}}),
+        )
+        .await;
+    assert_eq!(boot.status, 202, "{:?}", boot.body);
+    let from_snap = boot.body["server"]["id"].as_str().expect("id").to_owned();
+    settle(&admin, &from_snap, "ACTIVE").await;
+    assert_eq!(marker(&admin, &from_snap, 1).await, format!("BERTH-GUEST-UP uuid={from_snap} key=none"));
+    assert_eq!(admin.delete(&format!("/servers/{from_snap}")).await.status, 204);
+
+    // Rescue: the image's fresh disk first, the guest's own disk second
+    // (vdb: 64 MiB, 131072 sectors, where its ephemeral disk of 1 GiB
+    // was); a new boot on the console.
+    let rescued = admin.post(&format!("/servers/{id}/action"), &json!({"rescue": null})).await;
+    assert_eq!(rescued.status, 200, "{:?}", rescued.body);
+    settle(&admin, &id, "RESCUE").await;
+    assert_eq!(domstate(&id), "running");
+    let rescue_disks = [dir.join("disk.rescue").to_string_lossy().into_owned(), own_disks[0].clone()];
+    assert_eq!(disks_of(&id)[..2], rescue_disks[..]);
+    assert_eq!(marker(&admin, &id, 2).await, format!("BERTH-GUEST-UP uuid={id} key=none"));
+    let log = console(&admin, &id).await;
+    assert!(log.contains("[vdb] 2097152 512-byte logical blocks"), "no ephemeral disk on the console:\n{log}");
+    assert!(log.contains("[vdb] 131072 512-byte logical blocks"), "no rescue boot on the console:\n{log}");
+    act(&admin, &id, json!({"unrescue": null})).await;
+    settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(disks_of(&id), own_disks);
+    assert!(!dir.join("disk.rescue").exists());
+    marker(&admin, &id, 3).await;
+
+    // Shelve: the snapshot image, then (offloaded at once) nothing of the
+    // guest on the host; unshelve boots it from that image.
+    act(&admin, &id, json!({"shelve": null})).await;
+    settle(&admin, &id, "SHELVED_OFFLOADED").await;
+    let shelved = admin.image_get("/images?name=life-1-shelved").await.body["images"][0].clone();
+    assert_eq!(shelved["status"], "active", "{shelved}");
+    assert_eq!(shelved["size"], DISK, "{shelved}");
+    assert!(!virsh(&["dominfo", &format!("instance-{id}")]).0, "domain of the offloaded {id} left");
+    assert!(!dir.exists(), "files of the offloaded {id} left");
+    act(&admin, &id, json!({"unshelve": null})).await;
+    let server = settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], host.as_str());
+    assert_eq!(domstate(&id), "running");
+    assert_eq!(marker(&admin, &id, 1).await, format!("BERTH-GUEST-UP uuid={id} key=none"));
+    assert_eq!(disks_of(&id), own_disks);
+    let out = Command::new("qemu-img").args(["info", "-U", "--output=json"]).arg(dir.join("disk")).output();
+    let info: Value = serde_json::from_slice(&out.expect("qemu-img").stdout).expect("qemu-img info json");
+    let backing = info["backing-filename"].as_str().expect("backing file").to_owned();
+    assert!(backing.ends_with(&format!("_base/{}", shelved["id"].as_str().expect("id"))), "{backing}");
+
+    // Delete: the domain, the root, ephemeral and swap disks go.
+    assert_eq!(admin.delete(&format!("/servers/{id}")).await.status, 204);
+    for server in [&id, &from_snap] {
+        wait_gone(&admin, server).await;
+        assert!(!virsh(&["dominfo", &format!("instance-{server}")]).0, "domain of {server} left");
+        assert!(!instances.join(server).exists(), "files of {server} left");
     }
     cloud.check_invariants().await;
 }

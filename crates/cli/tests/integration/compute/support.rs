@@ -88,6 +88,11 @@ impl Cloud {
         let _ = self.agents[index].wait();
     }
 
+    /// The process id of the agent started `index`-th.
+    pub(crate) fn agent_pid(&self, index: usize) -> u32 {
+        self.agents[index].id()
+    }
+
     /// Send SIGHUP to the agent started `index`-th.
     pub(crate) fn hangup_agent(&self, index: usize) {
         let pid = self.agents[index].id().to_string();
