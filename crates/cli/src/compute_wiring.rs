@@ -212,7 +212,11 @@ fn start_image_store(
     settings: &ComputeSettings,
 ) -> anyhow::Result<Arc<berth_image_api::data::ImageStore>> {
     let store = match &settings.image_objects {
-        Some(objects) => berth_image_api::data::ImageStore::open_objects(objects, settings.image_size_cap)?,
+        Some(objects) => berth_image_api::data::ImageStore::open_objects(
+            objects,
+            settings.image_size_cap,
+            settings.image_upload_idle,
+        )?,
         None => berth_image_api::data::ImageStore::open(settings.image_store_dir.clone(), settings.image_size_cap)?,
     };
     let store = Arc::new(store.with_quotas(settings.image_quotas));

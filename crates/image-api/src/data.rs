@@ -201,10 +201,11 @@ impl ImageStore {
     }
 
     /// The store in the object store `config` names (the bucket must
-    /// exist), refusing images larger than `size_cap` bytes. Needs the
-    /// tokio runtime its client is to run on.
-    pub fn open_objects(config: &ObjectStoreConfig, size_cap: u64) -> anyhow::Result<Self> {
-        let objects = Objects::open(config)?;
+    /// exist), refusing images larger than `size_cap` bytes; uploads idle
+    /// for `idle` are taken for dead. Needs the tokio runtime its client
+    /// is to run on.
+    pub fn open_objects(config: &ObjectStoreConfig, size_cap: u64, idle: Duration) -> anyhow::Result<Self> {
+        let objects = Objects::open(config, idle)?;
         Ok(ImageStore { dir: PathBuf::new(), objects: Some(objects), size_cap, quotas: ImageQuotas::default() })
     }
 

@@ -9,7 +9,7 @@
 //! it goes; it becomes visible under its key only when completed, so no
 //! partial data is ever seen there; a failed one is aborted. A crash leaves
 //! the marker, whose upload the sweep aborts once it has been idle for the
-//! grace period (an upload rewrites its marker while it runs).
+//! grace period (an upload rewrites its marker while data arrives).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -34,7 +34,8 @@ const PART: u64 = 16 << 20;
 const MAX_PARTS: u64 = 1000;
 /// S3's largest part.
 const MAX_PART: u64 = 5 << 30;
-/// How often a running upload rewrites its marker at most.
+/// How often a running upload rewrites its marker at most (more often
+/// when uploads are taken for dead sooner: a quarter of that time).
 const MARKER_REFRESH: Duration = Duration::from_secs(60);
 
 /// Where the object store is and how to reach it.
@@ -73,6 +74,8 @@ pub(crate) struct Objects {
     bucket: String,
     prefix: String,
     handle: tokio::runtime::Handle,
+    /// How often a running upload rewrites its marker.
+    refresh: Duration,
 }
 
 impl std::fmt::Debug for Objects {
@@ -94,8 +97,9 @@ fn part_size(declared: Option<u64>, parts: u64) -> u64 {
 }
 
 impl Objects {
-    /// Open the bucket named by `config` (on the current tokio runtime).
-    pub(crate) fn open(config: &ObjectStoreConfig) -> anyhow::Result<Self> {
+    /// Open the bucket named by `config` (on the current tokio runtime);
+    /// uploads idle for `idle` are taken for dead by the sweep.
+    pub(crate) fn open(config: &ObjectStoreConfig, idle: Duration) -> anyhow::Result<Self> {
         let rest = config
             .url
             .strip_prefix("s3://")
@@ -119,7 +123,8 @@ impl Objects {
         let s3 = builder.build().map_err(|e| anyhow::anyhow!("--image-store {}: {e}", config.url))?;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| anyhow::anyhow!("the object image store needs a tokio runtime"))?;
-        Ok(Objects { s3: Arc::new(s3), bucket: bucket.to_owned(), prefix, handle })
+        let refresh = (idle / 4).clamp(Duration::from_millis(100), MARKER_REFRESH);
+        Ok(Objects { s3: Arc::new(s3), bucket: bucket.to_owned(), prefix, handle, refresh })
     }
 
     /// `s3://bucket/prefix`, for the log.
@@ -216,6 +221,11 @@ impl Objects {
                 return Err(too_large());
             }
             hasher.update(&chunk);
+            // Alive: a marker untouched for the idle time is a dead upload's.
+            if up.marked.elapsed() >= self.refresh {
+                self.put_marker(&up.marker, &up.key, up.id.as_ref()).await?;
+                up.marked = Instant::now();
+            }
             buffered += chunk.len() as u64;
             buffer.push(chunk);
             if buffered >= part_size(declared, up.parts.len() as u64) {
@@ -253,10 +263,6 @@ impl Objects {
         let (s3, key, id, index) = (self.s3.clone(), up.key.clone(), up.id.clone().unwrap_or_default(), up.parts.len());
         let payload: PutPayload = chunks.into_iter().collect();
         up.inflight = Some(tokio::spawn(async move { s3.put_part(&key, &id, index, payload).await }));
-        if up.marked.elapsed() >= MARKER_REFRESH {
-            self.put_marker(&up.marker, &up.key, up.id.as_ref()).await?;
-            up.marked = Instant::now();
-        }
         Ok(())
     }
 

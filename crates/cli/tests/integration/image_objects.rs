@@ -265,7 +265,8 @@ async fn object_store_a_crash_mid_upload_is_swept_at_restart() {
     let tag = "objects-crash";
     let (dir, database) = (fresh_dir(tag), test_database(tag));
     let mut args = bucket.args(&prefix);
-    args.extend(["--image-upload-idle-secs".to_owned(), "1".to_owned()]);
+    // Swift's Last-Modified is in whole seconds: an idle time of a few.
+    args.extend(["--image-upload-idle-secs".to_owned(), "4".to_owned()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut server = TestServer::start_with_args_in(dir.clone(), database.clone(), &args).await;
     let glance = Glance::new(&server, "admin");
@@ -293,11 +294,11 @@ async fn object_store_a_crash_mid_upload_is_swept_at_restart() {
     bucket.s3.put(&Key::from(format!("{prefix}/images/{orphan}")), b"orphan".to_vec().into()).await.expect("orphan");
     server.kill9();
     drop(upload);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let server = TestServer::start_with_args_in(dir.clone(), database, &args).await;
     let glance = Glance::new(&server, "admin");
-    // On PostgreSQL the start-up sweep takes only what is idle for a
-    // second: it may take the next periodic sweep.
+    // On PostgreSQL the start-up sweep takes only what is idle for the
+    // idle time: it may take the next periodic sweep.
     let image = glance.wait_status(&id, "queued").await;
     assert_eq!(image["size"], Value::Null);
     bucket.wait_keys(&prefix, &[]).await;
