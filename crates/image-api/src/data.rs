@@ -24,8 +24,6 @@ use berth_compute_model::plan::{plan_abort_image_upload, plan_begin_image_upload
 use berth_compute_model::{Image, ImageHashes};
 use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
 use futures_util::{Stream, StreamExt};
-use md5::Md5;
-use sha2::{Digest, Sha512};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use uuid::Uuid;
 
@@ -33,6 +31,7 @@ use berth_compute_api::api::{self, is_admin};
 
 use crate::handlers::find;
 use crate::objects::{ObjectStoreConfig, Objects};
+pub(crate) use crate::streamed::{too_large, Hasher, Slot};
 use crate::ImageCtx;
 
 /// Glance's `image_size_cap` default: 1 TiB.
@@ -52,37 +51,6 @@ pub struct ImageStore {
     objects: Option<Objects>,
     size_cap: u64,
     quotas: ImageQuotas,
-}
-
-/// Which of an image's data: what it serves, or what waits for its
-/// import.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Slot {
-    Data,
-    Staged,
-}
-
-/// MD5 and SHA-512 of data as it streams by (Glance's `checksum` and
-/// `os_hash_value`).
-#[derive(Default)]
-pub(crate) struct Hasher {
-    md5: Md5,
-    sha512: Sha512,
-}
-
-impl Hasher {
-    pub(crate) fn update(&mut self, data: &[u8]) {
-        self.md5.update(data);
-        self.sha512.update(data);
-    }
-
-    pub(crate) fn finish(self) -> ImageHashes {
-        ImageHashes {
-            checksum: hex(&self.md5.finalize()),
-            os_hash_algo: "sha512".to_owned(),
-            os_hash_value: hex(&self.sha512.finalize()),
-        }
-    }
 }
 
 /// What the store holds of one image, wherever it is.
@@ -185,10 +153,6 @@ fn entry(name: &str) -> Option<Entry> {
     }
     rest.ends_with(".part").then_some(())?;
     Uuid::parse_str(id).ok().map(Entry::Temporary)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl ImageStore {
@@ -520,10 +484,6 @@ pub(crate) fn storage_error(err: std::io::Error) -> ApiError {
     ApiError::internal()
 }
 
-pub(crate) fn too_large() -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "The incoming image is too large: The provided image is too large.")
-}
-
 /// `PUT /image/v2/images/{id}/file`.
 pub fn upload(ctx: Arc<ImageCtx>, req: Req, body: Body) -> HandlerFuture {
     Box::pin(async move { upload_data(&ctx, &req, body).await })
@@ -742,7 +702,7 @@ mod tests {
         assert!(matches!(entry(&format!("{id}.abc.part")), Some(Entry::Temporary(x)) if x == id));
         assert!(entry("lost+found").is_none());
         assert!(entry(&format!("{id}.abc")).is_none());
-        assert_eq!(hex(&[0, 15, 255]), "000fff");
+        assert_eq!(crate::streamed::hex(&[0, 15, 255]), "000fff");
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod objects;
 pub mod patch;
 pub mod routes;
 pub mod schemas;
+mod streamed;
 pub mod views;
 
 use std::sync::Arc;

@@ -24,7 +24,7 @@ use object_store::path::Path as Key;
 use object_store::{GetOptions, GetRange, MultipartId, ObjectStore, ObjectStoreExt, PutPayload};
 use uuid::Uuid;
 
-use crate::data::{too_large, Hasher, Slot};
+use crate::streamed::{too_large, Hasher, Slot};
 
 /// The smallest part of a multipart upload (S3's minimum is 5 MiB); the
 /// part size grows with the declared length and every 250 parts, so that
