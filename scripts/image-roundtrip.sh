@@ -9,6 +9,7 @@
 #   S3_URL=... S3_ACCESS_KEY=... S3_SECRET_KEY=... S3_BUCKET=... scripts/image-roundtrip.sh
 #       # the object store too (eval "$(bash scripts/swift-throwaway.sh start)"
 #       # and S3_URL=$SWIFT_S3_URL ... gives one)
+# RUNS: which stores, `file`, `s3` or `file s3` (the default).
 # BERTH_BIN: the binary (default target/release/berth, built if missing).
 # WORK: where the files go (default a fresh directory under /tmp, on the
 # disk the store uses).
@@ -51,38 +52,44 @@ clouds:
     image_endpoint_override: http://127.0.0.1:$port/image
 EOF
   export OS_CLIENT_CONFIG_FILE="$dir/clouds.yaml" OS_CLOUD=berth
+  os() { os "$@" 2>>"$dir/osc.err"; }
   # Warm up (first-request paths, allocator arenas), then measure from idle.
   head -c 1048576 /dev/urandom >"$dir/warm"
-  "$VENV/bin/openstack" image create --disk-format raw --container-format bare --file "$dir/warm" warm >/dev/null
-  "$VENV/bin/openstack" image save --file "$dir/warm.out" warm
-  local idle peak_up peak_down up down
+  os image create --disk-format raw --container-format bare --file "$dir/warm" warm >/dev/null
+  os image save --file "$dir/warm.out" warm
+  local idle peak_up peak_down up down cli t
+  # The client's own start (Python imports), included in every timing below.
+  t=$(now); os image show warm -f value -c id >/dev/null; cli=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t" "$(now)")
   idle=$(rss "$PID" VmRSS:)
   echo 5 >"/proc/$PID/clear_refs"   # reset VmHWM: the peak from here on
   t0=$(now)
-  "$VENV/bin/openstack" image create --disk-format raw --container-format bare --file "$F" big -f value -c id >/dev/null
+  os image create --disk-format raw --container-format bare --file "$F" big -f value -c id >/dev/null
   t1=$(now)
   peak_up=$(rss "$PID" VmHWM:)
   echo 5 >"/proc/$PID/clear_refs"
   t2=$(now)
-  "$VENV/bin/openstack" image save --file "$dir/out.raw" big
+  os image save --file "$dir/out.raw" big
   sync
   t3=$(now)
   peak_down=$(rss "$PID" VmHWM:)
   cmp "$F" "$dir/out.raw"
-  [ "$("$VENV/bin/openstack" image show big -f value -c checksum)" = "$(md5sum <"$F" | cut -d' ' -f1)" ]
+  [ "$(os image show big -f value -c checksum)" = "$(md5sum <"$F" | cut -d' ' -f1)" ]
   up=$(mbps "$t0" "$t1"); down=$(mbps "$t2" "$t3")
-  printf '%-28s upload %5s MB/s  download %5s MB/s  (cp %s MB/s)  RSS idle %d MiB, peak +%d MiB up, +%d MiB down  cmp ok\n' \
-    "$label" "$up" "$down" "$CP" $((idle / 1024)) $(((peak_up - idle) / 1024)) $(((peak_down - idle) / 1024))
+  printf '%-28s upload %5s MB/s  download %5s MB/s  (cp %s MB/s)  RSS idle %d MiB, peak +%d MiB up, +%d MiB down  cmp ok; times include the client start, %s s\n' \
+    "$label" "$up" "$down" "$CP" $((idle / 1024)) $(((peak_up - idle) / 1024)) $(((peak_down - idle) / 1024)) "$cli"
   kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
   rm -rf "$dir"
 }
 
 echo "$SIZE_MIB MiB, $(nproc) cores, berth $("$BERTH" --version 2>/dev/null || echo '?')"
-run sqlite-file
-if [ -n "${DATABASE_URL:-}" ]; then
-  run postgresql-file --database "$DATABASE_URL?schema=roundtrip_$$"
+RUNS=" ${RUNS:-file s3} "   # which stores: file, s3 or both
+if [[ $RUNS == *" file "* ]]; then
+  run sqlite-file
+  if [ -n "${DATABASE_URL:-}" ]; then
+    run postgresql-file --database "$DATABASE_URL?schema=roundtrip_$$"
+  fi
 fi
-if [ -n "${S3_URL:-}" ]; then
+if [ -n "${S3_URL:-}" ] && [[ $RUNS == *" s3 "* ]]; then
   S3=(--image-store "s3://${S3_BUCKET:-berth-images}/roundtrip-$$" --image-store-endpoint "$S3_URL"
       --image-store-access-key "$S3_ACCESS_KEY" --image-store-secret-key "$S3_SECRET_KEY")
   run sqlite-s3 "${S3[@]}"
