@@ -52,7 +52,7 @@ clouds:
     image_endpoint_override: http://127.0.0.1:$port/image
 EOF
   export OS_CLIENT_CONFIG_FILE="$dir/clouds.yaml" OS_CLOUD=berth
-  os() { os "$@" 2>>"$dir/osc.err"; }
+  os() { "$VENV/bin/openstack" "$@" 2>>"$dir/osc.err"; }
   # Warm up (first-request paths, allocator arenas), then measure from idle.
   head -c 1048576 /dev/urandom >"$dir/warm"
   os image create --disk-format raw --container-format bare --file "$dir/warm" warm >/dev/null
