@@ -19,7 +19,10 @@ KEYSTONE_DIR=""
 NATS_PID=""
 NATS_DIR=""
 LIBVIRT_PIDS=""
+SWIFT_PID=""
+SWIFT_DIR=""
 cleanup() {
+  if [ -n "$SWIFT_PID" ]; then bash scripts/swift-throwaway.sh stop "$SWIFT_PID" "$SWIFT_DIR" || true; fi
   if [ -n "$LIBVIRT_PIDS" ]; then bash scripts/libvirt-throwaway.sh stop "$LIBVIRT_PIDS" || true; fi
   if [ -n "$NATS_PID" ]; then bash scripts/nats-throwaway.sh stop "$NATS_PID" "$NATS_DIR" || true; fi
   if [ -n "$PG_PID" ]; then bash scripts/pg-throwaway.sh stop "$PG_PID" "$PG_DIR" || true; fi
@@ -62,6 +65,18 @@ fi
 # them those tests print why they skipped.
 echo "== libvirt and QEMU for the real-guest tests =="
 eval "$(bash scripts/libvirt-throwaway.sh start)" || echo "libvirt not available: the real-guest tests will skip"
+
+# An object store for the image data tests (`--image-store s3://...`):
+# $BERTH_TEST_S3_URL (with _ACCESS_KEY, _SECRET_KEY, _BUCKET) when given,
+# else a throwaway OpenStack Swift speaking S3 through its s3api middleware
+# (Debian packages, installed on first use), stopped by PID at exit.
+if [ -z "${BERTH_TEST_S3_URL:-}" ]; then
+  echo "== starting a throwaway OpenStack Swift (S3 through s3api) =="
+  eval "$(bash scripts/swift-throwaway.sh start)"
+  export BERTH_TEST_S3_URL="$SWIFT_S3_URL" BERTH_TEST_S3_ACCESS_KEY="$SWIFT_ACCESS_KEY" \
+    BERTH_TEST_S3_SECRET_KEY="$SWIFT_SECRET_KEY" BERTH_TEST_S3_BUCKET="$SWIFT_BUCKET" \
+    BERTH_TEST_SWIFT_AUTH_URL="$SWIFT_AUTH_URL"
+fi
 
 echo "== berth tests on SQLite =="
 env -u TEST_DATABASE_URL cargo test --workspace --locked "$@" 2>&1 | tee -a "$LOG"

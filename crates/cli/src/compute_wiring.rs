@@ -105,6 +105,8 @@ pub(crate) struct ComputeSettings {
     pub(crate) cell_timeout: Duration,
     /// Directory of the image data.
     pub(crate) image_store_dir: std::path::PathBuf,
+    /// The object store of the image data, when not a directory.
+    pub(crate) image_objects: Option<berth_image_api::objects::ObjectStoreConfig>,
     /// Largest image data in bytes.
     pub(crate) image_size_cap: u64,
     /// How long an upload may go without writing before a sweep takes it
@@ -218,14 +220,19 @@ fn start_image_store(
     core: &Arc<berth_core::App>,
     settings: &ComputeSettings,
 ) -> anyhow::Result<Arc<berth_image_api::data::ImageStore>> {
-    let store = Arc::new(
-        berth_image_api::data::ImageStore::open(settings.image_store_dir.clone(), settings.image_size_cap)?
-            .with_quotas(settings.image_quotas),
-    );
+    let store = match &settings.image_objects {
+        Some(objects) => berth_image_api::data::ImageStore::open_objects(
+            objects,
+            settings.image_size_cap,
+            settings.image_upload_idle,
+        )?,
+        None => berth_image_api::data::ImageStore::open(settings.image_store_dir.clone(), settings.image_size_cap)?,
+    };
+    let store = Arc::new(store.with_quotas(settings.image_quotas));
     let upload_idle = settings.image_upload_idle;
     let idle = if core.store().shared() { upload_idle } else { Duration::ZERO };
     let report = store.sweep(core, idle);
-    tracing::info!(dir = %store.dir().display(), ?report, "image store swept");
+    tracing::info!(store = %store.describe(), ?report, "image store swept");
     let (core, swept) = (core.clone(), store.clone());
     let spawned = std::thread::Builder::new().name("berth-image-sweep".into()).spawn(move || loop {
         std::thread::sleep(IMAGE_SWEEP_EVERY.min(upload_idle).max(Duration::from_secs(1)));

@@ -52,6 +52,16 @@ pub(crate) struct FileConfig {
     pub(crate) max_body_bytes: Option<usize>,
     /// Directory of the image data (default `<data_dir>/images`).
     pub(crate) image_store_dir: Option<PathBuf>,
+    /// `file` or `s3://BUCKET[/PREFIX]`.
+    pub(crate) image_store: Option<String>,
+    /// The S3 endpoint of an `s3://` image store.
+    pub(crate) image_store_endpoint: Option<String>,
+    /// The region it signs for (default `us-east-1`).
+    pub(crate) image_store_region: Option<String>,
+    /// Its access key.
+    pub(crate) image_store_access_key: Option<String>,
+    /// Its secret key.
+    pub(crate) image_store_secret_key: Option<String>,
     /// Largest image data in bytes (Glance's `image_size_cap`).
     pub(crate) image_size_cap: Option<u64>,
     /// Seconds without a write before an upload is taken for dead.

@@ -104,6 +104,29 @@ pub(crate) struct ServeOpts {
     /// processes on one database need one shared directory.
     #[arg(long, env = "BERTH_IMAGE_STORE_DIR")]
     image_store_dir: Option<PathBuf>,
+    /// Where image data lives: `file` (default, `--image-store-dir`) or an
+    /// S3 object store, `s3://BUCKET[/PREFIX]` (OpenStack Swift's `s3api`
+    /// or any S3-compatible store; the bucket must exist), reached at
+    /// `--image-store-endpoint` with `--image-store-access-key` and
+    /// `--image-store-secret-key`.
+    #[arg(long, env = "BERTH_IMAGE_STORE")]
+    image_store: Option<String>,
+    /// The S3 endpoint of an `s3://` image store (e.g.
+    /// `http://swift-proxy:8080`; AWS's when absent).
+    #[arg(long, env = "BERTH_IMAGE_STORE_ENDPOINT")]
+    image_store_endpoint: Option<String>,
+    /// The region SigV4 signs for (default `us-east-1`, Swift s3api's
+    /// default `location`).
+    #[arg(long, env = "BERTH_IMAGE_STORE_REGION")]
+    image_store_region: Option<String>,
+    /// The access key of an `s3://` image store (Swift tempauth:
+    /// `account:user`; with Keystone, an EC2 credential's access).
+    #[arg(long, env = "BERTH_IMAGE_STORE_ACCESS_KEY")]
+    image_store_access_key: Option<String>,
+    /// Its secret key (better given in the environment or the config file
+    /// than on the command line).
+    #[arg(long, env = "BERTH_IMAGE_STORE_SECRET_KEY", hide_env_values = true)]
+    image_store_secret_key: Option<String>,
     /// Largest image data in bytes (Glance's `image_size_cap`, default
     /// 1 TiB; 413 above).
     #[arg(long, env = "BERTH_IMAGE_SIZE_CAP")]
@@ -555,6 +578,17 @@ fn resolve(opts: ServeOpts) -> anyhow::Result<Settings> {
         reservations,
         cell_timeout: std::time::Duration::from_millis(opts.cell_timeout_ms.or(file.cell_timeout_ms).unwrap_or(2000)),
         image_store_dir: opts.image_store_dir.or(file.image_store_dir).unwrap_or_else(|| data_dir.join("images")),
+        image_objects: match opts.image_store.or(file.image_store).as_deref() {
+            None | Some("file") => None,
+            Some(url) if url.starts_with("s3://") => Some(berth_image_api::objects::ObjectStoreConfig {
+                url: url.to_owned(),
+                endpoint: opts.image_store_endpoint.or(file.image_store_endpoint),
+                region: opts.image_store_region.or(file.image_store_region),
+                access_key: opts.image_store_access_key.or(file.image_store_access_key),
+                secret_key: opts.image_store_secret_key.or(file.image_store_secret_key),
+            }),
+            Some(other) => anyhow::bail!("invalid --image-store {other:?} (file, or s3://BUCKET[/PREFIX])"),
+        },
         image_size_cap: opts
             .image_size_cap
             .or(file.image_size_cap)

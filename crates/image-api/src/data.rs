@@ -1,11 +1,14 @@
-//! Image data: `PUT /v2/images/{id}/file` streams the body into a
-//! filesystem store (hashing it as it goes) and `GET` streams it back;
+//! Image data: `PUT /v2/images/{id}/file` streams the body into the image
+//! store (hashing it as it goes) and `GET` streams it back;
 //! [`ImageStore::sweep`] removes what a crash or a deletion left behind.
 //!
-//! The store is one directory: an image's data is the file named by its
-//! id; an upload writes `<id>.<random>.part` first, fsyncs it and renames
-//! it into place only when the body is complete and within the size cap,
-//! so no partial data is ever visible under an image's name. The status
+//! Two stores: a directory (the default) or an object store
+//! ([`crate::objects`], S3: Swift's `s3api` or any S3-compatible one).
+//! In a directory an image's data is the file named by its id; an upload
+//! writes `<id>.<random>.part` first, fsyncs it and renames it into place
+//! only when the body is complete and within the size cap, so no partial
+//! data is ever visible under an image's name (in an object store the
+//! multipart upload plays the temporary's part). The status
 //! moves `queued → saving` (a compare-and-set in one planned write: of
 //! two concurrent uploads the second finds `saving` and gets 409), then
 //! `saving → active` with size and hashes in one planned write after the
@@ -15,20 +18,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use berth_compute_model::plan::{plan_abort_image_upload, plan_begin_image_upload, plan_finish_image_upload};
 use berth_compute_model::{Image, ImageHashes};
 use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
-use http_body_util::BodyExt;
-use md5::Md5;
-use sha2::{Digest, Sha512};
+use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use uuid::Uuid;
 
 use berth_compute_api::api::{self, is_admin};
 
 use crate::handlers::find;
+use crate::objects::{ObjectStoreConfig, Objects};
+pub(crate) use crate::streamed::{too_large, Hasher, Slot};
 use crate::ImageCtx;
 
 /// Glance's `image_size_cap` default: 1 TiB.
@@ -44,8 +47,16 @@ const READ_CHUNK: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct ImageStore {
     dir: PathBuf,
+    /// `Some`: the data is in an object store (`dir` is unused).
+    objects: Option<Objects>,
     size_cap: u64,
     quotas: ImageQuotas,
+}
+
+/// What the store holds of one image, wherever it is.
+enum Location {
+    File(PathBuf),
+    Object(object_store::path::Path),
 }
 
 /// Per-project image quotas (Glance's unified limits `image_count_total`
@@ -122,6 +133,17 @@ enum Entry {
 }
 
 fn entry(name: &str) -> Option<Entry> {
+    // In an object store: `images/<id>`, `staged/<id>`, `uploads/<id>.<random>`.
+    if let Some(id) = name.strip_prefix("images/") {
+        return Uuid::parse_str(id).ok().map(Entry::Data);
+    }
+    if let Some(id) = name.strip_prefix("staged/") {
+        return Uuid::parse_str(id).ok().map(Entry::Staged);
+    }
+    if let Some(marker) = name.strip_prefix("uploads/") {
+        let (id, _) = marker.split_once('.')?;
+        return Uuid::parse_str(id).ok().map(Entry::Temporary);
+    }
     if let Ok(id) = Uuid::parse_str(name) {
         return Some(Entry::Data(id));
     }
@@ -133,17 +155,30 @@ fn entry(name: &str) -> Option<Entry> {
     Uuid::parse_str(id).ok().map(Entry::Temporary)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl ImageStore {
     /// The store in `dir` (created if missing), refusing images larger
     /// than `size_cap` bytes.
     pub fn open(dir: PathBuf, size_cap: u64) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the image store {}: {e}", dir.display()))?;
-        Ok(ImageStore { dir, size_cap, quotas: ImageQuotas::default() })
+        Ok(ImageStore { dir, objects: None, size_cap, quotas: ImageQuotas::default() })
+    }
+
+    /// The store in the object store `config` names (the bucket must
+    /// exist), refusing images larger than `size_cap` bytes; uploads idle
+    /// for `idle` are taken for dead. Needs the tokio runtime its client
+    /// is to run on.
+    pub fn open_objects(config: &ObjectStoreConfig, size_cap: u64, idle: Duration) -> anyhow::Result<Self> {
+        let objects = Objects::open(config, idle)?;
+        Ok(ImageStore { dir: PathBuf::new(), objects: Some(objects), size_cap, quotas: ImageQuotas::default() })
+    }
+
+    /// Where the data is, for the log.
+    pub fn describe(&self) -> String {
+        match &self.objects {
+            Some(objects) => objects.describe(),
+            None => self.dir.display().to_string(),
+        }
     }
 
     /// The same store with per-project `quotas`.
@@ -161,23 +196,187 @@ impl ImageStore {
         &self.dir
     }
 
-    pub(crate) fn data_path(&self, id: &Uuid) -> PathBuf {
+    fn data_path(&self, id: &Uuid) -> PathBuf {
         self.dir.join(id.to_string())
     }
 
     /// Where an image's staged data waits for its import (`uploading`).
-    pub(crate) fn staged_path(&self, id: &Uuid) -> PathBuf {
+    fn staged_path(&self, id: &Uuid) -> PathBuf {
         self.dir.join(format!("{id}.staged"))
     }
 
-    pub(crate) fn temporary_path(&self, id: &Uuid) -> PathBuf {
+    fn temporary_path(&self, id: &Uuid) -> PathBuf {
         self.dir.join(format!("{id}.{}.part", Uuid::new_v4().simple()))
     }
 
-    /// Remove an image's data and staged data, if it has any.
+    /// Remove an image's data and staged data, if it has any (from an
+    /// object store in the background).
     pub fn remove(&self, id: &Uuid) {
+        if let Some(objects) = &self.objects {
+            objects.remove_later(id);
+            return;
+        }
         remove_file(&self.data_path(id));
         remove_file(&self.staged_path(id));
+    }
+
+    /// Remove one of an image's data now.
+    pub(crate) async fn remove_slot(&self, slot: Slot, id: &Uuid) {
+        match (&self.objects, slot) {
+            (Some(objects), _) => objects.remove(slot, id).await,
+            (None, Slot::Data) => remove_file(&self.data_path(id)),
+            (None, Slot::Staged) => remove_file(&self.staged_path(id)),
+        }
+    }
+
+    /// Write `body` to `slot` of image `id`, hashing it, within the size
+    /// cap (`declared`: the length announced, if any): visible there only
+    /// once whole. Returns the size and hashes.
+    pub(crate) async fn receive<S>(
+        &self,
+        id: &Uuid,
+        slot: Slot,
+        body: S,
+        declared: Option<u64>,
+    ) -> ApiResult<(u64, ImageHashes)>
+    where
+        S: Stream<Item = ApiResult<Bytes>> + Unpin,
+    {
+        if let Some(objects) = &self.objects {
+            return objects.receive(id, slot, body, self.size_cap, declared).await;
+        }
+        let temporary = self.temporary_path(id);
+        let received = receive_file(&temporary, body, self.size_cap).await;
+        let placed = received.and_then(|done| {
+            let path = match slot {
+                Slot::Data => self.data_path(id),
+                Slot::Staged => self.staged_path(id),
+            };
+            match std::fs::rename(&temporary, &path).and_then(|()| sync_dir(&self.dir)) {
+                Ok(()) => Ok(done),
+                // The sweep took the temporary of an upload idle for longer
+                // than `--image-upload-idle-secs` (and gave the image back).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ApiError::conflict(format!(
+                    "The upload to image {id} was idle for too long and was abandoned."
+                ))),
+                Err(e) => Err(storage_error(e)),
+            }
+        });
+        if placed.is_err() {
+            remove_file(&temporary);
+        }
+        placed
+    }
+
+    /// The size of `slot`'s data (None: there is none).
+    async fn size(&self, slot: Slot, id: &Uuid) -> ApiResult<Option<u64>> {
+        if let Some(objects) = &self.objects {
+            return objects.size(slot, id).await;
+        }
+        let path = match slot {
+            Slot::Data => self.data_path(id),
+            Slot::Staged => self.staged_path(id),
+        };
+        match tokio::fs::metadata(&path).await {
+            Ok(meta) => Ok(Some(meta.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(storage_error(e)),
+        }
+    }
+
+    /// `length` bytes of an image's data from `start`, as a stream.
+    async fn read(
+        &self,
+        id: &Uuid,
+        start: u64,
+        length: u64,
+    ) -> ApiResult<futures_util::stream::BoxStream<'static, std::io::Result<Bytes>>> {
+        if let Some(objects) = &self.objects {
+            return objects.read(Slot::Data, id, start, length).await;
+        }
+        let mut file = tokio::fs::File::open(self.data_path(id)).await.map_err(storage_error)?;
+        if start > 0 {
+            file.seek(std::io::SeekFrom::Start(start)).await.map_err(storage_error)?;
+        }
+        let chunks = futures_util::stream::unfold((file, length), |(mut file, left)| async move {
+            if left == 0 {
+                return None;
+            }
+            let want = usize::try_from(left).unwrap_or(usize::MAX).min(READ_CHUNK);
+            let mut buf = vec![0u8; want];
+            match file.read(&mut buf).await {
+                Ok(0) => Some((Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)), (file, 0))),
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(Bytes::from(buf)), (file, left - n as u64)))
+                }
+                Err(e) => Some((Err(e), (file, 0))),
+            }
+        });
+        Ok(chunks.boxed())
+    }
+
+    /// Move an image's staged data into place as its data, hashing it.
+    /// Returns the size and hashes.
+    pub(crate) async fn import_staged(&self, id: &Uuid) -> ApiResult<(u64, ImageHashes)> {
+        if let Some(objects) = &self.objects {
+            return objects.import(id, self.size_cap).await;
+        }
+        let staged = self.staged_path(id);
+        let mut file = tokio::fs::File::open(&staged).await.map_err(storage_error)?;
+        let mut hasher = Hasher::default();
+        let mut size: u64 = 0;
+        let mut buf = vec![0u8; WRITE_BUFFER];
+        loop {
+            let n = file.read(&mut buf).await.map_err(storage_error)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            size += n as u64;
+        }
+        drop(file);
+        std::fs::rename(&staged, self.data_path(id)).and_then(|()| sync_dir(&self.dir)).map_err(storage_error)?;
+        Ok((size, hasher.finish()))
+    }
+
+    /// What the store holds: (what, where, how long untouched).
+    /// None when the store cannot be listed (then nothing is swept: an
+    /// upload whose temporary is not seen must not be taken for dead).
+    fn entries(&self) -> Option<Vec<(Entry, Location, Duration)>> {
+        let mut files = Vec::new();
+        if let Some(objects) = &self.objects {
+            let Ok(listing) = objects.block(objects.listing()) else {
+                tracing::warn!("the image object store could not be listed: not swept");
+                return None;
+            };
+            for (name, key, age) in listing {
+                if let Some(kind) = entry(&name) {
+                    files.push((kind, Location::Object(key), age));
+                }
+            }
+            return Some(files);
+        }
+        let Ok(listing) = std::fs::read_dir(&self.dir) else { return None };
+        for item in listing.flatten() {
+            let name = item.file_name().to_string_lossy().into_owned();
+            let Some(kind) = entry(&name) else { continue };
+            let age = item.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            files.push((kind, Location::File(item.path()), age.unwrap_or(Duration::MAX)));
+        }
+        Some(files)
+    }
+
+    /// Remove what the sweep found dead (a dead upload's multipart upload
+    /// is aborted).
+    fn discard(&self, kind: &Entry, location: &Location) {
+        match (location, &self.objects) {
+            (Location::File(path), _) => remove_file(path),
+            (Location::Object(key), Some(objects)) => {
+                objects.block(objects.discard(key, matches!(kind, Entry::Temporary(_))));
+            }
+            (Location::Object(_), None) => {}
+        }
     }
 
     /// Remove what interrupted uploads and deletions left: temporaries,
@@ -188,20 +387,13 @@ impl ImageStore {
     /// only process using the store takes everything.
     pub fn sweep(&self, core: &berth_core::App, idle: Duration) -> SweepReport {
         let mut report = SweepReport::default();
-        let Ok(listing) = std::fs::read_dir(&self.dir) else { return report };
-        let mut files = Vec::new();
-        for item in listing.flatten() {
-            let name = item.file_name().to_string_lossy().into_owned();
-            let Some(kind) = entry(&name) else { continue };
-            let age = item.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
-            files.push((kind, item.path(), age.unwrap_or(Duration::MAX)));
-        }
-        // An upload is alive while its temporary is fresh.
+        let Some(files) = self.entries() else { return report };
+        // An upload is alive while its temporary (or marker) is fresh.
         let mut uploading = std::collections::BTreeSet::new();
         for (kind, path, age) in &files {
             if let Entry::Temporary(id) = kind {
                 if *age >= idle {
-                    remove_file(path);
+                    self.discard(kind, path);
                     report.temporaries += 1;
                 } else {
                     uploading.insert(*id);
@@ -257,7 +449,7 @@ impl ImageStore {
             };
             let kept = core.read().compute.images.get(id).is_some_and(|i| wanted.contains(&i.status.as_str()));
             if !kept && *age >= idle {
-                remove_file(path);
+                self.discard(kind, path);
                 report.orphans += 1;
             }
         }
@@ -290,10 +482,6 @@ pub(crate) fn storage_error(err: std::io::Error) -> ApiError {
     }
     tracing::error!(error = %err, "image store");
     ApiError::internal()
-}
-
-pub(crate) fn too_large() -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "The incoming image is too large: The provided image is too large.")
 }
 
 /// `PUT /image/v2/images/{id}/file`.
@@ -339,44 +527,31 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
     let id = image.id;
     ctx.core
         .write(|w| plan_begin_image_upload(w, &id, berth_core::now()).map(|set| (set, ())).map_err(api::refused))?;
-    let temporary = ctx.store.temporary_path(&id);
-    let outcome = receive(ctx, &temporary, body).await;
-    let finished = match outcome {
+    // In place before the image says `active`: a crash between the two
+    // leaves a `saving` image whose data the sweep removes.
+    let finished = match ctx.store.receive(&id, Slot::Data, body_stream(body), declared).await {
         Ok((size, hashes)) => {
-            // In place before the image says `active`: a crash between the
-            // two leaves a `saving` image whose data the sweep removes.
-            let data = ctx.store.data_path(&id);
-            let placed = std::fs::rename(&temporary, &data).and_then(|()| sync_dir(ctx.store.dir()));
-            match placed {
-                // The sweep took the temporary of an upload idle for longer
-                // than `--image-upload-idle-secs` (and gave the image back).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ApiError::conflict(format!(
-                    "The upload to image {id} was idle for too long and was abandoned."
-                ))),
-                Err(e) => Err(storage_error(e)),
-                Ok(()) => {
-                    let now = berth_core::now();
-                    let size = i64::try_from(size).unwrap_or(i64::MAX);
-                    let written = ctx.core.write(|w| {
-                        ctx.store.quotas.check_size(w, &id, u64::try_from(size).unwrap_or(0))?;
-                        plan_finish_image_upload(w, &id, size, hashes, now).map(|set| (set, ())).map_err(api::refused)
-                    });
-                    if let Err(err) = written {
-                        ctx.store.remove(&id);
-                        Err(if err.status == StatusCode::NOT_FOUND {
-                            ApiError::new(
-                                StatusCode::GONE,
-                                format!(
-                                    "Image {id} could not be found after upload. The image may have been deleted \
-                                     during the upload."
-                                ),
-                            )
-                        } else {
-                            err
-                        })
+            let now = berth_core::now();
+            let size = i64::try_from(size).unwrap_or(i64::MAX);
+            let written = ctx.core.write(|w| {
+                ctx.store.quotas.check_size(w, &id, u64::try_from(size).unwrap_or(0))?;
+                plan_finish_image_upload(w, &id, size, hashes, now).map(|set| (set, ())).map_err(api::refused)
+            });
+            match written {
+                Ok(()) => Ok(()),
+                Err(err) => {
+                    ctx.store.remove_slot(Slot::Data, &id).await;
+                    Err(if err.status == StatusCode::NOT_FOUND {
+                        ApiError::new(
+                            StatusCode::GONE,
+                            format!(
+                                "Image {id} could not be found after upload. The image may have been deleted \
+                                 during the upload."
+                            ),
+                        )
                     } else {
-                        Ok(())
-                    }
+                        err
+                    })
                 }
             }
         }
@@ -385,13 +560,18 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
     match finished {
         Ok(()) => Ok(Resp::no_content()),
         Err(err) => {
-            remove_file(&temporary);
             let _ = ctx.core.write(|w| {
                 plan_abort_image_upload(w, &id, berth_core::now()).map(|set| (set, ())).map_err(api::refused)
             });
             Err(err)
         }
     }
+}
+
+/// A request body as a stream of its data (a broken body, or a client
+/// that went away, is an error: the upload must not count).
+pub(crate) fn body_stream(body: Body) -> impl Stream<Item = ApiResult<Bytes>> + Unpin {
+    body.into_data_stream().map(|r| r.map_err(|_| ApiError::bad_request("The request body could not be read.")))
 }
 
 /// An agent uploading a server's snapshot (`instance_uuid`) from the
@@ -410,35 +590,29 @@ fn agent_snapshot(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
     berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
 }
 
-/// Write the body into `temporary`, hashing it, within the size cap;
-/// fsync it. Returns the size and hashes.
-pub(crate) async fn receive(ctx: &ImageCtx, temporary: &Path, mut body: Body) -> ApiResult<(u64, ImageHashes)> {
+/// Write `body` into `temporary`, hashing it, within `cap`; fsync it.
+/// Returns the size and hashes.
+async fn receive_file<S>(temporary: &Path, mut body: S, cap: u64) -> ApiResult<(u64, ImageHashes)>
+where
+    S: Stream<Item = ApiResult<Bytes>> + Unpin,
+{
     let file =
         tokio::fs::OpenOptions::new().write(true).create_new(true).open(temporary).await.map_err(storage_error)?;
     let mut file = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
-    let (mut md5, mut sha512) = (Md5::new(), Sha512::new());
+    let mut hasher = Hasher::default();
     let mut size: u64 = 0;
-    while let Some(frame) = body.frame().await {
-        // The client went away or sent a broken body: nobody reads this
-        // answer, but the upload must not count.
-        let frame = frame.map_err(|_| ApiError::bad_request("The request body could not be read."))?;
-        let Ok(data) = frame.into_data() else { continue };
+    while let Some(data) = body.next().await {
+        let data = data?;
         size = size.saturating_add(data.len() as u64);
-        if size > ctx.store.size_cap {
+        if size > cap {
             return Err(too_large());
         }
-        md5.update(&data);
-        sha512.update(&data);
+        hasher.update(&data);
         file.write_all(&data).await.map_err(storage_error)?;
     }
     file.flush().await.map_err(storage_error)?;
     file.get_ref().sync_all().await.map_err(storage_error)?;
-    let hashes = ImageHashes {
-        checksum: hex(&md5.finalize()),
-        os_hash_algo: "sha512".to_owned(),
-        os_hash_value: hex(&sha512.finalize()),
-    };
-    Ok((size, hashes))
+    Ok((size, hasher.finish()))
 }
 
 /// A `Range: bytes=…` request against `size` bytes: `Ok(None)` without
@@ -490,12 +664,7 @@ async fn download_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     if image.status != "active" && image.status != "deactivated" {
         return Ok(Resp::no_content());
     }
-    let mut file = match tokio::fs::File::open(ctx.store.data_path(&image.id)).await {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Resp::no_content()),
-        Err(e) => return Err(storage_error(e)),
-    };
-    let size = file.metadata().await.map_err(storage_error)?.len();
+    let Some(size) = ctx.store.size(Slot::Data, &image.id).await? else { return Ok(Resp::no_content()) };
     let range = byte_range(req.headers.get("range"), size).map_err(|()| {
         let mut err = ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "Requested range not satisfiable");
         err.headers.push(("content-range", format!("bytes */{size}")));
@@ -505,24 +674,7 @@ async fn download_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
         Some((a, b)) => (a, b - a + 1),
         None => (0, size),
     };
-    if start > 0 {
-        file.seek(std::io::SeekFrom::Start(start)).await.map_err(storage_error)?;
-    }
-    let chunks = futures_util::stream::unfold((file, length), |(mut file, left)| async move {
-        if left == 0 {
-            return None;
-        }
-        let want = usize::try_from(left).unwrap_or(usize::MAX).min(READ_CHUNK);
-        let mut buf = vec![0u8; want];
-        match file.read(&mut buf).await {
-            Ok(0) => Some((Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)), (file, 0))),
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(buf), (file, left - n as u64)))
-            }
-            Err(e) => Some((Err(e), (file, 0))),
-        }
-    });
+    let chunks = ctx.store.read(&image.id, start, length).await?;
     let status = if range.is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
     let mut resp = Resp::stream(status, Body::from_stream(chunks))
         .header("content-type", "application/octet-stream")
@@ -550,7 +702,7 @@ mod tests {
         assert!(matches!(entry(&format!("{id}.abc.part")), Some(Entry::Temporary(x)) if x == id));
         assert!(entry("lost+found").is_none());
         assert!(entry(&format!("{id}.abc")).is_none());
-        assert_eq!(hex(&[0, 15, 255]), "000fff");
+        assert_eq!(crate::streamed::hex(&[0, 15, 255]), "000fff");
     }
 
     #[test]

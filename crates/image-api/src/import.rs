@@ -18,21 +18,15 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::StatusCode;
 use berth_compute_model::plan::{plan_abort_image_upload, plan_finish_image_upload, plan_image_status};
-use berth_compute_model::ImageHashes;
 use berth_http::{ApiError, ApiResult, HandlerFuture, Req, Resp};
-use md5::Md5;
 use serde_json::Value;
-use sha2::{Digest, Sha512};
-use tokio::io::AsyncReadExt;
 use uuid::Uuid;
 
 use berth_compute_api::api::{self, is_admin};
 
-use crate::data::{receive, remove_file, storage_error, sync_dir};
+use crate::data::{body_stream, Slot};
 use crate::handlers::{find, IMPORT_METHODS};
 use crate::ImageCtx;
-
-const READ_CHUNK: usize = 256 * 1024;
 
 fn may_modify(req: &Req, owner: Option<&str>) -> bool {
     is_admin(req) || (owner.is_some() && owner == req.auth.project_id.as_deref())
@@ -59,18 +53,10 @@ async fn stage_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
     ctx.core.write(|w| {
         plan_image_status(w, &id, "queued", "uploading", berth_core::now()).map(|set| (set, ())).map_err(api::refused)
     })?;
-    let temporary = ctx.store.temporary_path(&id);
-    let staged = match receive(ctx, &temporary, body).await {
-        Ok((size, _)) => std::fs::rename(&temporary, ctx.store.staged_path(&id))
-            .and_then(|()| sync_dir(ctx.store.dir()))
-            .map_err(storage_error)
-            .map(|()| size),
-        Err(err) => Err(err),
-    };
-    let size = match staged {
-        Ok(size) => size,
+    let declared = req.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let size = match ctx.store.receive(&id, Slot::Staged, body_stream(body), declared).await {
+        Ok((size, _)) => size,
         Err(err) => {
-            remove_file(&temporary);
             go_back(ctx, &id);
             return Err(err);
         }
@@ -88,7 +74,7 @@ async fn stage_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
     })?;
     if !recorded {
         // Deleted (or given back) while staging: the data goes too.
-        remove_file(&ctx.store.staged_path(&id));
+        ctx.store.remove_slot(Slot::Staged, &id).await;
         return Err(ApiError::conflict(format!("The image {id} is no longer waiting for staged data.")));
     }
     Ok(Resp::no_content())
@@ -142,8 +128,8 @@ async fn import_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
     match finish_import(ctx, &id).await {
         Ok(()) => Ok(Resp::stream(StatusCode::ACCEPTED, Body::empty())),
         Err(err) => {
-            remove_file(&ctx.store.staged_path(&id));
-            remove_file(&ctx.store.data_path(&id));
+            ctx.store.remove_slot(Slot::Staged, &id).await;
+            ctx.store.remove_slot(Slot::Data, &id).await;
             go_back(ctx, &id);
             Err(err)
         }
@@ -152,30 +138,7 @@ async fn import_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
 
 /// Hash the staged data, move it into place, and make the image `active`.
 async fn finish_import(ctx: &ImageCtx, id: &Uuid) -> ApiResult<()> {
-    let staged = ctx.store.staged_path(id);
-    let mut file = tokio::fs::File::open(&staged).await.map_err(storage_error)?;
-    let (mut md5, mut sha512) = (Md5::new(), Sha512::new());
-    let mut size: u64 = 0;
-    let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        let n = file.read(&mut buf).await.map_err(storage_error)?;
-        if n == 0 {
-            break;
-        }
-        md5.update(&buf[..n]);
-        sha512.update(&buf[..n]);
-        size += n as u64;
-    }
-    drop(file);
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let hashes = ImageHashes {
-        checksum: hex(&md5.finalize()),
-        os_hash_algo: "sha512".to_owned(),
-        os_hash_value: hex(&sha512.finalize()),
-    };
-    std::fs::rename(&staged, ctx.store.data_path(id))
-        .and_then(|()| sync_dir(ctx.store.dir()))
-        .map_err(storage_error)?;
+    let (size, hashes) = ctx.store.import_staged(id).await?;
     let size = i64::try_from(size).unwrap_or(i64::MAX);
     ctx.core.write(|w| {
         ctx.store.quotas().check_size(w, id, u64::try_from(size).unwrap_or(0))?;

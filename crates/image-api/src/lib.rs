@@ -1,6 +1,7 @@
 //! The Glance v2 image subset berth serves at `/image/v2`: list, show,
 //! create, delete, image data (upload and download, streamed to and from
-//! a filesystem store with Glance's checksums: [`data`]), and the schema
+//! a filesystem or S3 object store with Glance's checksums: [`data`],
+//! [`objects`]), and the schema
 //! documents clients fetch. Images carry the properties the scheduler reads
 //! (`trait:*`, `hw_*`, `img_*`, `disk_format`).
 //!
@@ -28,9 +29,11 @@ pub mod members;
 pub mod metadef_catalog;
 pub mod metadef_tags;
 pub mod metadefs;
+pub mod objects;
 pub mod patch;
 pub mod routes;
 pub mod schemas;
+mod streamed;
 pub mod views;
 
 use std::sync::Arc;

@@ -15,12 +15,12 @@ use tokio::net::TcpStream;
 
 use crate::support::{fresh_dir, test_database, TestServer};
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Deterministic bytes that are not all alike.
-fn data(len: usize) -> Vec<u8> {
+pub(crate) fn data(len: usize) -> Vec<u8> {
     let mut x: u32 = 0x9e37_79b9;
     (0..len)
         .map(|_| {
@@ -32,33 +32,33 @@ fn data(len: usize) -> Vec<u8> {
         .collect()
 }
 
-struct Glance {
+pub(crate) struct Glance {
     http: reqwest::Client,
     base: String,
     token: String,
 }
 
-struct Got {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    bytes: Vec<u8>,
+pub(crate) struct Got {
+    pub(crate) status: u16,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    pub(crate) bytes: Vec<u8>,
 }
 
 impl Got {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
     }
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
 impl Glance {
-    fn new(server: &TestServer, token: &str) -> Self {
+    pub(crate) fn new(server: &TestServer, token: &str) -> Self {
         Glance { http: crate::support::http_client(), base: server.base.clone(), token: token.to_owned() }
     }
 
-    async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Got {
+    pub(crate) async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Got {
         let mut req = self
             .http
             .request(method.parse().expect("method"), format!("{}/image/v2{path}", self.base))
@@ -76,7 +76,7 @@ impl Glance {
         Got { status, headers, bytes }
     }
 
-    async fn create(&self, name: &str) -> String {
+    pub(crate) async fn create(&self, name: &str) -> String {
         let body = json!({"name": name, "disk_format": "raw", "container_format": "bare"}).to_string();
         let got = self.send("POST", "/images", &[("content-type", "application/json")], Some(body.into_bytes())).await;
         assert_eq!(got.status, 201, "create: {:?}", got.json());
@@ -84,24 +84,24 @@ impl Glance {
         got.json()["id"].as_str().expect("id").to_owned()
     }
 
-    async fn upload(&self, id: &str, bytes: Vec<u8>) -> Got {
+    pub(crate) async fn upload(&self, id: &str, bytes: Vec<u8>) -> Got {
         self.send("PUT", &format!("/images/{id}/file"), &[("content-type", "application/octet-stream")], Some(bytes))
             .await
     }
 
-    async fn show(&self, id: &str) -> Value {
+    pub(crate) async fn show(&self, id: &str) -> Value {
         let got = self.send("GET", &format!("/images/{id}"), &[], None).await;
         assert_eq!(got.status, 200, "show {id}");
         got.json()
     }
 
-    async fn download(&self, id: &str, range: Option<&str>) -> Got {
+    pub(crate) async fn download(&self, id: &str, range: Option<&str>) -> Got {
         let headers: Vec<(&str, &str)> = range.map(|r| vec![("range", r)]).unwrap_or_default();
         self.send("GET", &format!("/images/{id}/file"), &headers, None).await
     }
 
     /// Wait until the image has `status`.
-    async fn wait_status(&self, id: &str, status: &str) -> Value {
+    pub(crate) async fn wait_status(&self, id: &str, status: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let image = self.show(id).await;
@@ -116,13 +116,13 @@ impl Glance {
 
 /// An upload over a raw connection, so that a test controls when (and
 /// whether) the body ends.
-struct RawUpload {
+pub(crate) struct RawUpload {
     stream: TcpStream,
 }
 
 impl RawUpload {
     /// Send the request head of an upload declaring `length` bytes.
-    async fn open(server: &TestServer, id: &str, length: usize) -> Self {
+    pub(crate) async fn open(server: &TestServer, id: &str, length: usize) -> Self {
         let addr = server.base.trim_start_matches("http://").to_owned();
         let mut stream = TcpStream::connect(&addr).await.expect("connect");
         let head = format!(
@@ -133,13 +133,13 @@ impl RawUpload {
         RawUpload { stream }
     }
 
-    async fn send(&mut self, bytes: &[u8]) {
+    pub(crate) async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("body");
         self.stream.flush().await.expect("flush");
     }
 
     /// The status of the answer (the body must be complete).
-    async fn status(mut self) -> u16 {
+    pub(crate) async fn status(mut self) -> u16 {
         let mut answer = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(30), self.stream.read_to_end(&mut answer)).await;
         let text = String::from_utf8_lossy(&answer);
@@ -366,7 +366,7 @@ async fn an_upload_cut_by_a_crash_is_swept_at_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn rss_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
     status
         .lines()

@@ -11,6 +11,7 @@ mod connections;
 mod durability;
 mod harness;
 mod image_api;
+mod image_objects;
 mod images;
 mod import_placement;
 mod isolation;
