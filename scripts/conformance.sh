@@ -30,7 +30,7 @@ tempest_failed() {
   return 1
 }
 case "$backend" in
-  compute|compute-extra|image|tempest)
+  compute|compute-extra|image|tempest|upstream)
     if [ -z "${BERTH_BIN:-}" ]; then
       cargo build --release --locked -q
       BERTH_BIN="$PWD/target/release/berth"
@@ -51,6 +51,10 @@ case "$backend" in
         bash scripts/tempest/run_tempest.sh extra '^tempest\.api\.compute'
         bash scripts/tempest/run_tempest.sh summary
         if tempest_failed "$work" "compute (supplementary run)"; then status=1; fi ;;
+      upstream)
+        bash scripts/tempest/run_tempest.sh run '^tempest\.api\.(compute|image)'
+        bash scripts/tempest/run_tempest.sh summary
+        if tempest_failed "$work" "compute+image (upstream configuration)"; then status=1; fi ;;
       compute-extra)
         bash scripts/tempest/run_tempest.sh extra '^tempest\.api\.compute'
         bash scripts/tempest/run_tempest.sh summary
