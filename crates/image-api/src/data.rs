@@ -590,6 +590,29 @@ fn agent_snapshot(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
     berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
 }
 
+/// An agent reading an image a server on its host needs (the record and
+/// the data), as nova-compute reads images with its service token: the
+/// server's snapshot or shelve image (`instance_uuid`), or the image a
+/// server on that host was booted from. Only a caller with the `service`
+/// role that may speak for the host.
+pub(crate) fn agent_needs(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
+    if agent_snapshot(ctx, req, image) {
+        return true;
+    }
+    let Some(user) = req.auth.user_id.as_deref() else { return false };
+    if !req.auth.roles.iter().any(|r| r == "service") {
+        return false;
+    }
+    let world = ctx.core.read();
+    world.compute.request_specs.iter().filter(|(_, spec)| spec.image.as_ref().is_some_and(|i| i.id == image.id)).any(
+        |(instance, _)| {
+            berth_compute_model::choice::host_of_instance(&world, instance).is_some_and(|node| {
+                berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
+            })
+        },
+    )
+}
+
 /// Write `body` into `temporary`, hashing it, within `cap`; fsync it.
 /// Returns the size and hashes.
 async fn receive_file<S>(temporary: &Path, mut body: S, cap: u64) -> ApiResult<(u64, ImageHashes)>
@@ -655,7 +678,7 @@ pub fn download(ctx: Arc<ImageCtx>, req: Req, _body: Body) -> HandlerFuture {
 }
 
 async fn download_data(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
-    let image: Image = find(ctx, req)?;
+    let image: Image = crate::handlers::find_readable(ctx, req)?;
     if image.status == "deactivated" && !is_admin(req) {
         return Err(ApiError::forbidden("The requested image has been deactivated. Image data download is forbidden."));
     }

@@ -42,6 +42,20 @@ pub(crate) fn find(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
     Ok(image)
 }
 
+/// The image to read (its record or its data): one the caller can see,
+/// or one an agent needs for a server on its host
+/// ([`crate::data::agent_needs`]); 404 otherwise.
+pub(crate) fn find_readable(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
+    match find(ctx, req) {
+        Ok(image) => Ok(image),
+        Err(err) => {
+            let id = Uuid::parse_str(req.param(0)).map_err(|_| err.clone())?;
+            let image = ctx.core.read().compute.images.get(&id).cloned();
+            image.filter(|i| crate::data::agent_needs(ctx, req, i)).ok_or(err)
+        }
+    }
+}
+
 /// Glance's version list (without the image cache, 2.17 is `CURRENT`).
 const VERSIONS: &[(&str, &str)] = &[
     ("2.15", "SUPPORTED"),
@@ -135,7 +149,7 @@ pub(crate) fn check_property_quota(image: &Image) -> ApiResult<()> {
 
 /// `GET /image/v2/images/{id}`.
 pub fn show(ctx: &ImageCtx, req: &Req) -> ApiResult<Resp> {
-    Ok(Resp::ok(view::image(&find(ctx, req)?)))
+    Ok(Resp::ok(view::image(&find_readable(ctx, req)?)))
 }
 
 fn text(v: &Value) -> String {
