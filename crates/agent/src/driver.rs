@@ -64,6 +64,11 @@ pub struct Guest {
 pub trait Driver: Send + Sync + std::fmt::Debug {
     /// The `hypervisor_type` the hosts register with (`fake`, `QEMU`).
     fn hypervisor_type(&self) -> &'static str;
+    /// Does this driver make guests from the task's `server` (the long
+    /// poll then asks for it: `guests=1`)? The fake hosts do not.
+    fn needs_guest(&self) -> bool {
+        false
+    }
     /// Create and boot the guest (`build`).
     fn spawn<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()>;
     /// Re-create the guest from its (new) image (`rebuild`).

@@ -425,9 +425,11 @@ impl Link {
     }
 
     /// The work long poll of `agent`: the control plane may hold it for
-    /// up to `wait` (whole seconds) before it answers.
-    pub async fn work_poll(&self, agent: &str, wait: Duration) -> anyhow::Result<(u16, Value)> {
-        let path = format!("/work?agent={agent}&wait={}", wait.as_secs());
+    /// up to `wait` (whole seconds) before it answers. `guests`: the tasks
+    /// that make or move a guest carry it (`server`).
+    pub async fn work_poll(&self, agent: &str, wait: Duration, guests: bool) -> anyhow::Result<(u16, Value)> {
+        let guests = if guests { "&guests=1" } else { "" };
+        let path = format!("/work?agent={agent}&wait={}{guests}", wait.as_secs());
         self.agent_within(reqwest::Method::GET, &path, None, wait + self.request_timeout).await
     }
 
@@ -870,7 +872,10 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
         let (link, config) = (link.clone(), config.clone());
         tokio::spawn(async move {
             loop {
-                let (status, body) = match link.work_poll(&config.agent_id, WORK_WAIT).await {
+                let (status, body) = match link
+                    .work_poll(&config.agent_id, WORK_WAIT, config.driver.as_ref().is_some_and(|d| d.needs_guest()))
+                    .await
+                {
                     Ok(answer) => answer,
                     Err(err) => {
                         tracing::warn!(error = %err, "work poll failed");
@@ -1114,7 +1119,7 @@ mod tests {
         assert!(answer.is_err(), "{answer:?}");
         assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
         let started = std::time::Instant::now();
-        let answer = link.work_poll("a", Duration::from_secs(1)).await;
+        let answer = link.work_poll("a", Duration::from_secs(1), false).await;
         assert!(answer.is_err(), "{answer:?}");
         let took = started.elapsed();
         assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(6), "{took:?}");

@@ -197,9 +197,23 @@ impl LibvirtDriver {
         }
     }
 
-    /// This host's domains.
+    /// This host's domains. `virsh list --title` lists the domains, then
+    /// asks each for its title: a domain undefined in between (another
+    /// guest's delete or move, on this or another host of the daemon)
+    /// fails the whole listing with "Domain not found", so it is asked
+    /// again (a few times).
     async fn own_domains(&self) -> Result<Vec<Listed>, String> {
-        let list = self.virsh(&["list", "--all", "--title"]).await?;
+        let mut attempts = 0;
+        let list = loop {
+            match self.virsh(&["list", "--all", "--title"]).await {
+                Ok(list) => break list,
+                Err(err) if attempts < 5 && err.contains("Domain not found") => {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => return Err(err),
+            }
+        };
         Ok(parse_titled_list(&list).into_iter().filter(|l| self.owns(l)).collect())
     }
 
@@ -873,6 +887,10 @@ pub fn parse_list(text: &str) -> Vec<(String, String)> {
 impl Driver for LibvirtDriver {
     fn hypervisor_type(&self) -> &'static str {
         "QEMU"
+    }
+
+    fn needs_guest(&self) -> bool {
+        true
     }
 
     fn spawn<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {

@@ -225,7 +225,8 @@ pub async fn task_payloads(
     tasks.iter().map(|t| task_json(t, Some(&world), guests.get(&t.instance))).collect()
 }
 
-/// `GET /agent/v1/work?agent=ID&wait=SECONDS`: long-poll for tasks.
+/// `GET /agent/v1/work?agent=ID&wait=SECONDS[&guests=1]`: long-poll for tasks
+/// (`guests=1`: with the guest a task makes or moves, `server`).
 pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {
         admin_only(&req, "agent:manage")?;
@@ -237,7 +238,14 @@ pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
         let Some(tasks) = ctx.compute.hub.take(&agent, Duration::from_secs(wait), 1000).await else {
             return Err(ApiError::not_found(format!("Agent {agent} is not registered with this server.")));
         };
-        let tasks = task_payloads(&ctx.compute, &ctx.core, &tasks).await;
+        // The guest (`server`) only for agents whose driver makes guests
+        // from it (`guests=1`): reading the instances costs every poll.
+        let tasks = if req.query_one("guests") == Some("1") {
+            task_payloads(&ctx.compute, &ctx.core, &tasks).await
+        } else {
+            let world = ctx.core.read();
+            tasks.iter().map(|t| task_json(t, Some(&world), None)).collect()
+        };
         Ok(Resp::ok(json!({"tasks": tasks})))
     })
 }

@@ -40,7 +40,7 @@ async fn ghost(cloud: &Cloud, host: &str, agent: &str, ip: &str) -> Client {
 /// The next task of `kind` for `id` from the agent's long poll (bounded).
 async fn task(agent: &Client, name: &str, id: &str, kind: &str) -> Value {
     for _ in 0..30 {
-        let polled = agent.get(&format!("/agent/v1/work?agent={name}&wait=1")).await;
+        let polled = agent.get(&format!("/agent/v1/work?agent={name}&wait=1&guests=1")).await;
         assert_eq!(polled.status, 200, "{:?}", polled.body);
         let found = polled.body["tasks"]
             .as_array()
