@@ -514,10 +514,13 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
         Err(err) => {
             let id = Uuid::parse_str(req.param(0)).map_err(|_| err.clone())?;
             let image = ctx.core.read().compute.images.get(&id).cloned();
-            image.filter(|i| agent_snapshot(ctx, req, i)).ok_or(err)?
+            image.filter(|i| crate::handlers::agent_snapshot(ctx, req, i)).ok_or(err)?
         }
     };
-    if !is_admin(req) && image.owner.as_deref() != req.auth.project_id.as_deref() && !agent_snapshot(ctx, req, &image) {
+    if !is_admin(req)
+        && image.owner.as_deref() != req.auth.project_id.as_deref()
+        && !crate::handlers::agent_snapshot(ctx, req, &image)
+    {
         return Err(ApiError::forbidden("You are not permitted to upload data to this image."));
     }
     let declared = req.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -572,45 +575,6 @@ async fn upload_data(ctx: &ImageCtx, req: &Req, body: Body) -> ApiResult<Resp> {
 /// that went away, is an error: the upload must not count).
 pub(crate) fn body_stream(body: Body) -> impl Stream<Item = ApiResult<Bytes>> + Unpin {
     body.into_data_stream().map(|r| r.map_err(|_| ApiError::bad_request("The request body could not be read.")))
-}
-
-/// An agent uploading a server's snapshot (`instance_uuid`) from the
-/// host the server is on, as nova-compute uploads to Glance: a caller
-/// with the `service` role that may speak for that host.
-fn agent_snapshot(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
-    let Some(user) = req.auth.user_id.as_deref() else { return false };
-    if !req.auth.roles.iter().any(|r| r == "service") {
-        return false;
-    }
-    let Some(instance) = image.properties.get("instance_uuid").and_then(|u| Uuid::parse_str(u).ok()) else {
-        return false;
-    };
-    let world = ctx.core.read();
-    let Some(node) = berth_compute_model::choice::host_of_instance(&world, &instance) else { return false };
-    berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
-}
-
-/// An agent reading an image a server on its host needs (the record and
-/// the data), as nova-compute reads images with its service token: the
-/// server's snapshot or shelve image (`instance_uuid`), or the image a
-/// server on that host was booted from. Only a caller with the `service`
-/// role that may speak for the host.
-pub(crate) fn agent_needs(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
-    if agent_snapshot(ctx, req, image) {
-        return true;
-    }
-    let Some(user) = req.auth.user_id.as_deref() else { return false };
-    if !req.auth.roles.iter().any(|r| r == "service") {
-        return false;
-    }
-    let world = ctx.core.read();
-    world.compute.request_specs.iter().filter(|(_, spec)| spec.image.as_ref().is_some_and(|i| i.id == image.id)).any(
-        |(instance, _)| {
-            berth_compute_model::choice::host_of_instance(&world, instance).is_some_and(|node| {
-                berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
-            })
-        },
-    )
 }
 
 /// Write `body` into `temporary`, hashing it, within `cap`; fsync it.

@@ -44,16 +44,55 @@ pub(crate) fn find(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
 
 /// The image to read (its record or its data): one the caller can see,
 /// or one an agent needs for a server on its host
-/// ([`crate::data::agent_needs`]); 404 otherwise.
+/// ([`agent_needs`]); 404 otherwise.
 pub(crate) fn find_readable(ctx: &ImageCtx, req: &Req) -> ApiResult<Image> {
     match find(ctx, req) {
         Ok(image) => Ok(image),
         Err(err) => {
             let id = Uuid::parse_str(req.param(0)).map_err(|_| err.clone())?;
             let image = ctx.core.read().compute.images.get(&id).cloned();
-            image.filter(|i| crate::data::agent_needs(ctx, req, i)).ok_or(err)
+            image.filter(|i| agent_needs(ctx, req, i)).ok_or(err)
         }
     }
+}
+
+/// An agent uploading a server's snapshot (`instance_uuid`) from the
+/// host the server is on, as nova-compute uploads to Glance: a caller
+/// with the `service` role that may speak for that host.
+pub(crate) fn agent_snapshot(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
+    let Some(user) = req.auth.user_id.as_deref() else { return false };
+    if !req.auth.roles.iter().any(|r| r == "service") {
+        return false;
+    }
+    let Some(instance) = image.properties.get("instance_uuid").and_then(|u| Uuid::parse_str(u).ok()) else {
+        return false;
+    };
+    let world = ctx.core.read();
+    let Some(node) = berth_compute_model::choice::host_of_instance(&world, &instance) else { return false };
+    berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
+}
+
+/// An agent reading an image a server on its host needs (the record and
+/// the data), as nova-compute reads images with its service token: the
+/// server's snapshot or shelve image (`instance_uuid`), or the image a
+/// server on that host was booted from. Only a caller with the `service`
+/// role that may speak for the host.
+pub(crate) fn agent_needs(ctx: &ImageCtx, req: &Req, image: &Image) -> bool {
+    if agent_snapshot(ctx, req, image) {
+        return true;
+    }
+    let Some(user) = req.auth.user_id.as_deref() else { return false };
+    if !req.auth.roles.iter().any(|r| r == "service") {
+        return false;
+    }
+    let world = ctx.core.read();
+    world.compute.request_specs.iter().filter(|(_, spec)| spec.image.as_ref().is_some_and(|i| i.id == image.id)).any(
+        |(instance, _)| {
+            berth_compute_model::choice::host_of_instance(&world, instance).is_some_and(|node| {
+                berth_compute_model::plan::check_host_owner(&world, user, [node.host.as_str()]).is_ok()
+            })
+        },
+    )
 }
 
 /// Glance's version list (without the image cache, 2.17 is `CURRENT`).
