@@ -387,6 +387,25 @@ pub(crate) async fn boot_inputs(
     url: &str,
     flavor: (&str, i64, i64, i64),
 ) -> anyhow::Result<(String, String)> {
+    let name = flavor.0;
+    let flavor = unlimited_flavor(nova, flavor).await?;
+    let resp = nova
+        .client
+        .post(format!("{url}/image/v2/images"))
+        .header("x-auth-token", "admin")
+        .json(&json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": "public"}))
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
+    let image: Value = resp.json().await?;
+    let image = image["id"].as_str().unwrap_or("").to_owned();
+    nova.upload_image(url, &image).await?;
+    Ok((flavor, image))
+}
+
+/// Admin's quota lifted and a flavor `(name, vcpus, ram, disk)` made; its
+/// id.
+pub(crate) async fn unlimited_flavor(nova: &Nova, flavor: (&str, i64, i64, i64)) -> anyhow::Result<String> {
     let (status, body) = nova
         .call(
             reqwest::Method::PUT,
@@ -404,19 +423,7 @@ pub(crate) async fn boot_inputs(
         )
         .await?;
     anyhow::ensure!(status == 200, "flavor create: {status} {body}");
-    let flavor = body["flavor"]["id"].as_str().unwrap_or("").to_owned();
-    let resp = nova
-        .client
-        .post(format!("{url}/image/v2/images"))
-        .header("x-auth-token", "admin")
-        .json(&json!({"name": name, "disk_format": "qcow2", "container_format": "bare", "visibility": "public"}))
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().as_u16() == 201, "image create: {}", resp.status());
-    let image: Value = resp.json().await?;
-    let image = image["id"].as_str().unwrap_or("").to_owned();
-    nova.upload_image(url, &image).await?;
-    Ok((flavor, image))
+    Ok(body["flavor"]["id"].as_str().unwrap_or("").to_owned())
 }
 
 #[cfg(test)]

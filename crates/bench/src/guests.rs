@@ -89,23 +89,7 @@ pub(crate) async fn run(opts: GuestsOpts, binaries: &Binaries) -> anyhow::Result
     crate::common::hosts_ready(&url, 1).await?;
 
     let nova = Nova::new(&url, 16)?.at(&format!("{url}/compute/v2.1"), "compute 2.79");
-    let (status, body) = nova
-        .call(
-            reqwest::Method::PUT,
-            "/os-quota-sets/admin",
-            Some(json!({"quota_set": {"instances": -1, "cores": -1, "ram": -1}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "quota update: {status} {body}");
-    let (status, body) = nova
-        .call(
-            reqwest::Method::POST,
-            "/flavors",
-            Some(json!({"flavor": {"name": "bench-guest", "vcpus": 1, "ram": opts.ram_mb, "disk": 1}})),
-        )
-        .await?;
-    anyhow::ensure!(status == 200, "flavor create: {status} {body}");
-    let flavor = body["flavor"]["id"].as_str().unwrap_or("").to_owned();
+    let flavor = crate::common::unlimited_flavor(&nova, ("bench-guest", 1, opts.ram_mb, 1)).await?;
     let image = upload_guest(&url, &opts.guest_dir).await?;
 
     let mut rounds = Vec::new();
