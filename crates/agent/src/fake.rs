@@ -1,7 +1,8 @@
 //! The fake hosts: a [`Driver`] whose guests exist only as the control
 //! plane's rows. Each task takes the configured time (builds, rebuilds,
 //! live migrations) and builds fail at the configured rate or always on a
-//! bad host; everything else succeeds at once.
+//! bad host, as does a cold move's finish there; everything else succeeds
+//! at once.
 
 use std::time::Duration;
 
@@ -130,8 +131,17 @@ impl Driver for FakeDriver<'_> {
         })
     }
 
-    fn move_step<'a>(&'a self, _task: TaskRef<'a>) -> DriverFuture<'a, ()> {
-        done()
+    fn move_step<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, ()> {
+        Box::pin(async move {
+            // A bad host cannot take a moving guest in, as it cannot build.
+            if task.kind == "resize_finish" && self.config.bad_hosts.iter().any(|h| h == task.host) {
+                return Err(format!(
+                    "Resize of instance {} aborted: fake driver failure on {}",
+                    task.instance, task.host
+                ));
+            }
+            Ok(())
+        })
     }
 
     fn guests(&self) -> DriverFuture<'_, Option<Vec<Guest>>> {

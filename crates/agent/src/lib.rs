@@ -592,10 +592,23 @@ pub(crate) async fn run_task(config: &AgentConfig, task: &Value) -> Value {
         "unpause" => outcome(driver.unpause(t).await, "unpaused"),
         "suspend" => outcome(driver.suspend(t).await, "suspended"),
         "resume" => outcome(driver.resume(t).await, "resumed"),
-        "resize_migrate" => outcome(driver.move_step(t).await, "resize_migrated"),
-        "resize_finish" => outcome(driver.move_step(t).await, "resize_finished"),
-        "resize_confirm" => outcome(driver.move_step(t).await, "resize_confirmed"),
-        "resize_revert" => outcome(driver.move_step(t).await, "resize_reverted"),
+        // A cold move's step that fails is reported (`move_failed`): the
+        // server goes to ERROR with the failure as its fault, as Nova's.
+        "resize_migrate" | "resize_finish" | "resize_confirm" | "resize_revert" => {
+            let done = match kind {
+                "resize_migrate" => "resize_migrated",
+                "resize_finish" => "resize_finished",
+                "resize_confirm" => "resize_confirmed",
+                _ => "resize_reverted",
+            };
+            match driver.move_step(t).await {
+                Ok(()) => event(done),
+                Err(message) => {
+                    tracing::warn!(%instance, %host, task = kind, %message, "move step failed");
+                    failed("move_failed", message)
+                }
+            }
+        }
         "shelve" => {
             // The `<name>-shelved` snapshot: the disk goes to the image the
             // task names, as for a snapshot. A failed upload leaves the

@@ -450,6 +450,9 @@ pub struct InstanceSpec {
     /// the create's `security_groups`, else `default`; changed by
     /// `addSecurityGroup`/`removeSecurityGroup`.
     pub security_groups: Vec<String>,
+    /// The image of the rescue under way or last asked for
+    /// (`rescue_image_ref`; `None`: the server's own image).
+    pub rescue_image: Option<Uuid>,
 }
 
 /// A build request: an instance accepted by the API but not yet in a cell.

@@ -225,6 +225,7 @@ pub(crate) mod tests {
             scheduler_hints: BTreeMap::new(),
             auto_disk_config: false,
             security_groups: Vec::new(),
+            rescue_image: None,
         }
     }
 

@@ -353,6 +353,11 @@ impl Compute {
         {
             return self.move_event(&handle, &uuid, &event.kind, &event.host).await;
         }
+        if event.kind == "move_failed" {
+            return self
+                .move_failed(&handle, &uuid, &event.host, event.task.as_deref(), event.message.as_deref())
+                .await;
+        }
         if matches!(event.kind.as_str(), "rebuilt" | "rebuild_failed" | "evacuated_destroyed") {
             return self.evacuation_event(&handle, &uuid, &event.kind, &event.host, event.message.as_deref()).await;
         }

@@ -67,6 +67,8 @@ pub const EVENT_FINISH_RESIZE: &str = "compute_finish_resize";
 pub const EVENT_CONFIRM_RESIZE: &str = "compute_confirm_resize";
 /// The destination's event of a revert.
 pub const EVENT_REVERT_RESIZE: &str = "compute_revert_resize";
+/// The source's event of a revert (its guest back).
+pub const EVENT_FINISH_REVERT_RESIZE: &str = "compute_finish_revert_resize";
 
 /// What to move.
 #[derive(Debug, Clone, PartialEq)]
@@ -539,6 +541,14 @@ impl Compute {
 
     /// An agent's report on a move (`resize_migrated`, `resize_finished`,
     /// `resize_confirmed`, `resize_reverted`).
+    ///
+    /// A revert between two hosts is two reports, as Nova's
+    /// `revert_resize` and `finish_revert_resize`: the destination's
+    /// (its copy gone) moves the row back to the source with the old
+    /// flavor, the migration to `reverted` and the task to the source,
+    /// the row still `resize_reverting`; the source's (its guest back)
+    /// ends the task. Until it does, the sweep offers the source its task
+    /// again, so a lost one is not a server stranded with no guest.
     pub(crate) async fn move_event(
         &self,
         handle: &Arc<Cell>,
@@ -552,7 +562,12 @@ impl Compute {
             "resize_confirmed" => (ms::CONFIRMING, task_state::RESIZE_CONFIRMING),
             _ => (ms::REVERTING, task_state::RESIZE_REVERTING),
         };
-        let Some(migration) = self.migration_in(handle, uuid, from).await? else { return Ok(false) };
+        let Some(migration) = self.migration_in(handle, uuid, from).await? else {
+            if kind == "resize_reverted" {
+                return self.source_reverted(handle, uuid, host).await;
+            }
+            return Ok(false);
+        };
         let now = self.now();
         let request_id = self.move_request_id(handle, uuid).await;
         let source = migration.source_compute.clone().unwrap_or_default();
@@ -646,6 +661,20 @@ impl Compute {
                 EVENT_CONFIRM_RESIZE,
                 None,
             ),
+            // The destination's part of a revert between two hosts: the
+            // row back on the source, the task still open there.
+            _ if !source.is_empty() && source != dest => (
+                ms::REVERTED,
+                InstanceUpdate {
+                    host: Some(Some(source.clone())),
+                    node: migration.source_node.clone().map(Some),
+                    flavor: Some(migration.old_flavor.clone()),
+                    updated_at: now,
+                    ..InstanceUpdate::default()
+                },
+                EVENT_REVERT_RESIZE,
+                Some((source.clone(), task_state::RESIZE_REVERTING, EVENT_FINISH_REVERT_RESIZE)),
+            ),
             _ => (
                 ms::REVERTED,
                 InstanceUpdate {
@@ -688,23 +717,152 @@ impl Compute {
         let outcomes = handle.write(ops).await?;
         let applied = outcomes.first() == Some(&CellOutcome::Done);
         if applied {
+            // The next step's host gets its task (a revert's source: the
+            // same task, which its agent tells apart by the migration it
+            // names).
             if let Some((host, task, _)) = next {
                 if let Some(task) = Task::new(*uuid, &host, task) {
                     self.hub.push(task);
                 }
             }
-            // A revert is undone on the destination, then the source
-            // boots its own copy again (Nova's `finish_revert_resize`):
-            // the same task on the source, which the agent tells apart by
-            // the migration its task names. Its report is not needed
-            // (the server is already back on the source).
-            if kind == "resize_reverted" && source != dest && !source.is_empty() {
-                if let Some(task) = Task::new(*uuid, &source, task_state::RESIZE_REVERTING) {
-                    self.hub.push(task);
-                }
-            }
         }
         Ok(applied)
+    }
+
+    /// An agent's report that a step of a cold move failed
+    /// (`move_failed`, naming the step's task): the server goes to ERROR
+    /// with the failure as its fault and the migration to `error`, in one
+    /// cell write, as Nova's `_error_out_instance_on_exception`. A
+    /// hand-over that failed on the source first gives the server's
+    /// allocations back to the source, where its guest still is; after the
+    /// hand-over both hosts' stay held (the disk on the source, the row on
+    /// the destination) until the server is deleted, which frees both.
+    pub(crate) async fn move_failed(
+        &self,
+        handle: &Arc<Cell>,
+        uuid: &Uuid,
+        host: &str,
+        task: Option<&str>,
+        message: Option<&str>,
+    ) -> Result<bool, ServiceError> {
+        let id = *uuid;
+        let Some(row) = self.cells.read(handle, move |s| s.instance(&id)).await? else { return Ok(false) };
+        // The step: the task's state (`instance:state@host`), else the row's.
+        let step = task
+            .and_then(|t| t.split_once(':'))
+            .and_then(|(_, rest)| rest.rsplit_once('@'))
+            .map(|(state, _)| state.to_owned())
+            .or_else(|| row.task_state.clone());
+        let Some(step) = step else { return Ok(false) };
+        let filter = MigrationFilter { instance_uuid: Some(*uuid), ..Default::default() };
+        let mut rows = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
+        rows.sort_by_key(|m| std::cmp::Reverse((m.created_at, m.id)));
+        let in_status = |status: &str| rows.iter().find(|m| m.status == status).cloned();
+        let source_of = |m: &Migration| m.source_compute.clone().unwrap_or_default();
+        let dest_of = |m: &Migration| m.dest_compute.clone().unwrap_or_default();
+        // (migration, the reporter and the row's host, the step's event)
+        let found = match step.as_str() {
+            task_state::RESIZE_MIGRATING => {
+                in_status(ms::MIGRATING).map(|m| (source_of(&m), source_of(&m), EVENT_RESIZE_INSTANCE, m))
+            }
+            task_state::RESIZE_FINISH => {
+                in_status(ms::POST_MIGRATING).map(|m| (dest_of(&m), dest_of(&m), EVENT_FINISH_RESIZE, m))
+            }
+            task_state::RESIZE_CONFIRMING => {
+                in_status(ms::CONFIRMING).map(|m| (source_of(&m), dest_of(&m), EVENT_CONFIRM_RESIZE, m))
+            }
+            task_state::RESIZE_REVERTING => match in_status(ms::REVERTING) {
+                Some(m) => Some((dest_of(&m), dest_of(&m), EVENT_REVERT_RESIZE, m)),
+                None => in_status(ms::REVERTED).map(|m| (source_of(&m), source_of(&m), EVENT_FINISH_REVERT_RESIZE, m)),
+            },
+            _ => None,
+        };
+        let Some((reporter, row_host, event, migration)) = found else { return Ok(false) };
+        if host != reporter
+            || row.host.as_deref() != Some(row_host.as_str())
+            || row.task_state.as_deref() != Some(&step)
+        {
+            return Ok(false);
+        }
+        // Failed before the guest left the source: its allocations go back
+        // there (the same write as a revert's, when still due).
+        if step == task_state::RESIZE_MIGRATING {
+            let due = read(&*self.control, |w| w.placement.consumers.get(&migration.uuid).map(|c| c.row.generation));
+            if due == Some(MIGRATION_CONSUMER_GENERATION) {
+                write(&*self.control, |w| {
+                    Ok((plan_revert_move(w, uuid, &migration.uuid, &migration.old_flavor, self.now())?, ()))
+                })?;
+            }
+        }
+        let now = self.now();
+        let message = message
+            .filter(|m| !m.is_empty())
+            .map_or_else(|| format!("The move of instance {uuid} failed on {host}."), str::to_owned);
+        let expect = Expect { host: Some(Some(row_host)), ..expect_task(&[], Some(&step)) };
+        let update = InstanceUpdate {
+            vm_state: Some(vm_state::ERROR.to_owned()),
+            task_state: Some(None),
+            updated_at: now,
+            ..InstanceUpdate::default()
+        };
+        let mut ops = vec![
+            CellOp::UpdateMigration {
+                uuid: migration.uuid,
+                from_statuses: statuses(&[migration.status.as_str()]),
+                update: MigrationUpdate { status: Some(ms::ERROR.to_owned()), updated_at: now, ..Default::default() },
+                instance: Some((expect, update)),
+            },
+            CellOp::AddFault(Fault {
+                instance_uuid: *uuid,
+                code: 500,
+                message: message.clone(),
+                details: message.clone(),
+                host: Some(host.to_owned()),
+                created_at: now,
+            }),
+        ];
+        if let Some(request_id) = self.move_request_id(handle, uuid).await {
+            ops.push(self.finish_event(uuid, &request_id, event, Some(message)));
+        }
+        let applied = handle.write(ops).await?.first() == Some(&CellOutcome::Done);
+        if applied {
+            tracing::warn!(instance = %uuid, %host, step, "a step of a cold move failed: the server is in ERROR");
+        }
+        Ok(applied)
+    }
+
+    /// The source's report of a revert between two hosts (its guest back,
+    /// after the destination's report moved the row there): the task
+    /// ends, the server as it was before the move.
+    async fn source_reverted(&self, handle: &Arc<Cell>, uuid: &Uuid, host: &str) -> Result<bool, ServiceError> {
+        let filter =
+            MigrationFilter { instance_uuid: Some(*uuid), status: Some(ms::REVERTED.to_owned()), ..Default::default() };
+        let newest = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
+        let Some(migration) = newest.into_iter().max_by_key(|m| (m.created_at, m.id)) else { return Ok(false) };
+        let source = migration.source_compute.clone().unwrap_or_default();
+        if host != source || migration.dest_compute.as_deref() == Some(source.as_str()) {
+            return Ok(false);
+        }
+        let id = *uuid;
+        let row = self.cells.read(handle, move |s| s.instance(&id)).await?;
+        let stopped = row.is_some_and(|r| r.power_state == power_state::SHUTDOWN);
+        let (vm, power) =
+            if stopped { (vm_state::STOPPED, power_state::SHUTDOWN) } else { (vm_state::ACTIVE, power_state::RUNNING) };
+        let now = self.now();
+        let expect =
+            Expect { host: Some(Some(source.clone())), ..expect_task(&[], Some(task_state::RESIZE_REVERTING)) };
+        let update = InstanceUpdate {
+            vm_state: Some(vm.to_owned()),
+            task_state: Some(None),
+            power_state: Some(power),
+            updated_at: now,
+            ..InstanceUpdate::default()
+        };
+        let mut ops = vec![CellOp::UpdateInstance { uuid: *uuid, expect, update }];
+        if let Some(request_id) = self.move_request_id(handle, uuid).await {
+            ops.push(self.finish_event(uuid, &request_id, EVENT_FINISH_REVERT_RESIZE, None));
+        }
+        Ok(handle.write(ops).await?.first() == Some(&CellOutcome::Done))
     }
 
     /// Migrations across every cell matching `filter`, newest first
@@ -724,8 +882,10 @@ impl Compute {
         Ok(out)
     }
 
-    /// An instance's migrations that are not over (not confirmed,
-    /// reverted or in error).
+    /// An instance's migrations whose consumers may still hold a host:
+    /// those not over, and those that failed (`error`: a cold move that
+    /// failed after its hand-over keeps its source until the delete);
+    /// not the confirmed or reverted ones.
     pub(crate) async fn open_migrations(
         &self,
         handle: &Arc<Cell>,
@@ -733,14 +893,12 @@ impl Compute {
     ) -> Result<Vec<Migration>, ServiceError> {
         let filter = MigrationFilter { instance_uuid: Some(*uuid), ..Default::default() };
         let rows = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
-        Ok(rows
-            .into_iter()
-            .filter(|m| !matches!(m.status.as_str(), ms::CONFIRMED | ms::REVERTED | ms::ERROR))
-            .collect())
+        Ok(rows.into_iter().filter(|m| !matches!(m.status.as_str(), ms::CONFIRMED | ms::REVERTED)).collect())
     }
 
-    /// Migration consumers of an instance being deleted (any unfinished
-    /// move), so the delete forgets them with the instance.
+    /// Migration consumers of an instance being deleted (a move not
+    /// over, or one that failed holding its source), so the delete
+    /// forgets them with the instance.
     pub(crate) async fn forget_migrations(&self, handle: &Arc<Cell>, uuid: &Uuid) -> Result<(), ServiceError> {
         let open: Vec<Uuid> = self.open_migrations(handle, uuid).await?.iter().map(|m| m.uuid).collect();
         if open.is_empty() {

@@ -911,7 +911,9 @@ impl Compute {
             ServerAction::Pause | ServerAction::Suspend => (&[vm_state::ACTIVE], action.task_state()),
             ServerAction::Unpause => (&[vm_state::PAUSED], action.task_state()),
             ServerAction::Resume => (&[vm_state::SUSPENDED], action.task_state()),
-            ServerAction::Rescue => (&[vm_state::ACTIVE, vm_state::STOPPED, vm_state::ERROR], action.task_state()),
+            ServerAction::Rescue { .. } => {
+                (&[vm_state::ACTIVE, vm_state::STOPPED, vm_state::ERROR], action.task_state())
+            }
             ServerAction::Unrescue => (&[vm_state::RESCUED], action.task_state()),
             ServerAction::Restore => (&[vm_state::SOFT_DELETED], action.task_state()),
         };
@@ -943,8 +945,16 @@ impl Compute {
             not_deleted: true,
             ..Expect::default()
         };
-        let update =
-            InstanceUpdate { task_state: Some(Some(task.to_owned())), updated_at: now, ..InstanceUpdate::default() };
+        let rescue_image = match action {
+            ServerAction::Rescue { image } => Some(image),
+            _ => None,
+        };
+        let update = InstanceUpdate {
+            task_state: Some(Some(task.to_owned())),
+            rescue_image,
+            updated_at: now,
+            ..InstanceUpdate::default()
+        };
         let events = match action.compute_event() {
             Some(event) => vec![berth_compute_model::cell::ActionEvent {
                 event: event.to_owned(),
@@ -1028,9 +1038,13 @@ pub enum ServerAction {
     Suspend,
     /// `resume`.
     Resume,
-    /// `rescue` (the rescue image and password mean nothing to the fake
-    /// driver; a hypervisor driver gets them from the instance).
-    Rescue,
+    /// `rescue`, from `image` (`rescue_image_ref`) when given, else the
+    /// server's own image; kept on the instance for the rescue's task
+    /// (the password means nothing to a guest without an agent).
+    Rescue {
+        /// The rescue image.
+        image: Option<Uuid>,
+    },
     /// `unrescue`.
     Unrescue,
     /// `restore` a soft-deleted server.
@@ -1048,7 +1062,7 @@ impl ServerAction {
             ServerAction::Unpause => "unpause",
             ServerAction::Suspend => "suspend",
             ServerAction::Resume => "resume",
-            ServerAction::Rescue => "rescue",
+            ServerAction::Rescue { .. } => "rescue",
             ServerAction::Unrescue => "unrescue",
             ServerAction::Restore => "restore",
         }
@@ -1062,7 +1076,7 @@ impl ServerAction {
             ServerAction::Unpause => task_state::UNPAUSING,
             ServerAction::Suspend => task_state::SUSPENDING,
             ServerAction::Resume => task_state::RESUMING,
-            ServerAction::Rescue => task_state::RESCUING,
+            ServerAction::Rescue { .. } => task_state::RESCUING,
             ServerAction::Unrescue => task_state::UNRESCUING,
             ServerAction::Restore => task_state::RESTORING,
             ServerAction::Start => task_state::POWERING_ON,
@@ -1087,7 +1101,7 @@ impl ServerAction {
             ServerAction::Unpause => Some(EVENT_UNPAUSE),
             ServerAction::Suspend => Some(EVENT_SUSPEND),
             ServerAction::Resume => Some(EVENT_RESUME),
-            ServerAction::Rescue => Some(EVENT_RESCUE),
+            ServerAction::Rescue { .. } => Some(EVENT_RESCUE),
             ServerAction::Unrescue => Some(EVENT_UNRESCUE),
             ServerAction::Restore => Some(EVENT_RESTORE),
             _ => None,

@@ -68,6 +68,8 @@ pub struct InstanceUpdate {
     pub hostname: Option<String>,
     /// The security groups' names, replaced whole.
     pub security_groups: Option<Vec<String>>,
+    /// A rescue's image (`Some(None)`: the server's own).
+    pub rescue_image: Option<Option<Uuid>>,
     /// Always set: the update time.
     pub updated_at: Timestamp,
 }

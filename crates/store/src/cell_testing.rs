@@ -95,6 +95,7 @@ fn minimal_spec(name: &str) -> InstanceSpec {
         scheduler_hints: BTreeMap::new(),
         auto_disk_config: false,
         security_groups: Vec::new(),
+        rescue_image: None,
     }
 }
 
@@ -330,6 +331,7 @@ fn conditional_updates(store: &dyn CellStore) {
         user_data: Some(Some("aGk=".into())),
         hostname: Some("host-up".into()),
         security_groups: Some(vec!["sg".into()]),
+        rescue_image: Some(Some(Uuid::from_u128(0xcafe))),
         updated_at: 14,
     };
     let expect = Expect {
@@ -369,6 +371,7 @@ fn conditional_updates(store: &dyn CellStore) {
     want.spec.user_data = Some("aGk=".into());
     want.spec.hostname = "host-up".into();
     want.spec.security_groups = vec!["sg".into()];
+    want.spec.rescue_image = Some(Uuid::from_u128(0xcafe));
     want.updated_at = Some(14);
     assert_eq!(get(store, row.uuid), Some(want.clone()), "every updated field is stored");
 

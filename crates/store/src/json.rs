@@ -190,6 +190,7 @@ pub fn instance_spec(spec: &InstanceSpec) -> Value {
         "access_ip_v4": spec.access_ip_v4, "access_ip_v6": spec.access_ip_v6, "tags": spec.tags,
         "scheduler_hints": hints(&spec.scheduler_hints), "auto_disk_config": spec.auto_disk_config,
         "security_groups": spec.security_groups,
+        "rescue_image": spec.rescue_image.map(|u| u.to_string()),
     })
 }
 
@@ -218,6 +219,8 @@ pub fn to_instance_spec(v: &Value) -> Result<InstanceSpec> {
         auto_disk_config: v.get("auto_disk_config").and_then(Value::as_bool).unwrap_or(false),
         // Absent in specs written before it was kept: none.
         security_groups: if v.get("security_groups").is_some() { strings(v, "security_groups")? } else { Vec::new() },
+        // Absent in specs written before it was kept: none.
+        rescue_image: if v.get("rescue_image").is_some() { opt_uuid(v, "rescue_image")? } else { None },
     })
 }
 
@@ -595,6 +598,7 @@ mod tests {
             scheduler_hints: [("group".to_owned(), vec!["x".to_owned()])].into(),
             auto_disk_config: true,
             security_groups: vec!["default".to_owned()],
+            rescue_image: Some(Uuid::from_u128(7)),
         }
     }
 

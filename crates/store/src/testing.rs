@@ -256,6 +256,7 @@ pub fn store_suite(store: &dyn Store) {
             scheduler_hints: Default::default(),
             auto_disk_config: false,
             security_groups: Vec::new(),
+            rescue_image: None,
         },
         created_at: 70,
         held: true,

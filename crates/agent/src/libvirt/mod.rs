@@ -381,24 +381,44 @@ impl LibvirtDriver {
     /// The flavor's ephemeral disk (`disk.local`, GiB) and swap disk
     /// (`disk.swap`, MiB) as blank qcow2 files in `dir`, as Nova's libvirt
     /// driver names them; the paths of those the flavor has.
+    /// An ephemeral disk already in `dir` (a moved guest's) is kept with
+    /// its data and grown to the flavor's size (never shrunk).
     async fn flavor_disks(server: &Value, dir: &Path) -> Result<Vec<String>, String> {
-        let amount = |key: &str| match &server["flavor"][key] {
-            Value::Number(n) => n.as_i64().unwrap_or(0),
-            Value::String(s) => s.parse().unwrap_or(0),
-            _ => 0,
-        };
         let mut disks = Vec::new();
-        for (name, amount, unit) in [("disk.local", amount("ephemeral"), 'G'), ("disk.swap", amount("swap"), 'M')] {
+        let sizes = [
+            ("disk.local", Self::flavor_amount(server, "ephemeral"), 'G'),
+            ("disk.swap", Self::flavor_amount(server, "swap"), 'M'),
+        ];
+        for (name, amount, unit) in sizes {
+            let path = dir.join(name);
+            let text = build::path_text(&path);
             if amount <= 0 {
+                let _ = tokio::fs::remove_file(&path).await;
                 continue;
             }
             let size = format!("{amount}{unit}");
-            let path = dir.join(name);
-            let text = build::path_text(&path);
-            run("qemu-img", &["create", "-q", "-f", "qcow2", &text, &size]).await?;
+            if name == "disk.local" && path.exists() {
+                let info = run("qemu-img", &["info", "--output=json", "-f", "qcow2", &text]).await?;
+                let have =
+                    serde_json::from_str::<Value>(&info).ok().and_then(|v| v["virtual-size"].as_i64()).unwrap_or(0);
+                if have < amount << 30 {
+                    run("qemu-img", &["resize", "-q", "-f", "qcow2", &text, &size]).await?;
+                }
+            } else {
+                run("qemu-img", &["create", "-q", "-f", "qcow2", &text, &size]).await?;
+            }
             disks.push(text);
         }
         Ok(disks)
+    }
+
+    /// A flavor's amount (`ephemeral` GiB, `swap` MiB) in the task's server.
+    fn flavor_amount(server: &Value, key: &str) -> i64 {
+        match &server["flavor"][key] {
+            Value::Number(n) => n.as_i64().unwrap_or(0),
+            Value::String(s) => s.parse().unwrap_or(0),
+            _ => 0,
+        }
     }
 
     /// The domain of `instance` for `server` (its flavor) booting
@@ -698,11 +718,22 @@ impl LibvirtDriver {
         tokio::fs::create_dir_all(&dir).await.map_err(io("creating", &dir))?;
         set_mode(&dir, 0o755).await?;
         let disk = dir.join("disk");
-        let local = transfer::resize_dir(&self.config.instances_path, instance).join("disk");
-        if local.exists() {
-            let part = disk.with_extension("part");
-            tokio::fs::copy(&local, &part).await.map_err(io("copying", &local))?;
-            tokio::fs::rename(&part, &disk).await.map_err(io("renaming", &part))?;
+        // The root disk and the ephemeral one, when the source has it (the
+        // new flavor's size is made at boot; a flavor without one drops
+        // it). A stale ephemeral disk from an earlier try goes first.
+        let _ = tokio::fs::remove_file(dir.join("disk.local")).await;
+        let wanted = if Self::flavor_amount(server, "ephemeral") > 0 { transfer::DISKS } else { &transfer::DISKS[..1] };
+        let handed = transfer::resize_dir(&self.config.instances_path, instance);
+        if handed.join("disk").exists() {
+            for name in wanted {
+                let (from, to) = (handed.join(name), dir.join(name));
+                if !from.exists() {
+                    continue;
+                }
+                let part = to.with_extension("part");
+                tokio::fs::copy(&from, &part).await.map_err(io("copying", &from))?;
+                tokio::fs::rename(&part, &to).await.map_err(io("renaming", &part))?;
+            }
         } else {
             let ip = task.body["move"]["source_ip"]
                 .as_str()
@@ -710,8 +741,11 @@ impl LibvirtDriver {
                 .ok_or_else(|| format!("the move of {instance} names no source IP"))?;
             let token = task.body["move"]["token"].as_str().unwrap_or("");
             let base_url = format!("http://{}:{}", url_host(ip), self.config.migration_port);
-            let bytes = transfer::fetch(&base_url, instance, token, &disk).await?;
-            tracing::info!(%instance, bytes, from = %base_url, "disk of a moving guest fetched");
+            for name in wanted {
+                if let Some(bytes) = transfer::fetch(&base_url, instance, name, token, &dir.join(name)).await? {
+                    tracing::info!(%instance, disk = name, bytes, from = %base_url, "disk of a moving guest fetched");
+                }
+            }
         }
         let base_format = if image["disk_format"].as_str() == Some("qcow2") { "qcow2" } else { "raw" };
         let (base_text, disk_text) = (build::path_text(&base), build::path_text(&disk));
@@ -749,16 +783,27 @@ impl LibvirtDriver {
         if dest == here && (source != here || handed.exists()) {
             self.remove(instance).await?;
         }
-        if source != here || !handed.exists() {
+        if source != here {
             return Ok(());
         }
         let dir = self.dir(instance);
-        remove_dir(&dir).await?;
-        tokio::fs::rename(&handed, &dir).await.map_err(io("renaming", &handed))?;
-        let _ = tokio::fs::remove_file(dir.join(transfer::TOKEN_FILE)).await;
-        self.virsh(&["define", &build::path_text(&dir.join("libvirt.xml"))]).await?;
-        let stopped = task.body["server"]["OS-EXT-STS:vm_state"].as_str() == Some("stopped");
-        if !stopped {
+        if handed.exists() {
+            remove_dir(&dir).await?;
+            tokio::fs::rename(&handed, &dir).await.map_err(io("renaming", &handed))?;
+            let _ = tokio::fs::remove_file(dir.join(transfer::TOKEN_FILE)).await;
+            self.virsh(&["define", &build::path_text(&dir.join("libvirt.xml"))]).await?;
+        }
+        // The task again (a restart, a lost report): the guest defined
+        // already, booted if it is not yet.
+        let Some(state) = self.state(instance).await? else {
+            return Err(format!("Instance {instance} has no guest on {} to revert to", self.config.host));
+        };
+        // Stopped before the move (the row is still `resized` while the
+        // source reverts; its power state is the one it had before).
+        let server = &task.body["server"];
+        let stopped = server["OS-EXT-STS:vm_state"].as_str() == Some("stopped")
+            || server["OS-EXT-STS:power_state"].as_i64() == Some(4);
+        if !stopped && state != "running" {
             self.start(instance).await?;
         }
         Ok(())
@@ -1045,10 +1090,11 @@ impl Driver for LibvirtDriver {
     fn snapshot<'a>(&'a self, task: TaskRef<'a>) -> DriverFuture<'a, DiskImage> {
         Box::pin(async move {
             // The root disk flattened (overlay and base) into one file,
-            // as Nova's libvirt snapshot does for a stopped or running
-            // guest (`qemu-img convert` reads a consistent-enough image of
-            // a running guest's disk; Nova pauses or uses a live snapshot).
-            // The file is streamed to the image API, then removed.
+            // as Nova's libvirt snapshot does. A running guest is paused
+            // while its disk is read (Nova's cold snapshot suspends it;
+            // its live snapshot copies the blocks at one instant): the
+            // image is the disk at one moment, not blocks from different
+            // ones. The file is streamed to the image API, then removed.
             let dir = self.dir(task.instance);
             let disk = dir.join("disk");
             if tokio::fs::metadata(&disk).await.is_err() {
@@ -1064,7 +1110,20 @@ impl Driver for LibvirtDriver {
             let format = if record["disk_format"].as_str() == Some("raw") { "raw" } else { "qcow2" };
             let out = dir.join(format!("snapshot-{image}.{format}"));
             let (disk_text, out_text) = (build::path_text(&disk), build::path_text(&out));
-            if let Err(err) = run("qemu-img", &["convert", "-U", "-O", format, &disk_text, &out_text]).await {
+            let _busy = self.busy(task.instance);
+            let paused = if self.state(task.instance).await?.as_deref() == Some("running") {
+                self.virsh(&["suspend", &domain(task.instance)]).await?;
+                true
+            } else {
+                false
+            };
+            let copied = run("qemu-img", &["convert", "-U", "-O", format, &disk_text, &out_text]).await;
+            if paused {
+                if let Err(err) = self.virsh(&["resume", &domain(task.instance)]).await {
+                    tracing::warn!(instance = task.instance, error = %err, "resuming the guest after its snapshot failed");
+                }
+            }
+            if let Err(err) = copied {
                 let _ = tokio::fs::remove_file(&out).await;
                 return Err(err);
             }

@@ -1,8 +1,10 @@
-//! The disk of a cold move, from the source's agent to the destination's.
+//! The disks of a cold move, from the source's agent to the destination's.
 //!
-//! The source's agent serves each guest it handed over
+//! The source's agent serves each guest it handed over: its root disk
 //! (`{instances}/{uuid}_resize/disk`) at
-//! `http://{my_ip}:{migration_port}/v1/moves/{uuid}/disk`, to a caller
+//! `http://{my_ip}:{migration_port}/v1/moves/{uuid}/disk` and its
+//! ephemeral disk, when it has one, at `…/disk.local` (the swap disk is
+//! made anew, as a powered-off guest's swap holds nothing), to a caller
 //! that shows the move's secret (`Authorization: Bearer …`): the control
 //! plane writes the secret with the move's claim and sends it with the
 //! source's and the destination's tasks only; the source keeps it beside
@@ -48,16 +50,21 @@ pub async fn serve(listener: TcpListener, instances: PathBuf) {
     }
 }
 
-/// What a request asks for: the instance and the secret shown.
+/// The files of a handed-over guest a destination may fetch.
+pub const DISKS: &[&str] = &["disk", "disk.local"];
+
+/// What a request asks for: the instance, its disk and the secret shown.
 #[derive(Debug, PartialEq, Eq)]
 pub struct DiskRequest {
     /// The instance uuid.
     pub instance: String,
+    /// The disk (one of [`DISKS`]).
+    pub disk: String,
     /// The bearer token (empty: none shown).
     pub token: String,
 }
 
-/// Parse a request head (`GET /v1/moves/{uuid}/disk HTTP/1.1` and its
+/// Parse a request head (`GET /v1/moves/{uuid}/{disk} HTTP/1.1` and its
 /// headers); `Err` carries the status to answer.
 pub fn parse_request(head: &str) -> Result<DiskRequest, u16> {
     let mut lines = head.split("\r\n");
@@ -66,19 +73,19 @@ pub fn parse_request(head: &str) -> Result<DiskRequest, u16> {
     if method != "GET" {
         return Err(405);
     }
-    let instance = path
+    let (instance, disk) = path
         .strip_prefix("/v1/moves/")
-        .and_then(|rest| rest.strip_suffix("/disk"))
-        .filter(|id| uuid::Uuid::parse_str(id).is_ok())
-        .ok_or(404u16)?
-        .to_owned();
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(id, disk)| uuid::Uuid::parse_str(id).is_ok() && DISKS.contains(disk))
+        .ok_or(404u16)?;
+    let (instance, disk) = (instance.to_owned(), disk.to_owned());
     let token = lines
         .filter_map(|line| line.split_once(':'))
         .find(|(name, _)| name.trim().eq_ignore_ascii_case("authorization"))
         .and_then(|(_, value)| value.trim().strip_prefix("Bearer "))
         .map(|t| t.trim().to_owned())
         .unwrap_or_default();
-    Ok(DiskRequest { instance, token })
+    Ok(DiskRequest { instance, disk, token })
 }
 
 /// Equal secrets, compared in time independent of where they differ.
@@ -132,8 +139,12 @@ async fn answer(mut stream: TcpStream, instances: &Path) -> Result<(), String> {
         tracing::warn!(instance = %request.instance, "disk transfer refused: wrong or no move secret");
         return refuse(stream, 401).await;
     }
-    let path = dir.join("disk");
-    let mut file = tokio::fs::File::open(&path).await.map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let path = dir.join(&request.disk);
+    let mut file = match tokio::fs::File::open(&path).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return refuse(stream, 404).await,
+        Err(e) => return Err(format!("opening {}: {e}", path.display())),
+    };
     let size = file.metadata().await.map_err(|e| e.to_string())?.len();
     let head = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
@@ -141,15 +152,16 @@ async fn answer(mut stream: TcpStream, instances: &Path) -> Result<(), String> {
     stream.write_all(head.as_bytes()).await.map_err(|e| e.to_string())?;
     tokio::io::copy(&mut file, &mut stream).await.map_err(|e| e.to_string())?;
     stream.shutdown().await.map_err(|e| e.to_string())?;
-    tracing::info!(instance = %request.instance, bytes = size, "disk handed to the move's destination");
+    tracing::info!(instance = %request.instance, disk = %request.disk, bytes = size, "disk handed to the move's destination");
     Ok(())
 }
 
-/// Fetch the disk of `instance` from the source's agent at `base`
-/// (`http://ip:port`) with the move's `token` into `out` (written whole
-/// or not at all: `out.part` then renamed).
-pub async fn fetch(base: &str, instance: &str, token: &str, out: &Path) -> Result<u64, String> {
-    let url = format!("{base}/v1/moves/{instance}/disk");
+/// Fetch `disk` (one of [`DISKS`]) of `instance` from the source's agent
+/// at `base` (`http://ip:port`) with the move's `token` into `out`
+/// (written whole or not at all: `out.part` then renamed); `None` when
+/// the source has no such disk.
+pub async fn fetch(base: &str, instance: &str, disk: &str, token: &str, out: &Path) -> Result<Option<u64>, String> {
+    let url = format!("{base}/v1/moves/{instance}/{disk}");
     // Host to host: never through a proxy of the environment.
     let client = reqwest::Client::builder()
         .no_proxy()
@@ -163,6 +175,9 @@ pub async fn fetch(base: &str, instance: &str, token: &str, out: &Path) -> Resul
         .send()
         .await
         .map_err(|e| format!("GET {url}: {e}"))?;
+    if resp.status() == reqwest::StatusCode::NOT_FOUND && disk != "disk" {
+        return Ok(None);
+    }
     if !resp.status().is_success() {
         return Err(format!("GET {url}: HTTP {}", resp.status()));
     }
@@ -184,7 +199,7 @@ pub async fn fetch(base: &str, instance: &str, token: &str, out: &Path) -> Resul
         }
     }
     tokio::fs::rename(&part, out).await.map_err(|e| format!("renaming {}: {e}", part.display()))?;
-    Ok(bytes)
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]
@@ -195,7 +210,14 @@ mod tests {
     fn requests_parse_and_secrets_compare() {
         let id = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
         let head = format!("GET /v1/moves/{id}/disk HTTP/1.1\r\nHost: x\r\nauthorization: Bearer s3cret\r\n\r\n");
-        assert_eq!(parse_request(&head), Ok(DiskRequest { instance: id.to_owned(), token: "s3cret".to_owned() }));
+        assert_eq!(
+            parse_request(&head),
+            Ok(DiskRequest { instance: id.to_owned(), disk: "disk".to_owned(), token: "s3cret".to_owned() })
+        );
+        let local = format!("GET /v1/moves/{id}/disk.local HTTP/1.1\r\n\r\n");
+        assert_eq!(parse_request(&local).map(|r| r.disk), Ok("disk.local".to_owned()));
+        assert_eq!(parse_request(&format!("GET /v1/moves/{id}/transfer-token HTTP/1.1\r\n\r\n")), Err(404));
+        assert_eq!(parse_request(&format!("GET /v1/moves/{id}/libvirt.xml HTTP/1.1\r\n\r\n")), Err(404));
         let bare = format!("GET /v1/moves/{id}/disk HTTP/1.1\r\n\r\n");
         assert_eq!(parse_request(&bare).map(|r| r.token), Ok(String::new()));
         assert_eq!(parse_request("GET /v1/moves/../etc/disk HTTP/1.1\r\n\r\n"), Err(404));
@@ -217,12 +239,20 @@ mod tests {
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(serve(listener, instances.clone()));
         let out = instances.join("fetched");
-        assert!(fetch(&base, &id, "wrong", &out).await.unwrap_err().contains("401"));
+        assert!(fetch(&base, &id, "disk", "wrong", &out).await.unwrap_err().contains("401"));
+        assert!(fetch(&base, &id, "disk.local", "wrong", &out).await.unwrap_err().contains("401"));
         assert!(!out.exists());
         let other = uuid::Uuid::new_v4().to_string();
-        assert!(fetch(&base, &other, "right", &out).await.unwrap_err().contains("404"));
-        assert_eq!(fetch(&base, &id, "right", &out).await, Ok(100_000));
+        assert!(fetch(&base, &other, "disk", "right", &out).await.unwrap_err().contains("404"));
+        // No ephemeral disk on the source: none fetched, no error.
+        assert_eq!(fetch(&base, &id, "disk.local", "right", &out).await, Ok(None));
+        assert!(!out.exists());
+        assert_eq!(fetch(&base, &id, "disk", "right", &out).await, Ok(Some(100_000)));
         assert_eq!(std::fs::read(&out).unwrap(), vec![7u8; 100_000]);
+        std::fs::write(dir.join("disk.local"), vec![9u8; 5_000]).unwrap();
+        let eph = instances.join("fetched.local");
+        assert_eq!(fetch(&base, &id, "disk.local", "right", &eph).await, Ok(Some(5_000)));
+        assert_eq!(std::fs::read(&eph).unwrap(), vec![9u8; 5_000]);
         let _ = std::fs::remove_dir_all(&instances);
     }
 }

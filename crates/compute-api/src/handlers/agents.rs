@@ -168,6 +168,12 @@ pub fn task_json(
     if task.kind == TaskKind::Unshelve {
         body["image"] = json!(berth_compute_model::rehome::shelved_image_id(&task.instance).to_string());
     }
+    // A rescue names its image when the user gave one.
+    if task.kind == TaskKind::Rescue {
+        if let Some(image) = guest.and_then(|g| g.instance.spec.rescue_image) {
+            body["rescue_image"] = json!(image.to_string());
+        }
+    }
     if let Some(guest) = guest {
         body["server"] = guest_view(guest);
         if let Some(m) = &guest.migration {

@@ -73,6 +73,7 @@ pub(crate) fn spec() -> InstanceSpec {
         scheduler_hints: BTreeMap::new(),
         auto_disk_config: false,
         security_groups: Vec::new(),
+        rescue_image: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn spec(name: &str) -> InstanceSpec {
         scheduler_hints: BTreeMap::new(),
         auto_disk_config: false,
         security_groups: Vec::new(),
+        rescue_image: None,
     }
 }
 

@@ -264,6 +264,9 @@ pub fn apply_update(row: &mut Instance, update: &InstanceUpdate) {
     if let Some(v) = u.hostname {
         row.spec.hostname = v;
     }
+    if let Some(v) = u.rescue_image {
+        row.spec.rescue_image = v;
+    }
     if let Some(v) = u.security_groups {
         row.spec.security_groups = v;
     }

@@ -4,11 +4,12 @@
 //! its host's agent credential (no admin identity), and both share the
 //! libvirt daemon, each seeing only its own domains (their titles).
 //!
-//! Cold migration, resize, confirm and revert: the disk goes from the
-//! source's agent to the destination's over the disk transfer (the move's
-//! secret), the guest boots again on the destination (its marker on the
-//! console there), confirm removes the source's copy, revert brings the
-//! guest back on the source with its old flavor. Evacuation: the source's
+//! Cold migration, resize, confirm and revert: the root and ephemeral
+//! disks go from the source's agent to the destination's over the disk
+//! transfer (the move's secret), the guest boots again on the destination
+//! (its marker on the console there), confirm removes the source's copy,
+//! revert brings the guest back on the source with its old flavor; a
+//! stopped guest's ephemeral data is read on its destination. Evacuation: the source's
 //! agent killed and its guest gone, the server is rebuilt from its image
 //! on the other host; the source, back, removes its leftovers and leaves
 //! the destination's domain alone. Skipped, with the reason, where
@@ -122,6 +123,15 @@ fn virtual_size(disk: &Path) -> u64 {
     info["virtual-size"].as_u64().expect("virtual-size")
 }
 
+/// A flavor of 1 vCPU with an ephemeral disk (GiB); its id.
+async fn flavor_with_ephemeral(nova: &Nova, name: &str, ram: i64, disk: i64, ephemeral: i64) -> String {
+    let body = json!({"flavor": {"name": name, "vcpus": 1, "ram": ram, "disk": disk,
+                                 "OS-FLV-EXT-DATA:ephemeral": ephemeral}});
+    let answer = nova.post("/flavors", &body).await;
+    assert_eq!(answer.status, 200, "create flavor: {:?}", answer.body);
+    answer.body["flavor"]["id"].as_str().expect("flavor id").to_owned()
+}
+
 async fn boot_with_key(nova: &Nova, name: &str, flavor: &str, image: &str) -> (String, String) {
     let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test@berth";
     let pair = nova.post("/os-keypairs", &json!({"keypair": {"name": format!("k-{name}"), "public_key": key}})).await;
@@ -147,8 +157,9 @@ async fn cold_migration_and_resize_move_real_guests_between_two_agents() {
     let (cloud, hosts) = two_hosts("lvmove").await;
     let admin = cloud.nova("admin").at("2.79");
     let image = guest_image(&cloud.server.base);
-    let small = admin.flavor("guest", 1, 128, 1).await;
-    let big = admin.flavor("guest-big", 1, 192, 2).await;
+    // Each with an ephemeral disk, whose data travels with the guest.
+    let small = flavor_with_ephemeral(&admin, "guest", 128, 1, 1).await;
+    let big = flavor_with_ephemeral(&admin, "guest-big", 192, 2, 2).await;
     let (id, fingerprint) = boot_with_key(&admin, "mover", &small, &image).await;
     let _guests = Guests(vec![id.clone()]);
     let first = host_of(&settle(&admin, &id, "ACTIVE").await);
@@ -194,6 +205,7 @@ async fn cold_migration_and_resize_move_real_guests_between_two_agents() {
     assert!(xml.contains("<memory unit='KiB'>196608</memory>"), "{xml}");
     assert_eq!(title(&id), format!("berth-host={first}"));
     assert_eq!(virtual_size(&at(&first).instances.join(&id).join("disk")), 2 << 30, "the root disk grew");
+    assert_eq!(virtual_size(&at(&first).instances.join(&id).join("disk.local")), 2 << 30, "the ephemeral disk grew");
 
     act(&admin, &id, json!({"revertResize": null})).await;
     let server = settle(&admin, &id, "ACTIVE").await;
@@ -212,6 +224,33 @@ async fn cold_migration_and_resize_move_real_guests_between_two_agents() {
     until("the destination's copy removed at revert", || !at(&first).instances.join(&id).exists()).await;
     assert!(!at(&second).instances.join(format!("{id}_resize")).exists());
     assert_eq!(markers(&admin, &id).await, 2);
+    assert_eq!(virtual_size(&at(&second).instances.join(&id).join("disk.local")), 1 << 30, "its own ephemeral disk");
+
+    // A stopped guest's ephemeral data moves with it (and it stays
+    // stopped): a pattern written on the source is read on the
+    // destination.
+    act(&admin, &id, json!({"os-stop": null})).await;
+    settle(&admin, &id, "SHUTOFF").await;
+    let pattern = |host: &LvHost, verb: &str| {
+        let path = host.instances.join(&id).join("disk.local");
+        let out = Command::new("qemu-io")
+            .args(["-f", "qcow2", "-c", &format!("{verb} -P 0x5a 1M 64k"), path.to_str().expect("path")])
+            .output()
+            .expect("qemu-io");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        out.status.success() && !text.contains("Pattern verification failed") && !text.contains("error")
+    };
+    assert!(pattern(at(&second), "write"), "pattern written on the source");
+    act(&admin, &id, json!({"migrate": null})).await;
+    let server = settle(&admin, &id, "VERIFY_RESIZE").await;
+    assert_eq!(host_of(&server), first);
+    assert_eq!(domstate(&id), "shut off", "a stopped guest stays stopped");
+    assert!(pattern(at(&first), "read"), "the ephemeral data arrived");
+    let confirmed = admin.post(&format!("/servers/{id}/action"), &json!({"confirmResize": null})).await;
+    assert_eq!(confirmed.status, 204, "{:?}", confirmed.body);
+    settle(&admin, &id, "SHUTOFF").await;
+    until("the source's copy removed at confirm", || !at(&second).instances.join(format!("{id}_resize")).exists())
+        .await;
 
     assert_eq!(admin.delete(&format!("/servers/{id}")).await.status, 204);
     wait_gone(&admin, &id).await;

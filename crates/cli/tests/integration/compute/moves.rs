@@ -248,6 +248,73 @@ async fn revert_after_the_source_filled_up_restores_the_allocation() {
     cloud.check_invariants().await;
 }
 
+/// A step of a cold move that fails on its host (the destination cannot
+/// take the guest in) leaves the server in ERROR with the failure as its
+/// fault, the migration `error` and the step's action event `Error`, as
+/// Nova does; the source stays held (the guest's disk is there) until the
+/// delete, which frees both hosts.
+#[tokio::test]
+async fn a_move_step_that_fails_leaves_the_server_in_error_and_its_delete_frees_both_hosts() {
+    let mut cloud = Cloud::start("moves-fail", &[]).await;
+    cloud.add_agent(Hosts::new("g", 1, FOUR)).await;
+    let nova = cloud.nova("admin");
+    let image = setup(&nova).await;
+    let small = nova.flavor("small", 1, 512, 1).await;
+    let id = nova.boot_id("vm", &small, &image).await;
+    wait_status(&nova, &id, "ACTIVE").await;
+    let mut bad = FOUR.to_vec();
+    bad.extend(["--bad-hosts", "b0"]);
+    cloud.add_agent(Hosts::new("b", 1, &bad)).await;
+
+    let answer = nova.at("2.56").post(&format!("/servers/{id}/action"), &json!({"migrate": {"host": "b0"}})).await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let server = wait_status(&nova, &id, "ERROR").await;
+    assert_eq!(server["OS-EXT-STS:task_state"], Value::Null, "{server}");
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], "b0", "the row names the destination it failed on");
+    let fault = &server["fault"];
+    assert_eq!(fault["code"], 500, "{server}");
+    assert!(fault["message"].as_str().is_some_and(|m| m.contains("fake driver failure on b0")), "{server}");
+    let migration = migrations_of(&nova, &id).await[0].clone();
+    assert_eq!(migration["status"], "error", "{migration}");
+    let events = nova.get(&format!("/servers/{id}/os-instance-actions/{}", migration_request(&nova, &id).await)).await;
+    let finish = events.body["instanceAction"]["events"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["event"] == "compute_finish_resize").cloned())
+        .expect("the finish step's event");
+    assert_eq!(finish["result"], "Error", "{finish}");
+    // Both hosts held: the instance on the destination, the migration on
+    // the source.
+    let (g0, b0) = (provider_uuid(&cloud, "g0").await, provider_uuid(&cloud, "b0").await);
+    let migration_id = migration["uuid"].as_str().expect("uuid").to_owned();
+    assert_eq!(vcpus_on(&allocations(&cloud, &id).await, &b0), 1);
+    assert_eq!(vcpus_on(&allocations(&cloud, &migration_id).await, &g0), 1);
+    cloud.check_invariants().await;
+    // Nothing to confirm or revert in ERROR.
+    assert_eq!(action(&nova, &id, json!({"confirmResize": null})).await, 409);
+    assert_eq!(action(&nova, &id, json!({"revertResize": null})).await, 409);
+
+    assert_eq!(nova.delete(&format!("/servers/{id}")).await.status, 204);
+    super::support::wait_gone(&nova, &id).await;
+    let placement = cloud.server.client();
+    for rp in [&g0, &b0] {
+        let usages = placement.get(&format!("/resource_providers/{rp}/usages")).await.body;
+        assert_eq!(usages["usages"]["VCPU"], 0, "{rp} freed: {usages}");
+    }
+    assert!(allocations(&cloud, &migration_id).await["allocations"].as_object().is_none_or(|a| a.is_empty()));
+    cloud.check_invariants().await;
+}
+
+/// The request id of a server's latest move action.
+async fn migration_request(nova: &Nova, id: &str) -> String {
+    let actions = nova.get(&format!("/servers/{id}/os-instance-actions")).await.body;
+    actions["instanceActions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["action"] == "migrate"))
+        .and_then(|a| a["request_id"].as_str())
+        .expect("a migrate action")
+        .to_owned()
+}
+
 /// Confirm and revert refuse (409) when the migration consumer changed
 /// under them, and never overwrite it; a confirm racing a revert: exactly
 /// one wins.

@@ -4,12 +4,12 @@
 //! specs, the image with its properties, the name, hostname, metadata,
 //! key and user data; a cold move's tasks carry the migration's hosts,
 //! the source's IP and the move's secret, the same on the source's and
-//! the destination's tasks; a revert reaches the source too.
+//! the destination's tasks; a revert reaches the source, whose report
+//! ends it; a rescue names its image; a poll without `guests=1` carries
+//! no guest.
 //!
 //! The two hosts are registered by hand and no agent takes their work:
 //! the test polls it and reports as each host's agent would.
-
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -41,6 +41,21 @@ async fn ghost(cloud: &Cloud, host: &str, agent: &str, ip: &str) -> Client {
 async fn task(agent: &Client, name: &str, id: &str, kind: &str) -> Value {
     for _ in 0..30 {
         let polled = agent.get(&format!("/agent/v1/work?agent={name}&wait=1&guests=1")).await;
+        assert_eq!(polled.status, 200, "{:?}", polled.body);
+        let found = polled.body["tasks"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["instance"] == id && t["kind"] == kind).cloned());
+        if let Some(task) = found {
+            return task;
+        }
+    }
+    panic!("no {kind} task for {id} reached {name}");
+}
+
+/// The next task of `kind` for `id` from a long poll without `guests=1`.
+async fn task_without_guest(agent: &Client, name: &str, id: &str, kind: &str) -> Value {
+    for _ in 0..30 {
+        let polled = agent.get(&format!("/agent/v1/work?agent={name}&wait=1")).await;
         assert_eq!(polled.status, 200, "{:?}", polled.body);
         let found = polled.body["tasks"]
             .as_array()
@@ -132,21 +147,61 @@ async fn tasks_carry_the_guest_and_the_moves_secret_to_agents_without_admin() {
     let migrations = admin.at("2.80").get("/os-migrations").await.body.to_string();
     assert!(!shown.contains(&secret) && !migrations.contains(&secret));
 
-    // Revert: the destination first, then the source gets its task too.
+    // Revert: the destination first (the row goes back to the source,
+    // still reverting), then the source, whose report ends it.
     let revert = admin.post(&format!("/servers/{id}/action"), &json!({"revertResize": null})).await;
     assert_eq!(revert.status, 202, "{:?}", revert.body);
     let undo = task(&b, "ghost-b", &id, "resize_revert").await;
     assert_eq!((undo["move"]["source_host"].clone(), undo["move"]["dest_host"].clone()), (json!("pa0"), json!("pb0")));
     assert!(report(&b, &undo, "resize_reverted").await);
-    let server = wait_status(&admin, &id, "ACTIVE").await;
-    assert_eq!(server["OS-EXT-SRV-ATTR:host"], "pa0");
+    let server = admin.get(&format!("/servers/{id}")).await.body["server"].clone();
+    assert_eq!(
+        (server["status"].as_str(), server["OS-EXT-SRV-ATTR:host"].as_str()),
+        (Some("REVERT_RESIZE"), Some("pa0")),
+        "{server}"
+    );
+    assert_eq!(server["flavor"]["ram"], 64);
     let back = task(&a, "ghost-a", &id, "resize_revert").await;
     assert_eq!(back["host"], "pa0");
     assert_eq!(back["move"]["source_host"], "pa0");
-    assert_eq!(back["server"]["OS-EXT-STS:vm_state"], "active");
-    // Its report changes nothing: the revert is already done.
-    assert!(!report(&a, &back, "resize_reverted").await);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(admin.get(&format!("/servers/{id}")).await.body["server"]["status"], "ACTIVE");
+    assert_eq!(back["move"]["status"], "reverted");
+    assert_eq!(back["server"]["OS-EXT-STS:power_state"], 1, "running before the move: the source boots it");
+    // The source's report ends it (only its agent may speak for it).
+    assert!(report(&a, &back, "resize_reverted").await);
+    let server = wait_status(&admin, &id, "ACTIVE").await;
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], "pa0");
+    assert!(!report(&a, &back, "resize_reverted").await, "a second report changes nothing");
+    let events = admin.get(&format!("/servers/{id}/os-instance-actions")).await.body;
+    let revert_request = events["instanceActions"][0]["request_id"].as_str().expect("request id").to_owned();
+    let action = admin.at("2.51").get(&format!("/servers/{id}/os-instance-actions/{revert_request}")).await.body;
+    let mut names: Vec<&str> = action["instanceAction"]["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["compute_finish_revert_resize", "compute_revert_resize"], "{action}");
+
+    // Rescue with an image: its task names it; without, none.
+    let other = admin.image("rescue-img", json!({})).await;
+    let rescue = admin.post(&format!("/servers/{id}/action"), &json!({"rescue": {"rescue_image_ref": other}})).await;
+    assert_eq!(rescue.status, 200, "{:?}", rescue.body);
+    let rescuing = task(&a, "ghost-a", &id, "rescue").await;
+    assert_eq!(rescuing["rescue_image"], other.as_str(), "{rescuing}");
+    assert!(report(&a, &rescuing, "rescued").await);
+    wait_status(&admin, &id, "RESCUE").await;
+    let unrescue = admin.post(&format!("/servers/{id}/action"), &json!({"unrescue": null})).await;
+    assert_eq!(unrescue.status, 202, "{:?}", unrescue.body);
+    // A poll without `guests=1` (the fake hosts'): no guest in the task.
+    let plain = task_without_guest(&a, "ghost-a", &id, "unrescue").await;
+    assert!(plain.get("server").is_none(), "{plain}");
+    assert!(report(&a, &plain, "unrescued").await);
+    wait_status(&admin, &id, "ACTIVE").await;
+    let rescue = admin.post(&format!("/servers/{id}/action"), &json!({"rescue": null})).await;
+    assert_eq!(rescue.status, 200, "{:?}", rescue.body);
+    let rescuing = task(&a, "ghost-a", &id, "rescue").await;
+    assert!(rescuing.get("rescue_image").is_none(), "{rescuing}");
+    assert_eq!(rescuing["server"]["image"]["id"], image.as_str());
     cloud.check_invariants().await;
 }

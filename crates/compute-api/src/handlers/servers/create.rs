@@ -432,6 +432,7 @@ fn build_boot(
                 scheduler_hints: hints.clone(),
                 auto_disk_config,
                 security_groups: security_groups.clone(),
+                rescue_image: None,
             };
             (Uuid::new_v4(), spec)
         })

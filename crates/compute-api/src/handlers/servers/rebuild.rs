@@ -40,15 +40,16 @@ pub(super) async fn rebuild_action(
             authorize_on(req, "os_compute_api:os-rescue", project, None)?;
             check_lock(req, record)?;
             let rescue = &value[name];
-            if let Some(image) = rescue.get("rescue_image_ref").and_then(Value::as_str) {
-                // The rescue image must be one the caller can boot.
-                visible_image(ctx, req, image)?;
-            }
+            // The rescue image must be one the caller can boot.
+            let image = match rescue.get("rescue_image_ref").and_then(Value::as_str) {
+                Some(image) => Some(visible_image(ctx, req, image)?.id),
+                None => None,
+            };
             let password = rescue
                 .get("adminPass")
                 .and_then(Value::as_str)
                 .map_or_else(|| random_string(12, PASSWORD_ALPHABET), str::to_owned);
-            ctx.compute.server_action(id, ServerAction::Rescue, &caller(req)).await.nova()?;
+            ctx.compute.server_action(id, ServerAction::Rescue { image }, &caller(req)).await.nova()?;
             Ok(Some(Resp::ok(serde_json::json!({"adminPass": password}))))
         }
         "unrescue" | "restore" | "forceDelete" => {
