@@ -391,11 +391,12 @@ fn qemu_processes(id: &str) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
-/// `kill -9` of the agent while three builds (on q35) are under way:
+/// `kill -9` of the agent while five builds (on q35) are under way:
 /// after its restart every server is ACTIVE with exactly one domain, one
 /// QEMU process and one boot (one marker line), none spawned twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_finishes_its_builds_once_after_restart() {
+    const BUILDS: usize = 5;
     if let Some(reason) = unavailable() {
         eprintln!("SKIPPED a_killed_agent_finishes_its_builds_once_after_restart: {reason}");
         return;
@@ -408,7 +409,7 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
     let image = guest_variant(&cloud.server.base, &guest, json!({"hw_machine_type": "q35"}), 1 << 20).await;
     let flavor = admin.flavor("guest", 1, 128, 1).await;
     let mut ids = Vec::new();
-    for i in 0..3 {
+    for i in 0..BUILDS {
         let boot = admin
             .post(
                 "/servers",
@@ -419,16 +420,16 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
         assert_eq!(boot.status, 202, "{:?}", boot.body);
         ids.push(boot.body["server"]["id"].as_str().expect("id").to_owned());
     }
-    // Killed once the host has started on them (the image cache or an
-    // instance directory on disk), before they are all ACTIVE.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !(instances.join("_base").read_dir().map(|mut d| d.next().is_some()).unwrap_or(false)
-        || ids.iter().any(|id| instances.join(id).exists()))
-    {
+    // Killed once the host is defining the first guest (its domain XML
+    // written), the others at most that far: some defined or booting,
+    // some not yet started.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ids.iter().any(|id| instances.join(id).join("libvirt.xml").exists()) {
         assert!(Instant::now() < deadline, "the agent never started the builds");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cloud.kill_agent(0);
+    let defined_before = ids.iter().filter(|id| virsh(&["dominfo", &format!("instance-{id}")]).0).count();
     let mut active_before = 0;
     for id in &ids {
         if admin.get(&format!("/servers/{id}")).await.body["server"]["status"] == "ACTIVE" {
@@ -451,7 +452,10 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
         let boots = console(&admin, id).await.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).count();
         assert_eq!(boots, 1, "{id} booted {boots} times");
     }
-    eprintln!("killed the agent with {active_before} of 3 builds ACTIVE; all 3 ACTIVE once after its restart");
+    eprintln!(
+        "killed the agent with {active_before} of {BUILDS} builds ACTIVE and {defined_before} defined; \
+         all {BUILDS} ACTIVE once after its restart"
+    );
     for id in &ids {
         assert_eq!(admin.delete(&format!("/servers/{id}")).await.status, 204);
     }
