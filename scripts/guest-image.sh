@@ -12,6 +12,8 @@
 # (the fingerprint as Nova shows it for the key pair, or "none"), then
 # powers off on the ACPI power button (a clean `virsh shutdown`), or by
 # itself after N seconds when its user data holds `poweroff-after=N`.
+# A guest with virtio NICs asks DHCP on each and prints
+#   BERTH-GUEST-NET eth0=<mac>/<address or none> ...
 #
 #   scripts/guest-image.sh --out DIR                 # build only
 #   scripts/guest-image.sh --out DIR --url URL [--token T] [--name NAME]
@@ -36,7 +38,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
 # Bump when the guest changes: a kept build of another version is redone.
-VERSION=2
+VERSION=3
 if [ ! -s "$OUT/vmlinuz" ] || [ ! -s "$OUT/initrd" ] || [ "$(cat "$OUT/version" 2>/dev/null)" != "$VERSION" ]; then
   WORK=$(mktemp -d /tmp/berth-guest.XXXXXX)
   trap 'rm -rf "$WORK"' EXIT
@@ -54,12 +56,14 @@ if [ ! -s "$OUT/vmlinuz" ] || [ ! -s "$OUT/initrd" ] || [ "$(cat "$OUT/version" 
   mkdir -p "$RD"/{bin,dev,proc,sys,mnt,lib/modules/"$KVER"}
   cp "$WORK/root/bin/busybox" "$RD/bin/busybox"
   # Drivers for the config drive on IDE (pc), virtio-blk and virtio-scsi,
-  # and the ACPI power button, with what they depend on (from each
-  # module's .modinfo `depends=`).
-  want="virtio_pci virtio_blk virtio_scsi ata_piix ata_generic sr_mod sd_mod isofs button evdev"
+  # the ACPI power button and the virtio NIC (the cloud kernel has no
+  # other QEMU NIC driver), with what they depend on (from each module's
+  # .modinfo `depends=`).
+  want="virtio_pci virtio_blk virtio_scsi ata_piix ata_generic sr_mod sd_mod isofs button evdev virtio_net"
   done_mods=" "
   while [ -n "$want" ]; do
     set -- $want
+    [ $# -gt 0 ] || break
     m=$1; shift; want="$*"
     case "$done_mods" in *" $m "*) continue ;; esac
     done_mods="$done_mods$m "
@@ -79,7 +83,7 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 depmod 2>/dev/null
-for m in virtio_pci virtio_blk virtio_scsi ata_piix ata_generic sr_mod sd_mod isofs button evdev; do
+for m in virtio_pci virtio_blk virtio_scsi ata_piix ata_generic sr_mod sd_mod isofs button evdev virtio_net; do
   modprobe "$m" 2>/dev/null
 done
 mdev -s 2>/dev/null
@@ -100,6 +104,17 @@ if [ -n "${dev:-}" ] && mount -t iso9660 -o ro "$dev" /mnt 2>/dev/null; then
   fi
 fi
 echo "BERTH-GUEST-UP uuid=$uuid key=$key" >/dev/ttyS0
+# Each NIC: up, one DHCP try (QEMU's user-mode network answers 10.0.2.15).
+mkdir -p /tmp
+nets=""
+for n in /sys/class/net/*; do
+  name=${n##*/}
+  [ "$name" = lo ] && continue
+  ip link set "$name" up 2>/dev/null
+  udhcpc -i "$name" -n -q -t 4 -T 1 -s /bin/dhcp-note >/dev/null 2>&1
+  nets="$nets $name=$(cat "$n/address")/$(cat "/tmp/ip-$name" 2>/dev/null || echo none)"
+done
+[ -n "$nets" ] && echo "BERTH-GUEST-NET$nets" >/dev/ttyS0
 if [ -n "$after" ]; then
   sleep "$after"
   echo "berth guest: powering off by itself" >/dev/ttyS0
@@ -114,6 +129,14 @@ done
 while true; do sleep 3600; done
 EOF
   chmod +x "$RD/init"
+  cat >"$RD/bin/dhcp-note" <<'NOTE'
+#!/bin/busybox sh
+case "$1" in
+  deconfig) ip link set "$interface" up ;;
+  bound|renew) echo "$ip" >"/tmp/ip-$interface" ;;
+esac
+NOTE
+  chmod +x "$RD/bin/dhcp-note"
   (cd "$RD" && find . | "$WORK/root/bin/busybox" cpio -o -H newc 2>/dev/null | gzip -1) >"$OUT/initrd"
   cp "$WORK/root/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
   echo "$VERSION" >"$OUT/version"

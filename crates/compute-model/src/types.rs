@@ -453,6 +453,10 @@ pub struct InstanceSpec {
     /// The image of the rescue under way or last asked for
     /// (`rescue_image_ref`; `None`: the server's own image).
     pub rescue_image: Option<Uuid>,
+    /// NICs asked for: one per network named, one for `auto` (or no
+    /// `networks` before 2.37), none for `none`. What a hypervisor driver
+    /// gives the guest; berth has no network service behind them.
+    pub nics: u32,
 }
 
 /// A build request: an instance accepted by the API but not yet in a cell.

@@ -226,6 +226,7 @@ pub(crate) mod tests {
             auto_disk_config: false,
             security_groups: Vec::new(),
             rescue_image: None,
+            nics: 0,
         }
     }
 

@@ -96,6 +96,7 @@ fn minimal_spec(name: &str) -> InstanceSpec {
         auto_disk_config: false,
         security_groups: Vec::new(),
         rescue_image: None,
+        nics: 0,
     }
 }
 

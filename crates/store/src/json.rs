@@ -191,6 +191,7 @@ pub fn instance_spec(spec: &InstanceSpec) -> Value {
         "scheduler_hints": hints(&spec.scheduler_hints), "auto_disk_config": spec.auto_disk_config,
         "security_groups": spec.security_groups,
         "rescue_image": spec.rescue_image.map(|u| u.to_string()),
+        "nics": spec.nics,
     })
 }
 
@@ -221,6 +222,9 @@ pub fn to_instance_spec(v: &Value) -> Result<InstanceSpec> {
         security_groups: if v.get("security_groups").is_some() { strings(v, "security_groups")? } else { Vec::new() },
         // Absent in specs written before it was kept: none.
         rescue_image: if v.get("rescue_image").is_some() { opt_uuid(v, "rescue_image")? } else { None },
+        // Absent in specs written before it was kept: none (those guests
+        // were made without NICs).
+        nics: v.get("nics").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
     })
 }
 
@@ -599,6 +603,7 @@ mod tests {
             auto_disk_config: true,
             security_groups: vec!["default".to_owned()],
             rescue_image: Some(Uuid::from_u128(7)),
+            nics: 2,
         }
     }
 

@@ -257,6 +257,7 @@ pub fn store_suite(store: &dyn Store) {
             auto_disk_config: false,
             security_groups: Vec::new(),
             rescue_image: None,
+            nics: 0,
         },
         created_at: 70,
         held: true,

@@ -37,6 +37,41 @@ pub struct DomainSpec {
     /// Kernel and ramdisk of an AMI-style image, and the kernel command
     /// line.
     pub kernel: Option<(String, Option<String>, String)>,
+    /// One NIC per MAC address (user-mode networking: the guest's own
+    /// NAT to the outside, with QEMU's DHCP; no network service behind).
+    pub nics: Vec<String>,
+    /// The NICs' model (`hw_vif_model`, default `virtio`).
+    pub vif_model: String,
+    /// `hw_firmware_type` is `uefi`: libvirt picks the UEFI firmware
+    /// (OVMF, which the host must have).
+    pub uefi: bool,
+}
+
+/// The NIC models `hw_vif_model` may name for QEMU (Nova's libvirt
+/// driver's for x86).
+pub const VIF_MODELS: &[&str] = &["virtio", "e1000", "e1000e", "ne2k_pci", "pcnet", "rtl8139"];
+
+/// The NIC model for an image's properties; Nova's `UnsupportedHardware`
+/// text for one QEMU cannot give.
+pub fn vif_model(properties: &Value, virt_type: &str) -> Result<String, String> {
+    let model = properties.get("hw_vif_model").and_then(Value::as_str).filter(|v| !v.is_empty()).unwrap_or("virtio");
+    if VIF_MODELS.contains(&model) {
+        Ok(model.to_owned())
+    } else {
+        Err(format!("Requested hardware '{model}' is not supported by the '{virt_type}' virt driver"))
+    }
+}
+
+/// The MAC address of a guest's `index`th NIC: Nova's (Neutron's)
+/// `fa:16:3e` prefix and three bytes of the instance uuid and the index,
+/// the same on every host the guest moves to.
+pub fn mac_address(instance: &str, index: usize) -> String {
+    let hash = instance
+        .bytes()
+        .chain(index.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let b = hash.to_be_bytes();
+    format!("fa:16:3e:{:02x}:{:02x}:{:02x}", b[5], b[6], b[7])
 }
 
 impl DomainSpec {
@@ -61,6 +96,18 @@ impl DomainSpec {
             }
             None => "    <boot dev='hd'/>\n".to_owned(),
         };
+        let nics: String = self
+            .nics
+            .iter()
+            .map(|mac| {
+                format!(
+                    "    <interface type='user'>\n      <mac address='{}'/>\n      <model type='{}'/>\n    </interface>\n",
+                    esc(mac),
+                    esc(&self.vif_model)
+                )
+            })
+            .collect();
+        let firmware = if self.uefi { " firmware='efi'" } else { "" };
         let disks = u8::try_from(1 + self.extra_disks.len()).unwrap_or(u8::MAX);
         let disk_dev = dev_name(&self.disk_bus, 0);
         let cdrom_dev = dev_name(&self.cdrom_bus, if self.cdrom_bus == self.disk_bus { disks } else { 0 });
@@ -98,7 +145,7 @@ impl DomainSpec {
       <entry name='uuid'>{uuid}</entry>
     </system>
   </sysinfo>
-  <os>
+  <os{firmware}>
     <type arch='x86_64' machine='{machine}'>hvm</type>
 {os}    <smbios mode='sysinfo'/>
   </os>
@@ -119,7 +166,7 @@ impl DomainSpec {
       <target dev='{cdrom_dev}' bus='{cdrom_bus}'/>
       <readonly/>
     </disk>
-    <serial type='pty'>
+{nics}    <serial type='pty'>
       <log file='{log}' append='on'/>
       <target port='0'/>
     </serial>
@@ -232,7 +279,34 @@ mod tests {
             config_drive: "/i/u/disk.config".into(),
             console_log: "/i/u/console.log".into(),
             kernel: Some(("/i/_base/k".into(), Some("/i/_base/r".into()), "root=/dev/vda console=ttyS0".into())),
+            nics: Vec::new(),
+            vif_model: "virtio".into(),
+            uefi: false,
         }
+    }
+
+    #[test]
+    fn nics_take_the_images_model_and_stable_macs_and_uefi_its_firmware() {
+        assert_eq!(vif_model(&json!({}), "qemu"), Ok("virtio".to_owned()));
+        assert_eq!(vif_model(&json!({"hw_vif_model": "e1000"}), "qemu"), Ok("e1000".to_owned()));
+        assert_eq!(
+            vif_model(&json!({"hw_vif_model": "vmxnet9"}), "kvm"),
+            Err("Requested hardware 'vmxnet9' is not supported by the 'kvm' virt driver".to_owned())
+        );
+        let id = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
+        let (first, second) = (mac_address(id, 0), mac_address(id, 1));
+        assert!(first.starts_with("fa:16:3e:") && first.len() == 17, "{first}");
+        assert_ne!(first, second);
+        assert_eq!(first, mac_address(id, 0), "the same on every host");
+        let mut with = spec("pc", "virtio", "ide");
+        assert!(!with.xml().contains("<interface"), "no NIC without a network");
+        with.nics = vec![first.clone(), second.clone()];
+        with.vif_model = "e1000".into();
+        with.uefi = true;
+        let xml = with.xml();
+        assert_eq!(xml.matches("<interface type='user'>").count(), 2, "{xml}");
+        assert!(xml.contains(&format!("<mac address='{first}'/>")) && xml.contains("<model type='e1000'/>"), "{xml}");
+        assert!(xml.contains("<os firmware='efi'>"), "{xml}");
     }
 
     #[test]

@@ -431,11 +431,13 @@ impl LibvirtDriver {
         image: &Value,
         kernel: Kernel,
         mut disks: Vec<String>,
-    ) -> DomainSpec {
+    ) -> Result<DomainSpec, String> {
         let dir = self.dir(instance);
         let (machine, disk_bus, cdrom_bus) = DomainSpec::buses(image);
         let disk = if disks.is_empty() { String::new() } else { disks.remove(0) };
-        DomainSpec {
+        // One NIC per network the server asked for (`nics`).
+        let nics = usize::try_from(server["nics"].as_u64().unwrap_or(0)).unwrap_or(0).min(16);
+        Ok(DomainSpec {
             virt_type: self.config.virt_type.clone(),
             name: domain(instance),
             uuid: instance.to_owned(),
@@ -449,7 +451,10 @@ impl LibvirtDriver {
             config_drive: build::path_text(&dir.join("disk.config")),
             console_log: build::path_text(&dir.join("console.log")),
             kernel,
-        }
+            nics: (0..nics).map(|i| build::mac_address(instance, i)).collect(),
+            vif_model: build::vif_model(image, &self.config.virt_type)?,
+            uefi: image.get("hw_firmware_type").and_then(Value::as_str) == Some("uefi"),
+        })
     }
 
     /// Create and boot the guest (no domain exists) from its server's
@@ -489,7 +494,7 @@ impl LibvirtDriver {
         let config_drive = dir.join("disk.config");
         let key = task.body["key_data"].as_str().or_else(|| server["key_data"].as_str());
         self.config_drive(server, key, &dir, &config_drive).await?;
-        let spec = self.domain_spec(instance, server, image, kernel, disks);
+        let spec = self.domain_spec(instance, server, image, kernel, disks)?;
         let xml = dir.join("libvirt.xml");
         tokio::fs::write(&xml, with_title(&spec.xml(), &self.config.host)).await.map_err(io("writing", &xml))?;
         self.virsh(&["define", &build::path_text(&xml)]).await?;
@@ -867,7 +872,7 @@ impl LibvirtDriver {
         let _ = tokio::fs::remove_file(&rescue_disk).await;
         Self::overlay(&base, &image, &rescue_disk, 0).await?;
         let disks = vec![build::path_text(&rescue_disk), build::path_text(&dir.join("disk"))];
-        let spec = self.domain_spec(instance, server, &image, kernel, disks);
+        let spec = self.domain_spec(instance, server, &image, kernel, disks)?;
         let xml = with_title(&spec.xml(), &self.config.host);
         tokio::fs::write(&rescue_xml, xml).await.map_err(io("writing", &rescue_xml))?;
         if state != "shut off" {

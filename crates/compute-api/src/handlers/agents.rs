@@ -213,6 +213,7 @@ pub fn guest_view(guest: &berth_compute::guest::GuestFacts) -> Value {
         "key_data": i.spec.key_data,
         "OS-EXT-SRV-ATTR:user_data": i.spec.user_data,
         "config_drive": i.spec.config_drive,
+        "nics": i.spec.nics,
         "flavor": {"original_name": f.name, "vcpus": f.vcpus, "ram": f.memory_mb, "disk": f.root_gb,
                    "ephemeral": f.ephemeral_gb, "swap": f.swap, "extra_specs": f.extra_specs},
         "image": {"id": i.spec.image_ref.map(|u| u.to_string()), "properties": i.spec.image_properties},

@@ -74,6 +74,7 @@ pub(crate) fn spec() -> InstanceSpec {
         auto_disk_config: false,
         security_groups: Vec::new(),
         rescue_image: None,
+        nics: 0,
     }
 }
 

@@ -39,6 +39,7 @@ fn spec(name: &str) -> InstanceSpec {
         auto_disk_config: false,
         security_groups: Vec::new(),
         rescue_image: None,
+        nics: 0,
     }
 }
 

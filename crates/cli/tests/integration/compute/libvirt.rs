@@ -69,7 +69,11 @@ impl Drop for Domains {
 /// the disk image's id.
 pub(crate) fn guest_image(base: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/guest-image.sh");
-    let out_dir = std::env::temp_dir().join("berth-guest-image");
+    // A directory per version of the script: runs of another checkout
+    // (another version) beside this one never rebuild it under us.
+    let text = std::fs::read(&script).expect("guest-image.sh");
+    let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+    let out_dir = std::env::temp_dir().join(format!("berth-guest-image-{:08x}", hash >> 32));
     let out = Command::new("bash")
         .arg(&script)
         .args(["--out", out_dir.to_str().expect("path"), "--url", base, "--token", "admin"])
@@ -276,6 +280,8 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     assert_eq!(domstate(&id), "running");
     let dir = instances.join(&id);
     assert!(dir.join("disk").exists() && dir.join("disk.config").exists(), "{}", dir.display());
+    let (_, xml) = virsh(&["dumpxml", &format!("instance-{id}")]);
+    assert!(!xml.contains("<interface"), "networks none: no NIC\n{xml}");
 
     // The lifecycle, each with the domain's real state.
     act(&admin, &id, json!({"os-stop": null})).await;
@@ -341,13 +347,15 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     }
     settle(&admin, &id, "SHUTOFF").await;
 
-    // A guest that powers itself off shows SHUTOFF within one sync.
+    // A guest that powers itself off shows SHUTOFF within one sync. It
+    // has a network (`auto`): one virtio NIC, on which QEMU's user-mode
+    // network gives it an address.
     let user_data = "cG93ZXJvZmYtYWZ0ZXI9MQo="; // "poweroff-after=1\n"
     let boot = admin
         .post(
             "/servers",
             &json!({"server": {"name": "real-2", "flavorRef": flavor, "imageRef": image, "user_data": user_data,
-                               "networks": "none"}}),
+                               "networks": "auto"}}),
         )
         .await;
     assert_eq!(boot.status, 202, "{:?}", boot.body);
@@ -364,7 +372,19 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     let off = Instant::now();
     settle(&admin, &id2, "SHUTOFF").await;
     assert!(off.elapsed() < Duration::from_secs(4), "SHUTOFF {:?} after the guest powered off", off.elapsed());
-    assert!(console(&admin, &id2).await.contains("powering off by itself"));
+    let log = console(&admin, &id2).await;
+    assert!(log.contains("powering off by itself"), "{log}");
+    let (_, xml) = virsh(&["dumpxml", &format!("instance-{id2}")]);
+    assert_eq!(xml.matches("<interface type='user'>").count(), 1, "{xml}");
+    assert!(xml.contains("<model type='virtio'/>"), "{xml}");
+    let mac = xml
+        .split("<mac address='")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .expect("the NIC's MAC address")
+        .to_owned();
+    assert!(mac.starts_with("fa:16:3e:"), "{mac}");
+    assert!(log.contains(&format!("BERTH-GUEST-NET eth0={mac}/10.0.2.15")), "the guest's NIC and its address: {log}");
 
     // Delete: no domain, no disk, no config drive; only the image cache.
     for server in [&id, &id2] {

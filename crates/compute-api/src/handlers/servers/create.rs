@@ -361,6 +361,13 @@ fn build_boot(
     max_count: i64,
     auto_disk_config: bool,
 ) -> BootAdmission {
+    // The NICs a hypervisor driver gives each guest: one per network
+    // named, one for `auto` (and without `networks`, before 2.37).
+    let nics = match server.get("networks") {
+        Some(Value::String(s)) if s == "none" => 0,
+        Some(Value::Array(list)) => u32::try_from(list.len()).unwrap_or(u32::MAX),
+        _ => 1,
+    };
     let CreateRequest {
         project,
         user,
@@ -433,6 +440,7 @@ fn build_boot(
                 auto_disk_config,
                 security_groups: security_groups.clone(),
                 rescue_image: None,
+                nics,
             };
             (Uuid::new_v4(), spec)
         })
