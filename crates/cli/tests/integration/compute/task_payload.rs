@@ -119,7 +119,7 @@ async fn tasks_carry_the_guest_and_the_moves_secret_to_agents_without_admin() {
     assert_eq!(build["key_data"], key);
     assert_eq!(server["OS-EXT-SRV-ATTR:user_data"], "aGVsbG8K");
     assert_eq!(server["metadata"], json!({"role": "db"}));
-    assert_eq!(server["nics"], 1, "no `networks` before 2.37 is `auto`: one NIC");
+    assert_eq!(server["nics"], 0, "networks none: no NIC");
     assert!(build.get("move").is_none(), "{build}");
     assert!(report(&a, &build, "spawned").await);
     wait_status(&admin, &id, "ACTIVE").await;
