@@ -37,6 +37,7 @@ pub fn needs_guest(kind: TaskKind) -> bool {
             | TaskKind::Rebuild
             | TaskKind::Unshelve
             | TaskKind::Rescue
+            | TaskKind::Reboot
             | TaskKind::ResizeMigrate
             | TaskKind::ResizeFinish
             | TaskKind::ResizeConfirm

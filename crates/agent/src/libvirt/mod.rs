@@ -836,6 +836,30 @@ impl LibvirtDriver {
         self.config_drive(server, key, &dir, &dir.join("disk.config")).await
     }
 
+    /// A hard reboot of a guest whose domain is gone (undefined behind
+    /// berth's back, or a move that failed on this source after handing
+    /// it over): as Nova's hard reboot, the domain is made again from the
+    /// guest's disks and the server's flavor and image (the handed-over
+    /// directory taken back first) and booted. No disk: an error.
+    async fn recreate(&self, task: TaskRef<'_>) -> Result<(), String> {
+        let instance = task.instance;
+        let _busy = self.busy(instance);
+        let server = server_of(task)?;
+        let dir = self.dir(instance);
+        let handed = transfer::resize_dir(&self.config.instances_path, instance);
+        if !dir.join("disk").exists() && handed.join("disk").exists() {
+            remove_dir(&dir).await?;
+            tokio::fs::rename(&handed, &dir).await.map_err(io("renaming", &handed))?;
+            let _ = tokio::fs::remove_file(dir.join(transfer::TOKEN_FILE)).await;
+        }
+        if !dir.join("disk").exists() {
+            return Err(format!("Instance {instance} has no domain and no disk on {}", self.config.host));
+        }
+        let (_, image, kernel) = self.base_image(server).await?;
+        tracing::info!(%instance, "hard reboot: the domain made again from the guest's disks");
+        self.define_and_boot(task, server, &image, kernel, true).await
+    }
+
     /// Does this host hold a guest handed over to a move?
     fn hands_over(&self) -> bool {
         std::fs::read_dir(&self.config.instances_path)
@@ -999,6 +1023,9 @@ impl Driver for LibvirtDriver {
             let hard =
                 task_state.and_then(|rest| rest.rsplit_once('@')).is_some_and(|(state, _)| state.contains("hard"));
             if self.state(instance).await?.is_none() {
+                if hard {
+                    return self.recreate(task).await;
+                }
                 return Err(format!("Instance {instance} has no domain on {}", self.config.host));
             }
             // Soft: ACPI shutdown, then boot again (Nova's _soft_reboot);

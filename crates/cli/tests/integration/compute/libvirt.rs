@@ -347,6 +347,18 @@ async fn real_guests_boot_run_and_go_through_libvirt() {
     }
     settle(&admin, &id, "SHUTOFF").await;
 
+    // Its domain lost (undefined behind berth's back, its directory handed
+    // over as by a move that failed on this source): a hard reboot makes
+    // the domain again from its disks and boots it, as Nova's.
+    let boots = console(&admin, &id).await.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).count();
+    assert!(virsh(&["undefine", &format!("instance-{id}")]).0);
+    std::fs::rename(instances.join(&id), instances.join(format!("{id}_resize"))).expect("hand the directory over");
+    act(&admin, &id, json!({"reboot": {"type": "HARD"}})).await;
+    settle(&admin, &id, "ACTIVE").await;
+    assert_eq!(domstate(&id), "running");
+    assert!(instances.join(&id).join("disk").exists() && !instances.join(format!("{id}_resize")).exists());
+    assert_eq!(marker(&admin, &id, boots + 1).await, format!("BERTH-GUEST-UP uuid={id} key={fingerprint}"));
+
     // A guest that powers itself off shows SHUTOFF within one sync. It
     // has a network (`auto`): one virtio NIC, on which QEMU's user-mode
     // network gives it an address.
