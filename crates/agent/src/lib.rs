@@ -229,6 +229,9 @@ pub struct AgentConfig {
     /// How often the power sync asks the driver for its guests' states
     /// (drivers with guests only).
     pub sync_interval: Duration,
+    /// Guests still running whose server was deleted: how often to look
+    /// and what to do (drivers with guests only).
+    pub running_deleted: RunningDeleted,
     /// The hosts' IP as registered (`host_ip`, Nova's `my_ip`: where a
     /// moving guest's destination fetches its disk); `None`: the control
     /// plane's default.
@@ -757,13 +760,26 @@ impl PowerSim {
 /// ACTIVE server with no task on that host (so a stop in flight is not
 /// overtaken), and `powered_on` only for a STOPPED one with no task,
 /// which it stops again.
-async fn power_sync(driver: Arc<dyn Driver>, interval: Duration, events: tokio::sync::mpsc::UnboundedSender<Value>) {
+async fn power_sync(
+    driver: Arc<dyn Driver>,
+    link: Link,
+    config: Arc<AgentConfig>,
+    events: tokio::sync::mpsc::UnboundedSender<Value>,
+) {
     use driver::GuestPower;
+    let interval = config.sync_interval;
     let mut last: HashMap<String, GuestPower> = HashMap::new();
+    let mut deleted_look: Option<std::time::Instant> = None;
+    let mut reported: HashSet<String> = HashSet::new();
     loop {
         match driver.guests().await {
             Ok(None) => return,
             Ok(Some(guests)) => {
+                let due = deleted_look.is_none_or(|at| at.elapsed() >= config.running_deleted.poll);
+                if due && config.running_deleted.action != RunningDeletedAction::Noop {
+                    deleted_look = Some(std::time::Instant::now());
+                    running_deleted(&*driver, &link, &config, &guests, &mut reported).await;
+                }
                 let mut seen = HashMap::with_capacity(guests.len());
                 for guest in guests {
                     let before = last.get(&guest.instance).copied();
@@ -796,6 +812,89 @@ async fn power_sync(driver: Arc<dyn Driver>, interval: Duration, events: tokio::
             Err(err) => tracing::warn!(error = %err, "listing the guests failed"),
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+/// What the agent does with a guest still running whose server was
+/// deleted (Nova's `running_deleted_instance_action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunningDeletedAction {
+    /// Nothing, not even a look.
+    Noop,
+    /// Reported in the agent's log (once per guest), left alone.
+    #[default]
+    Log,
+    /// Reported and powered off (the domain and its disks are kept).
+    Shutdown,
+    /// Reported, destroyed and removed with its disks.
+    Reap,
+}
+
+/// The look for guests whose server was deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunningDeleted {
+    /// What to do with them.
+    pub action: RunningDeletedAction,
+    /// How often to look (and once at the start).
+    pub poll: Duration,
+}
+
+impl Default for RunningDeleted {
+    fn default() -> Self {
+        RunningDeleted { action: RunningDeletedAction::Log, poll: Duration::from_secs(1800) }
+    }
+}
+
+/// Ask the control plane which of this host's guests belong to deleted
+/// servers (`POST /agent/v1/guests`) and act on them as configured. A
+/// guest berth never made is not its to judge: only deleted servers'
+/// rows on this host count.
+async fn running_deleted(
+    driver: &dyn Driver,
+    link: &Link,
+    config: &AgentConfig,
+    guests: &[driver::Guest],
+    reported: &mut HashSet<String>,
+) {
+    let mut by_host: HashMap<&str, Vec<&str>> = HashMap::new();
+    for guest in guests {
+        by_host.entry(guest.host.as_str()).or_default().push(guest.instance.as_str());
+    }
+    for (host, instances) in by_host {
+        let body = json!({"agent": config.agent_id, "host": host, "instances": instances});
+        let deleted: Vec<String> = match link.agent(reqwest::Method::POST, "/guests", Some(body)).await {
+            Ok((200, answer)) => answer["deleted"]
+                .as_array()
+                .map(|d| d.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default(),
+            Ok((status, answer)) => {
+                tracing::warn!(%host, status, %answer, "asking which guests are deleted servers failed");
+                continue;
+            }
+            Err(err) => {
+                tracing::warn!(%host, error = %err, "asking which guests are deleted servers failed");
+                continue;
+            }
+        };
+        for instance in deleted {
+            let action = config.running_deleted.action;
+            if reported.insert(instance.clone()) {
+                tracing::warn!(
+                    %instance, %host, ?action,
+                    "a guest is running whose server was deleted (running_deleted_instance_action)"
+                );
+            }
+            let task = json!({"kind": "delete", "instance": instance, "host": host, "id": format!("{instance}:deleted@{host}")});
+            let t = TaskRef { kind: "delete", instance: &instance, host, body: &task };
+            let done = match action {
+                RunningDeletedAction::Shutdown => driver.power_off(t).await,
+                RunningDeletedAction::Reap => driver.destroy(t).await,
+                RunningDeletedAction::Noop | RunningDeletedAction::Log => Ok(()),
+            };
+            if let Err(err) = done {
+                tracing::warn!(%instance, %host, error = %err, "acting on a deleted server's guest failed");
+            }
+        }
     }
 }
 
@@ -876,8 +975,10 @@ pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output 
 
     // Power sync: what the hypervisor says about its guests becomes
     // events (drivers with real guests only).
-    let sync =
-        config.driver.clone().map(|driver| tokio::spawn(power_sync(driver, config.sync_interval, events_tx.clone())));
+    let sync = config
+        .driver
+        .clone()
+        .map(|driver| tokio::spawn(power_sync(driver, link.clone(), config.clone(), events_tx.clone())));
 
     let (in_flight_pull, events_pull) = (in_flight.clone(), events_tx.clone());
     // Work loop.
@@ -994,6 +1095,7 @@ mod tests {
             driver: None,
             host: None,
             sync_interval: Duration::from_secs(10),
+            running_deleted: RunningDeleted::default(),
             host_ip: None,
         };
         let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();

@@ -147,6 +147,16 @@ pub(crate) struct AgentOpts {
     /// libvirt: seconds between power-state syncs (default 10).
     #[arg(long)]
     pub(crate) sync_interval_secs: Option<u64>,
+    /// libvirt: what to do with a guest still running whose server was
+    /// deleted (Nova's `running_deleted_instance_action`): `log` (the
+    /// default: reported, left alone), `shutdown`, `reap` (destroyed and
+    /// removed) or `noop`.
+    #[arg(long)]
+    pub(crate) running_deleted_instance_action: Option<String>,
+    /// libvirt: seconds between looks for such guests (default 1800, Nova's
+    /// `running_deleted_instance_poll_interval`; also at the start).
+    #[arg(long)]
+    pub(crate) running_deleted_instance_poll_secs: Option<u64>,
     /// libvirt: this host's IP (Nova's `my_ip`, default 127.0.0.1),
     /// registered as its `host_ip`: a cold move's destination fetches the
     /// guest's disk from the source's agent there.
@@ -295,6 +305,8 @@ impl AgentOpts {
             reserved_host_cpus,
             shutdown_timeout_secs,
             sync_interval_secs,
+            running_deleted_instance_action,
+            running_deleted_instance_poll_secs,
             my_ip,
             migration_port,
             numa_nodes,
@@ -439,6 +451,18 @@ impl AgentOpts {
             driver,
             host,
             sync_interval: Duration::from_secs(opts.sync_interval_secs.unwrap_or(10).max(1)),
+            running_deleted: berth_agent::RunningDeleted {
+                action: match opts.running_deleted_instance_action.as_deref().unwrap_or("log") {
+                    "noop" => berth_agent::RunningDeletedAction::Noop,
+                    "log" => berth_agent::RunningDeletedAction::Log,
+                    "shutdown" => berth_agent::RunningDeletedAction::Shutdown,
+                    "reap" => berth_agent::RunningDeletedAction::Reap,
+                    other => anyhow::bail!(
+                        "invalid --running-deleted-instance-action {other:?} (noop, log, shutdown or reap)"
+                    ),
+                },
+                poll: Duration::from_secs(opts.running_deleted_instance_poll_secs.unwrap_or(1800).max(1)),
+            },
             host_ip,
         })
     }

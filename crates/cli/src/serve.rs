@@ -822,6 +822,7 @@ pub(crate) fn run(opts: ServeOpts) -> anyhow::Result<()> {
                 driver: None,
                 host: None,
                 sync_interval: std::time::Duration::from_secs(10),
+                running_deleted: berth_agent::RunningDeleted::default(),
                 host_ip: None,
             };
             let mut stop = stop_rx.clone();

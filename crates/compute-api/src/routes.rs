@@ -268,6 +268,7 @@ pub fn agent_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Com
         Route::new("/events", vec![v1a(M::POST, agents::events)]),
         Route::new("/queues", vec![v1s(M::GET, agents::queues)]),
         Route::new("/claim", vec![v1a(M::POST, agents::claim)]),
+        Route::new("/guests", vec![v1a(M::POST, agents::guests)]),
     ];
     Ok(Api {
         name: "agent",

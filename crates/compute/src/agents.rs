@@ -613,6 +613,31 @@ impl Compute {
     }
 }
 
+impl Compute {
+    /// Of `instances` (guests running on `host`), those whose server was
+    /// deleted while on that host: a row of one of the cells, deleted,
+    /// naming `host` (Nova's `_running_deleted_instances`). A cell that
+    /// does not answer names none.
+    pub async fn deleted_guests(&self, host: &str, instances: &[Uuid]) -> Vec<Uuid> {
+        let mut out = Vec::new();
+        if instances.is_empty() {
+            return out;
+        }
+        for mapping in self.cell_mappings() {
+            if mapping.uuid == berth_compute_model::CELL0_UUID {
+                continue;
+            }
+            let Ok(handle) = self.cells.get(&mapping) else { continue };
+            let ids = instances.to_vec();
+            let Ok(rows) = self.cells.read(&handle, move |s| s.instances(&ids)).await else { continue };
+            out.extend(rows.into_iter().filter(|r| r.deleted && r.host.as_deref() == Some(host)).map(|r| r.uuid));
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
 fn failure_message(event: &AgentEvent) -> String {
     event.message.clone().unwrap_or_else(|| format!("Build of instance {} failed on {}.", event.instance, event.host))
 }

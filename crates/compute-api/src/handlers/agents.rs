@@ -257,6 +257,32 @@ pub fn work(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     })
 }
 
+/// `POST /agent/v1/guests` `{"agent", "host", "instances": [uuid…]}`:
+/// which of the guests the host runs belong to servers deleted on that
+/// host (`{"deleted": [uuid…]}`; Nova's running deleted instances). A
+/// guest whose server lives, or that berth never made, is not named.
+pub fn guests(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
+    Box::pin(async move {
+        admin_only(&req, "agent:manage")?;
+        let body = json_body(&req)?;
+        let host = text(&body, "host")?.to_owned();
+        let list =
+            body["instances"].as_array().ok_or_else(|| ApiError::bad_request("'instances' is a required list"))?;
+        if list.len() > 10_000 {
+            return Err(ApiError::bad_request("at most 10000 instances at once"));
+        }
+        let mut instances = Vec::with_capacity(list.len());
+        for item in list {
+            let id = item.as_str().and_then(|t| Uuid::parse_str(t).ok());
+            instances.push(id.ok_or_else(|| ApiError::bad_request("bad instance uuid"))?);
+        }
+        // An identity asks only about the hosts bound to it.
+        ctx.compute.check_agent_identity(&caller(&req), [host.as_str()]).nova()?;
+        let deleted = ctx.compute.deleted_guests(&host, &instances).await;
+        Ok(Resp::ok(json!({"deleted": deleted.iter().map(ToString::to_string).collect::<Vec<_>>()})))
+    })
+}
+
 /// `POST /agent/v1/events`.
 pub fn events(ctx: Arc<ComputeCtx>, req: Req) -> HandlerFuture {
     Box::pin(async move {

@@ -165,6 +165,19 @@ pub(crate) async fn act(nova: &Nova, id: &str, body: Value) {
     assert_eq!(answer.status, 202, "{body}: {:?}", answer.body);
 }
 
+/// The `nova-compute` service of `host` forced down (2.53) or up again.
+pub(crate) async fn force_down(nova: &Nova, host: &str, down: bool) {
+    let all = nova.at("2.53").get("/os-services?binary=nova-compute").await.body;
+    let id = all["services"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["host"] == host))
+        .and_then(|s| s["id"].as_str())
+        .expect("service id")
+        .to_owned();
+    let answer = nova.at("2.53").put(&format!("/os-services/{id}"), &json!({"forced_down": down})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
 /// Issue `host` its agent credential (`POST /admin/v1/agent-credentials`)
 /// into a file of the test's; its path. An agent started with it
 /// (`--credential-file`) has the service role, not admin.
@@ -488,6 +501,42 @@ async fn a_killed_agent_finishes_its_builds_once_after_restart() {
         "killed the agent with {active_before} of {BUILDS} builds ACTIVE and {defined_before} defined; \
          all {BUILDS} ACTIVE once after its restart"
     );
+
+    // A server deleted while its host's agent is gone (its service forced
+    // down: a local delete) leaves its guest running. The agent back
+    // reports it and, by default (`log`), leaves it alone; with `reap`
+    // it destroys and removes it (Nova's running_deleted_instance_action).
+    let gone = ids.remove(0);
+    cloud.kill_agent(0);
+    force_down(&admin, &host, true).await;
+    assert_eq!(admin.delete(&format!("/servers/{gone}")).await.status, 204);
+    wait_gone(&admin, &gone).await;
+    force_down(&admin, &host, false).await;
+    assert_eq!(domstate(&gone), "running", "the deleted server's guest still runs");
+    let log = instances.with_file_name("agent.log");
+    cloud.set_agent_log(0, &log);
+    cloud.restart_agent(0).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let warned = |log: &Path| std::fs::read_to_string(log).unwrap_or_default().contains(&gone);
+    while !warned(&log) {
+        assert!(Instant::now() < deadline, "the agent never reported the deleted server's guest");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("whose server was deleted"), "{text}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(domstate(&gone), "running", "log: reported, not killed");
+    cloud.kill_agent(0);
+    cloud.add_agent_args(0, &["--running-deleted-instance-action", "reap"]);
+    cloud.restart_agent(0).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while virsh(&["dominfo", &format!("instance-{gone}")]).0 || instances.join(&gone).exists() {
+        assert!(Instant::now() < deadline, "reap never removed the deleted server's guest");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for id in &ids {
+        assert_eq!(domstate(id), "running", "the live servers' guests are left alone");
+    }
     for id in &ids {
         assert_eq!(admin.delete(&format!("/servers/{id}")).await.status, 204);
     }

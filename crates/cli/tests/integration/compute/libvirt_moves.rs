@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::libvirt::{act, agent_credential, console, domstate, guest_image, marker, settle, unavailable, virsh};
+use super::libvirt::{
+    act, agent_credential, console, domstate, force_down, guest_image, marker, settle, unavailable, virsh,
+};
 use super::support::{wait_gone, Cloud, Hosts, Nova};
 
 /// Destroys and undefines the domains of the test's servers however the
@@ -264,19 +266,6 @@ async fn cold_migration_and_resize_move_real_guests_between_two_agents() {
         assert_eq!(left, ["_base"], "only the image cache stays on {}", host.name);
     }
     cloud.check_invariants().await;
-}
-
-/// The `nova-compute` service of `host` forced down (2.53) or up again.
-async fn force_down(nova: &Nova, host: &str, down: bool) {
-    let all = nova.at("2.53").get("/os-services?binary=nova-compute").await.body;
-    let id = all["services"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["host"] == host))
-        .and_then(|s| s["id"].as_str())
-        .expect("service id")
-        .to_owned();
-    let answer = nova.at("2.53").put(&format!("/os-services/{id}"), &json!({"forced_down": down})).await;
-    assert_eq!(answer.status, 200, "{:?}", answer.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

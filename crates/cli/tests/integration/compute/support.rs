@@ -88,6 +88,18 @@ impl Cloud {
         let _ = self.agents[index].wait();
     }
 
+    /// Send the stderr of the agent started `index`-th to `path` from its
+    /// next (re)start.
+    pub(crate) fn set_agent_log(&mut self, index: usize, path: &std::path::Path) {
+        self.hosts[index].log = Some(path.to_owned());
+    }
+
+    /// More arguments for the agent started `index`-th, from its next
+    /// (re)start.
+    pub(crate) fn add_agent_args(&mut self, index: usize, args: &[&str]) {
+        self.hosts[index].args.extend(args.iter().map(|a| (*a).to_owned()));
+    }
+
     /// The process id of the agent started `index`-th.
     pub(crate) fn agent_pid(&self, index: usize) -> u32 {
         self.agents[index].id()
