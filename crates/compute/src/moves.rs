@@ -661,35 +661,27 @@ impl Compute {
                 EVENT_CONFIRM_RESIZE,
                 None,
             ),
-            // The destination's part of a revert between two hosts: the
-            // row back on the source, the task still open there.
-            _ if !source.is_empty() && source != dest => (
-                ms::REVERTED,
-                InstanceUpdate {
+            // Back on the source with the old flavor. Between two hosts
+            // the task stays open there until the source's own report
+            // (`source_reverted`); on one host this report ends it.
+            _ => {
+                let two_hosts = !source.is_empty() && source != dest;
+                let mut update = InstanceUpdate {
                     host: Some(Some(source.clone())),
                     node: migration.source_node.clone().map(Some),
                     flavor: Some(migration.old_flavor.clone()),
                     updated_at: now,
                     ..InstanceUpdate::default()
-                },
-                EVENT_REVERT_RESIZE,
-                Some((source.clone(), task_state::RESIZE_REVERTING, EVENT_FINISH_REVERT_RESIZE)),
-            ),
-            _ => (
-                ms::REVERTED,
-                InstanceUpdate {
-                    vm_state: Some(end_vm_state.to_owned()),
-                    task_state: Some(None),
-                    power_state: Some(end_power_state),
-                    host: Some(Some(source.clone())),
-                    node: migration.source_node.clone().map(Some),
-                    flavor: Some(migration.old_flavor.clone()),
-                    updated_at: now,
-                    ..InstanceUpdate::default()
-                },
-                EVENT_REVERT_RESIZE,
-                None,
-            ),
+                };
+                if !two_hosts {
+                    update.vm_state = Some(end_vm_state.to_owned());
+                    update.task_state = Some(None);
+                    update.power_state = Some(end_power_state);
+                }
+                let next =
+                    two_hosts.then(|| (source.clone(), task_state::RESIZE_REVERTING, EVENT_FINISH_REVERT_RESIZE));
+                (ms::REVERTED, update, EVENT_REVERT_RESIZE, next)
+            }
         };
         // The row names the source until the hand-over, the destination
         // after it (a confirm is reported by the source while the row

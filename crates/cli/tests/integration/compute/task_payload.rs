@@ -37,25 +37,20 @@ async fn ghost(cloud: &Cloud, host: &str, agent: &str, ip: &str) -> Client {
     client
 }
 
-/// The next task of `kind` for `id` from the agent's long poll (bounded).
+/// The next task of `kind` for `id` from the agent's long poll (bounded),
+/// with the guest (`guests=1`, as the libvirt driver polls).
 async fn task(agent: &Client, name: &str, id: &str, kind: &str) -> Value {
-    for _ in 0..30 {
-        let polled = agent.get(&format!("/agent/v1/work?agent={name}&wait=1&guests=1")).await;
-        assert_eq!(polled.status, 200, "{:?}", polled.body);
-        let found = polled.body["tasks"]
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["instance"] == id && t["kind"] == kind).cloned());
-        if let Some(task) = found {
-            return task;
-        }
-    }
-    panic!("no {kind} task for {id} reached {name}");
+    poll(agent, name, id, kind, "&guests=1").await
 }
 
-/// The next task of `kind` for `id` from a long poll without `guests=1`.
+/// The same from a long poll without `guests=1` (the fake hosts').
 async fn task_without_guest(agent: &Client, name: &str, id: &str, kind: &str) -> Value {
+    poll(agent, name, id, kind, "").await
+}
+
+async fn poll(agent: &Client, name: &str, id: &str, kind: &str, query: &str) -> Value {
     for _ in 0..30 {
-        let polled = agent.get(&format!("/agent/v1/work?agent={name}&wait=1")).await;
+        let polled = agent.get(&format!("/agent/v1/work?agent={name}&wait=1{query}")).await;
         assert_eq!(polled.status, 200, "{:?}", polled.body);
         let found = polled.body["tasks"]
             .as_array()
