@@ -1070,7 +1070,23 @@ mod tests {
     #[test]
     fn failure_rate_is_roughly_honoured_and_bad_hosts_always_fail() {
         use crate::fake::fails;
-        let config = AgentConfig {
+        let config = test_config(0.1, vec!["bad".into()]);
+        let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
+        assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
+        assert!(fails(&config, "bad", "x"));
+        // Each host tosses its own coin for the same instance: a build that
+        // failed once is not doomed on every alternate.
+        let doomed = (0..2_000)
+            .map(|_| Uuid::new_v4().to_string())
+            .filter(|i| (0..3).all(|h| fails(&config, &format!("good{h}"), i)))
+            .count();
+        assert!(doomed < 20, "{doomed} of 2000 failed on three hosts at rate 0.1 (independent: ~2)");
+        assert_eq!(config.host_names(), vec!["h0".to_owned()]);
+    }
+
+    /// An agent configuration for unit tests (fake hosts `h0`…).
+    fn test_config(fail_rate: f64, bad_hosts: Vec<String>) -> AgentConfig {
+        AgentConfig {
             url: String::new(),
             auth: AgentAuth::Token(String::new()),
             ca_file: None,
@@ -1081,8 +1097,8 @@ mod tests {
             cell: None,
             shape: HostShape::default(),
             build_time: Duration::ZERO,
-            fail_rate: 0.1,
-            bad_hosts: vec!["bad".into()],
+            fail_rate,
+            bad_hosts,
             live_migration_time: Duration::ZERO,
             report_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
@@ -1097,18 +1113,7 @@ mod tests {
             sync_interval: Duration::from_secs(10),
             running_deleted: RunningDeleted::default(),
             host_ip: None,
-        };
-        let failed = (0..10_000).filter(|_| fails(&config, "good", &Uuid::new_v4().to_string())).count();
-        assert!((700..1300).contains(&failed), "{failed} of 10000 failed at rate 0.1");
-        assert!(fails(&config, "bad", "x"));
-        // Each host tosses its own coin for the same instance: a build that
-        // failed once is not doomed on every alternate.
-        let doomed = (0..2_000)
-            .map(|_| Uuid::new_v4().to_string())
-            .filter(|i| (0..3).all(|h| fails(&config, &format!("good{h}"), i)))
-            .count();
-        assert!(doomed < 20, "{doomed} of 2000 failed on three hosts at rate 0.1 (independent: ~2)");
-        assert_eq!(config.host_names(), vec!["h0".to_owned()]);
+        }
     }
 
     /// A driver whose guests' power states follow a script, one step per
@@ -1201,7 +1206,14 @@ mod tests {
             vec![("a", Shutoff), ("b", Crashed)],
         ];
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        power_sync(Arc::new(Scripted(Mutex::new(script))), Duration::from_millis(1), tx).await;
+        // No look for deleted servers' guests (there is no control plane).
+        let config = AgentConfig {
+            sync_interval: Duration::from_millis(1),
+            running_deleted: RunningDeleted { action: RunningDeletedAction::Noop, poll: Duration::from_secs(1) },
+            ..test_config(0.0, Vec::new())
+        };
+        let link = Link::new("http://127.0.0.1:9", config.auth.clone(), None, config.request_timeout).expect("link");
+        power_sync(Arc::new(Scripted(Mutex::new(script))), link, Arc::new(config), tx).await;
         let mut reported = Vec::new();
         while let Ok(event) = rx.try_recv() {
             assert_eq!(event["host"], "h");

@@ -16,11 +16,60 @@ use crate::{actions, data, handlers, import, listing, members, metadefs, patch, 
 
 type Sync = fn(&ImageCtx, &Req) -> ApiResult<Resp>;
 
-/// Glance's error body: `{"code": ..., "title": ..., "message": ...}`
-/// (openstackclient prints `message`).
-pub fn render_image_error(err: &ApiError, _: Option<Version>, _: &str, _: &HeaderMap) -> Response<Body> {
-    let body = json!({"code": err.status.as_u16(), "title": err.title(), "message": err.detail});
-    error_response(err, "application/json", body.to_string())
+/// Glance's error body, in the type the request accepts, as webob picks
+/// it from `text/html` and `application/json`: JSON
+/// `{"code": ..., "title": ..., "message": ...}` (openstackclient prints
+/// `message`) for a client that asks for JSON; HTML for one that takes
+/// anything (`*/*`, glanceclient's: it reads an HTML error's text, and
+/// fails on a JSON one whose values are not objects, which turned Nova's
+/// 400 for an unknown image into a 500); plain text otherwise.
+pub fn render_image_error(err: &ApiError, _: Option<Version>, _: &str, headers: &HeaderMap) -> Response<Body> {
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let (status, title) = (err.status.as_u16(), err.title());
+    match error_type(accept) {
+        ErrorType::Json => {
+            let body = json!({"code": status, "title": title, "message": err.detail});
+            error_response(err, "application/json", body.to_string())
+        }
+        ErrorType::Html => {
+            let body = format!(
+                "<html>\n <head>\n  <title>{status} {title}</title>\n </head>\n <body>\n  <h1>{status} {title}</h1>\n  \
+                 {}<br /><br />\n\n\n\n </body>\n</html>",
+                berth_http::html_escape(&err.detail)
+            );
+            error_response(err, "text/html; charset=UTF-8", body)
+        }
+        ErrorType::Plain => {
+            error_response(err, "text/plain; charset=UTF-8", format!("{status} {title}\n\n{}\n\n   ", err.detail))
+        }
+    }
+}
+
+/// The type of an error body.
+#[derive(Debug, PartialEq, Eq)]
+enum ErrorType {
+    Json,
+    Html,
+    Plain,
+}
+
+/// The first media range of `accept` that `text/html` or
+/// `application/json` matches decides (q-values aside). Without the
+/// header: JSON (webob would answer HTML; berth's own clients send none
+/// and read JSON, Python's send `*/*`).
+fn error_type(accept: &str) -> ErrorType {
+    if accept.trim().is_empty() {
+        return ErrorType::Json;
+    }
+    for range in accept.split(',') {
+        let media = range.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match media.as_str() {
+            "application/json" | "application/*" => return ErrorType::Json,
+            "text/html" | "text/*" | "*/*" => return ErrorType::Html,
+            _ => {}
+        }
+    }
+    ErrorType::Plain
 }
 
 fn g(method: M, handler: Sync) -> Endpoint<ImageCtx> {
@@ -105,4 +154,19 @@ pub fn image_api(overrides: &BTreeMap<String, String>) -> anyhow::Result<Api<Ima
         adjust_auth: berth_compute_api::api::adjust_auth,
         request_id_alias: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_take_the_type_the_client_accepts_as_webobs() {
+        assert_eq!(error_type("application/json"), ErrorType::Json);
+        assert_eq!(error_type("application/json, */*"), ErrorType::Json);
+        assert_eq!(error_type("*/*"), ErrorType::Html);
+        assert_eq!(error_type(""), ErrorType::Json);
+        assert_eq!(error_type("text/html;q=0.9"), ErrorType::Html);
+        assert_eq!(error_type("text/plain"), ErrorType::Plain);
+    }
 }

@@ -43,7 +43,12 @@ impl Glance {
 
     async fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> Got {
         let url = if path.starts_with('/') { format!("{}/image{path}", self.base) } else { path.to_owned() };
-        let mut req = self.http.request(method.parse().expect("method"), url).header("x-auth-token", &self.token);
+        // As openstackclient asks: JSON (errors included).
+        let mut req = self
+            .http
+            .request(method.parse().expect("method"), url)
+            .header("x-auth-token", &self.token)
+            .header("accept", "application/json");
         if let Some(content_type) = content_type {
             req = req.header("content-type", content_type);
         }
@@ -126,6 +131,24 @@ async fn the_version_document_and_discovery_are_glances() {
     assert_eq!(stores.message(), "Multi backend is not supported at this site.");
     // The API itself still answers under /image/v2.
     assert_eq!(glance.get("/images").await.status, 200);
+
+    // Errors in the type the client accepts, as webob picks it: HTML for
+    // `*/*` (glanceclient, which reads an HTML error's text: Nova's 400
+    // for an unknown image), JSON when asked for.
+    let http = crate::support::http_client();
+    let missing = format!("{}/image/v2/images/{}", server.base, uuid::Uuid::new_v4());
+    for (accept, content_type, needle) in [
+        ("*/*", "text/html; charset=UTF-8", "<h1>404 Not Found</h1>"),
+        ("application/json", "application/json", "\"code\":404"),
+    ] {
+        let resp =
+            http.get(&missing).header("x-auth-token", "demo:p1").header("accept", accept).send().await.expect("get");
+        assert_eq!(resp.status().as_u16(), 404);
+        let got = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let body = resp.text().await.expect("body");
+        assert_eq!(got, content_type, "{accept}: {body}");
+        assert!(body.contains(needle) && body.contains("No image found with ID"), "{accept}: {body}");
+    }
 }
 
 #[tokio::test]

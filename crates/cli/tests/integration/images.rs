@@ -63,6 +63,10 @@ impl Glance {
             .http
             .request(method.parse().expect("method"), format!("{}/image/v2{path}", self.base))
             .header("x-auth-token", &self.token);
+        // JSON unless the caller asks for another type (errors included).
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("accept")) {
+            req = req.header("accept", "application/json");
+        }
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
