@@ -22,7 +22,9 @@
 # Needs (root, Debian 12): what scripts/libvirt-throwaway.sh installs (it starts libvirtd/virtlogd when
 # none answers and they are stopped at the end), libvirt-dev pkg-config python3-dev gcc (installed when
 # missing) for libvirt-python in the nova venv, MariaDB (root via socket) and RabbitMQ running, PyPI for
-# the venvs on first use (nova_reference.sh). Stops everything it started, by PID, on exit.
+# the venvs on first use (nova_reference.sh). Each Nova start waits until the libvirtd lists no domain
+# (nova-compute refuses to start as a new service on a hypervisor with guests, another test's included).
+# Stops everything it started, by PID, on exit (and undefines guests a failed Nova run left behind).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
     --runs) RUNS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
-    *) sed -n 2,26p "$0"; exit 2 ;;
+    *) sed -n 2,28p "$0"; exit 2 ;;
   esac
 done
 if [ -z "$BIN" ]; then
