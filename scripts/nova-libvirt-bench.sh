@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --runs) RUNS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
-    *) sed -n 2,28p "$0"; exit 2 ;;
+    *) sed -n 2,27p "$0"; exit 2 ;;
   esac
 done
 if [ -z "$BIN" ]; then
