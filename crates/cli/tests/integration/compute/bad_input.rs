@@ -112,6 +112,7 @@ async fn send(cloud: &Cloud, prefix: &str, case: &Case) -> (u16, Value) {
     let mut req = crate::support::http_client()
         .request(case.method.parse().expect("method"), format!("{}{prefix}{}", cloud.server.base, case.path))
         .header("x-auth-token", case.token)
+        .header("accept", "application/json")
         .header("openstack-api-version", "compute 2.96");
     if let Some(body) = &case.body {
         req = req.header("content-type", "application/json").body(body.clone());
@@ -711,6 +712,7 @@ async fn send_raw(cloud: &Cloud, method: &str, path: &str, content_type: &str, b
     let resp = crate::support::http_client()
         .request(method.parse().expect("method"), format!("{}{path}", cloud.server.base))
         .header("x-auth-token", "admin")
+        .header("accept", "application/json")
         .header("openstack-api-version", "compute 2.96")
         .header("content-type", content_type)
         .body(body)
