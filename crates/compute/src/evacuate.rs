@@ -220,31 +220,9 @@ impl Compute {
         uuid: &Uuid,
         message: &str,
     ) -> Result<(), ServiceError> {
-        let now = self.now();
         let request_id = self.action_request_id(handle, uuid, &["evacuate"]).await;
-        let update = MigrationUpdate { status: Some(ms::ERROR.to_owned()), updated_at: now, ..Default::default() };
-        let instance = InstanceUpdate {
-            vm_state: Some(vm_state::ERROR.to_owned()),
-            task_state: Some(None),
-            updated_at: now,
-            ..InstanceUpdate::default()
-        };
-        let mut ops = vec![
-            CellOp::UpdateMigration {
-                uuid: *migration,
-                from_statuses: statuses(&[ms::ACCEPTED]),
-                update,
-                instance: Some((expect_task(&[], Some(task_state::REBUILDING)), instance)),
-            },
-            CellOp::AddFault(Fault {
-                instance_uuid: *uuid,
-                code: 400,
-                message: message.to_owned(),
-                details: message.to_owned(),
-                host: None,
-                created_at: now,
-            }),
-        ];
+        let expect = expect_task(&[], Some(task_state::REBUILDING));
+        let mut ops = self.error_out_ops(migration, ms::ACCEPTED, expect, uuid, (400, message, None));
         if let Some(request_id) = request_id {
             ops.push(self.finish_event(uuid, &request_id, EVENT_REBUILD_SERVER, Some(message.to_owned())));
         }

@@ -440,7 +440,7 @@ impl Compute {
         actions.into_iter().rev().find(|a| names.contains(&a.action.as_str())).map(|a| a.request_id)
     }
 
-    /// The instance's migration in `status`.
+    /// The instance's newest migration in `status`.
     async fn migration_in(
         &self,
         handle: &Arc<Cell>,
@@ -449,7 +449,45 @@ impl Compute {
     ) -> Result<Option<Migration>, ServiceError> {
         let filter =
             MigrationFilter { instance_uuid: Some(*uuid), status: Some(status.to_owned()), ..Default::default() };
-        Ok(self.cells.read(handle, move |s| s.migrations(&filter)).await?.into_iter().next())
+        let rows = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
+        Ok(rows.into_iter().max_by_key(|m| (m.created_at, m.id)))
+    }
+
+    /// The ops that error a move out (Nova's migration `error` and
+    /// `_set_vm_state_and_notify`): the migration from `from` to `error`
+    /// and, when the row is as `expect` says, the server to ERROR with no
+    /// task, both in the migration's conditional op; the fault.
+    pub(crate) fn error_out_ops(
+        &self,
+        migration: &Uuid,
+        from: &str,
+        expect: Expect,
+        uuid: &Uuid,
+        (code, message, host): (i64, &str, Option<&str>),
+    ) -> Vec<CellOp> {
+        let now = self.now();
+        let instance = InstanceUpdate {
+            vm_state: Some(vm_state::ERROR.to_owned()),
+            task_state: Some(None),
+            updated_at: now,
+            ..InstanceUpdate::default()
+        };
+        vec![
+            CellOp::UpdateMigration {
+                uuid: *migration,
+                from_statuses: statuses(&[from]),
+                update: MigrationUpdate { status: Some(ms::ERROR.to_owned()), updated_at: now, ..Default::default() },
+                instance: Some((expect, instance)),
+            },
+            CellOp::AddFault(Fault {
+                instance_uuid: *uuid,
+                code,
+                message: message.to_owned(),
+                details: message.to_owned(),
+                host: host.map(str::to_owned),
+                created_at: now,
+            }),
+        ]
     }
 
     /// `confirmResize` (`confirm: true`) or `revertResize`.
@@ -786,33 +824,11 @@ impl Compute {
                 })?;
             }
         }
-        let now = self.now();
         let message = message
             .filter(|m| !m.is_empty())
             .map_or_else(|| format!("The move of instance {uuid} failed on {host}."), str::to_owned);
         let expect = Expect { host: Some(Some(row_host)), ..expect_task(&[], Some(&step)) };
-        let update = InstanceUpdate {
-            vm_state: Some(vm_state::ERROR.to_owned()),
-            task_state: Some(None),
-            updated_at: now,
-            ..InstanceUpdate::default()
-        };
-        let mut ops = vec![
-            CellOp::UpdateMigration {
-                uuid: migration.uuid,
-                from_statuses: statuses(&[migration.status.as_str()]),
-                update: MigrationUpdate { status: Some(ms::ERROR.to_owned()), updated_at: now, ..Default::default() },
-                instance: Some((expect, update)),
-            },
-            CellOp::AddFault(Fault {
-                instance_uuid: *uuid,
-                code: 500,
-                message: message.clone(),
-                details: message.clone(),
-                host: Some(host.to_owned()),
-                created_at: now,
-            }),
-        ];
+        let mut ops = self.error_out_ops(&migration.uuid, &migration.status, expect, uuid, (500, &message, Some(host)));
         if let Some(request_id) = self.move_request_id(handle, uuid).await {
             ops.push(self.finish_event(uuid, &request_id, event, Some(message)));
         }
@@ -827,10 +843,7 @@ impl Compute {
     /// after the destination's report moved the row there): the task
     /// ends, the server as it was before the move.
     async fn source_reverted(&self, handle: &Arc<Cell>, uuid: &Uuid, host: &str) -> Result<bool, ServiceError> {
-        let filter =
-            MigrationFilter { instance_uuid: Some(*uuid), status: Some(ms::REVERTED.to_owned()), ..Default::default() };
-        let newest = self.cells.read(handle, move |s| s.migrations(&filter)).await?;
-        let Some(migration) = newest.into_iter().max_by_key(|m| (m.created_at, m.id)) else { return Ok(false) };
+        let Some(migration) = self.migration_in(handle, uuid, ms::REVERTED).await? else { return Ok(false) };
         let source = migration.source_compute.clone().unwrap_or_default();
         if host != source || migration.dest_compute.as_deref() == Some(source.as_str()) {
             return Ok(false);

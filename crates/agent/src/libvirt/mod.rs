@@ -396,16 +396,10 @@ impl LibvirtDriver {
                 let _ = tokio::fs::remove_file(&path).await;
                 continue;
             }
-            let size = format!("{amount}{unit}");
             if name == "disk.local" && path.exists() {
-                let info = run("qemu-img", &["info", "--output=json", "-f", "qcow2", &text]).await?;
-                let have =
-                    serde_json::from_str::<Value>(&info).ok().and_then(|v| v["virtual-size"].as_i64()).unwrap_or(0);
-                if have < amount << 30 {
-                    run("qemu-img", &["resize", "-q", "-f", "qcow2", &text, &size]).await?;
-                }
+                grow(&text, u64::try_from(amount).unwrap_or(0)).await?;
             } else {
-                run("qemu-img", &["create", "-q", "-f", "qcow2", &text, &size]).await?;
+                run("qemu-img", &["create", "-q", "-f", "qcow2", &text, &format!("{amount}{unit}")]).await?;
             }
             disks.push(text);
         }
@@ -755,14 +749,7 @@ impl LibvirtDriver {
         let base_format = if image["disk_format"].as_str() == Some("qcow2") { "qcow2" } else { "raw" };
         let (base_text, disk_text) = (build::path_text(&base), build::path_text(&disk));
         run("qemu-img", &["rebase", "-u", "-f", "qcow2", "-F", base_format, "-b", &base_text, &disk_text]).await?;
-        let root_gb = server["flavor"]["disk"].as_u64().unwrap_or(0);
-        if root_gb > 0 {
-            let info = run("qemu-img", &["info", "--output=json", "-f", "qcow2", &disk_text]).await?;
-            let size = serde_json::from_str::<Value>(&info).ok().and_then(|v| v["virtual-size"].as_u64()).unwrap_or(0);
-            if size < root_gb << 30 {
-                run("qemu-img", &["resize", "-q", "-f", "qcow2", &disk_text, &format!("{root_gb}G")]).await?;
-            }
-        }
+        grow(&disk_text, server["flavor"]["disk"].as_u64().unwrap_or(0)).await?;
         self.define_and_boot(task, server, &image, kernel, start).await
     }
 
@@ -791,11 +778,8 @@ impl LibvirtDriver {
         if source != here {
             return Ok(());
         }
-        let dir = self.dir(instance);
         if handed.exists() {
-            remove_dir(&dir).await?;
-            tokio::fs::rename(&handed, &dir).await.map_err(io("renaming", &handed))?;
-            let _ = tokio::fs::remove_file(dir.join(transfer::TOKEN_FILE)).await;
+            let dir = self.take_back(instance).await?;
             self.virsh(&["define", &build::path_text(&dir.join("libvirt.xml"))]).await?;
         }
         // The task again (a restart, a lost report): the guest defined
@@ -848,9 +832,7 @@ impl LibvirtDriver {
         let dir = self.dir(instance);
         let handed = transfer::resize_dir(&self.config.instances_path, instance);
         if !dir.join("disk").exists() && handed.join("disk").exists() {
-            remove_dir(&dir).await?;
-            tokio::fs::rename(&handed, &dir).await.map_err(io("renaming", &handed))?;
-            let _ = tokio::fs::remove_file(dir.join(transfer::TOKEN_FILE)).await;
+            self.take_back(instance).await?;
         }
         if !dir.join("disk").exists() {
             return Err(format!("Instance {instance} has no domain and no disk on {}", self.config.host));
@@ -858,6 +840,17 @@ impl LibvirtDriver {
         let (_, image, kernel) = self.base_image(server).await?;
         tracing::info!(%instance, "hard reboot: the domain made again from the guest's disks");
         self.define_and_boot(task, server, &image, kernel, true).await
+    }
+
+    /// A guest handed over to a move (`{uuid}_resize`) back in its own
+    /// directory (whatever was there goes), its move's secret removed;
+    /// the directory.
+    async fn take_back(&self, instance: &str) -> Result<PathBuf, String> {
+        let (dir, handed) = (self.dir(instance), transfer::resize_dir(&self.config.instances_path, instance));
+        remove_dir(&dir).await?;
+        tokio::fs::rename(&handed, &dir).await.map_err(io("renaming", &handed))?;
+        let _ = tokio::fs::remove_file(dir.join(transfer::TOKEN_FILE)).await;
+        Ok(dir)
     }
 
     /// Does this host hold a guest handed over to a move?
@@ -927,6 +920,20 @@ impl LibvirtDriver {
         let _ = tokio::fs::remove_file(dir.join("libvirt-rescue.xml")).await;
         self.start(instance).await
     }
+}
+
+/// Grow the qcow2 disk at `path` to `gb` GiB when it is smaller (never
+/// shrink it; 0: leave it).
+async fn grow(path: &str, gb: u64) -> Result<(), String> {
+    if gb == 0 {
+        return Ok(());
+    }
+    let info = run("qemu-img", &["info", "--output=json", "-f", "qcow2", path]).await?;
+    let size = serde_json::from_str::<Value>(&info).ok().and_then(|v| v["virtual-size"].as_u64()).unwrap_or(0);
+    if size < gb << 30 {
+        run("qemu-img", &["resize", "-q", "-f", "qcow2", path, &format!("{gb}G")]).await?;
+    }
+    Ok(())
 }
 
 async fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
