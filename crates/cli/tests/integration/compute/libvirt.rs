@@ -152,7 +152,10 @@ pub(crate) async fn marker(nova: &Nova, id: &str, boots: usize) -> String {
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let log = console(nova, id).await;
-        if let Some(line) = log.lines().filter(|l| l.starts_with("BERTH-GUEST-UP")).nth(boots - 1) {
+        // Whole lines only: the log may be read while the guest is still
+        // writing its marker.
+        let whole = log.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+        if let Some(line) = whole.filter(|l| l.starts_with("BERTH-GUEST-UP")).nth(boots - 1) {
             return line.trim().to_owned();
         }
         assert!(Instant::now() < deadline, "no marker from {id}; console:\n{log}");
